@@ -1,0 +1,68 @@
+// Package flows decodes raw IP packets in place and derives comparable flow
+// keys from them, and keeps a bounded table of per-flow state.
+//
+// It is the bottom of packetshaper's import graph: it imports no other
+// package of the project. Nothing here allocates per packet.
+package flows
+
+// Class says what Decode made of a packet.
+type Class uint8
+
+const (
+	// Malformed: the bytes are not a well-formed IPv4 or IPv6 packet
+	// (truncated, bad version, bad header length, extension header chain
+	// running past the end, …). Only Class and Length are valid.
+	Malformed Class = iota
+	// IPv4 packet; all fields valid.
+	IPv4
+	// IPv6 packet; all fields valid.
+	IPv6
+)
+
+func (c Class) String() string {
+	switch c {
+	case IPv4:
+		return "ipv4"
+	case IPv6:
+		return "ipv6"
+	}
+	return "malformed"
+}
+
+// IANA protocol numbers that Decode knows how to find ports (or what stands
+// in for them) in.
+const (
+	ProtoICMP    = 1
+	ProtoTCP     = 6
+	ProtoUDP     = 17
+	ProtoICMPv6  = 58
+	ProtoSCTP    = 132
+	ProtoUDPLite = 136
+)
+
+// Packet is a decoded IP packet. The zero value is a Malformed packet.
+// Decode fills it in place; it holds no reference to the decoded bytes.
+type Packet struct {
+	// Class is IPv4, IPv6 or Malformed. The other fields are valid iff
+	// Class is not Malformed.
+	Class Class
+	// Proto is the transport protocol: the IPv4 protocol field, or the IPv6
+	// next header found after walking the extension headers.
+	Proto uint8
+	// Fragment is true for a non-first fragment (IPv4 fragment offset > 0,
+	// or an IPv6 fragment header with offset > 0). Such packets carry no
+	// transport header: SrcPort and DstPort are 0.
+	Fragment bool
+	// Src and Dst are the addresses. IPv4 addresses take the first 4 bytes,
+	// the rest is zero.
+	Src, Dst [16]byte
+	// SrcPort and DstPort are the TCP, UDP, UDP-Lite or SCTP ports. For
+	// ICMP and ICMPv6 echo request/reply, SrcPort holds the echo identifier
+	// and DstPort is 0; for other ICMP messages SrcPort holds type<<8|code.
+	// Zero for every other protocol and for non-first fragments.
+	SrcPort, DstPort uint16
+	// Length is the packet's IP length from its header (IPv4 total length,
+	// or IPv6 payload length + 40), not the number of bytes captured. It is
+	// what a byte-rate limiter charges. For Malformed packets it is len(b).
+	Length int
+}
