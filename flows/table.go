@@ -1,0 +1,191 @@
+package flows
+
+// Table is a bounded map from Key to per-flow state V, with idle expiry and
+// least-recently-used eviction. It is what keeps packetshaper's memory
+// bounded whatever the traffic.
+//
+// Contract:
+//   - At most Max flows are held. A packet of a new flow when the table is
+//     full evicts the least recently used flow (counted in Evictions); it
+//     never fails and never refuses the new flow. The evicted flow's state
+//     is forgotten: if it comes back it starts afresh, as a new flow would.
+//     (Kernel hashlimit instead fails to match when its table is full, and
+//     nft meters stop adding; both silently stop limiting new flows. We
+//     prefer limiting the newest flows correctly and forgetting the oldest.)
+//   - A flow not seen for more than Timeout nanoseconds is idle: it is
+//     treated as new on its next packet (counted in Expired), and idle
+//     flows at the LRU end are reclaimed before any live flow is evicted.
+//   - Time is an argument: now is nanoseconds since the Unix epoch, as the
+//     caller's clock or the capture says. A flow's last-seen time never moves
+//     backwards.
+//
+// Memory is one entry per flow in a slice plus one map slot; entries are
+// reused, so a full table allocates nothing more. Not safe for concurrent
+// use.
+type Table[V any] struct {
+	max     int
+	timeout int64
+
+	index map[Key]int32
+	ents  []entry[V]
+	// LRU list through ents: head is the most recently used.
+	head, tail int32
+	// free lists slots of expired flows, chained through next.
+	free int32
+
+	evictions, expired uint64
+}
+
+type entry[V any] struct {
+	key        Key
+	last       int64
+	prev, next int32
+	val        V
+}
+
+const none = -1
+
+// DefaultMaxFlows is what NewTable uses for max <= 0.
+const DefaultMaxFlows = 65536
+
+// NewTable returns a table of at most max flows (DefaultMaxFlows if max <=
+// 0) that expires flows idle for more than timeout nanoseconds (never, if
+// timeout <= 0).
+func NewTable[V any](max int, timeout int64) *Table[V] {
+	if max <= 0 {
+		max = DefaultMaxFlows
+	}
+	if max > 1<<31-1 {
+		max = 1<<31 - 1
+	}
+	hint := min(max, 1<<16)
+	return &Table[V]{
+		max:     max,
+		timeout: timeout,
+		index:   make(map[Key]int32, hint),
+		ents:    make([]entry[V], 0, hint),
+		head:    none,
+		tail:    none,
+		free:    none,
+	}
+}
+
+// Get returns the state of flow k at time now, creating it if absent.
+// fresh reports that the flow is new (absent, evicted or expired before
+// this packet): *v then holds whatever the slot's previous occupant left in
+// it (the zero V for a never-used slot) and the caller must reset it. Slots
+// are reused so that state holding buffers (a sliding-window log) can keep
+// them.
+//
+// The returned pointer is valid until the next call to Get.
+func (t *Table[V]) Get(k Key, now int64) (v *V, fresh bool) {
+	if i, ok := t.index[k]; ok {
+		e := &t.ents[i]
+		if t.timeout > 0 && now-e.last > t.timeout {
+			t.expired++
+			fresh = true
+		}
+		if now > e.last {
+			e.last = now
+		}
+		t.touch(i)
+		return &e.val, fresh
+	}
+	i := t.alloc(now)
+	e := &t.ents[i]
+	e.key, e.last = k, now
+	t.index[k] = i
+	t.pushFront(i)
+	return &e.val, true
+}
+
+// alloc returns a slot for a new flow: a free one, a new one while under
+// the cap, else the least recently used flow's.
+func (t *Table[V]) alloc(now int64) int32 {
+	// Reclaim a couple of idle flows from the LRU end each time a flow is
+	// created: bounded work per packet, and idle flows go before live ones.
+	for n := 0; n < 2 && t.tail != none && t.timeout > 0 && now-t.ents[t.tail].last > t.timeout; n++ {
+		i := t.tail
+		t.remove(i)
+		t.expired++
+		t.ents[i].next = t.free
+		t.free = i
+	}
+	if t.free != none {
+		i := t.free
+		t.free = t.ents[i].next
+		return i
+	}
+	if len(t.ents) < t.max {
+		var zero entry[V]
+		t.ents = append(t.ents, zero)
+		return int32(len(t.ents) - 1)
+	}
+	i := t.tail
+	t.remove(i)
+	t.evictions++
+	return i
+}
+
+func (t *Table[V]) remove(i int32) {
+	e := &t.ents[i]
+	delete(t.index, e.key)
+	t.unlink(i)
+}
+
+func (t *Table[V]) unlink(i int32) {
+	e := &t.ents[i]
+	if e.prev != none {
+		t.ents[e.prev].next = e.next
+	} else {
+		t.head = e.next
+	}
+	if e.next != none {
+		t.ents[e.next].prev = e.prev
+	} else {
+		t.tail = e.prev
+	}
+}
+
+func (t *Table[V]) pushFront(i int32) {
+	e := &t.ents[i]
+	e.prev, e.next = none, t.head
+	if t.head != none {
+		t.ents[t.head].prev = i
+	}
+	t.head = i
+	if t.tail == none {
+		t.tail = i
+	}
+}
+
+func (t *Table[V]) touch(i int32) {
+	if t.head == i {
+		return
+	}
+	t.unlink(i)
+	t.pushFront(i)
+}
+
+// Len is the number of flows held, idle ones not yet reclaimed included.
+func (t *Table[V]) Len() int { return len(t.index) }
+
+// Max is the table's cap.
+func (t *Table[V]) Max() int { return t.max }
+
+// Evictions counts live flows evicted because the table was full.
+func (t *Table[V]) Evictions() uint64 { return t.evictions }
+
+// Expired counts flows that were found idle for longer than the timeout.
+func (t *Table[V]) Expired() uint64 { return t.expired }
+
+// Range calls fn for each flow held, most recently used first, until fn
+// returns false. fn must not call Get.
+func (t *Table[V]) Range(fn func(k Key, last int64, v *V) bool) {
+	for i := t.head; i != none; i = t.ents[i].next {
+		e := &t.ents[i]
+		if !fn(e.key, e.last, &e.val) {
+			return
+		}
+	}
+}

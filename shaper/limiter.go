@@ -1,0 +1,262 @@
+// Package shaper decides ACCEPT or DROP for each packet: it decodes the
+// packet and keys it into a flow (package flows), then runs that flow's
+// limiter. Time is always an argument: now is nanoseconds since the Unix
+// epoch, read by the caller (the live path reads its clock once per batch of
+// packets; replay passes capture timestamps). Nothing in this package reads
+// a clock.
+package shaper
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Algorithm selects a limiter.
+type Algorithm uint8
+
+const (
+	// TokenBucket: a bucket of capacity Burst starts full and refills
+	// continuously at Rate per second. A packet is accepted iff the bucket
+	// holds its cost, which is then taken. Over any interval of length T,
+	// a flow gets at most Burst + Rate×T accepted.
+	TokenBucket Algorithm = iota
+	// FixedWindow: time is cut into windows of length Window aligned to
+	// multiples of Window since the Unix epoch (so live and replay align
+	// the same way); at most Limit = Rate×Window is accepted per window,
+	// and the count starts from zero in each window. Any interval of length
+	// Window can hold up to 2×Limit (the end of one window and the start of
+	// the next).
+	FixedWindow
+	// SlidingWindow is the exact sliding-window log: a packet is accepted
+	// iff fewer than Limit packets of its flow were accepted in the closed
+	// interval [now−Window, now]. No interval of length Window ever holds
+	// more than Limit accepted packets. It keeps one timestamp per accepted
+	// packet in the window (Limit×8 bytes per flow), so it counts packets
+	// only (no --bitrate) and Limit is capped at MaxLogLimit.
+	SlidingWindow
+	// SlidingWindowCounter is the O(1)-memory approximation of the sliding
+	// window: with windows aligned as in FixedWindow, a packet is accepted
+	// iff prev×(Window−elapsed)/Window + cur + cost <= Limit, where prev is
+	// what the previous window accepted, cur what the current one has
+	// accepted so far and elapsed how far now is into the current window.
+	// Each aligned window accepts at most Limit, so any interval of length
+	// Window holds at most 2×Limit (in practice close to Limit).
+	SlidingWindowCounter
+)
+
+var algoNames = [...]string{
+	TokenBucket:          "token-bucket",
+	FixedWindow:          "fixed-window",
+	SlidingWindow:        "sliding-window",
+	SlidingWindowCounter: "sliding-window-counter",
+}
+
+func (a Algorithm) String() string {
+	if int(a) < len(algoNames) {
+		return algoNames[a]
+	}
+	return "Algorithm(" + strconv.Itoa(int(a)) + ")"
+}
+
+// ParseAlgorithm parses an algorithm's name as String writes it.
+func ParseAlgorithm(s string) (Algorithm, error) {
+	for a, n := range algoNames {
+		if s == n {
+			return Algorithm(a), nil
+		}
+	}
+	return 0, fmt.Errorf("shaper: unknown algorithm %q (want token-bucket, fixed-window, sliding-window or sliding-window-counter)", s)
+}
+
+// MaxLogLimit caps the sliding-window log's Limit: it stores a timestamp per
+// accepted packet in the window, for every flow.
+const MaxLogLimit = 1 << 16
+
+// nano is the fixed-point scale of token counts: the token bucket counts
+// billionths of a packet (or byte), so refills at any rate are exact
+// integers and compare exactly, and rounding only ever floors.
+const nano = 1e9
+
+// Limiter is one algorithm with its parameters. It holds no per-flow state:
+// that lives in a State per flow. The zero Limiter is not usable; make one
+// with NewLimiter. A Limiter is immutable and safe for concurrent use; each
+// State belongs to one goroutine.
+type Limiter struct {
+	algo   Algorithm
+	rate   float64 // cost units per second
+	perNs  float64 // nano-units of cost per nanosecond (= rate)
+	burstN int64   // token bucket capacity in nano-units
+	window int64   // ns
+	limit  int64   // per window, in cost units
+}
+
+// State is one flow's limiter state. The zero State is not valid: Reset it
+// when the flow starts.
+type State struct {
+	// last is the newest time this flow has seen: time going backwards is
+	// clamped to it, so it never grants anything.
+	last int64
+	// tokens (token bucket), in nano-units.
+	tokens int64
+	// win is the index of the current window (now/window), cur and prev
+	// what the current and previous windows accepted.
+	win       int64
+	cur, prev int64
+	// log is the sliding-window log: a ring of accepted timestamps,
+	// oldest at head. Its buffer is kept across Reset.
+	log     []int64
+	head, n int32
+}
+
+// LimiterConfig gives an algorithm's parameters.
+type LimiterConfig struct {
+	Algorithm Algorithm
+	// Rate is in cost units per second: packets, or bytes when costs are
+	// packet lengths. Must be > 0; fractions are allowed (0.5 with a 10 s
+	// window is "5 per 10 s").
+	Rate float64
+	// Burst is the token bucket's capacity in cost units (>= 1).
+	Burst float64
+	// Window is the window length in nanoseconds for the window algorithms.
+	Window int64
+}
+
+// NewLimiter checks c and returns its Limiter.
+func NewLimiter(c LimiterConfig) (*Limiter, error) {
+	if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
+		return nil, fmt.Errorf("shaper: rate must be a positive number, not %v", c.Rate)
+	}
+	l := &Limiter{algo: c.Algorithm, rate: c.Rate, perNs: c.Rate, window: c.Window}
+	switch c.Algorithm {
+	case TokenBucket:
+		if !(c.Burst >= 1) || c.Burst > 1e9 {
+			return nil, fmt.Errorf("shaper: burst must be between 1 and 1e9, not %v", c.Burst)
+		}
+		l.burstN = int64(c.Burst * nano)
+	case FixedWindow, SlidingWindow, SlidingWindowCounter:
+		if c.Window <= 0 {
+			return nil, fmt.Errorf("shaper: %v needs a positive window, not %dns", c.Algorithm, c.Window)
+		}
+		lim := math.Floor(c.Rate*float64(c.Window)/1e9 + 1e-9)
+		if lim < 1 {
+			return nil, fmt.Errorf("shaper: rate %v/s over a %v s window allows less than one packet per window; raise the rate or the window", c.Rate, float64(c.Window)/1e9)
+		}
+		if lim > 1<<53 {
+			return nil, fmt.Errorf("shaper: rate × window is too large")
+		}
+		l.limit = int64(lim)
+		if c.Algorithm == SlidingWindow && l.limit > MaxLogLimit {
+			return nil, fmt.Errorf("shaper: sliding-window keeps one timestamp per packet, and a limit of %d per window is over its cap of %d; use sliding-window-counter", l.limit, MaxLogLimit)
+		}
+	default:
+		return nil, fmt.Errorf("shaper: unknown algorithm %d", c.Algorithm)
+	}
+	return l, nil
+}
+
+// Limit is the per-window limit of the window algorithms (0 for the token
+// bucket).
+func (l *Limiter) Limit() int64 { return l.limit }
+
+// Reset makes s the state of a flow that starts at now: a full bucket, empty
+// windows, an empty log.
+func (l *Limiter) Reset(s *State, now int64) {
+	*s = State{last: now, tokens: l.burstN, win: floorDiv(now, l.window), log: s.log}
+	if l.algo == SlidingWindow && int64(cap(s.log)) < l.limit {
+		s.log = make([]int64, l.limit)
+	}
+	s.log = s.log[:l.limit]
+}
+
+// Allow reports whether a packet of the given cost (1 for a packet, or its
+// length in bytes) is accepted at now, and if so charges it to s. Only
+// accepted packets are charged. A now older than the newest time s has seen
+// is taken as that newest time. It does not allocate.
+func (l *Limiter) Allow(s *State, now int64, cost int64) bool {
+	if now < s.last {
+		now = s.last
+	}
+	switch l.algo {
+	case TokenBucket:
+		if elapsed := now - s.last; elapsed > 0 {
+			add := float64(elapsed) * l.perNs
+			if space := l.burstN - s.tokens; add >= float64(space) {
+				s.tokens = l.burstN
+			} else {
+				s.tokens += int64(add)
+			}
+		}
+		s.last = now
+		c := cost * nano
+		if s.tokens < c {
+			return false
+		}
+		s.tokens -= c
+		return true
+	case FixedWindow:
+		s.last = now
+		if w := floorDiv(now, l.window); w != s.win {
+			s.win, s.cur = w, 0
+		}
+		if s.cur+cost > l.limit {
+			return false
+		}
+		s.cur += cost
+		return true
+	case SlidingWindow:
+		s.last = now
+		// Forget accepted packets older than the closed interval
+		// [now-window, now].
+		for s.n > 0 && s.log[s.head] < now-l.window {
+			s.head++
+			if int64(s.head) == l.limit {
+				s.head = 0
+			}
+			s.n--
+		}
+		if int64(s.n) >= l.limit {
+			return false
+		}
+		i := int64(s.head) + int64(s.n)
+		if i >= l.limit {
+			i -= l.limit
+		}
+		s.log[i] = now
+		s.n++
+		return true
+	case SlidingWindowCounter:
+		s.last = now
+		if w := floorDiv(now, l.window); w != s.win {
+			if w == s.win+1 {
+				s.prev = s.cur
+			} else {
+				s.prev = 0
+			}
+			s.win, s.cur = w, 0
+		}
+		if s.prev > 0 {
+			left := l.window - (now - s.win*l.window)
+			est := float64(s.prev)*float64(left)/float64(l.window) + float64(s.cur+cost)
+			if est > float64(l.limit) {
+				return false
+			}
+		} else if s.cur+cost > l.limit {
+			return false
+		}
+		s.cur += cost
+		return true
+	}
+	return false
+}
+
+func floorDiv(a, b int64) int64 {
+	if b <= 0 {
+		return 0
+	}
+	q := a / b
+	if a%b != 0 && a < 0 {
+		q--
+	}
+	return q
+}
