@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// TestSendRecvLoopback sends 3 flows to two loopback ports (IPv4 and IPv6)
+// and checks every count: unprivileged, over lo only.
+func TestSendRecvLoopback(t *testing.T) {
+	ctx := context.Background()
+	type out struct {
+		r   any
+		err error
+	}
+	rc := make(chan out, 1)
+	go func() {
+		r, err := runRecv(ctx, []string{"--listen", "127.0.0.1:29310,[::1]:29311", "--duration", "5s", "--idle", "400ms"})
+		rc <- out{r, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	sr, err := runSend(ctx, []string{"--dst", "127.0.0.1:29310,[::1]:29311", "--flows", "3", "--sport", "29320",
+		"--pps", "200", "--duration", "1s", "--window", "250ms"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sr.(*SendResult)
+	if s.Sent != 3*2*200 || s.Errors != 0 {
+		t.Errorf("sent %d (errors %d), want 1200 (0)", s.Sent, s.Errors)
+	}
+	for port, f := range s.Flows {
+		var w uint64
+		for _, n := range f.Windows {
+			w += n
+		}
+		if f.Sent != 400 || w != 200 {
+			t.Errorf("flow %s: sent %d, windows sum %d; want 400, 200", port, f.Sent, w)
+		}
+		if len(f.Windows) < 4 || len(f.Windows) > 5 {
+			t.Errorf("flow %s: %d windows of 250ms in 1s", port, len(f.Windows))
+		}
+	}
+	o := <-rc
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	r := o.r.(*RecvResult)
+	if r.Total != 1200 || r.Reason != "idle" {
+		t.Errorf("received %d (stopped by %s), want 1200 (idle)", r.Total, r.Reason)
+	}
+	for _, lp := range []string{"29310", "29311"} {
+		for _, sp := range []string{"29320", "29321", "29322"} {
+			if n := r.Received[lp][sp]; n != 200 {
+				t.Errorf("received[%s][%s] = %d, want 200", lp, sp, n)
+			}
+		}
+	}
+}
+
+func TestSendBadFlags(t *testing.T) {
+	for _, args := range [][]string{
+		{"--dst", "1.2.3.4"},
+		{"--dst", "127.0.0.1:9", "--flows", "0"},
+		{"--dst", "127.0.0.1:9", "--pps", "-1"},
+		{"--dst", "127.0.0.1:9", "--duration", "11m"},
+		{"--dst", "127.0.0.1:9", "--sport", "65535", "--flows", "2"},
+		{"--bogus"},
+	} {
+		if _, err := runSend(context.Background(), args); err == nil {
+			t.Errorf("send %q: no error", args)
+		} else if _, ok := err.(usageError); !ok {
+			t.Errorf("send %q: %v is not a usage error", args, err)
+		}
+	}
+}
+
+func TestTCPLoopback(t *testing.T) {
+	ctx := context.Background()
+	type out struct {
+		r   any
+		err error
+	}
+	rc := make(chan out, 1)
+	go func() {
+		r, err := runTCPServe(ctx, []string{"--listen", "[::1]:29330", "--duration", "5s"})
+		rc <- out{r, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	sr, err := runTCPSend(ctx, []string{"--dst", "[::1]:29330", "--bytes", "1000003", "--duration", "5s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := <-rc
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	s, r := sr.(*TCPResult), o.r.(*TCPResult)
+	if s.Bytes != 1000003 || r.Bytes != s.Bytes || r.SHA256 != s.SHA256 {
+		t.Errorf("sent %d %s, received %d %s", s.Bytes, s.SHA256, r.Bytes, r.SHA256)
+	}
+}

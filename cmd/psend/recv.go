@@ -1,0 +1,161 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// RecvResult is recv's JSON output.
+type RecvResult struct {
+	// Received counts datagrams per listening port, then per source port.
+	Received map[string]map[string]uint64 `json:"received"`
+	Total    uint64                       `json:"total"`
+	FirstNs  int64                        `json:"first_ns,omitempty"` // first datagram, any port
+	LastNs   int64                        `json:"last_ns,omitempty"`  // last datagram, any port
+	Seconds  float64                      `json:"seconds"`
+	Reason   string                       `json:"stopped_by"` // "duration", "idle" or "signal"
+}
+
+// portCount is one listener's tally; each listener goroutine owns its own.
+type portCount struct {
+	bySrc           map[uint16]uint64
+	total           uint64
+	firstNs, lastNs int64
+}
+
+func runRecv(ctx context.Context, args []string) (any, error) {
+	fs := flag.NewFlagSet("recv", flag.ContinueOnError)
+	listen := fs.String("listen", ":9000", "UDP address(es) to listen on, [IP]:PORT[,...]; an empty IP listens on all (IPv4 and IPv6)")
+	dur := fs.Duration("duration", 10*time.Second, "stop after this long (max 10m)")
+	idle := fs.Duration("idle", 0, "stop this long after the last datagram, once one arrived (0 = only --duration)")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	if err := boundDuration("duration", *dur); err != nil {
+		return nil, err
+	}
+	if *idle < 0 {
+		return nil, badFlag("--idle %v: must be >= 0", *idle)
+	}
+	var conns []*net.UDPConn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	var ports []string
+	for _, a := range splitList(*listen) {
+		ua, err := net.ResolveUDPAddr("udp", a)
+		if err != nil || ua.Port == 0 {
+			return nil, badFlag("--listen %q: want [IP]:PORT", a)
+		}
+		c, err := net.ListenUDP("udp", ua)
+		if err != nil {
+			return nil, err
+		}
+		_ = c.SetReadBuffer(8 << 20)
+		conns = append(conns, c)
+		ports = append(ports, strconv.Itoa(ua.Port))
+	}
+	if len(conns) == 0 {
+		return nil, badFlag("--listen is required")
+	}
+	fmt.Fprintf(os.Stderr, "psend recv: listening on %s\n", *listen)
+
+	start := time.Now()
+	end := start.Add(*dur)
+	counts := make([]portCount, len(conns))
+	var wg sync.WaitGroup
+	var mu sync.Mutex // guards lastAny
+	var lastAny time.Time
+	done := make(chan struct{})
+	for i, c := range conns {
+		counts[i].bySrc = make(map[uint16]uint64)
+		wg.Add(1)
+		go func(c *net.UDPConn, pc *portCount) {
+			defer wg.Done()
+			buf := make([]byte, 65536)
+			for {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				// Short deadlines so that a stop is noticed promptly.
+				_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+				_, from, err := c.ReadFromUDPAddrPort(buf)
+				if err != nil {
+					var ne net.Error
+					if errors.As(err, &ne) && ne.Timeout() {
+						continue
+					}
+					return // closed
+				}
+				ns := time.Now().UnixNano()
+				pc.bySrc[from.Port()]++
+				pc.total++
+				if pc.firstNs == 0 {
+					pc.firstNs = ns
+				}
+				pc.lastNs = ns
+				mu.Lock()
+				lastAny = time.Unix(0, ns)
+				mu.Unlock()
+			}
+		}(c, &counts[i])
+	}
+
+	reason := "duration"
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+wait:
+	for {
+		select {
+		case <-ctx.Done():
+			reason = "signal"
+			break wait
+		case now := <-tick.C:
+			if !now.Before(end) {
+				break wait
+			}
+			if *idle > 0 {
+				mu.Lock()
+				l := lastAny
+				mu.Unlock()
+				if !l.IsZero() && now.Sub(l) >= *idle {
+					reason = "idle"
+					break wait
+				}
+			}
+		}
+	}
+	close(done)
+	wg.Wait()
+
+	res := &RecvResult{Received: make(map[string]map[string]uint64), Reason: reason, Seconds: time.Since(start).Seconds()}
+	for i, pc := range counts {
+		m := res.Received[ports[i]]
+		if m == nil {
+			m = make(map[string]uint64)
+			res.Received[ports[i]] = m
+		}
+		for sp, n := range pc.bySrc {
+			m[strconv.Itoa(int(sp))] += n
+		}
+		res.Total += pc.total
+		if pc.firstNs != 0 && (res.FirstNs == 0 || pc.firstNs < res.FirstNs) {
+			res.FirstNs = pc.firstNs
+		}
+		if pc.lastNs > res.LastNs {
+			res.LastNs = pc.lastNs
+		}
+	}
+	return res, nil
+}
