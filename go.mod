@@ -1,6 +1,6 @@
 module github.com/packetshaper/packetshaper
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/florianl/go-nfqueue/v2 v2.1.0 // indirect
