@@ -1,0 +1,321 @@
+#!/usr/bin/env bash
+# rules.sh - add or remove the firewall rules that divert packets to
+# packetshaper's NFQUEUE queue(s), with iptables or nftables.
+#
+# Usage
+#   rules.sh add  [options]     add the rule (idempotent: twice = one rule)
+#   rules.sh del  [options]     delete that rule (absent = ok)
+#   rules.sh del  --all         delete every rule this script added
+#   rules.sh list [--backend B] [--netns NS]   show our rules
+#
+# Options (same for add and del; del must repeat the options of add)
+#   --backend iptables|nft    default iptables (iptables/ip6tables; with the
+#                             nf_tables iptables they still become nft rules,
+#                             but in the "ip filter"/"ip6 filter" tables)
+#   --queue N | N-M           queue number, or a range balanced by flow hash
+#                             (iptables --queue-balance N:M, nft "num N-M")
+#   --chain INPUT|OUTPUT|FORWARD   default INPUT
+#   --proto P                 udp, tcp, icmp, sctp, ... (icmp is icmpv6 for IPv6)
+#   --dport PORT              needs --proto udp|tcp|sctp|udplite
+#   --src ADDR[/LEN]          source address or prefix; its family selects
+#                             IPv4 or IPv6 when --family is both
+#   --family ipv4|ipv6|both   default both
+#   --netns NAME              run the commands inside network namespace NAME
+#   --dry-run                 print the commands, change nothing
+#
+# Every rule carries the bypass flag (iptables --queue-bypass, nft "bypass"):
+# when no packetshaper is bound to the queue, packets are accepted instead of
+# dropped, so stopping or killing packetshaper never cuts the network.
+# iptables rules are inserted at the top of the chain and tagged with a
+# comment "packetshaper ..." naming the rule; nft rules live in their own
+# table "inet packetshaper" (removed when its last rule goes), also tagged.
+#
+# Examples
+#   sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000
+#   sudo scripts/rules.sh add --backend nft --queue 0-1 --chain FORWARD
+#   sudo scripts/rules.sh del --queue 0 --proto udp --dport 9000
+set -u -o pipefail
+
+PROG=rules.sh
+die() { echo "$PROG: $*" >&2; exit 2; }
+fail() { echo "$PROG: $*" >&2; exit 1; }
+usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
+
+NFT_TABLE=packetshaper
+TAG=packetshaper
+
+cmd=${1:-}
+[ -n "$cmd" ] || { usage >&2; exit 2; }
+shift
+case "$cmd" in
+add | del | list) ;;
+-h | --help | help) usage; exit 0 ;;
+*) die "unknown command '$cmd' (add|del|list|--help)" ;;
+esac
+
+backend=iptables queue="" chain=INPUT proto="" dport="" src="" family=both netns="" dry=0 all=0
+need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--backend) need "$@"; backend=$2; shift 2 ;;
+	--queue) need "$@"; queue=$2; shift 2 ;;
+	--chain) need "$@"; chain=$2; shift 2 ;;
+	--proto) need "$@"; proto=$2; shift 2 ;;
+	--dport) need "$@"; dport=$2; shift 2 ;;
+	--src) need "$@"; src=$2; shift 2 ;;
+	--family) need "$@"; family=$2; shift 2 ;;
+	--netns) need "$@"; netns=$2; shift 2 ;;
+	--dry-run) dry=1; shift ;;
+	--all) all=1; shift ;;
+	-h | --help) usage; exit 0 ;;
+	*) die "unknown option '$1' (see --help)" ;;
+	esac
+done
+
+# ---------------------------------------------------------------- validate
+case "$backend" in iptables | nft) ;; *) die "--backend '$backend': want iptables or nft" ;; esac
+case "$family" in ipv4 | ipv6 | both) ;; *) die "--family '$family': want ipv4, ipv6 or both" ;; esac
+chain=$(echo "$chain" | tr '[:lower:]' '[:upper:]')
+case "$chain" in INPUT | OUTPUT | FORWARD) ;; *) die "--chain '$chain': want INPUT, OUTPUT or FORWARD" ;; esac
+isnum() { case "$1" in '' | *[!0-9]*) return 1 ;; esac; [ ${#1} -le 5 ] && [ "$1" -le "$2" ]; }
+qlo="" qhi=""
+if [ "$cmd" != list ] && [ "$all" = 0 ]; then
+	[ -n "$queue" ] || die "--queue N or N-M is required"
+	case "$queue" in
+	*-*) qlo=${queue%-*} qhi=${queue#*-} ;;
+	*) qlo=$queue qhi=$queue ;;
+	esac
+	isnum "$qlo" 65535 && isnum "$qhi" 65535 || die "--queue '$queue': want N or N-M with 0 <= N <= M <= 65535"
+	[ "$qlo" -le "$qhi" ] || die "--queue '$queue': N must not exceed M"
+fi
+proto=$(echo "$proto" | tr '[:upper:]' '[:lower:]')
+case "$proto" in
+'' | udp | tcp | icmp | icmpv6 | sctp | udplite | esp | ah | gre) ;;
+*) die "--proto '$proto': want udp, tcp, icmp, icmpv6, sctp, udplite, esp, ah or gre" ;;
+esac
+if [ -n "$dport" ]; then
+	isnum "$dport" 65535 && [ "$dport" -ge 1 ] || die "--dport '$dport': want a port 1..65535"
+	case "$proto" in udp | tcp | sctp | udplite) ;; *) die "--dport needs --proto udp, tcp, sctp or udplite" ;; esac
+fi
+src_family=""
+if [ -n "$src" ]; then
+	case "$src" in
+	*:*) src_family=ipv6 ;;
+	*.*) src_family=ipv4 ;;
+	*) die "--src '$src': want an IPv4 or IPv6 address or prefix" ;;
+	esac
+	echo "$src" | grep -Eq '^[0-9A-Fa-f.:]+(/[0-9]{1,3})?$' || die "--src '$src': want an address or ADDR/LEN"
+	[ "$family" = both ] || [ "$family" = "$src_family" ] || die "--src '$src' is $src_family but --family is $family"
+	family=$src_family
+fi
+case "$proto" in
+icmp) [ "$family" != ipv6 ] || proto=icmpv6 ;;
+icmpv6) [ "$family" != ipv4 ] || die "--proto icmpv6 with --family ipv4" ; family=ipv6 ;;
+esac
+if [ -n "$netns" ]; then
+	ip netns list 2>/dev/null | awk '{print $1}' | grep -qx -- "$netns" || fail "--netns '$netns': no such network namespace"
+fi
+[ "$dry" = 1 ] || [ "$(id -u)" = 0 ] || fail "must run as root (changes firewall rules)"
+
+# run CMD...: in the namespace if asked; with --dry-run only print it.
+run() {
+	if [ "$dry" = 1 ]; then
+		echo "${netns:+ip netns exec $netns }$*"
+		return 0
+	fi
+	if [ -n "$netns" ]; then ip netns exec "$netns" "$@"; else "$@"; fi
+}
+# query CMD...: like run, but also under --dry-run (read-only commands).
+query() { if [ -n "$netns" ]; then ip netns exec "$netns" "$@"; else "$@"; fi; }
+
+# The tag names the rule, so that del finds exactly this rule and no other.
+desc="$TAG queue=$queue"
+[ -n "$proto" ] && desc="$desc proto=$proto"
+[ -n "$dport" ] && desc="$desc dport=$dport"
+[ -n "$src" ] && desc="$desc src=$src"
+
+# ---------------------------------------------------------------- iptables
+ipt_tools() { # the tools for the family
+	case "$family" in
+	ipv4) echo iptables ;;
+	ipv6) echo ip6tables ;;
+	both) echo iptables ip6tables ;;
+	esac
+}
+
+ipt_spec() { # tool -> rule spec (without chain)
+	local p=$proto spec=()
+	[ "$1" = ip6tables ] && [ "$p" = icmp ] && p=icmpv6
+	[ "$1" = iptables ] && [ "$p" = icmpv6 ] && p=icmp
+	[ -n "$src" ] && spec+=(-s "$src")
+	[ -n "$p" ] && spec+=(-p "$p")
+	[ -n "$dport" ] && spec+=(--dport "$dport")
+	spec+=(-m comment --comment "$desc" -j NFQUEUE)
+	if [ "$qlo" = "$qhi" ]; then spec+=(--queue-num "$qlo"); else spec+=(--queue-balance "$qlo:$qhi"); fi
+	spec+=(--queue-bypass)
+	printf '%s\n' "${spec[@]}"
+}
+
+quoted() { local a out=""; for a in "$@"; do case "$a" in *' '*) out="$out \"$a\"" ;; *) out="$out $a" ;; esac; done; echo "${out# }"; }
+
+ipt_add() {
+	local t spec
+	for t in $(ipt_tools); do
+		command -v "$t" >/dev/null || fail "$t not found (apt-get install iptables)"
+		mapfile -t spec < <(ipt_spec "$t")
+		if query "$t" -w -C "$chain" "${spec[@]}" 2>/dev/null; then
+			echo "$PROG: present: $t -I $chain $(quoted "${spec[@]}")"
+			continue
+		fi
+		run "$t" -w -I "$chain" 1 "${spec[@]}" || fail "$t: could not add the rule"
+		[ "$dry" = 1 ] || echo "$PROG: added: $t -I $chain $(quoted "${spec[@]}")"
+	done
+}
+
+ipt_del() {
+	local t spec n
+	for t in $(ipt_tools); do
+		command -v "$t" >/dev/null || continue
+		mapfile -t spec < <(ipt_spec "$t")
+		n=0
+		while query "$t" -w -C "$chain" "${spec[@]}" 2>/dev/null; do
+			run "$t" -w -D "$chain" "${spec[@]}" || fail "$t: could not delete the rule"
+			n=$((n + 1))
+			[ "$dry" = 1 ] && break
+			[ $n -lt 100 ] || fail "$t: rule keeps coming back"
+		done
+		[ $n -gt 0 ] && [ "$dry" = 0 ] && echo "$PROG: deleted: $t -D $chain $(quoted "${spec[@]}")"
+	done
+	return 0
+}
+
+# ours TOOL: our rules as "-A CHAIN ..." lines (iptables -S syntax).
+ipt_ours() { query "$1" -w -S 2>/dev/null | grep -E -- "--comment \"?$TAG( |\")" ; }
+
+ipt_del_all() {
+	local t line
+	for t in iptables ip6tables; do
+		command -v "$t" >/dev/null || continue
+		ipt_ours "$t" | while IFS= read -r line; do
+			# -S prints a rule as it was given: replay it with -D
+			eval "run $t -w -D ${line#-A }" || fail "$t: could not delete: $line"
+			[ "$dry" = 1 ] || echo "$PROG: deleted: $t $line"
+		done
+	done
+	return 0
+}
+
+ipt_list() {
+	local t
+	for t in iptables ip6tables; do
+		command -v "$t" >/dev/null || continue
+		ipt_ours "$t" | sed "s/^/$t /"
+	done
+	return 0
+}
+
+# ---------------------------------------------------------------- nft
+nft_chain() { echo "$chain" | tr '[:upper:]' '[:lower:]'; }
+
+nft_expr() {
+	local e=""
+	case "$family" in
+	ipv4) e="meta nfproto ipv4 " ;;
+	ipv6) e="meta nfproto ipv6 " ;;
+	esac
+	if [ -n "$src" ]; then
+		if [ "$src_family" = ipv6 ]; then e="${e}ip6 saddr $src "; else e="${e}ip saddr $src "; fi
+	fi
+	case "$proto" in
+	'') ;;
+	icmp) e="${e}meta l4proto icmp " ;;
+	icmpv6) e="${e}meta l4proto ipv6-icmp " ;;
+	*) e="${e}meta l4proto $proto " ;;
+	esac
+	[ -n "$dport" ] && e="${e}th dport $dport "
+	if [ "$qlo" = "$qhi" ]; then e="${e}queue flags bypass to $qlo"; else e="${e}queue flags bypass to $qlo-$qhi"; fi
+	echo "$e comment \"$desc family=$family\""
+}
+
+nft_handles() { # chain -> handles of the rules carrying exactly our tag
+	query nft -a list chain inet "$NFT_TABLE" "$1" 2>/dev/null |
+		awk -v tag="comment \"$desc family=$family\"" 'index($0, tag) { print $NF }'
+}
+
+nft_add() {
+	local c h
+	command -v nft >/dev/null || fail "nft not found (apt-get install nftables)"
+	c=$(nft_chain)
+	h=$(nft_handles "$c")
+	if [ -n "$h" ]; then
+		echo "$PROG: present: nft add rule inet $NFT_TABLE $c $(nft_expr)"
+		return 0
+	fi
+	# "add table/chain" are no-ops when they exist; priority -10 runs before
+	# the usual filter chains (priority 0).
+	local err
+	if [ "$dry" = 1 ]; then
+		echo "${netns:+ip netns exec $netns }nft add table inet $NFT_TABLE"
+		echo "${netns:+ip netns exec $netns }nft add chain inet $NFT_TABLE $c '{ type filter hook $c priority -10; policy accept; }'"
+		echo "${netns:+ip netns exec $netns }nft add rule inet $NFT_TABLE $c $(nft_expr)"
+		return 0
+	fi
+	if ! err=$(run nft -f - 2>&1 <<-EOF
+		add table inet $NFT_TABLE
+		add chain inet $NFT_TABLE $c { type filter hook $c priority -10; policy accept; }
+		add rule inet $NFT_TABLE $c $(nft_expr)
+	EOF
+	); then
+		echo "$err" >&2
+		nft_drop_empty_table
+		if echo "$err" | grep -q 'No such file or directory'; then
+			fail "nft: the kernel refused the queue statement: it has no nft_queue support (CONFIG_NFT_QUEUE); use --backend iptables"
+		fi
+		fail "nft: could not add the rule"
+	fi
+	[ -z "$err" ] || echo "$err"
+	echo "$PROG: added: nft add rule inet $NFT_TABLE $c $(nft_expr)"
+}
+
+nft_drop_empty_table() {
+	[ "$dry" = 1 ] && return 0
+	query nft list table inet "$NFT_TABLE" >/dev/null 2>&1 || return 0
+	if ! query nft list table inet "$NFT_TABLE" | grep -q 'queue'; then
+		run nft delete table inet "$NFT_TABLE"
+	fi
+	return 0
+}
+
+nft_del() {
+	local c h
+	command -v nft >/dev/null || return 0
+	c=$(nft_chain)
+	for h in $(nft_handles "$c"); do
+		run nft delete rule inet "$NFT_TABLE" "$c" handle "$h" || fail "nft: could not delete rule handle $h"
+		[ "$dry" = 1 ] || echo "$PROG: deleted: nft rule inet $NFT_TABLE $c handle $h ($desc family=$family)"
+	done
+	nft_drop_empty_table
+}
+
+nft_del_all() {
+	command -v nft >/dev/null || return 0
+	if query nft list table inet "$NFT_TABLE" >/dev/null 2>&1; then
+		run nft delete table inet "$NFT_TABLE" || fail "nft: could not delete table inet $NFT_TABLE"
+		[ "$dry" = 1 ] || echo "$PROG: deleted: nft table inet $NFT_TABLE"
+	fi
+	return 0
+}
+
+nft_list() {
+	command -v nft >/dev/null || return 0
+	query nft list table inet "$NFT_TABLE" 2>/dev/null | grep 'queue' | sed 's/^[[:space:]]*/nft /'
+	return 0
+}
+
+# ---------------------------------------------------------------- main
+case "$cmd" in
+add) "${backend/iptables/ipt}_add" ;;
+del)
+	if [ "$all" = 1 ]; then ipt_del_all; nft_del_all; else "${backend/iptables/ipt}_del"; fi ;;
+list) if [ "$backend" = nft ]; then nft_list; else ipt_list; nft_list; fi ;;
+esac
