@@ -32,6 +32,9 @@ func (p *Packet) Decode(b []byte) {
 	case 6:
 		p.decode6(b)
 	}
+	if p.Class == Malformed {
+		*p = Packet{Length: len(b)}
+	}
 }
 
 func (p *Packet) decode4(b []byte) {

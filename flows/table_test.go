@@ -1,0 +1,145 @@
+package flows
+
+import (
+	"runtime"
+	"testing"
+)
+
+func k(i int) Key {
+	return Key{Family: 4, Proto: ProtoUDP, Src: [16]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}, SrcPort: 1, DstPort: 2}
+}
+
+func TestTableCapAndLRU(t *testing.T) {
+	tb := NewTable[int](3, 0)
+	for i := range 3 {
+		v, fresh := tb.Get(k(i), int64(i))
+		if !fresh {
+			t.Fatalf("Get(k%d) not fresh", i)
+		}
+		*v = i + 100
+	}
+	// Touch k0: k1 is now least recently used.
+	if v, fresh := tb.Get(k(0), 10); fresh || *v != 100 {
+		t.Fatalf("Get(k0) = %d, %v; want 100, false", *v, fresh)
+	}
+	v, fresh := tb.Get(k(3), 11)
+	if !fresh {
+		t.Fatal("Get(k3) not fresh")
+	}
+	if *v != 101 {
+		t.Errorf("new flow reused slot holding %d, want k1's 101 (the LRU)", *v)
+	}
+	*v = 103
+	if tb.Len() != 3 || tb.Evictions() != 1 {
+		t.Errorf("Len %d Evictions %d, want 3, 1", tb.Len(), tb.Evictions())
+	}
+	if _, fresh := tb.Get(k(1), 12); !fresh {
+		t.Error("evicted k1 came back with its state")
+	}
+	// Order now (most recent first): k1, k3, k0; k2 was evicted by k1.
+	var order []int
+	tb.Range(func(key Key, _ int64, v *int) bool { order = append(order, int(key.Src[3])); return true })
+	if want := []int{1, 3, 0}; len(order) != 3 || order[0] != want[0] || order[1] != want[1] || order[2] != want[2] {
+		t.Errorf("Range order %v, want %v", order, want)
+	}
+}
+
+func TestTableExpiry(t *testing.T) {
+	const sec = int64(1e9)
+	tb := NewTable[int](2, 10*sec)
+	a, _ := tb.Get(k(1), 0)
+	*a = 1
+	b, _ := tb.Get(k(2), 5*sec)
+	*b = 2
+	// k1 idle 10 s exactly: not yet expired.
+	if _, fresh := tb.Get(k(1), 10*sec); fresh {
+		t.Error("flow expired after exactly the timeout")
+	}
+	// k2 idle 11 s: expired, and counted.
+	if _, fresh := tb.Get(k(2), 16*sec); !fresh || tb.Expired() != 1 {
+		t.Errorf("idle flow not expired (Expired=%d)", tb.Expired())
+	}
+	// A new flow when full takes the idle flow's slot before any live one.
+	tb.Get(k(2), 20*sec) // k2 live at 20 s, k1 idle since 10 s
+	if _, fresh := tb.Get(k(3), 21*sec); !fresh {
+		t.Fatal("k3 not fresh")
+	}
+	if tb.Evictions() != 0 || tb.Expired() != 2 {
+		t.Errorf("Evictions %d Expired %d, want 0 and 2 (idle k1 reclaimed, nothing live evicted)", tb.Evictions(), tb.Expired())
+	}
+	if _, fresh := tb.Get(k(2), 21*sec); fresh {
+		t.Error("live k2 was evicted in favour of k3")
+	}
+}
+
+func TestTableTimeBackwards(t *testing.T) {
+	const sec = int64(1e9)
+	tb := NewTable[int](2, 10*sec)
+	tb.Get(k(1), 100*sec)
+	tb.Get(k(1), 50*sec) // a packet from the past: last-seen stays 100 s
+	if _, fresh := tb.Get(k(1), 105*sec); fresh {
+		t.Error("time going backwards made the flow look idle")
+	}
+	var last int64
+	tb.Range(func(_ Key, l int64, _ *int) bool { last = l; return false })
+	if last != 105*sec {
+		t.Errorf("last seen %d, want %d", last, 105*sec)
+	}
+}
+
+func TestTableBounded(t *testing.T) {
+	tb := NewTable[[4]int64](1000, 0)
+	for i := range 100000 {
+		tb.Get(k(i), int64(i))
+	}
+	if tb.Len() != 1000 || tb.Evictions() != 99000 || len(tb.ents) != 1000 {
+		t.Errorf("Len %d Evictions %d slots %d, want 1000, 99000, 1000", tb.Len(), tb.Evictions(), len(tb.ents))
+	}
+}
+
+// TestTableMemoryPerFlow measures what one flow costs, as the README states.
+func TestTableMemoryPerFlow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	const n = 1 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	// V is the size of shaper's per-flow state (limiter state + counters).
+	tb := NewTable[[12]int64](n, 0)
+	for i := range n {
+		tb.Get(k(i), 1)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.0f bytes per flow at %d flows (entry %d bytes + map slot)", per, n, entrySize)
+	if per > 400 {
+		t.Errorf("%.0f bytes per flow, README says under 400", per)
+	}
+	runtime.KeepAlive(tb)
+}
+
+var entrySize = func() int { var e entry[[12]int64]; return int(sizeof(e)) }()
+
+func TestTableNoAllocs(t *testing.T) {
+	tb := NewTable[int](1000, 1e9)
+	for i := range 1000 {
+		tb.Get(k(i), 0)
+	}
+	i := 0
+	if n := testing.AllocsPerRun(10000, func() {
+		tb.Get(k(i%1000), int64(i))
+		i++
+	}); n != 0 {
+		t.Errorf("Get on a working set: %v allocs, want 0", n)
+	}
+	// Churn through a full table: eviction reuses slots.
+	if n := testing.AllocsPerRun(10000, func() {
+		tb.Get(k(5000+i), int64(i))
+		i++
+	}); n != 0 {
+		t.Errorf("Get evicting: %v allocs, want 0", n)
+	}
+}
