@@ -1,0 +1,259 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/packetshaper/packetshaper/replay"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+const replayUsage = `Usage: packetshaper replay [limiter flags] [replay flags] FILE...
+
+Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
+with each packet's capture timestamp as the clock. Several files are one
+stream, in the order given. Prints a summary, or with --json one JSON object.
+
+Flags:
+`
+
+// runReplay is "packetshaper replay": exit status 0 on success, 1 when a
+// capture or an output fails (after reporting what was replayed before),
+// 2 on bad usage.
+func runReplay(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("packetshaper replay", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, replayUsage)
+		fs.PrintDefaults()
+	}
+	lf := addLimiterFlags(fs)
+	asJSON := fs.Bool("json", false, "print one JSON object (totals and per_flow) instead of the summary")
+	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records")
+	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps)")
+	writeDrop := fs.String("write-dropped", "", "write the dropped packets to pcap `FILE`")
+	top := fs.Int("top", 10, "how many flows the summary lists (most drops first)")
+	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	files := fs.Args()
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "packetshaper replay: no capture file given (packetshaper replay --help)")
+		return 2
+	}
+	cfg, err := lf.config()
+	if err != nil {
+		fmt.Fprintln(stderr, "packetshaper replay:", err)
+		return 2
+	}
+	eng, err := shaper.New(cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "packetshaper replay:", err)
+		return 2
+	}
+	var showProgress bool
+	switch *progress {
+	case "auto":
+		showProgress = isTerminal(stderr)
+	case "always":
+		showProgress = true
+	case "never":
+	default:
+		fmt.Fprintf(stderr, "packetshaper replay: --progress must be auto, always or never, not %q\n", *progress)
+		return 2
+	}
+
+	var opts replay.Options
+	var outs []*os.File
+	for _, o := range []struct {
+		flag, path string
+		dst        *io.Writer
+	}{
+		{"--verdicts", *verdicts, &opts.Verdicts},
+		{"--write-accepted", *writeAcc, &opts.Accepted},
+		{"--write-dropped", *writeDrop, &opts.Dropped},
+	} {
+		if o.path == "" {
+			continue
+		}
+		f, err := os.Create(o.path)
+		if err != nil {
+			fmt.Fprintf(stderr, "packetshaper replay: %s: %v\n", o.flag, err)
+			return 1
+		}
+		outs = append(outs, f)
+		*o.dst = f
+	}
+	start := time.Now()
+	var bar *progressBar
+	if showProgress {
+		bar = &progressBar{w: stderr, start: start}
+		opts.Progress = bar.update
+	}
+
+	r := replay.New(eng, opts)
+	var failed error
+	for _, name := range files {
+		if failed = r.ReplayFile(name); failed != nil {
+			break
+		}
+	}
+	elapsed := time.Since(start)
+	bar.clear()
+	if err := r.Flush(); err != nil && failed == nil {
+		failed = err
+	}
+	for _, f := range outs {
+		if err := f.Close(); err != nil && failed == nil {
+			failed = err
+		}
+	}
+	// Report what was replayed, also when a capture was damaged.
+	if *asJSON {
+		if err := writeJSON(stdout, r); err != nil && failed == nil {
+			failed = err
+		}
+	} else {
+		writeSummary(stdout, r, len(files), elapsed, *top)
+	}
+	if failed != nil {
+		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(failed.Error()))
+		return 1
+	}
+	return 0
+}
+
+// jsonReport is --json's object. Field order is fixed, and nothing in it
+// depends on the wall clock: the same command on the same files prints the
+// same bytes.
+type jsonReport struct {
+	Packets    uint64     `json:"packets"`
+	Accepted   uint64     `json:"accepted"`
+	Dropped    uint64     `json:"dropped"`
+	Malformed  uint64     `json:"malformed"`
+	NonIP      uint64     `json:"non_ip"`
+	Flows      uint64     `json:"flows"`
+	FlowsSeen  uint64     `json:"flows_seen"`
+	Evictions  uint64     `json:"evictions"`
+	Expired    uint64     `json:"expired"`
+	FirstNs    int64      `json:"first_ns"`
+	LastNs     int64      `json:"last_ns"`
+	DurationNs int64      `json:"duration_ns"`
+	PerFlow    []jsonFlow `json:"per_flow"`
+}
+
+type jsonFlow struct {
+	Flow     string `json:"flow"`
+	Packets  uint64 `json:"packets"`
+	Accepted uint64 `json:"accepted"`
+	Dropped  uint64 `json:"dropped"`
+}
+
+func writeJSON(w io.Writer, r *replay.Replayer) error {
+	s := r.Summary()
+	rep := jsonReport{
+		Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped, Malformed: s.Malformed, NonIP: s.NonIP,
+		Flows: s.Flows, FlowsSeen: s.FlowsSeen, Evictions: s.Evictions, Expired: s.Expired,
+		FirstNs: s.First, LastNs: s.Last, DurationNs: int64(s.Duration()),
+		PerFlow: []jsonFlow{},
+	}
+	for _, f := range r.Flows(0) {
+		rep.PerFlow = append(rep.PerFlow, jsonFlow{Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped})
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Duration, top int) {
+	s := r.Summary()
+	fmt.Fprintf(w, "packets    %d: accepted %d, dropped %d (malformed %d, non_ip %d)\n",
+		s.Packets, s.Accepted, s.Dropped, s.Malformed, s.NonIP)
+	fmt.Fprintf(w, "flows      %d in the table at the end, %d seen, %d evicted, %d expired\n",
+		s.Flows, s.FlowsSeen, s.Evictions, s.Expired)
+	fmt.Fprintf(w, "capture    %d file(s), %v of capture time\n", files, s.Duration())
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(s.Packets) / elapsed.Seconds()
+	}
+	fmt.Fprintf(w, "replay     %v, %s packets/s\n", elapsed.Round(time.Millisecond), humanRate(rate))
+	fl := r.Flows(top)
+	if len(fl) == 0 || fl[0].Dropped == 0 {
+		fmt.Fprintln(w, "no flow had drops")
+		return
+	}
+	fmt.Fprintln(w, "flows with the most drops:")
+	fmt.Fprintf(w, "  %10s %10s  %s\n", "DROPPED", "PACKETS", "FLOW")
+	for _, f := range fl {
+		if f.Dropped == 0 {
+			break
+		}
+		fmt.Fprintf(w, "  %10d %10d  %s\n", f.Dropped, f.Packets, f.Flow)
+	}
+}
+
+func humanRate(r float64) string {
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.2fM", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.1fk", r/1e3)
+	}
+	return fmt.Sprintf("%.0f", r)
+}
+
+// oneLine keeps an error message on one line.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// progressBar draws a one-line progress bar on a terminal, once a replay
+// has run for more than a second.
+type progressBar struct {
+	w     io.Writer
+	start time.Time
+	drawn bool
+}
+
+func (b *progressBar) update(p replay.Progress) {
+	el := time.Since(b.start)
+	if el < time.Second {
+		return
+	}
+	const width = 30
+	line := fmt.Sprintf("\r%s: %d packets", p.File, p.Packets)
+	if p.Size > 0 {
+		frac := min(float64(p.Read)/float64(p.Size), 1)
+		n := int(frac * width)
+		line = fmt.Sprintf("\r[%s%s] %3.0f%% %s: %d packets", strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100, p.File, p.Packets)
+	}
+	fmt.Fprint(b.w, line+"\x1b[K")
+	b.drawn = true
+}
+
+func (b *progressBar) clear() {
+	if b != nil && b.drawn {
+		fmt.Fprint(b.w, "\r\x1b[K")
+	}
+}

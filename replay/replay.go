@@ -1,0 +1,330 @@
+// Package replay runs packetshaper's engine over pcap and pcapng captures,
+// with each packet's capture timestamp as the engine's clock, so a policy
+// can be tried, and every behaviour of the shaper tested, offline and
+// deterministically.
+//
+// A Replayer reads captures record by record (gopacket's pcapgo, zero
+// copy), finds the IP header under the link layer (Decap), asks the
+// shaper.Engine for a verdict and writes the optional per-packet outputs.
+// Memory is bounded by the engine's flow table, not by the capture: the
+// per-packet path does not allocate, and per-flow figures come from the
+// flow table at the end (flows that were evicted or expired are folded
+// into the totals only).
+package replay
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/gopacket/gopacket"
+	"github.com/gopacket/gopacket/layers"
+	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// Options are a Replayer's optional outputs. The zero value writes none.
+type Options struct {
+	// Verdicts, if not nil, receives one line per record in capture
+	// order: "<index> <ACCEPT|DROP>\n", the index starting at 1 and
+	// counting every record (non-IP ones included) across all files.
+	Verdicts io.Writer
+	// Accepted and Dropped, if not nil, receive pcap files (nanosecond
+	// timestamps) of the accepted and dropped records, as captured: same
+	// bytes, link type and timestamps. A pcap file holds one link type, so
+	// a record whose link type differs from the first one written is an
+	// error.
+	Accepted, Dropped io.Writer
+	// Progress, if not nil, is called every ProgressEvery records and once
+	// at the end of each file.
+	Progress func(Progress)
+}
+
+// ProgressEvery is how many records pass between Progress calls.
+const ProgressEvery = 1 << 16
+
+// Progress reports how far a file's replay is.
+type Progress struct {
+	File       string
+	Read, Size int64 // bytes of the file read so far, and its size (0 if unknown)
+	Packets    uint64
+}
+
+// Summary counts what a Replayer did. Packets = Accepted + Dropped;
+// NonIP records are counted in Packets and Accepted.
+type Summary struct {
+	Packets, Accepted, Dropped uint64
+	// Malformed: records whose link layer says IP but whose IP packet does
+	// not decode (they got the engine's Malformed verdict).
+	Malformed uint64
+	// NonIP: records that carry no IP packet (ARP, LLDP, …): accepted,
+	// never given to the engine.
+	NonIP uint64
+	// Flows is the number of flows in the engine's table at the end;
+	// FlowsSeen the number of flow table insertions (distinct flows, when
+	// nothing was evicted or expired). Evictions: flows pushed out of a
+	// full table; Expired: flows forgotten after the idle timeout.
+	Flows, FlowsSeen, Evictions, Expired uint64
+	// First and Last are the smallest and largest capture timestamps
+	// (nanoseconds since the Unix epoch); both 0 when there were no records.
+	First, Last int64
+}
+
+// Duration is the capture time the replayed records span.
+func (s *Summary) Duration() time.Duration { return time.Duration(s.Last - s.First) }
+
+// FlowSummary is one flow's counts, from the flow table.
+type FlowSummary struct {
+	Key                        flows.Key
+	Flow                       string // Key.String()
+	Packets, Accepted, Dropped uint64
+}
+
+// Replayer replays captures through one engine as one stream: several
+// files share the engine, the record index and the outputs. Not safe for
+// concurrent use.
+type Replayer struct {
+	eng      *shaper.Engine
+	opts     Options
+	verdicts *bufio.Writer
+	acc, drp pcapOut
+	index    uint64 // records so far, over all files
+	nonIP    uint64
+	first    int64
+	last     int64
+	any      bool
+}
+
+// New returns a Replayer that asks eng for verdicts.
+func New(eng *shaper.Engine, o Options) *Replayer {
+	r := &Replayer{eng: eng, opts: o}
+	if o.Verdicts != nil {
+		r.verdicts = bufio.NewWriterSize(o.Verdicts, 64<<10)
+	}
+	if o.Accepted != nil {
+		r.acc.init(o.Accepted, "accepted")
+	}
+	if o.Dropped != nil {
+		r.drp.init(o.Dropped, "dropped")
+	}
+	return r
+}
+
+// ReplayFile opens the capture file name and replays it. Records before
+// any damage in the file are replayed and counted; the error then names
+// the file, the record's index in the file and what is wrong.
+func (r *Replayer) ReplayFile(name string) error {
+	f, err := os.Open(name)
+	if err != nil {
+		return err // *PathError: "open NAME: reason"
+	}
+	defer f.Close()
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		if st.IsDir() {
+			return fmt.Errorf("%s: is a directory, not a capture", name)
+		}
+		size = st.Size()
+	}
+	return r.Replay(name, f, size)
+}
+
+// Replay replays the capture read from src; name is used in errors and
+// progress reports, size (0 if unknown) in progress reports.
+func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
+	rd, err := NewReader(src)
+	if err != nil {
+		return fmt.Errorf("%s: %v", name, err)
+	}
+	var n uint64 // records of this file
+	for {
+		data, ci, lt, err := rd.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			r.progress(name, rd, size, n)
+			return fmt.Errorf("%s: packet %d: %v", name, n+1, err)
+		}
+		n++
+		if err := r.packet(data, &ci, lt); err != nil {
+			return fmt.Errorf("%s: packet %d: %v", name, n, err)
+		}
+		if n%ProgressEvery == 0 {
+			r.progress(name, rd, size, n)
+		}
+	}
+	r.progress(name, rd, size, n)
+	return nil
+}
+
+func (r *Replayer) progress(name string, rd *Reader, size int64, n uint64) {
+	if r.opts.Progress != nil {
+		r.opts.Progress(Progress{File: name, Read: rd.BytesRead(), Size: size, Packets: n})
+	}
+}
+
+// packet decides one record and writes its outputs. It does not allocate.
+func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkType) error {
+	r.index++
+	now := Nanos(ci)
+	if !r.any {
+		r.first, r.last, r.any = now, now, true
+	} else if now < r.first {
+		r.first = now
+	} else if now > r.last {
+		r.last = now
+	}
+	v := shaper.Accept
+	if ip, ok := Decap(lt, data); ok {
+		v = r.eng.Decide(ip, now)
+	} else {
+		r.nonIP++
+	}
+	if r.verdicts != nil {
+		b := r.verdicts.AvailableBuffer()
+		b = strconv.AppendUint(b, r.index, 10)
+		if v == shaper.Drop {
+			b = append(b, " DROP\n"...)
+		} else {
+			b = append(b, " ACCEPT\n"...)
+		}
+		if _, err := r.verdicts.Write(b); err != nil {
+			return fmt.Errorf("writing verdicts: %v", err)
+		}
+	}
+	out := &r.acc
+	if v == shaper.Drop {
+		out = &r.drp
+	}
+	if out.w != nil {
+		return out.write(data, ci, lt)
+	}
+	return nil
+}
+
+// Flush writes out what the outputs buffer. Call it once at the end (also
+// after an error, so that the outputs hold the records before it).
+func (r *Replayer) Flush() error {
+	var errs []error
+	if r.verdicts != nil {
+		if err := r.verdicts.Flush(); err != nil {
+			errs = append(errs, fmt.Errorf("writing verdicts: %v", err))
+		}
+	}
+	for _, o := range []*pcapOut{&r.acc, &r.drp} {
+		if err := o.flush(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Summary returns the counts so far.
+func (r *Replayer) Summary() Summary {
+	st := r.eng.Stats()
+	return Summary{
+		Packets:   st.Packets + r.nonIP,
+		Accepted:  st.Accepted + r.nonIP,
+		Dropped:   st.Dropped,
+		Malformed: st.Malformed,
+		NonIP:     r.nonIP,
+		Flows:     st.Flows,
+		FlowsSeen: st.Flows + st.Evictions + st.Expired,
+		Evictions: st.Evictions,
+		Expired:   st.Expired,
+		First:     r.first,
+		Last:      r.last,
+	}
+}
+
+// Flows returns the flows in the engine's table, most drops first, then
+// most packets, then by Flow: a deterministic order. At most max flows
+// (all if max <= 0).
+func (r *Replayer) Flows(max int) []FlowSummary {
+	var fs []FlowSummary
+	r.eng.Flows(func(k flows.Key, s shaper.FlowStats) bool {
+		fs = append(fs, FlowSummary{Key: k, Flow: k.String(), Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped})
+		return true
+	})
+	sort.Slice(fs, func(i, j int) bool {
+		a, b := &fs[i], &fs[j]
+		if a.Dropped != b.Dropped {
+			return a.Dropped > b.Dropped
+		}
+		if a.Packets != b.Packets {
+			return a.Packets > b.Packets
+		}
+		return a.Flow < b.Flow
+	})
+	if max > 0 && len(fs) > max {
+		fs = fs[:max]
+	}
+	return fs
+}
+
+// pcapOut writes records to a pcap file whose header (and so link type) is
+// written with the first record.
+type pcapOut struct {
+	w    *pcapgo.Writer
+	buf  *bufio.Writer
+	name string
+	lt   layers.LinkType
+	open bool
+}
+
+func (o *pcapOut) init(w io.Writer, name string) {
+	o.buf = bufio.NewWriterSize(w, 256<<10)
+	o.w = pcapgo.NewWriterNanos(o.buf)
+	o.name = name
+}
+
+func (o *pcapOut) write(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkType) error {
+	if !o.open {
+		if err := o.w.WriteFileHeader(MaxRecord, lt); err != nil {
+			return fmt.Errorf("writing %s packets: %v", o.name, err)
+		}
+		o.lt, o.open = lt, true
+	} else if lt != o.lt {
+		return fmt.Errorf("writing %s packets: link type %s (%d) differs from the file's %s (%d); a pcap file holds one link type",
+			o.name, LinkTypeName(lt), uint16(lt), LinkTypeName(o.lt), uint16(o.lt))
+	}
+	c := *ci
+	c.CaptureLength = len(data)
+	if c.Length < c.CaptureLength {
+		c.Length = c.CaptureLength
+	}
+	if c.Timestamp.IsZero() {
+		// pcapgo writes the wall clock for a zero time; keep it
+		// deterministic.
+		c.Timestamp = time.Unix(0, 0)
+	}
+	if err := o.w.WritePacket(c, data); err != nil {
+		return fmt.Errorf("writing %s packets: %v", o.name, err)
+	}
+	return nil
+}
+
+// flush writes the header of an empty output (link type of the first
+// record never seen: Ethernet) and flushes the buffer.
+func (o *pcapOut) flush() error {
+	if o.w == nil {
+		return nil
+	}
+	if !o.open {
+		if err := o.w.WriteFileHeader(MaxRecord, layers.LinkTypeEthernet); err != nil {
+			return fmt.Errorf("writing %s packets: %v", o.name, err)
+		}
+		o.open = true
+	}
+	if err := o.buf.Flush(); err != nil {
+		return fmt.Errorf("writing %s packets: %v", o.name, err)
+	}
+	return nil
+}
