@@ -1,0 +1,444 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	// Paths of the binaries built once by TestMain, and why a build failed.
+	binDir, psendBin, shaperBin string
+	shaperBuildErr              error
+	repoRoot                    string
+	rulesScript                 string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	if os.Geteuid() != 0 {
+		// Each test skips with the message; nothing to build.
+		return m.Run()
+	}
+	var err error
+	if repoRoot, err = filepath.Abs(".."); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	rulesScript = filepath.Join(repoRoot, "scripts", "rules.sh")
+	binDir, err = os.MkdirTemp("", "packetshaper-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	psendBin = filepath.Join(binDir, "psend")
+	shaperBin = filepath.Join(binDir, "packetshaper")
+	if out, err := goBuild(psendBin, "./cmd/psend"); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go build ./cmd/psend: %v\n%s", err, out)
+		return 1
+	}
+	if out, err := goBuild(shaperBin, "./cmd/packetshaper"); err != nil {
+		shaperBuildErr = fmt.Errorf("go build ./cmd/packetshaper: %v\n%s", err, out)
+	}
+	return m.Run()
+}
+
+func goBuild(out, pkg string) ([]byte, error) {
+	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd.Dir = repoRoot
+	return cmd.CombinedOutput()
+}
+
+// needRoot skips t unless it runs as root, and fails it if a tool the
+// tests need is missing (CI must have them: a missing tool is not a skip).
+func needRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("e2e: needs root to create network namespaces and firewall rules; run `sudo go test ./e2e/` (CI runs as root)")
+	}
+	for _, tool := range []string{"ip", "iptables", "ip6tables"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("e2e: %s not found in PATH (apt-get install iproute2 iptables)", tool)
+		}
+	}
+}
+
+// needShaper is needRoot plus a packetshaper binary.
+func needShaper(t *testing.T) {
+	t.Helper()
+	needRoot(t)
+	if shaperBuildErr != nil {
+		t.Fatal(shaperBuildErr)
+	}
+}
+
+// topo is two network namespaces, A (sender) and B (receiver, where
+// packetshaper runs), joined by a veth pair, with IPv4 and IPv6 addresses
+// that exist only inside them.
+type topo struct {
+	t    *testing.T
+	A, B string // namespace names
+	// Addresses of A and B.
+	IPA, IPB, IP6A, IP6B string
+}
+
+// newTopo creates the namespaces and registers their removal (and that of
+// everything in them: veth, rules, bound queues) with t.Cleanup.
+func newTopo(t *testing.T) *topo {
+	t.Helper()
+	var rb [3]byte
+	if _, err := rand.Read(rb[:]); err != nil {
+		t.Fatal(err)
+	}
+	id := hex.EncodeToString(rb[:])
+	tp := &topo{
+		t: t, A: "pse-" + id + "-a", B: "pse-" + id + "-b",
+		IPA: "10.213.0.1", IPB: "10.213.0.2", IP6A: "fd00:213::1", IP6B: "fd00:213::2",
+	}
+	vA, vB := "pse"+id+"a", "pse"+id+"b"
+	for _, ns := range []string{tp.A, tp.B} {
+		tp.host("ip", "netns", "add", ns)
+		ns := ns
+		t.Cleanup(func() {
+			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+				t.Errorf("cleanup: ip netns del %s: %v: %s", ns, err, out)
+			}
+		})
+	}
+	tp.host("ip", "link", "add", vA, "netns", tp.A, "type", "veth", "peer", "name", vB, "netns", tp.B)
+	for _, s := range []struct{ ns, dev, ip4, ip6 string }{{tp.A, vA, tp.IPA, tp.IP6A}, {tp.B, vB, tp.IPB, tp.IP6B}} {
+		tp.must(s.ns, "ip", "addr", "add", s.ip4+"/24", "dev", s.dev)
+		tp.must(s.ns, "ip", "-6", "addr", "add", s.ip6+"/64", "dev", s.dev, "nodad")
+		tp.must(s.ns, "ip", "link", "set", "lo", "up")
+		tp.must(s.ns, "ip", "link", "set", s.dev, "up")
+	}
+	tp.must(tp.A, "ping", "-c", "1", "-W", "2", tp.IPB)
+	tp.must(tp.A, "ping", "-6", "-c", "1", "-W", "2", tp.IP6B)
+	return tp
+}
+
+// host runs a command in the host namespace (only ip netns/link to set
+// up our namespaces) and fails the test on error.
+func (tp *topo) host(args ...string) {
+	tp.t.Helper()
+	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+		tp.t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// run runs a command inside ns, bounded to 60 s, and returns its combined
+// output.
+func (tp *topo) run(ns string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// must is run that fails the test on error.
+func (tp *topo) must(ns string, args ...string) string {
+	tp.t.Helper()
+	out, err := tp.run(ns, args...)
+	if err != nil {
+		tp.t.Fatalf("[%s] %s: %v\n%s", ns, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// rules runs scripts/rules.sh add|del ... --netns B.
+func (tp *topo) rules(args ...string) string {
+	tp.t.Helper()
+	out, err := exec.Command(rulesScript, append(args, "--netns", tp.B)...).CombinedOutput()
+	if err != nil {
+		tp.t.Fatalf("rules.sh %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// syncBuf is a bytes.Buffer safe for a writer goroutine and a reader.
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a process started in a namespace.
+type proc struct {
+	t        *testing.T
+	name     string
+	cmd      *exec.Cmd
+	out, err syncBuf
+	done     chan struct{}
+	waitErr  error
+}
+
+// start runs a command inside ns in the background (it is exec'd by ip
+// netns exec, so signals reach it directly). It is killed after 90 s
+// whatever happens, and in t.Cleanup if still running.
+func (tp *topo) start(ns, name string, args ...string) *proc {
+	tp.t.Helper()
+	p := &proc{t: tp.t, name: name, done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	p.cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	if err := p.cmd.Start(); err != nil {
+		cancel()
+		tp.t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.waitErr = p.cmd.Wait()
+		cancel()
+		close(p.done)
+	}()
+	tp.t.Cleanup(func() {
+		select {
+		case <-p.done:
+		default:
+			_ = p.cmd.Process.Kill()
+			<-p.done
+		}
+		if tp.t.Failed() || testing.Verbose() {
+			tp.t.Logf("%s stderr:\n%s", name, indent(p.err.String()))
+		}
+	})
+	return p
+}
+
+func indent(s string) string {
+	if s == "" {
+		return "    (empty)"
+	}
+	return "    " + strings.ReplaceAll(strings.TrimRight(s, "\n"), "\n", "\n    ")
+}
+
+func (p *proc) signal(sig syscall.Signal) {
+	p.t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		p.t.Fatalf("%s: signal %v: %v", p.name, sig, err)
+	}
+}
+
+// wait waits up to d for the process to exit and returns its exit error.
+func (p *proc) wait(d time.Duration) error {
+	p.t.Helper()
+	select {
+	case <-p.done:
+		return p.waitErr
+	case <-time.After(d):
+		p.t.Fatalf("%s did not exit within %v\nstderr:\n%s", p.name, d, indent(p.err.String()))
+		return nil
+	}
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// waitStderr waits up to d for stderr to contain s.
+func (p *proc) waitStderr(s string, d time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(p.err.String(), s) {
+		if p.exited() || time.Now().After(deadline) {
+			p.t.Fatalf("%s: no %q on stderr within %v (exited: %v)\nstderr:\n%s", p.name, s, d, p.exited(), indent(p.err.String()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// decode parses the process's stdout as one JSON object.
+func (p *proc) decode(v any) {
+	p.t.Helper()
+	if err := json.Unmarshal([]byte(p.out.String()), v); err != nil {
+		p.t.Fatalf("%s: stdout is not the expected JSON: %v\n%s\nstderr:\n%s", p.name, err, p.out.String(), indent(p.err.String()))
+	}
+}
+
+// queueState is a line of /proc/net/netfilter/nfnetlink_queue.
+type queueState struct {
+	Bound                     bool
+	PortID                    uint64
+	Waiting                   uint64 // queue_total: packets waiting for a verdict
+	QueueDropped, UserDropped uint64
+	IDSequence                uint64 // last packet id: packets that went through the queue
+}
+
+// queue reads the state of NFQUEUE queue q inside ns B.
+func (tp *topo) queue(q int) queueState {
+	tp.t.Helper()
+	out := tp.must(tp.B, "cat", "/proc/net/netfilter/nfnetlink_queue")
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 8 || f[0] != strconv.Itoa(q) {
+			continue
+		}
+		n := make([]uint64, 8)
+		for i := 1; i < 8; i++ {
+			n[i], _ = strconv.ParseUint(f[i], 10, 64)
+		}
+		return queueState{Bound: true, PortID: n[1], Waiting: n[2], QueueDropped: n[5], UserDropped: n[6], IDSequence: n[7]}
+	}
+	return queueState{}
+}
+
+// waitBound waits until queue q in B is bound (by the process p).
+func (tp *topo) waitBound(p *proc, q int) {
+	tp.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !tp.queue(q).Bound {
+		if p.exited() {
+			tp.t.Fatalf("%s exited before binding queue %d: %v\nstderr:\n%s", p.name, q, p.waitErr, indent(p.err.String()))
+		}
+		if time.Now().After(deadline) {
+			tp.t.Fatalf("%s did not bind queue %d within 10 s\nstderr:\n%s", p.name, q, indent(p.err.String()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// startShaper runs packetshaper in B with args and waits until it has bound
+// queue 0.
+func (tp *topo) startShaper(args ...string) *proc {
+	tp.t.Helper()
+	p := tp.start(tp.B, "packetshaper", append([]string{shaperBin}, args...)...)
+	tp.waitBound(p, 0)
+	return p
+}
+
+// stopShaper sends SIGTERM and requires a clean exit (status 0) within a
+// second (plus scheduling slack), then returns its stderr.
+func (tp *topo) stopShaper(p *proc) string {
+	tp.t.Helper()
+	t0 := time.Now()
+	p.signal(syscall.SIGTERM)
+	if err := p.wait(5 * time.Second); err != nil {
+		tp.t.Fatalf("packetshaper exited with %v after SIGTERM\nstderr:\n%s", err, indent(p.err.String()))
+	}
+	if d := time.Since(t0); d > 1500*time.Millisecond {
+		tp.t.Errorf("packetshaper took %v to exit after SIGTERM, want about 1 s at most", d)
+	}
+	return p.err.String() + p.out.String()
+}
+
+// sendResult and recvResult mirror psend's JSON output.
+type sendResult struct {
+	Flows map[string]struct {
+		Sent    uint64            `json:"sent"`
+		FirstNs int64             `json:"first_ns"`
+		LastNs  int64             `json:"last_ns"`
+		Windows map[string]uint64 `json:"windows"`
+	} `json:"flows"`
+	Sent   uint64 `json:"sent"`
+	Errors uint64 `json:"errors"`
+}
+
+type recvResult struct {
+	Received map[string]map[string]uint64 `json:"received"`
+	Total    uint64                       `json:"total"`
+	FirstNs  int64                        `json:"first_ns"`
+	LastNs   int64                        `json:"last_ns"`
+}
+
+// startRecv starts psend recv in B on the given ports (comma-separated
+// [IP]:PORT list) and waits until it listens.
+func (tp *topo) startRecv(listen string, extra ...string) *proc {
+	tp.t.Helper()
+	p := tp.start(tp.B, "psend recv", append([]string{psendBin, "recv", "--listen", listen}, extra...)...)
+	p.waitStderr("listening", 5*time.Second)
+	return p
+}
+
+// send runs psend send in A to completion.
+func (tp *topo) send(args ...string) sendResult {
+	tp.t.Helper()
+	p := tp.start(tp.A, "psend send", append([]string{psendBin, "send"}, args...)...)
+	if err := p.wait(70 * time.Second); err != nil {
+		tp.t.Fatalf("psend send: %v\n%s", err, indent(p.err.String()))
+	}
+	var r sendResult
+	p.decode(&r)
+	if r.Errors != 0 {
+		tp.t.Errorf("psend send: %d send errors", r.Errors)
+	}
+	return r
+}
+
+// recvDone waits for a receiver to stop by itself and returns its counts.
+func recvDone(p *proc, d time.Duration) recvResult {
+	p.t.Helper()
+	if err := p.wait(d); err != nil {
+		p.t.Fatalf("%s: %v\n%s", p.name, err, indent(p.err.String()))
+	}
+	var r recvResult
+	p.decode(&r)
+	return r
+}
+
+// stopRecv stops a receiver with SIGTERM and returns its counts.
+func stopRecv(p *proc) recvResult {
+	p.t.Helper()
+	p.signal(syscall.SIGTERM)
+	return recvDone(p, 5*time.Second)
+}
+
+var statRe = regexp.MustCompile(`\b(accepted|dropped|packets|flows)[=: ]+(\d+)`)
+
+// finalStats parses the last line of packetshaper's log that carries
+// accepted= and dropped= counters.
+func finalStats(t *testing.T, log string) (accepted, dropped uint64, line string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		m := statRe.FindAllStringSubmatch(lines[i], -1)
+		var gotA, gotD bool
+		for _, kv := range m {
+			n, _ := strconv.ParseUint(kv[2], 10, 64)
+			switch kv[1] {
+			case "accepted":
+				accepted, gotA = n, true
+			case "dropped":
+				dropped, gotD = n, true
+			}
+		}
+		if gotA && gotD {
+			return accepted, dropped, lines[i]
+		}
+	}
+	t.Fatalf("no stats line with accepted= and dropped= in packetshaper's log:\n%s", indent(log))
+	return
+}
