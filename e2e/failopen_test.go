@@ -1,0 +1,107 @@
+package e2e
+
+import (
+	"fmt"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestFailOpenKill: SIGKILL packetshaper mid-stream; the rule's bypass
+// flag lets the traffic keep flowing once the queue has no listener.
+func TestFailOpenKill(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+	sh := tp.startShaper("--queue", "0", "--pps", "1000000", "--burst", "1000000")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "1s")
+	sendDone := make(chan sendResult, 1)
+	go func() {
+		// 2 flows × 500 packets/s × 3 s.
+		sendDone <- tp.send("--dst", tp.IPB+":9000", "--flows", "2", "--pps", "500", "--duration", "3s")
+	}()
+	time.Sleep(time.Second)
+	sh.signal(syscall.SIGKILL)
+	_ = sh.wait(5 * time.Second)
+	killedAt := time.Now()
+	if q := tp.queue(0); q.Bound {
+		t.Errorf("queue 0 still bound after SIGKILL: %+v", q)
+	}
+	s := <-sendDone
+	r := recvDone(rc, 10*time.Second)
+	// Packets held in the queue at the kill are lost (the kernel drops what
+	// a dead listener held): a handful at this rate.
+	if r.Total+50 < s.Sent {
+		t.Errorf("sent %d, received %d: traffic did not keep flowing after SIGKILL", s.Sent, r.Total)
+	}
+	if last := time.Unix(0, r.LastNs); last.Sub(killedAt) < time.Second {
+		t.Errorf("last packet arrived %v after the kill, want the traffic of the remaining ~2 s", last.Sub(killedAt))
+	}
+	t.Logf("sent %d, received %d", s.Sent, r.Total)
+}
+
+// TestFailOpenStop: a stopped (SIGSTOP) packetshaper holds at most
+// queue-maxlen packets; beyond that the kernel's fail-open flag accepts
+// packets. After SIGCONT it gives the held packets their verdict (ACCEPT
+// under a high limit), so in the end everything arrives.
+func TestFailOpenStop(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+	const maxlen = 64
+	sh := tp.startShaper("--queue", "0", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", "64")
+	rc := tp.startRecv(":9000", "--duration", "30s")
+	sh.signal(syscall.SIGSTOP)
+	t.Cleanup(func() { _ = sh.cmd.Process.Signal(syscall.SIGCONT) })
+
+	s := tp.send("--dst", tp.IPB+":9000", "--flows", "2", "--pps", "500", "--duration", "2s")
+	time.Sleep(300 * time.Millisecond)
+	q := tp.queue(0)
+	if q.Waiting != maxlen {
+		t.Errorf("while stopped: %d packets waiting in the queue, want queue-maxlen %d (%+v)", q.Waiting, maxlen, q)
+	}
+	sh.signal(syscall.SIGCONT)
+	time.Sleep(time.Second)
+	if q := tp.queue(0); q.Waiting != 0 {
+		t.Errorf("1 s after SIGCONT: %d packets still waiting", q.Waiting)
+	}
+	r := stopRecv(rc)
+	if r.Total != s.Sent {
+		t.Errorf("sent %d, received %d: want all (held packets accepted after SIGCONT, the rest failed open)", s.Sent, r.Total)
+	}
+	tp.stopShaper(sh)
+	t.Logf("sent %d, received %d, held while stopped %d", s.Sent, r.Total, q.Waiting)
+}
+
+// TestCleanStop: SIGTERM mid-stream while packetshaper is dropping.
+// Every packet gets a verdict: packetshaper exits 0 within a second,
+// nothing waits in the queue, and sent == received + dropped as logged in
+// the final stats line.
+func TestCleanStop(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst))
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "1s")
+	sendDone := make(chan sendResult, 1)
+	go func() {
+		// 8 flows × 1000 packets/s for 3 s: most are dropped.
+		sendDone <- tp.send("--dst", tp.IPB+":9000", "--flows", "8", "--pps", "1000", "--duration", "3s")
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	log := tp.stopShaper(sh)
+	if q := tp.queue(0); q.Bound && q.Waiting != 0 {
+		t.Errorf("after exit: queue 0 has %d packets waiting", q.Waiting)
+	}
+	s := <-sendDone
+	r := recvDone(rc, 10*time.Second)
+	acc, drop, line := finalStats(t, log)
+	t.Logf("final stats: %s", line)
+	t.Logf("sent %d, received %d, packetshaper accepted %d dropped %d", s.Sent, r.Total, acc, drop)
+	if drop == 0 {
+		t.Errorf("packetshaper dropped nothing: the test needs it to be limiting when stopped")
+	}
+	if r.Total+drop != s.Sent {
+		t.Errorf("sent %d != received %d + dropped %d (diff %d): packets went unanswered", s.Sent, r.Total, drop, int64(s.Sent)-int64(r.Total+drop))
+	}
+}
