@@ -163,10 +163,14 @@ func (l *Limiter) Limit() int64 { return l.limit }
 // windows, an empty log.
 func (l *Limiter) Reset(s *State, now int64) {
 	*s = State{last: now, tokens: l.burstN, win: floorDiv(now, l.window), log: s.log}
-	if l.algo == SlidingWindow && int64(cap(s.log)) < l.limit {
-		s.log = make([]int64, l.limit)
+	if l.algo == SlidingWindow {
+		// The log's buffer outlives the flow: a table slot reused by
+		// another flow reuses it, so only a new slot allocates.
+		if int64(cap(s.log)) < l.limit {
+			s.log = make([]int64, l.limit)
+		}
+		s.log = s.log[:l.limit]
 	}
-	s.log = s.log[:l.limit]
 }
 
 // Allow reports whether a packet of the given cost (1 for a packet, or its
