@@ -1,0 +1,175 @@
+// Package nfq receives packets from a Linux NFQUEUE queue and sends their
+// verdicts back, in batches, without allocating per packet.
+//
+// It is the only package of packetshaper that speaks netlink. It knows
+// nothing about flows or limiters: a Handler gets a batch of packets and the
+// time the batch was read, and fills in one Verdict per packet.
+//
+//	q, err := nfq.Open(nfq.Config{Queue: 0})
+//	if err != nil { ... }           // one-line error: permission, busy queue, missing module
+//	defer q.Close()
+//	err = q.Run(ctx, func(b []nfq.Packet, v []nfq.Verdict, now int64) { ... })
+//
+// One Queue is read by one goroutine (Run locks it to an OS thread); use one
+// Queue per NFQUEUE number and let the kernel's --queue-balance spread flows
+// over them. Nothing is shared between queues, so nothing is locked.
+package nfq
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Defaults for the zero fields of Config.
+const (
+	// DefaultMaxQueueLen is the kernel queue length used when
+	// Config.MaxQueueLen is 0 (the kernel's own default is 1024, which a
+	// 100k packets/s burst fills in 10 ms).
+	DefaultMaxQueueLen = 8192
+	// DefaultCopyRange is the number of bytes of each packet copied to user
+	// space when Config.CopyRange is 0: enough for an IPv4 or IPv6 header,
+	// a few extension headers and a TCP header with options. The packet's
+	// full length is in its IP header and in Packet.Len either way.
+	DefaultCopyRange = 256
+	// DefaultReadBuffer is the socket receive buffer used when
+	// Config.ReadBuffer is 0. It holds about DefaultMaxQueueLen messages of
+	// DefaultCopyRange bytes several times over, so with the default queue
+	// length the queue, not the socket, is what fills first.
+	DefaultReadBuffer = 32 << 20
+	// DefaultBatchSize is the most packets read (one recvmmsg call) and
+	// answered (one write) at a time when Config.BatchSize is 0.
+	DefaultBatchSize = 64
+	// MaxCopyRange is the largest copy range the kernel accepts.
+	MaxCopyRange = 0xffff
+)
+
+// Config configures a queue. The zero value binds queue 0 with the
+// documented defaults; Open never modifies the Config it is given.
+type Config struct {
+	// Queue is the NFQUEUE number, as in `--queue-num N` or `queue num N`.
+	Queue uint16
+	// MaxQueueLen is the most packets the kernel holds for this queue
+	// waiting for a verdict; 0 means DefaultMaxQueueLen. When it is full
+	// the kernel accepts new packets without asking (fail-open), or drops
+	// them if FailClosed is set.
+	MaxQueueLen uint32
+	// CopyRange is the number of bytes of each packet copied to user
+	// space, from the start of the IP header; 0 means DefaultCopyRange,
+	// and values above MaxCopyRange are clamped to it.
+	CopyRange uint32
+	// FailClosed makes the kernel drop packets that find the queue full
+	// instead of accepting them. The default (false) sets the kernel's
+	// NFQA_CFG_F_FAIL_OPEN flag: a slow or stopped shaper never cuts the
+	// network.
+	FailClosed bool
+	// ReadBuffer is the netlink socket's receive buffer in bytes, set with
+	// SO_RCVBUFFORCE (SO_RCVBUF, capped by net.core.rmem_max, if that is
+	// refused); 0 means DefaultReadBuffer.
+	ReadBuffer int
+	// BatchSize is the most packets handed to the Handler at once; 0 means
+	// DefaultBatchSize. A batch is whatever the socket holds when it is
+	// read, up to BatchSize: packets never wait for a batch to fill.
+	BatchSize int
+	// Logf, if not nil, is called (from Run's goroutine, at most once per
+	// second) when the kernel reports that the socket's receive buffer
+	// overflowed (ENOBUFS): packets were lost to user space, and accepted
+	// or dropped by the kernel as FailClosed says. Run keeps going.
+	Logf func(format string, args ...any)
+}
+
+// withDefaults returns a copy of c with zero fields set to their defaults.
+func (c Config) withDefaults() Config {
+	if c.MaxQueueLen == 0 {
+		c.MaxQueueLen = DefaultMaxQueueLen
+	}
+	if c.CopyRange == 0 {
+		c.CopyRange = DefaultCopyRange
+	}
+	if c.CopyRange > MaxCopyRange {
+		c.CopyRange = MaxCopyRange
+	}
+	if c.ReadBuffer <= 0 {
+		c.ReadBuffer = DefaultReadBuffer
+	}
+	if c.BatchSize <= 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	return c
+}
+
+// Verdict is what happens to a queued packet. The zero value is Accept, so a
+// Handler that leaves a verdict unset lets the packet through.
+type Verdict uint8
+
+const (
+	Accept Verdict = iota // NF_ACCEPT: the packet continues through the stack
+	Drop                  // NF_DROP: the packet is discarded
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Accept:
+		return "ACCEPT"
+	case Drop:
+		return "DROP"
+	}
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
+}
+
+// Packet is one queued packet as the kernel sent it.
+type Packet struct {
+	// ID is the kernel's packet id, increasing within a queue.
+	ID uint32
+	// HWProtocol is the link-layer protocol (EtherType), e.g. 0x0800 for
+	// IPv4 and 0x86dd for IPv6; it may be 0 on hooks without one.
+	HWProtocol uint16
+	// Hook is the netfilter hook the packet was queued from
+	// (0 PREROUTING, 1 INPUT, 2 FORWARD, 3 OUTPUT, 4 POSTROUTING).
+	Hook uint8
+	// Data is the packet from its IP header on, at most CopyRange bytes.
+	// It points into the receive buffer: it is valid only until the
+	// Handler returns and must not be kept.
+	Data []byte
+	// Len is the length of the whole packet: the kernel's NFQA_CAP_LEN
+	// when Data was cut to the copy range, len(Data) otherwise. (The IP
+	// header in Data carries the same length.)
+	Len int
+}
+
+// Handler decides a batch. It must set verdicts[i] for batch[i] (the slice
+// comes filled with Accept) and must not keep either slice or any
+// Packet.Data after it returns. now is the wall clock in nanoseconds since
+// the Unix epoch, read once for the whole batch. A Handler is called from a
+// single goroutine, one batch at a time.
+type Handler func(batch []Packet, verdicts []Verdict, now int64)
+
+// Stats are counters of a Queue since Open. All fields only grow.
+type Stats struct {
+	Packets     uint64 // packets received and answered
+	Accepted    uint64 // packets answered ACCEPT
+	Dropped     uint64 // packets answered DROP
+	Batches     uint64 // batches handed to the Handler
+	VerdictMsgs uint64 // verdict messages sent (one per run of equal verdicts)
+	ENOBUFS     uint64 // receive buffer overruns reported by the kernel
+	Errors      uint64 // other receive/send errors and kernel error replies
+}
+
+// Errors returned by Open; test them with errors.Is. The message of the
+// error returned wraps them with the queue number and a hint.
+var (
+	// ErrPermission: the process lacks CAP_NET_ADMIN (not root).
+	ErrPermission = errors.New("permission denied")
+	// ErrBusy: another socket (usually another process) is bound to the queue.
+	ErrBusy = errors.New("queue already bound")
+	// ErrNoSupport: the kernel has no nfnetlink_queue (module not loaded
+	// and not loadable), or no nfnetlink at all.
+	ErrNoSupport = errors.New("nfnetlink_queue not available")
+)
+
+// stopDrainTimeout bounds how long Run keeps answering packets that were
+// already queued when its context was cancelled.
+const stopDrainTimeout = 500 * time.Millisecond
+
+// enobufsLogEvery is the least time between two ENOBUFS log lines.
+const enobufsLogEvery = int64(time.Second)

@@ -1,0 +1,481 @@
+package nfq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// These tests bind real NFQUEUE queues in a network namespace of their own:
+// each locks its goroutine to an OS thread, unshares a new network namespace
+// for that thread (never re-locked to anything else: the thread exits with
+// the test, and the namespace, its rules and its queues go with it), brings
+// up lo, adds an iptables rule queueing UDP to testPort, and sends bounded UDP
+// over lo. They need root; CI runs them as root.
+
+const testPort = 9999
+
+// newNetns moves the calling test goroutine into a fresh network namespace
+// with lo up and an iptables rule queueing UDP to testPort (in OUTPUT) on the
+// given queue, with bypass.
+func newNetns(t *testing.T, queue uint16) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (creates a network namespace and an nft queue rule)")
+	}
+	for _, tool := range []string{"iptables", "ip"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("%s not found: apt-get install iptables iproute2", tool)
+		}
+	}
+	// Deliberately never unlocked: a thread whose namespace changed must
+	// not go back to the pool; the runtime ends it when the test's
+	// goroutine exits.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		t.Fatalf("unshare(CLONE_NEWNET): %v", err)
+	}
+	run(t, "", "ip", "link", "set", "lo", "up")
+	// iptables, not an nft "queue" statement: kernels built without
+	// CONFIG_NFT_QUEUE (like the CI VM's) only have the xt NFQUEUE target.
+	run(t, "", "iptables", "-A", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(testPort),
+		"-j", "NFQUEUE", "--queue-num", fmt.Sprint(queue), "--queue-bypass")
+}
+
+func run(t *testing.T, stdin string, name string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+// udpPair returns a sender connected to a receiver on 127.0.0.1:testPort,
+// both created in the calling thread's namespace, and a counter of the
+// datagrams received, keyed by their first payload byte pair (a uint16 seq).
+type udpPair struct {
+	tx   *net.UDPConn
+	rx   *net.UDPConn
+	mu   sync.Mutex
+	got  map[uint16]int
+	n    atomic.Int64
+	done chan struct{}
+}
+
+func newUDPPair(t *testing.T) *udpPair {
+	t.Helper()
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Big enough for every datagram a test sends, so that "arrived" means
+	// "the verdict was ACCEPT" and never "lost in a full socket".
+	if rc, err := rx.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20); err != nil {
+				t.Errorf("SO_RCVBUFFORCE: %v", err)
+			}
+		})
+	}
+	tx, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &udpPair{tx: tx, rx: rx, got: map[uint16]int{}, done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		buf := make([]byte, 2048)
+		for {
+			n, err := rx.Read(buf)
+			if err != nil {
+				return
+			}
+			if n >= 2 {
+				p.mu.Lock()
+				p.got[uint16(buf[0])<<8|uint16(buf[1])]++
+				p.mu.Unlock()
+			}
+			p.n.Add(1)
+		}
+	}()
+	t.Cleanup(func() {
+		tx.Close()
+		rx.Close()
+		<-p.done
+	})
+	return p
+}
+
+// send sends datagram number seq with the given payload size (>= 2).
+func (p *udpPair) send(t *testing.T, seq uint16, size int) {
+	t.Helper()
+	b := make([]byte, size)
+	b[0], b[1] = byte(seq>>8), byte(seq)
+	if _, err := p.tx.Write(b); err != nil {
+		t.Fatalf("send %d: %v", seq, err)
+	}
+}
+
+// waitCount waits until want datagrams were received, or the timeout.
+func (p *udpPair) waitCount(want int64, timeout time.Duration) int64 {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && p.n.Load() < want {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return p.n.Load()
+}
+
+// settle waits until the received count stops changing for 100 ms.
+func (p *udpPair) settle(timeout time.Duration) int64 {
+	deadline := time.Now().Add(timeout)
+	last := p.n.Load()
+	for time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		n := p.n.Load()
+		if n == last {
+			return n
+		}
+		last = n
+	}
+	return last
+}
+
+func openQueue(t *testing.T, c Config) *Queue {
+	t.Helper()
+	q, err := Open(c)
+	if err != nil {
+		t.Fatalf("Open(%+v): %v", c, err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
+}
+
+// runQueue runs q in a goroutine and returns a stop function that cancels
+// it and returns how long Run took to return and its error.
+func runQueue(t *testing.T, q *Queue, fn Handler) (stop func() (time.Duration, error)) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- q.Run(ctx, fn) }()
+	var once sync.Once
+	var took time.Duration
+	var err error
+	stop = func() (time.Duration, error) {
+		once.Do(func() {
+			t0 := time.Now()
+			cancel()
+			select {
+			case err = <-errc:
+			case <-time.After(5 * time.Second):
+				err = errors.New("Run did not return within 5 s of cancel")
+			}
+			took = time.Since(t0)
+		})
+		return took, err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// seqOf returns the sequence number in a queued UDP/IPv4 packet's payload.
+func seqOf(p *Packet) (uint16, bool) {
+	d := p.Data
+	if len(d) < 20 || d[0]>>4 != 4 {
+		return 0, false
+	}
+	off := int(d[0]&0xf)*4 + 8
+	if len(d) < off+2 {
+		return 0, false
+	}
+	return uint16(d[off])<<8 | uint16(d[off+1]), true
+}
+
+func TestVerdictsReachTheKernel(t *testing.T) {
+	const queue, n = 7, 400
+	newNetns(t, queue)
+	p := newUDPPair(t)
+	q := openQueue(t, Config{Queue: queue, BatchSize: 16})
+	var bad atomic.Int64
+	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
+		for i := range batch {
+			seq, ok := seqOf(&batch[i])
+			if !ok {
+				bad.Add(1)
+				continue
+			}
+			// Drop in runs of varying length, so that batches mix verdicts.
+			if seq%7 < 3 {
+				v[i] = Drop
+			}
+		}
+	})
+	for i := 0; i < n; i++ {
+		p.send(t, uint16(i), 32)
+	}
+	got := p.settle(3 * time.Second)
+	if _, err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := 0
+	p.mu.Lock()
+	for i := 0; i < n; i++ {
+		accepted := i%7 >= 3
+		if accepted {
+			want++
+		}
+		if c := p.got[uint16(i)]; (c == 1) != accepted || c > 1 {
+			t.Errorf("packet %d arrived %d times; accepted = %v", i, c, accepted)
+		}
+	}
+	p.mu.Unlock()
+	if got != int64(want) {
+		t.Errorf("received %d packets, want %d", got, want)
+	}
+	if bad.Load() != 0 {
+		t.Errorf("%d packets without a readable sequence number", bad.Load())
+	}
+	s := q.Stats()
+	if s.Packets != n || s.Accepted != uint64(want) || s.Dropped != uint64(n-want) {
+		t.Errorf("Stats = %+v, want Packets %d Accepted %d Dropped %d", s, n, want, n-want)
+	}
+	if s.Errors != 0 {
+		t.Errorf("Stats.Errors = %d", s.Errors)
+	}
+	t.Logf("stats: %+v", s)
+}
+
+func TestCopyRangeAndLength(t *testing.T) {
+	const queue = 3
+	newNetns(t, queue)
+	p := newUDPPair(t)
+	q := openQueue(t, Config{Queue: queue, CopyRange: 64})
+	type seen struct{ data, length, id int }
+	var mu sync.Mutex
+	var got []seen
+	var hw uint16
+	var hook uint8
+	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, pk := range batch {
+			got = append(got, seen{len(pk.Data), pk.Len, int(pk.ID)})
+			hw, hook = pk.HWProtocol, pk.Hook
+		}
+	})
+	p.send(t, 1, 1000) // 20 + 8 + 1000 = 1028 bytes: cut to 64
+	p.send(t, 2, 10)   // 38 bytes: whole
+	p.waitCount(2, 2*time.Second)
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("handler saw %d packets, want 2", len(got))
+	}
+	if got[0].data != 64 || got[0].length != 1028 {
+		t.Errorf("big packet: len(Data) = %d, Len = %d; want 64, 1028", got[0].data, got[0].length)
+	}
+	if got[1].data != 38 || got[1].length != 38 {
+		t.Errorf("small packet: len(Data) = %d, Len = %d; want 38, 38", got[1].data, got[1].length)
+	}
+	if got[1].id <= got[0].id {
+		t.Errorf("ids not increasing: %d then %d", got[0].id, got[1].id)
+	}
+	if hook != 3 { // NF_INET_LOCAL_OUT
+		t.Errorf("Hook = %d, want 3 (OUTPUT)", hook)
+	}
+	t.Logf("HWProtocol on OUTPUT = %#x", hw)
+}
+
+func TestSecondBindFails(t *testing.T) {
+	const queue = 5
+	newNetns(t, queue)
+	openQueue(t, Config{Queue: queue})
+	q2, err := Open(Config{Queue: queue})
+	if err == nil {
+		q2.Close()
+		t.Fatal("second Open of the same queue succeeded")
+	}
+	if !errors.Is(err, ErrBusy) {
+		t.Errorf("second Open: %v; want an error wrapping ErrBusy", err)
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "nfq: queue 5: queue already bound by another process") || strings.Contains(msg, "\n") {
+		t.Errorf("second Open: error message %q is not the expected one line", msg)
+	}
+	// A different queue is still free.
+	openQueue(t, Config{Queue: queue + 1})
+}
+
+// TestNotRoot re-runs this test binary as nobody, in the same namespace,
+// to see the error a user without CAP_NET_ADMIN gets.
+func TestNotRoot(t *testing.T) {
+	if os.Getenv("NFQ_TEST_OPEN_AS_CHILD") == "1" {
+		_, err := Open(Config{Queue: 1})
+		fmt.Printf("ERR=%v\n", err)
+		if errors.Is(err, ErrPermission) {
+			fmt.Println("IS_PERMISSION")
+		}
+		return
+	}
+	newNetns(t, 1)
+	// The test binary's directory is root-only: copy it where nobody can run it.
+	dir, err := os.MkdirTemp("", "nfqtest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := dir + "/nfq.test"
+	if err := os.WriteFile(exe, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestNotRoot$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "NFQ_TEST_OPEN_AS_CHILD=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "IS_PERMISSION") ||
+		!strings.Contains(string(out), "ERR=nfq: queue 1: permission denied: binding an NFQUEUE queue needs root (CAP_NET_ADMIN)\n") {
+		t.Errorf("Open as nobody:\n%s", out)
+	}
+}
+
+// TestFailOpenWhenStalled: a queue nobody reads fills up; then the kernel
+// accepts the rest (fail-open) or drops it (FailClosed). Once Run starts,
+// the packets held in the queue get their verdicts.
+func TestFailOpenWhenStalled(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
+			const queue, n, maxLen = 2, 100, 16
+			newNetns(t, queue)
+			p := newUDPPair(t)
+			q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
+			for i := 0; i < n; i++ {
+				p.send(t, uint16(i), 16)
+			}
+			want := int64(n - maxLen)
+			if failClosed {
+				want = 0
+			}
+			got := p.settle(2 * time.Second)
+			if got != want {
+				t.Errorf("while stalled: received %d, want %d", got, want)
+			}
+			ks, err := q.KernelStats()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The kernel counts fail-open accepts nowhere, and fail-closed
+			// drops as queue_dropped.
+			wantDropped := uint64(0)
+			if failClosed {
+				wantDropped = n - maxLen
+			}
+			if ks.QueueTotal != maxLen || ks.QueueDropped != wantDropped || ks.IDSequence != maxLen {
+				t.Errorf("KernelStats = %+v, want QueueTotal %d, QueueDropped %d, IDSequence %d", ks, maxLen, wantDropped, maxLen)
+			}
+			stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+			got = p.waitCount(want+maxLen, 2*time.Second)
+			if got != want+maxLen {
+				t.Errorf("after Run: received %d, want %d", got, want+maxLen)
+			}
+			if _, err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			if s := q.Stats(); s.Packets != maxLen {
+				t.Errorf("Stats.Packets = %d, want %d", s.Packets, maxLen)
+			}
+		})
+	}
+}
+
+// TestCleanStop cancels Run in the middle of a stream that does not stop:
+// Run must return within a second, and every packet sent must arrive
+// (answered by Run, or, once the queue is closed, accepted by the kernel:
+// fail-open, then the rule's bypass), and the queue must be unbound. With a
+// slow handler the queue is full at the cancel, and the stream keeps coming
+// while Run drains it.
+func TestCleanStop(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration // per batch
+	}{{"fast", 0}, {"slow", time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const queue, max = 4, 200000
+			newNetns(t, queue)
+			p := newUDPPair(t)
+			q := openQueue(t, Config{Queue: queue})
+			stop := runQueue(t, q, func(b []Packet, v []Verdict, now int64) {
+				if tc.delay > 0 {
+					time.Sleep(tc.delay)
+				}
+			})
+			// The sender runs in this goroutine: its socket is in the namespace.
+			var took time.Duration
+			var runErr error
+			stopped := make(chan struct{})
+			sent := 0
+			deadline := time.Now().Add(5 * time.Second)
+		send:
+			for sent < max && time.Now().Before(deadline) {
+				p.send(t, uint16(sent), 16)
+				sent++
+				switch {
+				case sent == 4000:
+					go func() {
+						took, runErr = stop()
+						close(stopped)
+					}()
+				case sent > 4000 && sent%100 == 0:
+					select {
+					case <-stopped:
+						break send // and a few more after Run returned
+					default:
+					}
+				}
+			}
+			for i := 0; i < 100; i++ {
+				p.send(t, uint16(sent), 16)
+				sent++
+			}
+			<-stopped
+			if runErr != nil {
+				t.Fatal(runErr)
+			}
+			if took > time.Second {
+				t.Errorf("Run returned %v after cancel, want < 1 s", took)
+			}
+			if got := p.waitCount(int64(sent), 3*time.Second); got != int64(sent) {
+				t.Errorf("received %d of %d packets", got, sent)
+			}
+			if _, err := q.KernelStats(); !errors.Is(err, ErrNotBound) {
+				t.Errorf("after Run: KernelStats error = %v, want ErrNotBound (queue unbound)", err)
+			}
+			s := q.Stats()
+			if s.Packets < 1000 {
+				t.Errorf("Stats.Packets = %d, want at least 1000", s.Packets)
+			}
+			t.Logf("Run returned in %v; %d of %d packets went through the queue; stats %+v", took, s.Packets, sent, s)
+		})
+	}
+}

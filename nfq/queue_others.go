@@ -1,0 +1,22 @@
+//go:build !linux
+
+package nfq
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+)
+
+// Queue is one bound NFQUEUE queue; NFQUEUE exists only on Linux.
+type Queue struct{}
+
+// Open fails: NFQUEUE exists only on Linux.
+func Open(c Config) (*Queue, error) {
+	return nil, fmt.Errorf("nfq: queue %d: %w: NFQUEUE is not implemented on %s", c.Queue, ErrNoSupport, runtime.GOOS)
+}
+
+func (q *Queue) Run(ctx context.Context, fn Handler) error { return ErrNoSupport }
+func (q *Queue) Close() error                              { return nil }
+func (q *Queue) Stats() Stats                              { return Stats{} }
+func (q *Queue) KernelStats() (KernelStats, error)         { return KernelStats{}, ErrNotBound }

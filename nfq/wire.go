@@ -1,0 +1,291 @@
+package nfq
+
+import (
+	"encoding/binary"
+)
+
+// Wire format of nfnetlink_queue (linux/netfilter/nfnetlink_queue.h),
+// written out here so that the receive path can parse messages in place.
+// Netlink headers are in host byte order (little-endian on every platform
+// this runs on); nfnetlink attribute payloads are big-endian.
+const (
+	nlmsgHdrLen      = 16 // struct nlmsghdr
+	nfgenHdrLen      = 4  // struct nfgenmsg
+	nlaHdrLen        = 4  // struct nlattr
+	nlmsgError       = 2  // NLMSG_ERROR
+	nlmFRequest      = 0x1
+	nlmFAck          = 0x4
+	nlaTypeMask      = 0x3fff // strips NLA_F_NESTED and NLA_F_NET_BYTEORDER
+	netlinkNetfilter = 12     // NETLINK_NETFILTER
+
+	nfnlSubsysQueue      = 3
+	nfqnlMsgPacket       = nfnlSubsysQueue<<8 | 0
+	nfqnlMsgVerdict      = nfnlSubsysQueue<<8 | 1
+	nfqnlMsgConfig       = nfnlSubsysQueue<<8 | 2
+	nfqnlMsgVerdictBatch = nfnlSubsysQueue<<8 | 3
+
+	nfqaPacketHdr  = 1
+	nfqaVerdictHdr = 2
+	nfqaPayload    = 10
+	nfqaCapLen     = 13
+
+	nfqaCfgCmd         = 1
+	nfqaCfgParams      = 2
+	nfqaCfgQueueMaxlen = 3
+	nfqaCfgMask        = 4
+	nfqaCfgFlags       = 5
+
+	nfqnlCfgCmdBind   = 1
+	nfqnlCfgCmdUnbind = 2
+	nfqnlCopyPacket   = 2
+	nfqaCfgFFailOpen  = 1
+
+	nfDrop   = 0
+	nfAccept = 1
+)
+
+var le = binary.LittleEndian
+var be = binary.BigEndian
+
+func align4(n int) int { return (n + 3) &^ 3 }
+
+// parsePacket decodes one NFQNL_MSG_PACKET message body (the bytes after the
+// nlmsghdr and nfgenmsg) into p, in place: p.Data points into b. It reports
+// false if the message has no packet header attribute, which is the only
+// thing a verdict needs. It never allocates and never panics.
+func parsePacket(b []byte, p *Packet) bool {
+	*p = Packet{}
+	haveHdr := false
+	capLen := -1
+	for len(b) >= nlaHdrLen {
+		alen := int(le.Uint16(b))
+		atype := le.Uint16(b[2:]) & nlaTypeMask
+		if alen < nlaHdrLen {
+			break
+		}
+		data := b[nlaHdrLen:]
+		if alen-nlaHdrLen < len(data) {
+			data = data[:alen-nlaHdrLen]
+		}
+		// else: the attribute runs past the buffer (a receive buffer
+		// smaller than the message); use what is there.
+		switch atype {
+		case nfqaPacketHdr:
+			// struct nfqnl_msg_packet_hdr { __be32 packet_id; __be16 hw_protocol; __u8 hook; }
+			if len(data) >= 7 {
+				p.ID = be.Uint32(data)
+				p.HWProtocol = be.Uint16(data[4:])
+				p.Hook = data[6]
+				haveHdr = true
+			}
+		case nfqaPayload:
+			p.Data = data
+		case nfqaCapLen:
+			if len(data) >= 4 {
+				capLen = int(be.Uint32(data))
+			}
+		}
+		n := align4(alen)
+		if n >= len(b) {
+			break
+		}
+		b = b[n:]
+	}
+	p.Len = len(p.Data)
+	if capLen > p.Len {
+		p.Len = capLen
+	}
+	return haveHdr
+}
+
+// verdictMsgLen is the size of one verdict message: nlmsghdr, nfgenmsg and
+// an NFQA_VERDICT_HDR attribute holding struct nfqnl_msg_verdict_hdr.
+const verdictMsgLen = nlmsgHdrLen + nfgenHdrLen + nlaHdrLen + 8
+
+// putVerdict writes one verdict message for packet id into b, which must
+// hold verdictMsgLen bytes. With batch, the verdict applies to every packet
+// of the queue with an id up to and including id (NFQNL_MSG_VERDICT_BATCH).
+func putVerdict(b []byte, queue uint16, id uint32, v Verdict, batch bool, seq uint32) {
+	_ = b[verdictMsgLen-1]
+	typ := uint16(nfqnlMsgVerdict)
+	if batch {
+		typ = nfqnlMsgVerdictBatch
+	}
+	le.PutUint32(b[0:], verdictMsgLen)
+	le.PutUint16(b[4:], typ)
+	le.PutUint16(b[6:], nlmFRequest)
+	le.PutUint32(b[8:], seq)
+	le.PutUint32(b[12:], 0)
+	b[16] = 0 // nfgen_family: AF_UNSPEC
+	b[17] = 0 // NFNETLINK_V0
+	be.PutUint16(b[18:], queue)
+	le.PutUint16(b[20:], nlaHdrLen+8)
+	le.PutUint16(b[22:], nfqaVerdictHdr)
+	nv := uint32(nfAccept)
+	if v == Drop {
+		nv = nfDrop
+	}
+	be.PutUint32(b[24:], nv)
+	be.PutUint32(b[28:], id)
+}
+
+// appendVerdicts encodes the verdicts of a batch into out (which must have
+// room for len(pkts) messages) and returns the bytes to send and the number
+// of messages. Packets are answered in runs: a run of consecutive packets
+// with the same verdict becomes one NFQNL_MSG_VERDICT_BATCH for the last id
+// of the run, which the kernel applies to every queued id up to it.
+//
+// That is safe because the kernel assigns ids in queue order and sends a
+// packet's message before any later packet's: when this batch is answered,
+// every packet still queued with an id below the batch's last one is in
+// this batch (earlier batches have been answered in full). A run of one
+// uses the same message; the kernel walks its queue from the head either way.
+func appendVerdicts(out []byte, queue uint16, pkts []Packet, verdicts []Verdict, seq uint32) ([]byte, int) {
+	out = out[:0]
+	msgs := 0
+	for i := 0; i < len(pkts); i++ {
+		v := verdicts[i]
+		if i+1 < len(pkts) && verdicts[i+1] == v {
+			continue
+		}
+		n := len(out)
+		out = out[:n+verdictMsgLen]
+		putVerdict(out[n:], queue, pkts[i].ID, v, true, seq)
+		msgs++
+	}
+	return out, msgs
+}
+
+// putConfig writes an NFQNL_MSG_CONFIG message into b and returns its
+// length. cmd 0 means no command attribute; maxlen and params are
+// included when set.
+type configMsg struct {
+	cmd       uint8  // nfqnlCfgCmd*; 0: none
+	params    bool   // include NFQA_CFG_PARAMS (copy mode packet, copyRange)
+	copyRange uint32 //
+	maxLen    bool   // include NFQA_CFG_QUEUE_MAXLEN
+	queueLen  uint32 //
+	flags     bool   // include NFQA_CFG_MASK and NFQA_CFG_FLAGS (fail-open)
+	failOpen  bool   //
+	ack       bool   // request an acknowledgement
+}
+
+func (c configMsg) append(b []byte, queue uint16, seq uint32) []byte {
+	start := len(b)
+	b = append(b, make([]byte, nlmsgHdrLen+nfgenHdrLen)...)
+	attr := func(typ uint16, data ...byte) {
+		l := nlaHdrLen + len(data)
+		b = le.AppendUint16(b, uint16(l))
+		b = le.AppendUint16(b, typ)
+		b = append(b, data...)
+		for len(b)%4 != 0 {
+			b = append(b, 0)
+		}
+	}
+	if c.cmd != 0 {
+		// struct nfqnl_msg_config_cmd { __u8 command; __u8 _pad; __be16 pf; }
+		attr(nfqaCfgCmd, c.cmd, 0, 0, 0)
+	}
+	if c.params {
+		// struct nfqnl_msg_config_params { __be32 copy_range; __u8 copy_mode; } __packed
+		var p [5]byte
+		be.PutUint32(p[:], c.copyRange)
+		p[4] = nfqnlCopyPacket
+		attr(nfqaCfgParams, p[:]...)
+	}
+	if c.maxLen {
+		attr(nfqaCfgQueueMaxlen, be.AppendUint32(nil, c.queueLen)...)
+	}
+	if c.flags {
+		var f uint32
+		if c.failOpen {
+			f = nfqaCfgFFailOpen
+		}
+		attr(nfqaCfgMask, be.AppendUint32(nil, nfqaCfgFFailOpen)...)
+		attr(nfqaCfgFlags, be.AppendUint32(nil, f)...)
+	}
+	h := b[start:]
+	flags := uint16(nlmFRequest)
+	if c.ack {
+		flags |= nlmFAck
+	}
+	le.PutUint32(h[0:], uint32(len(h)))
+	le.PutUint16(h[4:], nfqnlMsgConfig)
+	le.PutUint16(h[6:], flags)
+	le.PutUint32(h[8:], seq)
+	le.PutUint32(h[12:], 0)
+	h[16] = 0 // AF_UNSPEC
+	h[17] = 0 // NFNETLINK_V0
+	be.PutUint16(h[18:], queue)
+	return b
+}
+
+// batch is the per-queue receive state: it turns netlink datagrams into
+// packets and packets' verdicts into messages, in buffers allocated once.
+type batch struct {
+	queue    uint16
+	pkts     []Packet  // len = packets in the current batch, cap = BatchSize
+	verdicts []Verdict // cap = BatchSize
+	out      []byte    // cap = BatchSize*verdictMsgLen
+	seq      uint32
+
+	// kernel error replies seen (NLMSG_ERROR with a non-zero error), and
+	// the last of them, negated errno as the kernel sends it.
+	nlErrors  uint64
+	lastError int32
+}
+
+func newBatch(queue uint16, size int) *batch {
+	return &batch{
+		queue:    queue,
+		pkts:     make([]Packet, 0, size),
+		verdicts: make([]Verdict, size),
+		out:      make([]byte, 0, size*verdictMsgLen),
+	}
+}
+
+// full reports whether no more packets fit in the batch.
+func (b *batch) full() bool { return len(b.pkts) == cap(b.pkts) }
+
+// addDatagram parses the netlink messages of one received datagram and
+// appends the packets among them, until the batch is full. It returns the
+// number of bytes consumed: less than len(d) only when the batch filled up
+// first, and then the caller answers the batch and calls it again with the
+// rest. Non-packet messages are skipped (error replies are counted).
+func (b *batch) addDatagram(d []byte) int {
+	off := 0
+	for len(d)-off >= nlmsgHdrLen {
+		if b.full() {
+			return off
+		}
+		m := d[off:]
+		mlen := int(le.Uint32(m))
+		if mlen < nlmsgHdrLen {
+			return len(d) // garbage: drop the rest of the datagram
+		}
+		if mlen > len(m) {
+			mlen = len(m) // truncated datagram: parse what arrived
+		}
+		typ := le.Uint16(m[4:])
+		body := m[nlmsgHdrLen:mlen]
+		switch typ {
+		case nfqnlMsgPacket:
+			if len(body) >= nfgenHdrLen {
+				n := len(b.pkts)
+				b.pkts = b.pkts[:n+1]
+				if !parsePacket(body[nfgenHdrLen:], &b.pkts[n]) {
+					b.pkts = b.pkts[:n] // no id: nothing to answer
+				}
+			}
+		case nlmsgError:
+			if len(body) >= 4 {
+				if e := int32(le.Uint32(body)); e != 0 {
+					b.nlErrors++
+					b.lastError = e
+				}
+			}
+		}
+		off += align4(mlen)
+	}
+	return len(d)
+}
