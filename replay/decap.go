@@ -206,7 +206,7 @@ func nullPayload(b []byte) ([]byte, bool) {
 	switch fam {
 	case 2: // AF_INET everywhere
 		return b[4:], true
-	case 10, 23, 24, 28, 30: // AF_INET6: Linux, Windows, Net/OpenBSD, FreeBSD, Darwin
+	case 24, 28, 30: // AF_INET6: Net/OpenBSD, FreeBSD, Darwin (as tcpdump and Wireshark)
 		return b[4:], true
 	}
 	return nil, false
