@@ -6,12 +6,15 @@
 //	psend recv --listen :9000 --duration 10s --idle 1s
 //	psend tcp-serve --listen :9100 --duration 10s
 //	psend tcp-send --dst 10.0.0.2:9100 --bytes 4000000
+//	psend report --send send.json --recv recv.json --rate 100 --burst 5
 //
 // send: UDP from N flows (one socket per flow, source ports --sport,
 // --sport+1, …) at R packets/s per flow and destination, packets interleaved
 // across flows, for a bounded time and/or count. recv: counts UDP datagrams
 // per listening port and source port. tcp-serve/tcp-send: one TCP transfer of
-// deterministic bytes, both sides print the byte count and SHA-256.
+// deterministic bytes, both sides print the byte count and SHA-256. report:
+// a per-flow table of sent, arrived and expected from saved send and recv
+// output (for the demo).
 //
 // Every mode stops by itself: durations are capped at 10 minutes, and SIGINT
 // or SIGTERM make it stop early and still print its result. Results are one
@@ -33,7 +36,7 @@ import (
 const maxDuration = 10 * time.Minute
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: psend send|recv|tcp-serve|tcp-send [flags]   (psend MODE --help for flags)
+	fmt.Fprint(os.Stderr, `usage: psend send|recv|tcp-serve|tcp-send|report [flags]   (psend MODE --help for flags)
 `)
 }
 
@@ -59,6 +62,8 @@ func main() {
 		res, err = runTCPServe(ctx, args)
 	case "tcp-send":
 		res, err = runTCPSend(ctx, args)
+	case "report":
+		res, err = runReport(ctx, args)
 	case "-h", "--help", "help":
 		usage()
 		return
@@ -73,6 +78,9 @@ func main() {
 			os.Exit(2)
 		}
 		os.Exit(1)
+	}
+	if res == nil {
+		return
 	}
 	enc := json.NewEncoder(os.Stdout)
 	if err := enc.Encode(res); err != nil {
