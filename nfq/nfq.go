@@ -152,6 +152,7 @@ type Stats struct {
 	Batches     uint64 // batches handed to the Handler
 	VerdictMsgs uint64 // verdict messages sent (one per run of equal verdicts)
 	ENOBUFS     uint64 // receive buffer overruns reported by the kernel
+	Lost        uint64 // packets the kernel queued but could not send (gaps in the ids)
 	Errors      uint64 // other receive/send errors and kernel error replies
 }
 

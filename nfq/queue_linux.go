@@ -67,9 +67,10 @@ type Queue struct {
 	lastLog     int64  // when ENOBUFS was last logged (ns)
 	unlogged    uint64 // ENOBUFS not yet logged
 	seenNlError uint64 // b.nlErrors already counted into stats
+	seenLost    uint64 // b.lost already counted into stats
 
 	stats struct {
-		packets, accepted, dropped, batches, verdictMsgs, enobufs, errors atomic.Uint64
+		packets, accepted, dropped, batches, verdictMsgs, enobufs, lost, errors atomic.Uint64
 	}
 }
 
@@ -201,6 +202,7 @@ func (q *Queue) request(m configMsg) error {
 			case typ == nfqnlMsgPacket && len(body) >= nfgenHdrLen:
 				var p Packet
 				if parsePacket(body[nfgenHdrLen:], &p) {
+					q.b.seen(p.ID)
 					var vb [verdictMsgLen]byte
 					putVerdict(vb[:], q.cfg.Queue, p.ID, Accept, false, 0)
 					_, _ = unix.Write(q.fd, vb[:])
@@ -287,6 +289,10 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 		if b.nlErrors != q.seenNlError {
 			q.stats.errors.Add(b.nlErrors - q.seenNlError)
 			q.seenNlError = b.nlErrors
+		}
+		if b.lost != q.seenLost {
+			q.stats.lost.Add(b.lost - q.seenLost)
+			q.seenLost = b.lost
 		}
 		if stopping && now > stopBy {
 			return q.finish()
@@ -416,6 +422,7 @@ func (q *Queue) Stats() Stats {
 		Batches:     q.stats.batches.Load(),
 		VerdictMsgs: q.stats.verdictMsgs.Load(),
 		ENOBUFS:     q.stats.enobufs.Load(),
+		Lost:        q.stats.lost.Load(),
 		Errors:      q.stats.errors.Load(),
 	}
 }

@@ -233,6 +233,20 @@ type batch struct {
 	// the last of them, negated errno as the kernel sends it.
 	nlErrors  uint64
 	lastError int32
+
+	// The kernel numbers packets as it queues them, before sending them:
+	// a gap in the ids is packets it queued but could not send us (socket
+	// buffer full), which it then accepted (fail-open) or dropped.
+	lastID uint32
+	lost   uint64
+}
+
+// seen accounts for packet id having arrived.
+func (b *batch) seen(id uint32) {
+	if gap := id - b.lastID - 1; gap != 0 && gap < 1<<31 {
+		b.lost += uint64(gap)
+	}
+	b.lastID = id
 }
 
 func newBatch(queue uint16, size int) *batch {
@@ -273,7 +287,9 @@ func (b *batch) addDatagram(d []byte) int {
 			if len(body) >= nfgenHdrLen {
 				n := len(b.pkts)
 				b.pkts = b.pkts[:n+1]
-				if !parsePacket(body[nfgenHdrLen:], &b.pkts[n]) {
+				if parsePacket(body[nfgenHdrLen:], &b.pkts[n]) {
+					b.seen(b.pkts[n].ID)
+				} else {
 					b.pkts = b.pkts[:n] // no id: nothing to answer
 				}
 			}
