@@ -237,6 +237,13 @@ func eth(et layers.EthernetType, payload []byte) []byte {
 	return serialize(&layers.Ethernet{SrcMAC: macA, DstMAC: macB, EthernetType: et}, gopacket.Payload(payload))
 }
 
+// rawEth is eth without the padding to 60 bytes that gopacket adds: for
+// frames that must end where their payload ends.
+func rawEth(et uint16, payload []byte) []byte {
+	b := append(append(bytes.Clone(macB), macA...), byte(et>>8), byte(et))
+	return append(b, payload...)
+}
+
 func eth4(ip []byte) []byte { return eth(layers.EthernetTypeIPv4, ip) }
 func eth6(ip []byte) []byte { return eth(layers.EthernetTypeIPv6, ip) }
 
@@ -317,9 +324,9 @@ func vlanMPLS() []frame {
 		eth(0x88cc, make([]byte, 46)), // LLDP: not IP
 		serialize(&layers.Ethernet{SrcMAC: macA, DstMAC: macB, EthernetType: layers.EthernetTypeLLC, Length: 38},
 			gopacket.Payload(cat([]byte{0x42, 0x42, 0x03}, make([]byte, 35)))), // STP over LLC: not IP
-		eth4(p4)[:10],               // cut inside the Ethernet header: malformed
-		eth(0x8100, []byte{0, 100}), // cut inside the VLAN tag: malformed
-		eth4(p4[:12]),               // IPv4 cut inside its header: malformed
+		eth4(p4)[:10],                  // cut inside the Ethernet header: malformed
+		rawEth(0x8100, []byte{0, 100}), // cut inside the VLAN tag: malformed
+		rawEth(0x0800, p4[:12]),        // IPv4 cut inside its header: malformed
 		eth(0x8100, cat(vlan(100, 0x0800), p4)),
 	}
 	var fs []frame
