@@ -101,7 +101,17 @@ func (c *KeyConfig) Validate() error {
 // Key returns the flow key of a decoded packet. p must not be Malformed.
 // It does not allocate.
 func (c *KeyConfig) Key(p *Packet) Key {
-	k := Key{Src: p.Src, Dst: p.Dst, SrcPort: p.SrcPort, DstPort: p.DstPort, Proto: p.Proto, Family: 4, Mode: c.Mode}
+	var k Key
+	c.KeyTo(&k, p)
+	return k
+}
+
+// KeyTo is Key writing to *k, for the per-packet path: a Key returned by
+// value is copied with wide loads right over the narrow stores that built
+// it, a store-forwarding stall that cost more than the rest of keying.
+func (c *KeyConfig) KeyTo(k *Key, p *Packet) {
+	k.Src, k.Dst = p.Src, p.Dst
+	k.SrcPort, k.DstPort, k.Proto, k.Family, k.Mode = p.SrcPort, p.DstPort, p.Proto, 4, c.Mode
 	sp, dp := c.SrcPrefix4, c.DstPrefix4
 	if p.Class == IPv6 {
 		k.Family = 6
@@ -121,7 +131,6 @@ func (c *KeyConfig) Key(p *Packet) Key {
 	case SrcDst:
 		k.SrcPort, k.DstPort, k.Proto = 0, 0, 0
 	}
-	return k
 }
 
 // mask keeps the first bits bits of the address (0 = all of them).

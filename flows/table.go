@@ -1,5 +1,7 @@
 package flows
 
+import "time"
+
 // Table is a bounded map from Key to per-flow state V, with idle expiry and
 // least-recently-used eviction. It is what keeps packetshaper's memory
 // bounded whatever the traffic.
@@ -12,22 +14,27 @@ package flows
 //     (Kernel hashlimit instead fails to match when its table is full, and
 //     nft meters stop adding; both silently stop limiting new flows. We
 //     prefer limiting the newest flows correctly and forgetting the oldest.)
+//   - "Least recently used" is exact to within Granularity: a flow moves to
+//     the front of the LRU order on its first packet after Granularity has
+//     passed since its last move, not on every packet, which saves the
+//     per-packet list writes (two cache misses at a million flows).
 //   - A flow not seen for more than Timeout nanoseconds is idle: it is
-//     treated as new on its next packet (counted in Expired), and idle
-//     flows at the LRU end are reclaimed before any live flow is evicted.
+//     treated as new on its next packet (counted in Expired), and idle flows
+//     at the LRU end are reclaimed before any live flow is evicted.
 //   - Time is an argument: now is nanoseconds since the Unix epoch, as the
 //     caller's clock or the capture says. A flow's last-seen time never moves
 //     backwards.
 //
-// Memory is one entry per flow in a slice plus one map slot; entries are
-// reused, so a full table allocates nothing more. Not safe for concurrent
-// use.
+// Memory: an entry per flow (the key, two times, list links and V) and two
+// 8-byte index slots. Entries are reused, so a table at its cap allocates
+// nothing more. Not safe for concurrent use.
 type Table[V any] struct {
 	max     int
 	timeout int64
+	gran    int64
 
-	index map[Key]int32
-	ents  []entry[V]
+	idx  index
+	ents []entry[V]
 	// LRU list through ents: head is the most recently used.
 	head, tail int32
 	// free lists slots of expired flows, chained through next.
@@ -38,7 +45,8 @@ type Table[V any] struct {
 
 type entry[V any] struct {
 	key        Key
-	last       int64
+	last       int64 // newest packet time
+	moved      int64 // when it last moved to the LRU front
 	prev, next int32
 	val        V
 }
@@ -48,25 +56,53 @@ const none = -1
 // DefaultMaxFlows is what NewTable uses for max <= 0.
 const DefaultMaxFlows = 65536
 
+// MaxMaxFlows is the largest cap a table takes.
+const MaxMaxFlows = 1 << 30
+
+// Granularity is how stale the LRU order may be: Timeout/64, at most one
+// second (one second when there is no timeout).
+func granularity(timeout int64) int64 {
+	g := int64(time.Second)
+	if timeout > 0 {
+		g = min(g, timeout/64)
+	}
+	return g
+}
+
 // NewTable returns a table of at most max flows (DefaultMaxFlows if max <=
-// 0) that expires flows idle for more than timeout nanoseconds (never, if
-// timeout <= 0).
+// 0, at most MaxMaxFlows) that expires flows idle for more than timeout
+// nanoseconds (never, if timeout <= 0).
 func NewTable[V any](max int, timeout int64) *Table[V] {
 	if max <= 0 {
 		max = DefaultMaxFlows
 	}
-	if max > 1<<31-1 {
-		max = 1<<31 - 1
-	}
-	hint := min(max, 1<<16)
+	max = min(max, MaxMaxFlows)
+	hint := min(max, 1<<12)
 	return &Table[V]{
 		max:     max,
 		timeout: timeout,
-		index:   make(map[Key]int32, hint),
+		gran:    granularity(timeout),
+		idx:     newIndex(hint, max),
 		ents:    make([]entry[V], 0, hint),
 		head:    none,
 		tail:    none,
 		free:    none,
+	}
+}
+
+// lookup returns k's index slot and whether k is there; if not, the slot is
+// the empty one where it goes.
+func (t *Table[V]) lookup(k *Key, h uint64) (slot uint64, ok bool) {
+	x := &t.idx
+	tg := tag(h)
+	for i := tg & x.mask; ; i = (i + 1) & x.mask {
+		s := x.slots[i]
+		if s == 0 {
+			return i, false
+		}
+		if s>>32 == tg && t.ents[int32(s&0xffffffff)-1].key == *k {
+			return i, true
+		}
 	}
 }
 
@@ -78,8 +114,11 @@ func NewTable[V any](max int, timeout int64) *Table[V] {
 // them.
 //
 // The returned pointer is valid until the next call to Get.
-func (t *Table[V]) Get(k Key, now int64) (v *V, fresh bool) {
-	if i, ok := t.index[k]; ok {
+func (t *Table[V]) Get(k *Key, now int64) (v *V, fresh bool) {
+	h := t.idx.hash(k)
+	slot, ok := t.lookup(k, h)
+	if ok {
+		i := int32(t.idx.slots[slot]&0xffffffff) - 1
 		e := &t.ents[i]
 		if t.timeout > 0 && now-e.last > t.timeout {
 			t.expired++
@@ -87,14 +126,22 @@ func (t *Table[V]) Get(k Key, now int64) (v *V, fresh bool) {
 		}
 		if now > e.last {
 			e.last = now
+			if now-e.moved >= t.gran {
+				e.moved = now
+				t.touch(i)
+			}
 		}
-		t.touch(i)
 		return &e.val, fresh
 	}
 	i := t.alloc(now)
+	if t.idx.full() {
+		t.idx.grow()
+	}
+	// alloc may have removed keys, and grow moved everything: look again.
+	slot, _ = t.lookup(k, h)
+	t.idx.put(slot, h, i)
 	e := &t.ents[i]
-	e.key, e.last = k, now
-	t.index[k] = i
+	e.key, e.last, e.moved = *k, now, now
 	t.pushFront(i)
 	return &e.val, true
 }
@@ -127,9 +174,12 @@ func (t *Table[V]) alloc(now int64) int32 {
 	return i
 }
 
+// remove takes entry i out of the index and the LRU list.
 func (t *Table[V]) remove(i int32) {
 	e := &t.ents[i]
-	delete(t.index, e.key)
+	if slot, ok := t.lookup(&e.key, t.idx.hash(&e.key)); ok {
+		t.idx.del(slot)
+	}
 	t.unlink(i)
 }
 
@@ -168,7 +218,7 @@ func (t *Table[V]) touch(i int32) {
 }
 
 // Len is the number of flows held, idle ones not yet reclaimed included.
-func (t *Table[V]) Len() int { return len(t.index) }
+func (t *Table[V]) Len() int { return t.idx.n }
 
 // Max is the table's cap.
 func (t *Table[V]) Max() int { return t.max }
@@ -179,7 +229,8 @@ func (t *Table[V]) Evictions() uint64 { return t.evictions }
 // Expired counts flows that were found idle for longer than the timeout.
 func (t *Table[V]) Expired() uint64 { return t.expired }
 
-// Range calls fn for each flow held, most recently used first, until fn
+// Range calls fn for each flow held, most recently used first (to within
+// the granularity), until fn
 // returns false. fn must not call Get.
 func (t *Table[V]) Range(fn func(k Key, last int64, v *V) bool) {
 	for i := t.head; i != none; i = t.ents[i].next {

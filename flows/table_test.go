@@ -10,19 +10,23 @@ func k(i int) Key {
 }
 
 func TestTableCapAndLRU(t *testing.T) {
+	const sec = int64(1e9) // the LRU order is exact to a second
 	tb := NewTable[int](3, 0)
 	for i := range 3 {
-		v, fresh := tb.Get(k(i), int64(i))
+		v, fresh := tb.Get(kp(i), int64(i)*sec)
 		if !fresh {
 			t.Fatalf("Get(k%d) not fresh", i)
 		}
 		*v = i + 100
 	}
+	// Within a second of its last move, a packet does not reorder.
+	tb.Get(kp(0), 10*sec-1)
+	tb.Get(kp(1), 1*sec+5)
 	// Touch k0: k1 is now least recently used.
-	if v, fresh := tb.Get(k(0), 10); fresh || *v != 100 {
+	if v, fresh := tb.Get(kp(0), 10*sec); fresh || *v != 100 {
 		t.Fatalf("Get(k0) = %d, %v; want 100, false", *v, fresh)
 	}
-	v, fresh := tb.Get(k(3), 11)
+	v, fresh := tb.Get(kp(3), 11*sec)
 	if !fresh {
 		t.Fatal("Get(k3) not fresh")
 	}
@@ -33,7 +37,7 @@ func TestTableCapAndLRU(t *testing.T) {
 	if tb.Len() != 3 || tb.Evictions() != 1 {
 		t.Errorf("Len %d Evictions %d, want 3, 1", tb.Len(), tb.Evictions())
 	}
-	if _, fresh := tb.Get(k(1), 12); !fresh {
+	if _, fresh := tb.Get(kp(1), 12*sec); !fresh {
 		t.Error("evicted k1 came back with its state")
 	}
 	// Order now (most recent first): k1, k3, k0; k2 was evicted by k1.
@@ -47,27 +51,27 @@ func TestTableCapAndLRU(t *testing.T) {
 func TestTableExpiry(t *testing.T) {
 	const sec = int64(1e9)
 	tb := NewTable[int](2, 10*sec)
-	a, _ := tb.Get(k(1), 0)
+	a, _ := tb.Get(kp(1), 0)
 	*a = 1
-	b, _ := tb.Get(k(2), 5*sec)
+	b, _ := tb.Get(kp(2), 5*sec)
 	*b = 2
 	// k1 idle 10 s exactly: not yet expired.
-	if _, fresh := tb.Get(k(1), 10*sec); fresh {
+	if _, fresh := tb.Get(kp(1), 10*sec); fresh {
 		t.Error("flow expired after exactly the timeout")
 	}
 	// k2 idle 11 s: expired, and counted.
-	if _, fresh := tb.Get(k(2), 16*sec); !fresh || tb.Expired() != 1 {
+	if _, fresh := tb.Get(kp(2), 16*sec); !fresh || tb.Expired() != 1 {
 		t.Errorf("idle flow not expired (Expired=%d)", tb.Expired())
 	}
 	// A new flow when full takes the idle flow's slot before any live one.
-	tb.Get(k(2), 20*sec) // k2 live at 20 s, k1 idle since 10 s
-	if _, fresh := tb.Get(k(3), 21*sec); !fresh {
+	tb.Get(kp(2), 20*sec) // k2 live at 20 s, k1 idle since 10 s
+	if _, fresh := tb.Get(kp(3), 21*sec); !fresh {
 		t.Fatal("k3 not fresh")
 	}
 	if tb.Evictions() != 0 || tb.Expired() != 2 {
 		t.Errorf("Evictions %d Expired %d, want 0 and 2 (idle k1 reclaimed, nothing live evicted)", tb.Evictions(), tb.Expired())
 	}
-	if _, fresh := tb.Get(k(2), 21*sec); fresh {
+	if _, fresh := tb.Get(kp(2), 21*sec); fresh {
 		t.Error("live k2 was evicted in favour of k3")
 	}
 }
@@ -75,9 +79,9 @@ func TestTableExpiry(t *testing.T) {
 func TestTableTimeBackwards(t *testing.T) {
 	const sec = int64(1e9)
 	tb := NewTable[int](2, 10*sec)
-	tb.Get(k(1), 100*sec)
-	tb.Get(k(1), 50*sec) // a packet from the past: last-seen stays 100 s
-	if _, fresh := tb.Get(k(1), 105*sec); fresh {
+	tb.Get(kp(1), 100*sec)
+	tb.Get(kp(1), 50*sec) // a packet from the past: last-seen stays 100 s
+	if _, fresh := tb.Get(kp(1), 105*sec); fresh {
 		t.Error("time going backwards made the flow look idle")
 	}
 	var last int64
@@ -90,7 +94,7 @@ func TestTableTimeBackwards(t *testing.T) {
 func TestTableBounded(t *testing.T) {
 	tb := NewTable[[4]int64](1000, 0)
 	for i := range 100000 {
-		tb.Get(k(i), int64(i))
+		tb.Get(kp(i), int64(i))
 	}
 	if tb.Len() != 1000 || tb.Evictions() != 99000 || len(tb.ents) != 1000 {
 		t.Errorf("Len %d Evictions %d slots %d, want 1000, 99000, 1000", tb.Len(), tb.Evictions(), len(tb.ents))
@@ -109,7 +113,7 @@ func TestTableMemoryPerFlow(t *testing.T) {
 	// V is the size of shaper's per-flow state (limiter state + counters).
 	tb := NewTable[[12]int64](n, 0)
 	for i := range n {
-		tb.Get(k(i), 1)
+		tb.Get(kp(i), 1)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -126,20 +130,22 @@ var entrySize = func() int { var e entry[[12]int64]; return int(sizeof(e)) }()
 func TestTableNoAllocs(t *testing.T) {
 	tb := NewTable[int](1000, 1e9)
 	for i := range 1000 {
-		tb.Get(k(i), 0)
+		tb.Get(kp(i), 0)
 	}
 	i := 0
 	if n := testing.AllocsPerRun(10000, func() {
-		tb.Get(k(i%1000), int64(i))
+		tb.Get(kp(i%1000), int64(i))
 		i++
 	}); n != 0 {
 		t.Errorf("Get on a working set: %v allocs, want 0", n)
 	}
 	// Churn through a full table: eviction reuses slots.
 	if n := testing.AllocsPerRun(10000, func() {
-		tb.Get(k(5000+i), int64(i))
+		tb.Get(kp(5000+i), int64(i))
 		i++
 	}); n != 0 {
 		t.Errorf("Get evicting: %v allocs, want 0", n)
 	}
 }
+
+func kp(i int) *Key { x := k(i); return &x }

@@ -171,21 +171,32 @@ type Result struct {
 // returns its verdict at time now (nanoseconds since the Unix epoch). It does
 // not allocate once the flow table has grown to its working size.
 func (e *Engine) Decide(pkt []byte, now int64) Verdict {
-	return e.DecideResult(pkt, now).Verdict
+	var k flows.Key
+	v, _ := e.decide(pkt, now, &k)
+	return v
 }
 
 // DecideResult is Decide that also tells which flow the packet was counted
 // against.
-func (e *Engine) DecideResult(pkt []byte, now int64) Result {
+func (e *Engine) DecideResult(pkt []byte, now int64) (r Result) {
+	r.Verdict, r.Malformed = e.decide(pkt, now, &r.Key)
+	return r
+}
+
+// decide is Decide writing the flow key to *k (left zero for a malformed
+// packet). Results are written in place rather than returned as a struct:
+// a returned composite is built in a temporary and copied, which cost more
+// than the whole limiter.
+func (e *Engine) decide(pkt []byte, now int64, k *flows.Key) (Verdict, bool) {
 	var p flows.Packet
 	p.Decode(pkt)
 	e.stats.Packets++
 	if p.Class == flows.Malformed {
 		e.stats.Malformed++
 		e.count(e.malformed)
-		return Result{Verdict: e.malformed, Malformed: true}
+		return e.malformed, true
 	}
-	k := e.key.Key(&p)
+	e.key.KeyTo(k, &p)
 	f, fresh := e.table.Get(k, now)
 	if fresh {
 		e.lim.Reset(&f.state, now)
@@ -195,18 +206,15 @@ func (e *Engine) DecideResult(pkt []byte, now int64) Result {
 	if e.bytes {
 		cost = int64(p.Length)
 	}
-	v := Drop
-	if e.lim.Allow(&f.state, now, cost) {
-		v = Accept
-	}
 	f.stats.Packets++
-	if v == Accept {
+	if e.lim.Allow(&f.state, now, cost) {
 		f.stats.Accepted++
-	} else {
-		f.stats.Dropped++
+		e.stats.Accepted++
+		return Accept, false
 	}
-	e.count(v)
-	return Result{Verdict: v, Key: k}
+	f.stats.Dropped++
+	e.stats.Dropped++
+	return Drop, false
 }
 
 func (e *Engine) count(v Verdict) {

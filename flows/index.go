@@ -1,0 +1,104 @@
+package flows
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"math/rand/v2"
+)
+
+// index maps a Key to its entry's position in Table.ents. It is an
+// open-addressing hash table with linear probing and backward-shift
+// deletion, sized to a power of two at most half full.
+//
+// Why not a Go map: at a million flows a packet's map lookup costs the
+// Swiss table's control word and slot, then the entry; here a slot is 8
+// bytes holding 32 bits of the hash beside the entry's position, so a lookup
+// touches one slot and the entry it names, and compares the 40-byte key only
+// when the 32 hash bits already match. BenchmarkTable measures both.
+//
+// The hash is keyed with a random seed per table so that senders cannot
+// choose 5-tuples that collide.
+type index struct {
+	slots []uint64 // 0 = empty; else hash32<<32 | position+1
+	mask  uint64
+	limit int // slot count will not grow past this
+	n     int
+	seed  uint64
+}
+
+func newIndex(hint, maxEntries int) index {
+	limit := 1 << bits.Len(uint(2*maxEntries-1))
+	size := min(1<<bits.Len(uint(2*max(hint, 8)-1)), limit)
+	return index{slots: make([]uint64, size), mask: uint64(size - 1), limit: limit, seed: rand.Uint64() | 1}
+}
+
+const (
+	m1 = 0xa0761d6478bd642f
+	m2 = 0xe7037ed1a0b428db
+	m3 = 0x8ebc6af09c88c6e3
+)
+
+func mix(a, b uint64) uint64 {
+	hi, lo := bits.Mul64(a, b)
+	return hi ^ lo
+}
+
+// hash is a seeded wyhash-style mix of the key's 37 meaningful bytes.
+func (x *index) hash(k *Key) uint64 {
+	le := binary.LittleEndian
+	w := uint64(k.SrcPort) | uint64(k.DstPort)<<16 | uint64(k.Proto)<<32 | uint64(k.Family)<<40 | uint64(k.Mode)<<48
+	h := mix(le.Uint64(k.Src[0:])^x.seed, le.Uint64(k.Src[8:])^m1)
+	h = mix(h^le.Uint64(k.Dst[0:]), le.Uint64(k.Dst[8:])^m2)
+	return mix(h^w, x.seed^m3)
+}
+
+// tag is the part of a hash stored in a slot; its low bits pick the home
+// slot.
+func tag(h uint64) uint64 { return h & 0xffffffff }
+
+// put stores position pos for a key of hash h in an empty slot found by
+// Table.lookup.
+func (x *index) put(slot, h uint64, pos int32) {
+	x.slots[slot] = tag(h)<<32 | uint64(pos+1)
+	x.n++
+}
+
+// del empties slot i and shifts later entries of its probe run back, so
+// that no tombstones slow lookups down.
+func (x *index) del(i uint64) {
+	x.n--
+	for j := (i + 1) & x.mask; ; j = (j + 1) & x.mask {
+		s := x.slots[j]
+		if s == 0 {
+			break
+		}
+		home := (s >> 32) & x.mask
+		// Move s into the hole at i if its home is not in (i, j].
+		if (j > i && (home <= i || home > j)) || (j < i && home <= i && home > j) {
+			x.slots[i] = s
+			i = j
+		}
+	}
+	x.slots[i] = 0
+}
+
+// full reports whether one more entry would make the index more than half
+// full while it may still grow.
+func (x *index) full() bool { return 2*(x.n+1) > len(x.slots) && len(x.slots) < x.limit }
+
+// grow doubles the slot count and reinserts every slot.
+func (x *index) grow() {
+	old := x.slots
+	x.slots = make([]uint64, 2*len(old))
+	x.mask = uint64(len(x.slots) - 1)
+	for _, s := range old {
+		if s == 0 {
+			continue
+		}
+		i := (s >> 32) & x.mask
+		for x.slots[i] != 0 {
+			i = (i + 1) & x.mask
+		}
+		x.slots[i] = s
+	}
+}
