@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh Debian machine, as root:
+#
+#   sudo ./scripts/test.sh
+#
+# Installs what the tests need with apt-get (only what is missing), then runs
+# go vet and every test: unit, property, golden, fuzz seed corpora, and the
+# end-to-end tests that run the real binary against the real kernel in
+# network namespaces they create (those need root; as another user they skip
+# and say so). Then each fuzz target runs for a few seconds (FUZZTIME, 0 to
+# skip). Exits non-zero when anything fails.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+
+need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev)
+if [ "$(id -u)" = 0 ]; then
+	missing=()
+	for p in "${need[@]}"; do
+		dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p")
+	done
+	if [ ${#missing[@]} -gt 0 ]; then
+		echo "test.sh: installing ${missing[*]}"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	fi
+	# NFQUEUE and hashlimit live in modules on most kernels; load them if
+	# this kernel has them as modules (built in is fine too).
+	for m in nfnetlink_queue xt_NFQUEUE nft_queue xt_hashlimit; do modprobe -q "$m" 2>/dev/null || true; done
+else
+	echo "test.sh: not root: not installing packages; tests that need root (netns, NFQUEUE) will skip"
+fi
+
+command -v go >/dev/null || { echo "test.sh: go not found (expected at /usr/local/go/bin)" >&2; exit 1; }
+go version
+
+echo "== go vet"
+go vet ./...
+
+echo "== go test"
+# -p 1: the end-to-end tests measure rates through the kernel; packages
+# running side by side on a 2-core machine would disturb them.
+go test -p 1 -count=1 -timeout 20m ./...
+
+FUZZTIME=${FUZZTIME:-10s}
+if [ "$FUZZTIME" != 0 ]; then
+	echo "== fuzz ($FUZZTIME each)"
+	for pkg in $(go list ./...); do
+		dir=$(go list -f '{{.Dir}}' "$pkg")
+		for fz in $(grep -ho '^func Fuzz[A-Za-z0-9_]*' "$dir"/*_test.go 2>/dev/null | sed 's/^func //'); do
+			go test -run '^$' -fuzz "^${fz}\$" -fuzztime "$FUZZTIME" "$pkg"
+		done
+	done
+fi
+echo "test.sh: all tests passed"
