@@ -32,8 +32,8 @@ type limiterFlags struct {
 // addLimiterFlags defines the limiter flags on fs.
 func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
 	l := &limiterFlags{}
-	fs.Float64Var(&l.pps, "pps", 0, "per-flow limit in packets per `rate` per second; fractions allowed (--pps 0.5 --window 10s is 5 per 10 s)")
-	fs.StringVar(&l.bitrate, "bitrate", "", "per-flow limit in bits per second, tc-style: 500kbit, 10mbit, 1gbit (kbps/mbps are bytes per second, as in tc); a packet costs its IP length")
+	fs.Float64Var(&l.pps, "pps", 0, "per-flow limit: `N` packets per second; fractions allowed (--pps 0.5 --window 10s is 5 per 10 s)")
+	fs.StringVar(&l.bitrate, "bitrate", "", "per-flow limit: `RATE` in bits per second, tc-style: 500kbit, 10mbit, 1gbit (kbps/mbps are bytes per second, as in tc); a packet costs its IP length")
 	fs.Float64Var(&l.burst, "burst", 0, "token bucket capacity in packets (with --bitrate: bytes); default 5 packets, or with --bitrate max(65535 bytes, 0.1 s of rate)")
 	fs.StringVar(&l.algo, "algo", "token-bucket", "limiter: token-bucket, fixed-window, sliding-window (exact log, packets only) or sliding-window-counter")
 	fs.DurationVar(&l.window, "window", time.Second, "window length of the window algorithms (windows align to multiples of it since the Unix epoch)")
@@ -43,7 +43,7 @@ func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
 	fs.IntVar(&l.srcPrefix6, "src-prefix6", 128, "IPv6 source prefix length (64 = one limit per /64)")
 	fs.IntVar(&l.dstPrefix6, "dst-prefix6", 128, "IPv6 destination prefix length")
 	fs.BoolVar(&l.symmetric, "symmetric", false, "count both directions of a conversation as one flow")
-	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap; when full the least recently used flow is evicted (about 200 bytes per flow)")
+	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap; when full the least recently used flow is evicted (about 220 bytes per flow)")
 	fs.DurationVar(&l.flowTimeout, "flow-timeout", time.Duration(shaper.DefaultFlowTimeout), "forget a flow after this long without packets")
 	fs.StringVar(&l.malformed, "malformed", "accept", "verdict for packets that do not decode as IP: accept or drop")
 	return l
