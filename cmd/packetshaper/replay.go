@@ -188,7 +188,11 @@ func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Durat
 	if elapsed > 0 {
 		rate = float64(s.Packets) / elapsed.Seconds()
 	}
-	fmt.Fprintf(w, "replay     %v, %s packets/s\n", elapsed.Round(time.Millisecond), humanRate(rate))
+	round := time.Millisecond
+	if elapsed < time.Second {
+		round = time.Microsecond
+	}
+	fmt.Fprintf(w, "replay     %v, %s packets/s\n", elapsed.Round(round), humanRate(rate))
 	fl := r.Flows(top)
 	if len(fl) == 0 || fl[0].Dropped == 0 {
 		fmt.Fprintln(w, "no flow had drops")
