@@ -130,8 +130,21 @@ func newTopo(t *testing.T) *topo {
 		tp.must(s.ns, "ip", "link", "set", "lo", "up")
 		tp.must(s.ns, "ip", "link", "set", s.dev, "up")
 	}
-	tp.must(tp.A, "ping", "-c", "1", "-W", "2", tp.IPB)
-	tp.must(tp.A, "ping", "-6", "-c", "1", "-W", "2", tp.IP6B)
+	// The link may take a moment to come up (carrier, IPv6 neighbour
+	// discovery): the first ping can be lost.
+	for _, args := range [][]string{{"ping", "-c", "1", "-W", "1", tp.IPB}, {"ping", "-6", "-c", "1", "-W", "1", tp.IP6B}} {
+		var out string
+		var err error
+		for try := 0; try < 5; try++ {
+			if out, err = tp.run(tp.A, args...); err == nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("the veth link does not work: [%s] %s: %v\n%s", tp.A, strings.Join(args, " "), err, out)
+		}
+	}
 	return tp
 }
 

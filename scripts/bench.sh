@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# bench.sh - packets/s delivered through NFQUEUE by packetshaper, beside the
+# kernel with no queue rule, a minimal C consumer, a naive go-nfqueue
+# consumer and iptables hashlimit, all measured in one run (root).
+#
+#   sudo ./scripts/bench.sh                 # about 2 minutes
+#   sudo REPS=5 ./scripts/bench.sh
+#
+# It drives the reference harness ../shared/nfqbench/run.sh (NFQBENCH=path to
+# change it), which creates its own namespaces, sends 64-byte UDP from a
+# bounded C sender pinned to core 0 and counts what passes every INPUT chain
+# of the receiving namespace. The repetitions are interleaved (rep 1 of every
+# case, then rep 2, ...) so that background load hits all cases alike; the
+# table gives the median of REPS runs per case and ratios computed from
+# those medians, i.e. within this run.
+#
+# Cases
+#   base        kernel, no queue rule
+#   c_per       minimal C consumer, libnetfilter_queue, one verdict per packet
+#   go          naive go-nfqueue v2.1.0 consumer, one SetVerdict per packet
+#   ps_accept   packetshaper --pps 1e9 (accepts everything), FLOWS flows
+#   ps_limited  packetshaper --pps LIMITED_PPS with LIMITED_FLOWS flows: every
+#               flow under its limit, but every packet decided by the shaper
+#   hashlimit   iptables hashlimit 100/s burst 5 per 5-tuple (in the kernel)
+#
+# Only packets that went through the consumer count: every consumer runs
+# fail-closed (packetshaper with --fail-closed), so a full queue drops instead
+# of bypassing, and "via consumer" (the queue's id_sequence, or the consumer's
+# own packets= count) is shown beside "delivered".
+#
+# Environment (defaults): REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000
+#   LIMITED_PPS=1000 SIZE=64 OUT=/tmp/packetshaper-bench/<time>
+#   PS_ARGS="" (extra packetshaper flags for both ps_ cases)
+set -u -o pipefail
+
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+NFQBENCH=${NFQBENCH:-$ROOT/../shared/nfqbench/run.sh}
+REPS=${REPS:-3}
+DUR=${DUR:-2.5}
+FLOWS=${FLOWS:-1000}
+LIMITED_FLOWS=${LIMITED_FLOWS:-10000}
+LIMITED_PPS=${LIMITED_PPS:-1000}
+SIZE=${SIZE:-64}
+PS_ARGS=${PS_ARGS:-}
+OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
+export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
+
+die() { echo "bench.sh: $*" >&2; exit 1; }
+log() { echo "[bench] $*" >&2; }
+
+case "${1:-}" in -h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; '') ;; *) die "no arguments (see --help); settings are environment variables" ;; esac
+[ "$(id -u)" = 0 ] || die "must run as root (network namespaces, NFQUEUE)"
+[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh)"
+for v in REPS FLOWS LIMITED_FLOWS LIMITED_PPS SIZE; do
+	case "${!v}" in '' | *[!0-9]*) die "$v='${!v}': want a whole number" ;; esac
+done
+[ "$REPS" -ge 1 ] && [ "$REPS" -le 20 ] || die "REPS=$REPS: want 1..20"
+[ "$LIMITED_FLOWS" -le 55535 ] || die "LIMITED_FLOWS=$LIMITED_FLOWS: the sender's source ports allow 55535"
+
+mkdir -p "$OUT" || die "cannot create $OUT"
+ID=$(printf '%04x' $((RANDOM % 65536)))
+# run.sh insists on namespace names starting with nb-; ours are unique so
+# that parallel runs (and other users of run.sh) do not collide.
+export NS_A=nb-psb$ID-a NS_B=nb-psb$ID-b VETH_A=nbp${ID}a VETH_B=nbp${ID}b
+export BIN=$OUT/bin DUR SIZES=$SIZE
+trap 'ip netns del "$NS_A" 2>/dev/null; ip netns del "$NS_B" 2>/dev/null; exit 130' INT TERM
+
+log "building packetshaper"
+mkdir -p "$BIN"
+(cd "$ROOT" && go build -o "$BIN/packetshaper" ./cmd/packetshaper) || die "go build ./cmd/packetshaper failed"
+PS="$BIN/packetshaper --queue 0 --fail-closed --max-flows $((LIMITED_FLOWS * 2)) $PS_ARGS"
+
+# run LABEL FLOWS CASES [CONSUMER]: one repetition of CASES via run.sh;
+# its rows go to $OUT/LABEL-rN/runs.csv.
+run() {
+	local label=$1 flows=$2 cases=$3 consumer=${4:-} dir
+	dir=$OUT/$label-r$rep
+	log "rep $rep/$REPS: $label ($cases, $flows flows)"
+	if [ -n "$consumer" ]; then
+		CONSUMER="$consumer" FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" one >"$dir.log" 2>&1
+	else
+		FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" all >"$dir.log" 2>&1
+	fi || { tail -20 "$dir.log" >&2; die "run.sh failed for $label (log: $dir.log)"; }
+	grep -E '^\[nfqbench\] (ERROR|consumer)' "$dir.log" >&2
+	return 0
+}
+
+t0=$SECONDS
+for rep in $(seq "$REPS"); do
+	run builtin "$FLOWS" "base c_per go hashlimit"
+	run ps_accept "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000"
+	run ps_limited "$LIMITED_FLOWS" custom "$PS --pps $LIMITED_PPS --burst $LIMITED_PPS"
+done
+
+# ---------------------------------------------------------------- table
+# Merge the rows, naming the custom ones after their label.
+{
+	head -1 "$OUT/builtin-r1/runs.csv"
+	for f in "$OUT"/*-r*/runs.csv; do
+		label=$(basename "$(dirname "$f")")
+		label=${label%-r*}
+		tail -n +2 "$f" | awk -F, -v OFS=, -v l="$label" '$1=="custom"{$1=l} {print}'
+	done
+} >"$OUT/runs.csv"
+
+awk -F, -v reps="$REPS" '
+NR==1 {next}
+$5=="ERR" {err[$1]++; next}
+{
+	k=$1; n[k]++; i=n[k]
+	flows[k]=$3; dp[k,i]=$9; sp[k,i]=$7; exp_r[k,i]=($10>0 ? $8/$10 : 0)
+	# packets that went through the consumer: its own count, else id_sequence
+	via = ($12!="" ? $12 : $13)
+	vq[k,i] = ($8>0 && via!="" && !($12=="" && $13==0) ? via/$8 : -1)
+	cpp[k,i] = (via>0 ? ($16/100.0)*$6*1e6/via : 0)
+	qd[k,i] = ($5>0 ? $14/$5 : 0)
+}
+function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
+	for(i=2;i<=m;i++){t=v[i]; for(j=i-1;j>=1 && v[j]>t;j--) v[j+1]=v[j]; v[j+1]=t}
+	return (m%2) ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
+function mn(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]<r) r=a[k,i]; return r}
+function mx(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]>r) r=a[k,i]; return r}
+function ratio(k, ref) { return (ref in M && M[ref]>0 && k!="hashlimit") ? sprintf("%.2f", M[k]/M[ref]) : "-" }
+END {
+	split("base c_per go ps_accept ps_limited hashlimit", order, " ")
+	for (o=1;o<=6;o++) { k=order[o]; if (n[k]) M[k]=med(dp,k,n[k]) }
+	print "| case | flows | delivered pps: **median** (min–max) | sent pps | delivered / expected | via consumer | queue-full drops | consumer µs/pkt | × base | × c_per | × go |"
+	print "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	for (o=1;o<=6;o++) { k=order[o]; m=n[k]
+		if (!m) { if (err[k]) printf "| %s | | ERROR (%d runs) | | | | | | | | |\n", k, err[k]; continue }
+		v=med(vq,k,m); c=med(cpp,k,m); q=med(qd,k,m)
+		printf "| %s | %s | **%.0f** (%.0f–%.0f) | %.0f | %.1f%% | %s | %s | %s | %s | %s | %s |\n",
+			k, flows[k], M[k], mn(dp,k,m), mx(dp,k,m), med(sp,k,m), 100*med(exp_r,k,m),
+			(v>=0 ? sprintf("%.0f%%", 100*v) : "-"), (q>0 ? sprintf("%.0f%%", 100*q) : "-"),
+			(c>0 ? sprintf("%.1f", c) : "-"), ratio(k,"base"), ratio(k,"c_per"), ratio(k,"go")
+		if (m < reps) short = short " " k "(" m "/" reps ")"
+	}
+	if (short != "") print "\nfewer runs than asked for:" short
+}' "$OUT/runs.csv" >"$OUT/bench.md"
+
+{
+	echo
+	echo "$(date -u +%FT%TZ), kernel $(uname -r), $(nproc) CPUs, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)"
+	echo "REPS=$REPS DUR=$DUR s SIZE=$SIZE B FLOWS=$FLOWS LIMITED_FLOWS=$LIMITED_FLOWS LIMITED_PPS=$LIMITED_PPS; sender pinned to core 0, consumers to core 1 (run.sh defaults)"
+	echo "packetshaper: $PS ...; $(cd "$ROOT" && git log -1 --format='commit %h %s' 2>/dev/null)"
+	echo "command: sudo ./scripts/bench.sh (raw rows: $OUT/runs.csv)"
+} >>"$OUT/bench.md"
+cat "$OUT/bench.md"
+log "done in $((SECONDS - t0)) s"
