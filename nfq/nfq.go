@@ -18,6 +18,9 @@ package nfq
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
+	"sync/atomic"
 	"time"
 )
 
@@ -71,6 +74,14 @@ type Config struct {
 	// DefaultBatchSize. A batch is whatever the socket holds when it is
 	// read, up to BatchSize: packets never wait for a batch to fill.
 	BatchSize int
+	// Latency makes Run measure each packet's verdict latency: the time
+	// from the kernel timestamping the packet as it entered the network
+	// stack to the write of its verdict returning (see LatencyStats). It
+	// sets SO_TIMESTAMP on the socket, which turns on receive timestamps
+	// system-wide (one clock read per packet received by the host), and
+	// costs Run one more clock read per batch. Packets without a kernel
+	// timestamp (locally generated ones, in OUTPUT) are not measured.
+	Latency bool
 	// Logf, if not nil, is called (from Run's goroutine, at most once per
 	// second) when the kernel reports that the socket's receive buffer
 	// overflowed (ENOBUFS): packets were lost to user space, and accepted
@@ -131,6 +142,9 @@ type Packet struct {
 	// It points into the receive buffer: it is valid only until the
 	// Handler returns and must not be kept.
 	Data []byte
+	// Timestamp is when the packet entered the network stack, in ns since
+	// the Unix epoch, if the kernel stamped it (Config.Latency), else 0.
+	Timestamp int64
 	// Len is the length of the whole packet: the kernel's NFQA_CAP_LEN
 	// when Data was cut to the copy range, len(Data) otherwise. (The IP
 	// header in Data carries the same length.)
@@ -154,6 +168,80 @@ type Stats struct {
 	ENOBUFS     uint64 // receive buffer overruns reported by the kernel
 	Lost        uint64 // packets the kernel queued but could not send (gaps in the ids)
 	Errors      uint64 // other receive/send errors and kernel error replies
+}
+
+// LatencyStats summarise verdict latencies measured with Config.Latency.
+// Quantiles are upper bounds of histogram buckets: exact to 1 µs below
+// 1 ms, to 1/16 above.
+type LatencyStats struct {
+	Count         uint64 // packets measured
+	P50, P99, Max time.Duration
+}
+
+// latencyHist is a log-linear histogram of durations: 1 µs buckets up to
+// 1024 µs, then 16 buckets per power of two, up to about 67 s.
+type latencyHist struct {
+	buckets [latBuckets]atomic.Uint64
+	max     atomic.Int64
+}
+
+const (
+	latLinear  = 1024                  // µs covered by 1-µs buckets
+	latSub     = 16                    // buckets per power of two above
+	latBuckets = latLinear + 16*latSub // up to 2^26 µs
+)
+
+func latBucket(us int64) int {
+	if us < latLinear {
+		return int(max(us, 0))
+	}
+	e := bits.Len64(uint64(us)) - 1 // 2^e <= us < 2^(e+1), e >= 10
+	sub := int((us >> (e - 4)) & (latSub - 1))
+	b := latLinear + (e-10)*latSub + sub
+	return min(b, latBuckets-1)
+}
+
+// latUpper is the largest value in bucket b, in µs.
+func latUpper(b int) int64 {
+	if b < latLinear {
+		return int64(b)
+	}
+	e := (b-latLinear)/latSub + 10
+	sub := int64((b - latLinear) % latSub)
+	return (1<<e + (sub+1)<<(e-4)) - 1
+}
+
+func (h *latencyHist) add(ns int64) {
+	h.buckets[latBucket(ns/1000)].Add(1)
+	if ns > h.max.Load() {
+		h.max.Store(ns) // one writer: Run's goroutine
+	}
+}
+
+func (h *latencyHist) stats() LatencyStats {
+	var counts [latBuckets]uint64
+	var s LatencyStats
+	for i := range counts {
+		counts[i] = h.buckets[i].Load()
+		s.Count += counts[i]
+	}
+	if s.Count == 0 {
+		return s
+	}
+	q := func(f float64) time.Duration {
+		rank := uint64(math.Ceil(f * float64(s.Count)))
+		var c uint64
+		for i, n := range counts {
+			c += n
+			if c >= rank {
+				return time.Duration(latUpper(i)+1) * time.Microsecond
+			}
+		}
+		return time.Duration(h.max.Load())
+	}
+	s.P50, s.P99 = q(0.50), q(0.99)
+	s.Max = time.Duration(h.max.Load())
+	return s
 }
 
 // Errors returned by Open; test them with errors.Is. The message of the

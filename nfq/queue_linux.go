@@ -69,6 +69,8 @@ type Queue struct {
 	seenNlError uint64 // b.nlErrors already counted into stats
 	seenLost    uint64 // b.lost already counted into stats
 
+	latency latencyHist
+
 	stats struct {
 		packets, accepted, dropped, batches, verdictMsgs, enobufs, lost, errors atomic.Uint64
 	}
@@ -112,6 +114,11 @@ func Open(c Config) (*Queue, error) {
 	}
 	// NETLINK_NO_ENOBUFS is deliberately not set: an overrun then shows
 	// up as one ENOBUFS from the next read, which Run counts and logs.
+	if cfg.Latency {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TIMESTAMP, 1); err != nil {
+			return fail(fmt.Errorf("nfq: queue %d: SO_TIMESTAMP: %w", cfg.Queue, err))
+		}
+	}
 	tv := unix.NsecToTimeval(int64(recvTimeout))
 	if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return fail(fmt.Errorf("nfq: queue %d: SO_RCVTIMEO: %w", cfg.Queue, err))
@@ -330,6 +337,14 @@ func (q *Queue) answer(fn Handler, now int64) {
 	if err := q.write(out); err != nil {
 		q.stats.errors.Add(1)
 	}
+	if q.cfg.Latency {
+		sent := time.Now().UnixNano()
+		for i := range b.pkts {
+			if ts := b.pkts[i].Timestamp; ts != 0 {
+				q.latency.add(sent - ts)
+			}
+		}
+	}
 	n := uint64(len(b.pkts))
 	q.stats.packets.Add(n)
 	q.stats.accepted.Add(n - drops)
@@ -412,6 +427,10 @@ func (q *Queue) Close() error {
 	})
 	return q.closeErr
 }
+
+// Latency returns the verdict latencies measured so far (Config.Latency).
+// It is safe to call concurrently with Run.
+func (q *Queue) Latency() LatencyStats { return q.latency.stats() }
 
 // Stats returns the queue's counters. It is safe to call concurrently with Run.
 func (q *Queue) Stats() Stats {

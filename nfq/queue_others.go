@@ -20,3 +20,4 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error { return ErrNoSupport
 func (q *Queue) Close() error                              { return nil }
 func (q *Queue) Stats() Stats                              { return Stats{} }
 func (q *Queue) KernelStats() (KernelStats, error)         { return KernelStats{}, ErrNotBound }
+func (q *Queue) Latency() LatencyStats                     { return LatencyStats{} }

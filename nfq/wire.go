@@ -26,6 +26,7 @@ const (
 
 	nfqaPacketHdr  = 1
 	nfqaVerdictHdr = 2
+	nfqaTimestamp  = 4
 	nfqaPayload    = 10
 	nfqaCapLen     = 13
 
@@ -80,6 +81,11 @@ func parsePacket(b []byte, p *Packet) bool {
 			}
 		case nfqaPayload:
 			p.Data = data
+		case nfqaTimestamp:
+			// struct nfqnl_msg_packet_timestamp { __aligned_be64 sec; __aligned_be64 usec; }
+			if len(data) >= 16 {
+				p.Timestamp = int64(be.Uint64(data))*1e9 + int64(be.Uint64(data[8:]))*1e3
+			}
 		case nfqaCapLen:
 			if len(data) >= 4 {
 				capLen = int(be.Uint32(data))

@@ -49,6 +49,7 @@ type liveFlags struct {
 	statsEvery  time.Duration
 	logFormat   string
 	metricsAddr string
+	latency     bool
 }
 
 func addLiveFlags(fs *flag.FlagSet) *liveFlags {
@@ -61,6 +62,7 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	fs.BoolVar(&f.failClosed, "fail-closed", false, "drop packets that find the queue full instead of accepting them")
 	fs.DurationVar(&f.statsEvery, "stats-interval", 10*time.Second, "log a stats line this often (0: only the final one at exit)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
+	fs.BoolVar(&f.latency, "latency", false, "measure each packet's verdict latency (from entering the network stack to its verdict) and log p50/p99/max; turns on kernel receive timestamps system-wide")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus text metrics at http://`ADDR`/metrics; ADDR must be a loopback address, e.g. 127.0.0.1:9464")
 	return f
 }
@@ -145,6 +147,7 @@ type totals struct {
 	nfq.Stats
 	flows, malformed, evictions uint64
 	kernel                      nfq.KernelStats // summed over the bound queues
+	latency                     nfq.LatencyStats
 }
 
 func sum(ws []*worker) totals {
@@ -162,6 +165,14 @@ func sum(ws []*worker) totals {
 		t.flows += w.flows.Load()
 		t.malformed += w.malformed.Load()
 		t.evictions += w.evictions.Load()
+		// Quantiles do not add up over queues: report the worst queue's.
+		if l := w.q.Latency(); l.P99 > t.latency.P99 || l.Max > t.latency.Max {
+			c := t.latency.Count + l.Count
+			t.latency = l
+			t.latency.Count = c
+		} else {
+			t.latency.Count += l.Count
+		}
 		if ks, err := w.q.KernelStats(); err == nil {
 			t.kernel.QueueTotal += ks.QueueTotal
 			t.kernel.QueueDropped += ks.QueueDropped
@@ -171,14 +182,21 @@ func sum(ws []*worker) totals {
 	return t
 }
 
-func logStats(log *slog.Logger, msg string, t totals, elapsed time.Duration) {
-	log.Info(msg,
+func logStats(log *slog.Logger, msg string, t totals, elapsed time.Duration, latency bool) {
+	attrs := []any{
 		"packets", t.Packets, "accepted", t.Accepted, "dropped", t.Dropped,
 		"malformed", t.malformed, "flows", t.flows, "evictions", t.evictions,
 		"queued", t.kernel.QueueTotal, "queue_drops", t.kernel.QueueDropped,
 		"socket_drops", t.kernel.UserDropped, "lost", t.Lost, "enobufs", t.ENOBUFS,
 		"errors", t.Errors, "batches", t.Batches, "verdict_msgs", t.VerdictMsgs,
-		"secs", fmt.Sprintf("%.3f", elapsed.Seconds()))
+		"secs", fmt.Sprintf("%.3f", elapsed.Seconds()),
+	}
+	if latency {
+		us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/1e3) }
+		attrs = append(attrs, "lat_count", t.latency.Count, "lat_p50_us", us(t.latency.P50),
+			"lat_p99_us", us(t.latency.P99), "lat_max_us", us(t.latency.Max))
+	}
+	log.Info(msg, attrs...)
 }
 
 // runLive is the root command: exit status 0 after a clean stop, 1 when the
@@ -262,6 +280,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			FailClosed:  f.failClosed,
 			ReadBuffer:  f.readBuffer,
 			BatchSize:   f.batch,
+			Latency:     f.latency,
 			Logf:        logf,
 		})
 		if err != nil {
@@ -325,13 +344,13 @@ loop:
 	for {
 		select {
 		case <-tick:
-			logStats(log, "stats", sum(ws), time.Since(start))
+			logStats(log, "stats", sum(ws), time.Since(start), f.latency)
 		case <-finished:
 			break loop
 		}
 	}
 	// Unbound now: KernelStats has nothing to add.
-	logStats(log, "final stats", sum(ws), time.Since(start))
+	logStats(log, "final stats", sum(ws), time.Since(start), f.latency)
 	close(errs)
 	if err := <-errs; err != nil {
 		log.Error(oneLine(err.Error()))
