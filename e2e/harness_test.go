@@ -375,6 +375,7 @@ type sendResult struct {
 		FirstNs int64             `json:"first_ns"`
 		LastNs  int64             `json:"last_ns"`
 		Windows map[string]uint64 `json:"windows"`
+		TimesUs []int64           `json:"times_us"`
 	} `json:"flows"`
 	Sent   uint64 `json:"sent"`
 	Errors uint64 `json:"errors"`

@@ -65,6 +65,10 @@ type SendFlow struct {
 	// the window's index floor(unix ns / window); a packet sent to several
 	// destinations counts once. Only with --window.
 	Windows map[string]uint64 `json:"windows,omitempty"`
+	// TimesUs is the send time of each of the flow's packets, in µs after
+	// FirstNs. Only with --times (for tests that replay an ideal limiter
+	// over the actual send times).
+	TimesUs []int64 `json:"times_us,omitempty"`
 }
 
 // SendResult is send's JSON output.
@@ -89,6 +93,7 @@ func runSend(ctx context.Context, args []string) (any, error) {
 	count := fs.Uint64("count", 0, "stop after this many packets per flow and destination (0 = only --duration)")
 	size := fs.Int("size", 64, "UDP payload bytes (0..1400)")
 	window := fs.Duration("window", 0, "also count packets per flow per window of this length, aligned to the Unix epoch")
+	times := fs.Bool("times", false, "also report each packet's send time per flow (µs after the flow's first)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -203,6 +208,9 @@ loop:
 			}
 			if wins != nil {
 				wins[f][ns/int64(*window)]++
+			}
+			if *times && st.Sent > 0 {
+				st.TimesUs = append(st.TimesUs, (ns-st.FirstNs)/1000)
 			}
 		}
 		if total > 0 && i >= total {
