@@ -619,8 +619,9 @@ func hugeCaplen() ([]byte, error) {
 	return append(b, make([]byte, 64)...), nil
 }
 
-// writeBench writes n packets over nflows UDP flows (Ethernet, IPv4, 64 to
-// 1400 bytes), 1 µs apart, round-robin over the flows in a seeded shuffle.
+// writeBench writes n packets over nflows UDP flows (Ethernet, IPv4, frames
+// of 60 to 260 bytes), 1 µs apart, round-robin over the flows in a seeded
+// shuffle.
 func writeBench(path string, n, nflows int) error {
 	f, err := os.Create(path)
 	if err != nil {
@@ -636,7 +637,7 @@ func writeBench(path string, n, nflows int) error {
 	pkts := make([][]byte, nflows)
 	for i := range pkts {
 		src := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
-		pkts[i] = eth4(udp4(src, "192.0.2.1", uint16(1024+i%60000), 443, 18+rng.IntN(1300)))
+		pkts[i] = eth4(udp4(src, "192.0.2.1", uint16(1024+i%60000), 443, 18+rng.IntN(200)))
 	}
 	order := rng.Perm(nflows)
 	for k := range n {
