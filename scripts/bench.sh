@@ -115,6 +115,7 @@ $5=="ERR" {err[$1]++; next}
 	vq[k,i] = ($8>0 && via!="" && !($12=="" && $13==0) ? via/$8 : -1)
 	cpp[k,i] = (via>0 ? ($16/100.0)*$6*1e6/via : 0)
 	qd[k,i] = ($5>0 ? $14/$5 : 0)
+	bg[k,i] = $19
 }
 function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
 	for(i=2;i<=m;i++){t=v[i]; for(j=i-1;j>=1 && v[j]>t;j--) v[j+1]=v[j]; v[j+1]=t}
@@ -125,15 +126,15 @@ function ratio(k, ref) { return (ref in M && M[ref]>0 && k!="hashlimit") ? sprin
 END {
 	split("base c_per go ps_accept ps_limited hashlimit", order, " ")
 	for (o=1;o<=6;o++) { k=order[o]; if (n[k]) M[k]=med(dp,k,n[k]) }
-	print "| case | flows | delivered pps: **median** (min–max) | sent pps | delivered / expected | via consumer | queue-full drops | consumer µs/pkt | × base | × c_per | × go |"
-	print "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+	print "| case | flows | delivered pps: **median** (min–max) | sent pps | delivered / expected | via consumer | queue-full drops | consumer µs/pkt | × base | × c_per | × go | bg load % |"
+	print "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 	for (o=1;o<=6;o++) { k=order[o]; m=n[k]
-		if (!m) { if (err[k]) printf "| %s | | ERROR (%d runs) | | | | | | | | |\n", k, err[k]; continue }
+		if (!m) { if (err[k]) printf "| %s | | ERROR (%d runs) | | | | | | | | | |\n", k, err[k]; continue }
 		v=med(vq,k,m); c=med(cpp,k,m); q=med(qd,k,m)
-		printf "| %s | %s | **%.0f** (%.0f–%.0f) | %.0f | %.1f%% | %s | %s | %s | %s | %s | %s |\n",
+		printf "| %s | %s | **%.0f** (%.0f–%.0f) | %.0f | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f |\n",
 			k, flows[k], M[k], mn(dp,k,m), mx(dp,k,m), med(sp,k,m), 100*med(exp_r,k,m),
 			(v>=0 ? sprintf("%.0f%%", 100*v) : "-"), (q>0 ? sprintf("%.0f%%", 100*q) : "-"),
-			(c>0 ? sprintf("%.1f", c) : "-"), ratio(k,"base"), ratio(k,"c_per"), ratio(k,"go")
+			(c>0 ? sprintf("%.1f", c) : "-"), ratio(k,"base"), ratio(k,"c_per"), ratio(k,"go"), med(bg,k,m)
 		if (m < reps) short = short " " k "(" m "/" reps ")"
 	}
 	if (short != "") print "\nfewer runs than asked for:" short
