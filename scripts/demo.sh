@@ -4,7 +4,7 @@
 #   sudo ./scripts/demo.sh
 #
 # Run as root on a Debian machine. It installs what it needs if missing
-# (iproute2, iptables, iputils-ping; Go is expected in /usr/local/go or on
+# (iproute2, iptables, nftables, iputils-ping; Go is expected in /usr/local/go or on
 # PATH), builds packetshaper and psend, and creates two network namespaces
 # joined by a veth pair:
 #
@@ -44,6 +44,7 @@ done
 missing=()
 command -v ip >/dev/null || missing+=(iproute2)
 command -v iptables >/dev/null || missing+=(iptables)
+command -v nft >/dev/null || missing+=(nftables) # for rules.sh --backend nft
 command -v ping >/dev/null || missing+=(iputils-ping)
 if [ ${#missing[@]} -gt 0 ]; then
 	say "installing ${missing[*]}"

@@ -115,6 +115,8 @@ func runSend(ctx context.Context, args []string) (any, error) {
 		return nil, badFlag("--size %d: must be 0..1400", *size)
 	case *window < 0:
 		return nil, badFlag("--window %v: must be >= 0", *window)
+	case *times && float64(*nflows)**pps*dur.Seconds() > 10e6:
+		return nil, badFlag("--times keeps 8 bytes per packet: at most 10 million packets (flows × pps × duration)")
 	}
 	var srcIP netip.Addr
 	if *src != "" {
