@@ -39,8 +39,10 @@ type Options struct {
 	// timestamps) of the accepted and dropped records, as captured: same
 	// bytes, link type and timestamps. A pcap file holds one link type, so
 	// a record whose link type differs from the first one written is an
-	// error.
-	Accepted, Dropped io.Writer
+	// error, unless AcceptedNg or DroppedNg make that output pcapng, which
+	// gets one interface per link type.
+	Accepted, Dropped     io.Writer
+	AcceptedNg, DroppedNg bool
 	// Progress, if not nil, is called every ProgressEvery records and once
 	// at the end of each file.
 	Progress func(Progress)
@@ -108,10 +110,10 @@ func New(eng *shaper.Engine, o Options) *Replayer {
 		r.verdicts = bufio.NewWriterSize(o.Verdicts, 64<<10)
 	}
 	if o.Accepted != nil {
-		r.acc.init(o.Accepted, "accepted")
+		r.acc.init(o.Accepted, "accepted", o.AcceptedNg)
 	}
 	if o.Dropped != nil {
-		r.drp.init(o.Dropped, "dropped")
+		r.drp.init(o.Dropped, "dropped", o.DroppedNg)
 	}
 	return r
 }
@@ -203,7 +205,7 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 	if v == shaper.Drop {
 		out = &r.drp
 	}
-	if out.w != nil {
+	if out.buf != nil {
 		return out.write(data, ci, lt)
 	}
 	return nil
@@ -270,30 +272,54 @@ func (r *Replayer) Flows(max int) []FlowSummary {
 }
 
 // pcapOut writes records to a pcap file whose header (and so link type) is
-// written with the first record.
+// written with the first record, or to a pcapng file with one interface
+// per link type, added as each first appears.
 type pcapOut struct {
-	w    *pcapgo.Writer
-	buf  *bufio.Writer
 	name string
-	lt   layers.LinkType
-	open bool
+	buf  *bufio.Writer
+	ng   bool
+	// pcap
+	w  *pcapgo.Writer
+	lt layers.LinkType
+	// pcapng
+	ngw    *pcapgo.NgWriter
+	ngLink []layers.LinkType // link type of each interface
+	open   bool
 }
 
-func (o *pcapOut) init(w io.Writer, name string) {
+func (o *pcapOut) init(w io.Writer, name string, ng bool) {
 	o.buf = bufio.NewWriterSize(w, 256<<10)
-	o.w = pcapgo.NewWriterNanos(o.buf)
 	o.name = name
+	o.ng = ng
+	if !ng {
+		o.w = pcapgo.NewWriterNanos(o.buf)
+	}
+}
+
+// start writes the file header, naming lt as the first link type.
+func (o *pcapOut) start(lt layers.LinkType) error {
+	o.open = true
+	if !o.ng {
+		o.lt = lt
+		return o.w.WriteFileHeader(MaxRecord, lt)
+	}
+	var err error
+	o.ngw, err = pcapgo.NewNgWriterInterface(o.buf, ngInterface(lt), pcapgo.NgWriterOptions{
+		SectionInfo: pcapgo.NgSectionInfo{Application: "packetshaper replay"},
+	})
+	o.ngLink = append(o.ngLink, lt)
+	return err
+}
+
+func ngInterface(lt layers.LinkType) pcapgo.NgInterface {
+	return pcapgo.NgInterface{Name: LinkTypeName(lt), LinkType: lt, SnapLength: MaxRecord, TimestampResolution: 9}
 }
 
 func (o *pcapOut) write(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkType) error {
 	if !o.open {
-		if err := o.w.WriteFileHeader(MaxRecord, lt); err != nil {
+		if err := o.start(lt); err != nil {
 			return fmt.Errorf("writing %s packets: %v", o.name, err)
 		}
-		o.lt, o.open = lt, true
-	} else if lt != o.lt {
-		return fmt.Errorf("writing %s packets: link type %s (%d) differs from the file's %s (%d); a pcap file holds one link type",
-			o.name, LinkTypeName(lt), uint16(lt), LinkTypeName(o.lt), uint16(o.lt))
 	}
 	c := *ci
 	c.CaptureLength = len(data)
@@ -305,23 +331,51 @@ func (o *pcapOut) write(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkTyp
 		// deterministic.
 		c.Timestamp = time.Unix(0, 0)
 	}
-	if err := o.w.WritePacket(c, data); err != nil {
+	var err error
+	if o.ng {
+		c.InterfaceIndex = -1
+		for i, l := range o.ngLink {
+			if l == lt {
+				c.InterfaceIndex = i
+				break
+			}
+		}
+		if c.InterfaceIndex < 0 {
+			if c.InterfaceIndex, err = o.ngw.AddInterface(ngInterface(lt)); err != nil {
+				return fmt.Errorf("writing %s packets: %v", o.name, err)
+			}
+			o.ngLink = append(o.ngLink, lt)
+		}
+		c.AncillaryData = nil
+		err = o.ngw.WritePacket(c, data)
+	} else {
+		if lt != o.lt {
+			return fmt.Errorf("writing %s packets: link type %s (%d) differs from the file's %s (%d); a pcap file holds one link type (write .pcapng instead)",
+				o.name, LinkTypeName(lt), uint16(lt), LinkTypeName(o.lt), uint16(o.lt))
+		}
+		err = o.w.WritePacket(c, data)
+	}
+	if err != nil {
 		return fmt.Errorf("writing %s packets: %v", o.name, err)
 	}
 	return nil
 }
 
 // flush writes the header of an empty output (link type of the first
-// record never seen: Ethernet) and flushes the buffer.
+// record never seen: Ethernet) and flushes the buffers.
 func (o *pcapOut) flush() error {
-	if o.w == nil {
+	if o.buf == nil {
 		return nil
 	}
 	if !o.open {
-		if err := o.w.WriteFileHeader(MaxRecord, layers.LinkTypeEthernet); err != nil {
+		if err := o.start(layers.LinkTypeEthernet); err != nil {
 			return fmt.Errorf("writing %s packets: %v", o.name, err)
 		}
-		o.open = true
+	}
+	if o.ngw != nil {
+		if err := o.ngw.Flush(); err != nil {
+			return fmt.Errorf("writing %s packets: %v", o.name, err)
+		}
 	}
 	if err := o.buf.Flush(); err != nil {
 		return fmt.Errorf("writing %s packets: %v", o.name, err)

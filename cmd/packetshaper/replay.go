@@ -38,8 +38,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	lf := addLimiterFlags(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object (totals and per_flow) instead of the summary")
 	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records")
-	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps)")
-	writeDrop := fs.String("write-dropped", "", "write the dropped packets to pcap `FILE`")
+	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
+	writeDrop := fs.String("write-dropped", "", "write the dropped packets to pcap `FILE` (pcapng if it ends in .pcapng)")
 	top := fs.Int("top", 10, "how many flows the summary lists (most drops first)")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	if err := fs.Parse(args); err != nil {
@@ -75,7 +75,10 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
-	var opts replay.Options
+	opts := replay.Options{
+		AcceptedNg: strings.HasSuffix(*writeAcc, ".pcapng"),
+		DroppedNg:  strings.HasSuffix(*writeDrop, ".pcapng"),
+	}
 	var outs []*os.File
 	for _, o := range []struct {
 		flag, path string
