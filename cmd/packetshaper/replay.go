@@ -20,7 +20,16 @@ const replayUsage = `Usage: packetshaper replay [limiter flags] [replay flags] F
 
 Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
 with each packet's capture timestamp as the clock. Several files are one
-stream, in the order given. Prints a summary, or with --json one JSON object.
+stream, in the order given. Prints a summary, or with --json one JSON object:
+packets, accepted, dropped, malformed (IP that does not decode), non_ip (ARP,
+LLDP, ...: accepted, not limited), flows (in the flow table at the end),
+flows_seen (table insertions), evictions, expired, first_ns/last_ns/duration_ns
+(capture time) and per_flow. per_flow lists the flows still in the table at
+the end (at most --max-flows): evicted or expired flows count in the totals
+only, so memory stays bounded by the table, not by the capture.
+
+On a damaged capture, what was read before the damage is reported, then a
+one-line error names the file, the packet and the problem; exit status 1.
 
 Flags:
 `
