@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/packetshaper/packetshaper/nfq"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+func TestParseQueues(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want []uint16
+		err  bool
+	}{
+		{"0", []uint16{0}, false},
+		{"65535", []uint16{65535}, false},
+		{"2-4", []uint16{2, 3, 4}, false},
+		{"7-7", []uint16{7}, false},
+		{"", nil, true},
+		{"-1", nil, true},
+		{"65536", nil, true},
+		{"4-2", nil, true},
+		{"1-", nil, true},
+		{"0-64", nil, true}, // 65 queues
+		{"a", nil, true},
+	} {
+		got, err := parseQueues(tc.in)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("parseQueues(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.err)
+		}
+	}
+}
+
+func TestLiveUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue", "x", "--pps", "10"}, "--queue"},
+		{[]string{"--queue", "5-3", "--pps", "10"}, "--queue"},
+		{[]string{"--pps", "10", "--copy-range", "10"}, "--copy-range"},
+		{[]string{"--pps", "10", "--queue-maxlen", "0"}, "--queue-maxlen"},
+		{[]string{"--pps", "10", "--batch", "0"}, "--batch"},
+		{[]string{"--pps", "10", "--log-format", "xml"}, "--log-format"},
+		{[]string{"--pps", "10", "--metrics-addr", "0.0.0.0:9464"}, "not a loopback address"},
+		{[]string{"--pps", "10", "--metrics-addr", "nonsense"}, "--metrics-addr"},
+		{[]string{"--pps", "10", "extra"}, "unexpected argument"},
+		{[]string{}, "no limit given"},
+	} {
+		var out, errb bytes.Buffer
+		code := runLive(tc.args, &out, &errb)
+		msg := errb.String()
+		if code != 2 || !strings.HasPrefix(msg, "packetshaper: ") || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, tc.want) {
+			t.Errorf("runLive(%q) = %d, stderr %q; want 2 and one line mentioning %q", tc.args, code, msg, tc.want)
+		}
+	}
+}
+
+func TestCheckLoopback(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"127.0.0.1:9464": true, "[::1]:9464": true, "localhost:1": true, "127.1.2.3:80": true,
+		"0.0.0.0:9464": false, ":9464": false, "10.0.0.1:80": false, "[::]:80": false, "example.com:80": false,
+	} {
+		if err := checkLoopback(addr); (err == nil) != ok {
+			t.Errorf("checkLoopback(%q) = %v, want ok %v", addr, err, ok)
+		}
+	}
+}
+
+// udp4 returns an IPv4/UDP packet from 10.0.0.1:sport to 10.0.0.2:9000.
+func udp4(sport uint16) []byte {
+	p := make([]byte, 28+16)
+	p[0] = 0x45
+	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
+	p[8] = 64
+	p[9] = 17
+	copy(p[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
+	binary.BigEndian.PutUint16(p[20:], sport)
+	binary.BigEndian.PutUint16(p[22:], 9000)
+	return p
+}
+
+func TestDecideDoesNotAllocate(t *testing.T) {
+	eng, err := shaper.New(shaper.Config{Rate: 10, Burst: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{eng: eng}
+	batch := make([]nfq.Packet, 64)
+	for i := range batch {
+		d := udp4(uint16(1000 + i%8))
+		batch[i] = nfq.Packet{ID: uint32(i + 1), Data: d, Len: len(d)}
+	}
+	v := make([]nfq.Verdict, len(batch))
+	now := int64(1e18)
+	w.decide(batch, v, now) // the flows enter the table
+	allocs := testing.AllocsPerRun(100, func() {
+		now += int64(time.Millisecond)
+		clear(v)
+		w.decide(batch, v, now)
+	})
+	if allocs != 0 {
+		t.Errorf("decide of a 64-packet batch: %v allocations, want 0", allocs)
+	}
+	// 8 flows, burst 5: the first batch accepted 5 of each flow's 8.
+	if s := eng.Stats(); s.Flows != 8 {
+		t.Errorf("flows = %d, want 8", s.Flows)
+	}
+}
+
+var statRe = regexp.MustCompile(`\b(packets|accepted|dropped|flows)=(\d+)`)
+
+// TestLiveInNetns runs the live command in this process, in a network
+// namespace of its own, against UDP over lo queued by an iptables rule; it
+// checks per-flow limiting, the metrics endpoint, and that SIGTERM makes it
+// exit 0 with a final stats line that accounts for every packet.
+func TestLiveInNetns(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root (creates a network namespace and an iptables queue rule)")
+	}
+	// Never unlocked: the thread leaves with the namespace when the test ends.
+	runtime.LockOSThread()
+	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+		t.Fatalf("unshare: %v", err)
+	}
+	for _, args := range [][]string{
+		{"ip", "link", "set", "lo", "up"},
+		{"iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9000", "-j", "NFQUEUE", "--queue-num", "3", "--queue-bypass"},
+	} {
+		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+	// Sockets are created here, on the namespace's thread.
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rx.Close()
+	const flows, perFlow, burst = 4, 50, 5
+	var txs []*net.UDPConn
+	for i := 0; i < flows; i++ {
+		tx, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		txs = append(txs, tx)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0") // a free port for --metrics-addr
+	if err != nil {
+		t.Fatal(err)
+	}
+	metricsAddr := ln.Addr().String()
+	ln.Close()
+
+	var received atomic.Int64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, err := rx.Read(buf); err != nil {
+				return
+			}
+			received.Add(1)
+		}
+	}()
+	// The driver's HTTP client needs the namespace's lo too.
+	nsFd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(nsFd)
+	var metrics string
+	driverErr := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked, as above
+		if err := unix.Setns(nsFd, unix.CLONE_NEWNET); err != nil {
+			driverErr <- err
+			return
+		}
+		up := false
+		defer func() {
+			if up { // runLive handles SIGTERM: stop it whatever happened
+				syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			}
+		}()
+		driverErr <- func() error {
+			// Wait for the metrics endpoint: the queue is bound and
+			// SIGTERM is handled from then on.
+			for i := 0; ; i++ {
+				if _, err = httpGet(metricsAddr, "/metrics"); err == nil {
+					up = true
+					break
+				}
+				if i == 100 {
+					return fmt.Errorf("metrics endpoint never came up: %v", err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for i := 0; i < perFlow; i++ {
+				for _, tx := range txs {
+					if _, err := tx.Write([]byte("x")); err != nil {
+						return err
+					}
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+			b, err := httpGet(metricsAddr, "/metrics")
+			if err != nil {
+				return err
+			}
+			metrics = string(b)
+			return nil
+		}()
+	}()
+	// Whatever goes wrong, runLive gets a SIGTERM after 20 s.
+	var running atomic.Bool
+	running.Store(true)
+	watchdog := time.AfterFunc(20*time.Second, func() {
+		if running.Load() {
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		}
+	})
+	defer watchdog.Stop()
+	var stdout, stderr bytes.Buffer
+	t0 := time.Now()
+	code := runLive([]string{"--queue", "3", "--pps", "0.001", "--burst", fmt.Sprint(burst),
+		"--metrics-addr", metricsAddr, "--stats-interval", "0"}, &stdout, &stderr)
+	running.Store(false)
+	if err := <-driverErr; err != nil {
+		t.Fatalf("driver: %v\nlog:\n%s", err, stderr.String())
+	}
+	if code != 0 {
+		t.Fatalf("runLive = %d, want 0\nlog:\n%s", code, stderr.String())
+	}
+	if el := time.Since(t0); el > 10*time.Second {
+		t.Errorf("runLive took %v", el)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	last := lines[len(lines)-1]
+	if !strings.Contains(last, `msg="final stats"`) {
+		t.Fatalf("last log line is not the final stats:\n%s", stderr.String())
+	}
+	got := map[string]int64{}
+	for _, m := range statRe.FindAllStringSubmatch(last, -1) {
+		got[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
+	}
+	want := map[string]int64{"packets": flows * perFlow, "accepted": flows * burst, "dropped": flows * (perFlow - burst), "flows": flows}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("final stats %s = %d, want %d\n%s", k, got[k], v, last)
+		}
+	}
+	if r := received.Load(); r != flows*burst {
+		t.Errorf("received %d packets, want %d", r, flows*burst)
+	}
+	for _, m := range []string{
+		fmt.Sprintf(`packetshaper_packets_total{queue="3"} %d`, flows*perFlow),
+		fmt.Sprintf(`packetshaper_dropped_total{queue="3"} %d`, flows*(perFlow-burst)),
+		"# TYPE packetshaper_flows gauge",
+	} {
+		if !strings.Contains(metrics, m) {
+			t.Errorf("metrics lack %q:\n%s", m, metrics)
+		}
+	}
+}
+
+// httpGet is a minimal HTTP/1.0 GET on a connection dialled from the calling
+// goroutine's thread (net/http dials from goroutines of its own, which may
+// be in another network namespace).
+func httpGet(addr, path string) ([]byte, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr); err != nil {
+		return nil, err
+	}
+	b, err := io.ReadAll(c)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasPrefix(b, []byte("HTTP/1.0 200")) && !bytes.HasPrefix(b, []byte("HTTP/1.1 200")) {
+		return nil, fmt.Errorf("GET %s: %.40q", path, b)
+	}
+	return b, nil
+}
