@@ -190,6 +190,13 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 		r.nonIP++
 	}
 	if r.verdicts != nil {
+		if r.verdicts.Available() < 32 {
+			// Room for the longest line, so that the append below never
+			// grows (allocates) a new buffer.
+			if err := r.verdicts.Flush(); err != nil {
+				return fmt.Errorf("writing verdicts: %v", err)
+			}
+		}
 		b := r.verdicts.AvailableBuffer()
 		b = strconv.AppendUint(b, r.index, 10)
 		if v == shaper.Drop {
