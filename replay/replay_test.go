@@ -534,4 +534,19 @@ func BenchmarkReplay(b *testing.B) {
 		}
 		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
 	})
+	b.Run("replay+outputs", func(b *testing.B) {
+		// --verdicts, --write-accepted and --write-dropped, to io.Discard.
+		b.ReportAllocs()
+		for b.Loop() {
+			eng, _ := shaper.New(shaper.Config{Rate: 10})
+			r := New(eng, Options{Verdicts: io.Discard, Accepted: io.Discard, Dropped: io.Discard})
+			if err := r.ReplayFile(path); err != nil {
+				b.Fatal(err)
+			}
+			if err := r.Flush(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+	})
 }
