@@ -118,10 +118,14 @@ func New(eng *shaper.Engine, o Options) *Replayer {
 	return r
 }
 
-// ReplayFile opens the capture file name and replays it. Records before
-// any damage in the file are replayed and counted; the error then names
-// the file, the record's index in the file and what is wrong.
+// ReplayFile opens the capture file name ("-": standard input) and replays
+// it. Records before any damage in the file are replayed and counted; the
+// error then names the file, the record's index in the file and what is
+// wrong.
 func (r *Replayer) ReplayFile(name string) error {
+	if name == "-" {
+		return r.Replay("stdin", os.Stdin, 0)
+	}
 	f, err := os.Open(name)
 	if err != nil {
 		return err // *PathError: "open NAME: reason"

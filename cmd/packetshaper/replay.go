@@ -16,7 +16,7 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-const replayUsage = `Usage: packetshaper replay [limiter flags] [replay flags] FILE...
+const replayUsage = `Usage: packetshaper replay [limiter flags] [replay flags] FILE...  (FILE "-": standard input)
 
 Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
 with each packet's capture timestamp as the clock. Several files are one

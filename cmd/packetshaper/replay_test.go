@@ -223,6 +223,18 @@ func TestBinary(t *testing.T) {
 		t.Errorf("stderr: %q", stderr.String())
 	}
 
+	// The same capture, gzip-compressed, on standard input.
+	in, err := os.Open(filepath.Join(testdata, "multiflow.pcap.gz"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	cmd = exec.Command(bin, "replay", "--pps", "10", "--burst", "3", "--json", "-")
+	cmd.Stdin = in
+	if out, err = cmd.Output(); err != nil || !bytes.Equal(out, want) {
+		t.Errorf("replay of stdin: %v, output differs from golden/multiflow.json", err)
+	}
+
 	cmd = exec.Command(bin, "replay", "--pps", "10", filepath.Join(testdata, "truncated.pcap"))
 	stderr.Reset()
 	cmd.Stderr = &stderr
