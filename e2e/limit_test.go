@@ -74,19 +74,25 @@ func sortedPorts[V any](m map[string]V) []string {
 	return ps
 }
 
-func TestLimitTokenBucket(t *testing.T) { testLimit(t, "token-bucket") }
-func TestLimitFixedWindow(t *testing.T) { testLimit(t, "fixed-window") }
+func TestLimitTokenBucket(t *testing.T)     { testLimit(t, "token-bucket", "ipv4") }
+func TestLimitFixedWindow(t *testing.T)     { testLimit(t, "fixed-window", "ipv4") }
+func TestLimitTokenBucketIPv6(t *testing.T) { testLimit(t, "token-bucket", "ipv6") }
 
-// testLimit sends the limiting traffic through packetshaper with algo and
-// checks each flow's count against what the algorithm should let through,
-// and that every packet was decided by packetshaper (none bypassed it).
-func testLimit(t *testing.T, algo string) {
+// testLimit sends the limiting traffic through packetshaper with algo over
+// family (ipv4 or ipv6) and checks each flow's count against what the
+// algorithm should let through, and that every packet was decided by
+// packetshaper (none bypassed it).
+func testLimit(t *testing.T, algo, family string) {
 	needShaper(t)
 	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+	dst := tp.IPB + ":9000"
+	if family == "ipv6" {
+		dst = "[" + tp.IP6B + "]:9000"
+	}
+	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", family)
 	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--algo", algo)
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "1s")
-	s := tp.send(limitSendArgs(tp.IPB + ":9000")...)
+	s := tp.send(limitSendArgs(dst)...)
 	r := recvDone(rc, 35*time.Second)
 	log := tp.stopShaper(sh)
 
