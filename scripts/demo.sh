@@ -101,7 +101,7 @@ say "diverting UDP to port 9000 in $NS_B to NFQUEUE 0 (scripts/rules.sh)"
 say "starting packetshaper in $NS_B: --queue 0 --pps $RATE --burst $BURST --algo $ALGO"
 ip netns exec "$NS_B" "$WORK/packetshaper" --queue 0 --pps "$RATE" --burst "$BURST" --algo "$ALGO" \
 	>"$WORK/packetshaper.log" 2>&1 &
-PIDS+=($!)
+PIDS+=("$!")
 SHAPER=$!
 for _ in $(seq 100); do
 	ip netns exec "$NS_B" awk '$1==0{f=1} END{exit !f}' /proc/net/netfilter/nfnetlink_queue 2>/dev/null && break
@@ -114,7 +114,7 @@ ip netns exec "$NS_B" awk '$1==0{f=1} END{exit !f}' /proc/net/netfilter/nfnetlin
 ip netns exec "$NS_B" "$WORK/psend" recv --listen :9000 --duration "$(awk -v d="$DURATION" 'BEGIN{print d+30 "s"}')" \
 	--idle 1s >"$WORK/recv.json" 2>"$WORK/recv.log" &
 RECV=$!
-PIDS+=($RECV)
+PIDS+=("$RECV")
 for _ in $(seq 50); do grep -q listening "$WORK/recv.log" 2>/dev/null && break; sleep 0.1; done
 
 say "sending $FLOWS UDP flows × $PPS packets/s for $DURATION s from $NS_A"
@@ -122,7 +122,7 @@ say "sending $FLOWS UDP flows × $PPS packets/s for $DURATION s from $NS_A"
 ip netns exec "$NS_A" "$WORK/psend" send --dst "$IP_B:9000" --flows "$FLOWS" --pps "$PPS" \
 	--duration "${DURATION}s" >"$WORK/send.json" &
 SEND=$!
-PIDS+=($SEND)
+PIDS+=("$SEND")
 wait "$SEND" || die "psend send failed"
 wait "$RECV" || die "psend recv failed: $(cat "$WORK/recv.log")"
 
