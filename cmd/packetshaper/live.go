@@ -182,7 +182,8 @@ func sum(ws []*worker) totals {
 	return t
 }
 
-func logStats(log *slog.Logger, msg string, t totals, elapsed time.Duration, latency bool) {
+func logStats(log *slog.Logger, msg string, ws []*worker, elapsed time.Duration, latency bool) {
+	t := sum(ws)
 	attrs := []any{
 		"packets", t.Packets, "accepted", t.Accepted, "dropped", t.Dropped,
 		"malformed", t.malformed, "flows", t.flows, "evictions", t.evictions,
@@ -190,6 +191,16 @@ func logStats(log *slog.Logger, msg string, t totals, elapsed time.Duration, lat
 		"socket_drops", t.kernel.UserDropped, "lost", t.Lost, "enobufs", t.ENOBUFS,
 		"errors", t.Errors, "batches", t.Batches, "verdict_msgs", t.VerdictMsgs,
 		"secs", fmt.Sprintf("%.3f", elapsed.Seconds()),
+	}
+	if len(ws) > 1 {
+		var b strings.Builder
+		for i, w := range ws {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%d:%d", w.queue, w.q.Stats().Packets)
+		}
+		attrs = append(attrs, "per_queue", b.String())
 	}
 	if latency {
 		us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/1e3) }
@@ -344,13 +355,13 @@ loop:
 	for {
 		select {
 		case <-tick:
-			logStats(log, "stats", sum(ws), time.Since(start), f.latency)
+			logStats(log, "stats", ws, time.Since(start), f.latency)
 		case <-finished:
 			break loop
 		}
 	}
 	// Unbound now: KernelStats has nothing to add.
-	logStats(log, "final stats", sum(ws), time.Since(start), f.latency)
+	logStats(log, "final stats", ws, time.Since(start), f.latency)
 	close(errs)
 	if err := <-errs; err != nil {
 		log.Error(oneLine(err.Error()))
