@@ -22,6 +22,9 @@
 #   ps_limited  packetshaper --pps LIMITED_PPS with LIMITED_FLOWS flows: every
 #               flow under its limit, but every packet decided by the shaper
 #   hashlimit   iptables hashlimit 100/s burst 5 per 5-tuple (in the kernel)
+#   ps_latency  packetshaper accept-all with --latency, offered half of the
+#               ps_accept median: verdict latency p50/p99/max (µs) from the
+#               kernel's receive timestamp to the verdict, as it logs them
 #
 # Only packets that went through the consumer count: every consumer runs
 # fail-closed (packetshaper with --fail-closed), so a full queue drops instead
@@ -76,11 +79,11 @@ PS="$BIN/packetshaper --queue 0 --fail-closed --max-flows $((LIMITED_FLOWS * 2))
 run() {
 	local label=$1 flows=$2 cases=$3 consumer=${4:-} dir
 	dir=$OUT/$label-r$rep
-	log "rep $rep/$REPS: $label ($cases, $flows flows)"
+	log "rep $rep/$REPS: $label ($cases, $flows flows${RUN_PPS:+, offered $RUN_PPS pps})"
 	if [ -n "$consumer" ]; then
-		CONSUMER="$consumer" FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" one >"$dir.log" 2>&1
+		PPS=${RUN_PPS:-0} CONSUMER="$consumer" FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" one >"$dir.log" 2>&1
 	else
-		FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" all >"$dir.log" 2>&1
+		PPS=${RUN_PPS:-0} FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" all >"$dir.log" 2>&1
 	fi || { tail -20 "$dir.log" >&2; die "run.sh failed for $label (log: $dir.log)"; }
 	grep -E '^\[nfqbench\] (ERROR|consumer)' "$dir.log" >&2
 	return 0
@@ -92,6 +95,15 @@ for rep in $(seq "$REPS"); do
 	run ps_accept "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000"
 	run ps_limited "$LIMITED_FLOWS" custom "$PS --pps $LIMITED_PPS --burst $LIMITED_PPS"
 done
+
+# Verdict latency at half the accept-all load just measured.
+RUN_PPS=$(cat "$OUT"/ps_accept-r*/runs.csv | awk -F, '$1=="custom" && $9>0 {print $9}' | sort -n |
+	awk '{a[NR]=$1} END {if (NR) printf "%d", a[int((NR+1)/2)]/2}')
+if [ -n "$RUN_PPS" ] && [ "$RUN_PPS" -gt 0 ]; then
+	for rep in $(seq "$REPS"); do
+		run ps_latency "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000 --latency"
+	done
+fi
 
 # ---------------------------------------------------------------- table
 # Merge the rows, naming the custom ones after their label.
@@ -122,13 +134,13 @@ function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
 	return (m%2) ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
 function mn(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]<r) r=a[k,i]; return r}
 function mx(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]>r) r=a[k,i]; return r}
-function ratio(k, ref) { return (ref in M && M[ref]>0 && k!="hashlimit") ? sprintf("%.2f", M[k]/M[ref]) : "-" }
+function ratio(k, ref) { return (ref in M && M[ref]>0 && k!="hashlimit" && k!="ps_latency") ? sprintf("%.2f", M[k]/M[ref]) : "-" }
 END {
-	split("base c_per go ps_accept ps_limited hashlimit", order, " ")
-	for (o=1;o<=6;o++) { k=order[o]; if (n[k]) M[k]=med(dp,k,n[k]) }
+	split("base c_per go ps_accept ps_limited hashlimit ps_latency", order, " ")
+	for (o=1;o<=7;o++) { k=order[o]; if (n[k]) M[k]=med(dp,k,n[k]) }
 	print "| case | flows | delivered pps: **median** (min–max) | sent pps | delivered / expected | via consumer | queue-full drops | consumer µs/pkt | × base | × c_per | × go | bg load % |"
 	print "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	for (o=1;o<=6;o++) { k=order[o]; m=n[k]
+	for (o=1;o<=7;o++) { k=order[o]; m=n[k]
 		if (!m) { if (err[k]) printf "| %s | | ERROR (%d runs) | | | | | | | | | |\n", k, err[k]; continue }
 		v=med(vq,k,m); c=med(cpp,k,m); q=med(qd,k,m)
 		printf "| %s | %s | **%.0f** (%.0f–%.0f) | %.0f | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f |\n",
@@ -139,6 +151,20 @@ END {
 	}
 	if (short != "") print "\nfewer runs than asked for:" short
 }' "$OUT/runs.csv" >"$OUT/bench.md"
+
+# Latency: the final stats lines of the ps_latency consumers.
+if ls "$OUT"/ps_latency-r*/logs/*.consumer.log >/dev/null 2>&1; then
+	cat "$OUT"/ps_latency-r*/logs/*.consumer.log | grep 'final stats' | awk -v pps="$RUN_PPS" '
+	function kv(k,  m) { return match($0, k "=[0-9.]+") ? substr($0, RSTART+length(k)+1, RLENGTH-length(k)-1) : "" }
+	function med(a,m,   i,j,t) { for(i=2;i<=m;i++){t=a[i]; for(j=i-1;j>=1 && a[j]>t;j--) a[j+1]=a[j]; a[j+1]=t}
+		return (m%2) ? a[(m+1)/2] : (a[m/2]+a[m/2+1])/2 }
+	kv("lat_p99_us") != "" { n++; p50[n]=kv("lat_p50_us"); p99[n]=kv("lat_p99_us"); mx[n]=kv("lat_max_us") }
+	END {
+		if (!n) { print "\nverdict latency: no lat_ fields in the final stats lines"; exit }
+		printf "\nverdict latency at %d pps offered (half the ps_accept median), median of %d runs: p50 %s µs, **p99 %s µs**, max %s µs\n",
+			pps, n, med(p50,n), med(p99,n), med(mx,n)
+	}' >>"$OUT/bench.md"
+fi
 
 {
 	echo
