@@ -384,7 +384,7 @@ func (q *Queue) overrun() {
 	if q.cfg.FailClosed {
 		verdict = "dropped"
 	}
-	q.cfg.Logf("nfq: queue %d: socket receive buffer overrun (ENOBUFS) %d time(s) since last report: packets were %s by the kernel without being shaped; raise the read buffer or lower --queue-maxlen",
+	q.cfg.Logf("nfq: queue %d: socket receive buffer overrun (ENOBUFS) %d time(s) since last report: packets were %s by the kernel without being shaped (the receive buffer is too small for the load or the queue length)",
 		q.cfg.Queue, q.unlogged, verdict)
 	q.lastLog = now
 	q.unlogged = 0

@@ -479,3 +479,49 @@ func TestCleanStop(t *testing.T) {
 		})
 	}
 }
+
+// TestSurvivesENOBUFS: with a tiny socket buffer and nobody reading, the
+// kernel cannot deliver most packets (it accepts them: fail-open) and marks
+// the socket overrun. Run then reports ENOBUFS, logs it, counts the packets
+// that never arrived from the gap in the ids, and keeps going.
+func TestSurvivesENOBUFS(t *testing.T) {
+	const queue, n = 6, 200
+	newNetns(t, queue)
+	p := newUDPPair(t)
+	var logged atomic.Int64
+	var logLine atomic.Value
+	q := openQueue(t, Config{Queue: queue, ReadBuffer: 4096, Logf: func(f string, a ...any) {
+		logged.Add(1)
+		logLine.Store(fmt.Sprintf(f, a...))
+	}})
+	for i := 0; i < n; i++ {
+		p.send(t, uint16(i), 16)
+	}
+	// Most packets fail open at once; the few in the socket wait.
+	stalled := p.settle(2 * time.Second)
+	if stalled < n/2 || stalled == n {
+		t.Fatalf("while stalled: received %d of %d; want most but not all (socket too big?)", stalled, n)
+	}
+	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+	p.waitCount(n, 2*time.Second)
+	p.send(t, n, 16) // its id shows the gap
+	if got := p.waitCount(n+1, 2*time.Second); got != n+1 {
+		t.Errorf("received %d of %d", got, n+1)
+	}
+	if _, err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	s := q.Stats()
+	if s.ENOBUFS == 0 {
+		t.Errorf("Stats.ENOBUFS = 0, want > 0")
+	}
+	if want := uint64(n + 1 - s.Packets); s.Lost != want {
+		t.Errorf("Stats.Lost = %d, want %d (%d packets answered of %d)", s.Lost, want, s.Packets, n+1)
+	}
+	if logged.Load() != 1 {
+		t.Errorf("Logf called %d times, want 1 (rate-limited)", logged.Load())
+	} else if l := logLine.Load().(string); !strings.Contains(l, "ENOBUFS") {
+		t.Errorf("log line %q does not mention ENOBUFS", l)
+	}
+	t.Logf("stalled: %d passed; stats %+v; log %q", stalled, s, logLine.Load())
+}

@@ -30,7 +30,7 @@ when packetshaper is not running, e.g. (or use scripts/rules.sh):
 
   iptables -I INPUT -p udp --dport 9000 -j NFQUEUE --queue-num 0 --queue-bypass
   iptables -I INPUT -p udp --dport 9000 -j NFQUEUE --queue-balance 0:1 --queue-bypass  # with --queue 0-1
-  nft add rule inet filter input udp dport 9000 queue num 0 bypass
+  nft add rule inet filter input udp dport 9000 queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
 
 A full queue accepts packets without asking (fail-open) unless --fail-closed.
 SIGINT/SIGTERM: stop, answer every held packet, log the final stats, exit 0.
