@@ -158,7 +158,7 @@ if ls "$OUT"/ps_latency-r*/logs/*.consumer.log >/dev/null 2>&1; then
 	function kv(k,  m) { return match($0, k "=[0-9.]+") ? substr($0, RSTART+length(k)+1, RLENGTH-length(k)-1) : "" }
 	function med(a,m,   i,j,t) { for(i=2;i<=m;i++){t=a[i]; for(j=i-1;j>=1 && a[j]>t;j--) a[j+1]=a[j]; a[j+1]=t}
 		return (m%2) ? a[(m+1)/2] : (a[m/2]+a[m/2+1])/2 }
-	kv("lat_p99_us") != "" { n++; p50[n]=kv("lat_p50_us"); p99[n]=kv("lat_p99_us"); mx[n]=kv("lat_max_us") }
+	kv("lat_p99_us") != "" { n++; p50[n]=kv("lat_p50_us")+0; p99[n]=kv("lat_p99_us")+0; mx[n]=kv("lat_max_us")+0 }
 	END {
 		if (!n) { print "\nverdict latency: no lat_ fields in the final stats lines"; exit }
 		printf "\nverdict latency at %d pps offered (half the ps_accept median), median of %d runs: p50 %s µs, **p99 %s µs**, max %s µs\n",
