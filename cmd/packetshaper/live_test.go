@@ -133,6 +133,17 @@ var statRe = regexp.MustCompile(`\b(packets|accepted|dropped|flows)=(\d+)`)
 // checks per-flow limiting, the metrics endpoint, and that SIGTERM makes it
 // exit 0 with a final stats line that accounts for every packet.
 func TestLiveInNetns(t *testing.T) {
+	t.Run("one queue", func(t *testing.T) {
+		testLive(t, "3", []string{"--queue-num", "3"}, 4)
+	})
+	// The kernel balances on addresses only: flows from 16 source
+	// addresses spread over both queues (all on one: p = 2^-15).
+	t.Run("two queues", func(t *testing.T) {
+		testLive(t, "3-4", []string{"--queue-balance", "3:4"}, 16)
+	})
+}
+
+func testLive(t *testing.T, queues string, rule []string, flows int) {
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: needs root (creates a network namespace and an iptables queue rule)")
 	}
@@ -143,7 +154,7 @@ func TestLiveInNetns(t *testing.T) {
 	}
 	for _, args := range [][]string{
 		{"ip", "link", "set", "lo", "up"},
-		{"iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9000", "-j", "NFQUEUE", "--queue-num", "3", "--queue-bypass"},
+		append(append([]string{"iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9000", "-j", "NFQUEUE"}, rule...), "--queue-bypass"),
 	} {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
@@ -155,10 +166,11 @@ func TestLiveInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rx.Close()
-	const flows, perFlow, burst = 4, 50, 5
+	const perFlow, burst = 50, 5
 	var txs []*net.UDPConn
 	for i := 0; i < flows; i++ {
-		tx, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
+		src := &net.UDPAddr{IP: net.IPv4(127, 0, 0, byte(2+i))}
+		tx, err := net.DialUDP("udp4", src, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,7 +254,7 @@ func TestLiveInNetns(t *testing.T) {
 	defer watchdog.Stop()
 	var stdout, stderr bytes.Buffer
 	t0 := time.Now()
-	code := runLive([]string{"--queue", "3", "--pps", "0.001", "--burst", fmt.Sprint(burst),
+	code := runLive([]string{"--queue", queues, "--pps", "0.001", "--burst", fmt.Sprint(burst),
 		"--metrics-addr", metricsAddr, "--stats-interval", "0"}, &stdout, &stderr)
 	running.Store(false)
 	if err := <-driverErr; err != nil {
@@ -263,23 +275,33 @@ func TestLiveInNetns(t *testing.T) {
 	for _, m := range statRe.FindAllStringSubmatch(last, -1) {
 		got[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
 	}
-	want := map[string]int64{"packets": flows * perFlow, "accepted": flows * burst, "dropped": flows * (perFlow - burst), "flows": flows}
+	want := map[string]int64{"packets": int64(flows * perFlow), "accepted": int64(flows * burst), "dropped": int64(flows * (perFlow - burst)), "flows": int64(flows)}
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("final stats %s = %d, want %d\n%s", k, got[k], v, last)
 		}
 	}
-	if r := received.Load(); r != flows*burst {
+	if r := received.Load(); r != int64(flows*burst) {
 		t.Errorf("received %d packets, want %d", r, flows*burst)
 	}
-	for _, m := range []string{
-		fmt.Sprintf(`packetshaper_packets_total{queue="3"} %d`, flows*perFlow),
-		fmt.Sprintf(`packetshaper_dropped_total{queue="3"} %d`, flows*(perFlow-burst)),
-		"# TYPE packetshaper_flows gauge",
-	} {
-		if !strings.Contains(metrics, m) {
-			t.Errorf("metrics lack %q:\n%s", m, metrics)
+	// Per queue: the metrics' packet counts add up, and with two queues
+	// both had traffic.
+	var total int64
+	for _, m := range regexp.MustCompile(`(?m)^packetshaper_packets_total\{queue="(\d+)"\} (\d+)$`).FindAllStringSubmatch(metrics, -1) {
+		n, _ := strconv.ParseInt(m[2], 10, 64)
+		total += n
+		if n == 0 {
+			t.Errorf("queue %s had no packets:\n%s", m[1], metrics)
 		}
+	}
+	if total != int64(flows*perFlow) {
+		t.Errorf("metrics: packets_total over the queues = %d, want %d:\n%s", total, flows*perFlow, metrics)
+	}
+	if !strings.Contains(metrics, "# TYPE packetshaper_flows gauge") {
+		t.Errorf("metrics lack the flows gauge:\n%s", metrics)
+	}
+	if strings.Contains(queues, "-") && !strings.Contains(last, "per_queue=3:") {
+		t.Errorf("final stats lack per_queue: %s", last)
 	}
 }
 
