@@ -35,6 +35,10 @@ import (
 // context again; it bounds how late Run notices a cancellation.
 const recvTimeout = 100 * time.Millisecond
 
+// maxFailures is how many unexpected receive errors in a row make Run give
+// up instead of spinning on a broken socket.
+const maxFailures = 1000
+
 // recvHeadroom is room in each receive buffer for the netlink, nfgenmsg and
 // attribute headers around the copied bytes of the packet.
 const recvHeadroom = 1024
@@ -248,6 +252,7 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	done := ctx.Done()
 	stopping := false
 	var stopBy int64
+	failures := 0 // unexpected receive errors in a row
 	for {
 		if !stopping {
 			select {
@@ -277,8 +282,13 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 				return fmt.Errorf("nfq: queue %d: receive: %w", q.cfg.Queue, errno)
 			}
 			q.stats.errors.Add(1)
+			if failures++; failures == maxFailures {
+				q.unbind()
+				return fmt.Errorf("nfq: queue %d: receive failed %d times in a row: %w", q.cfg.Queue, failures, errno)
+			}
 			continue
 		}
+		failures = 0
 		now := time.Now().UnixNano()
 		b := q.b
 		for i := 0; i < n; i++ {
