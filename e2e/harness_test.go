@@ -62,7 +62,12 @@ func testMain(m *testing.M) int {
 }
 
 func goBuild(out, pkg string) ([]byte, error) {
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	// sudo may drop /usr/local/go/bin from PATH: fall back to it.
+	gobin := "go"
+	if _, err := exec.LookPath(gobin); err != nil {
+		gobin = "/usr/local/go/bin/go"
+	}
+	cmd := exec.Command(gobin, "build", "-o", out, pkg)
 	cmd.Dir = repoRoot
 	return cmd.CombinedOutput()
 }
