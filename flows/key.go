@@ -224,3 +224,49 @@ func (k Key) String() string {
 	}
 	return ProtoName(k.Proto) + " " + netip.AddrPortFrom(src, k.SrcPort).String() + " > " + netip.AddrPortFrom(dst, k.DstPort).String()
 }
+
+// Format is Key.String with the prefix lengths of c shown on masked
+// addresses: "src 10.1.2.0/24" rather than "src 10.1.2.0". k must have been
+// made by c.
+func (c *KeyConfig) Format(k Key) string {
+	s := k.String()
+	sp, dp, full := c.SrcPrefix4, c.DstPrefix4, 32
+	if k.Family == 6 {
+		sp, dp, full = c.SrcPrefix6, c.DstPrefix6, 128
+	}
+	if (sp <= 0 || sp >= full) && (dp <= 0 || dp >= full) {
+		return s
+	}
+	src, dst := k.Addrs()
+	if c.Symmetric {
+		// Endpoints may have been swapped: only equal prefixes can be
+		// shown unambiguously.
+		if sp != dp {
+			return s
+		}
+	}
+	withLen := func(a netip.Addr, bits int) string {
+		if bits <= 0 || bits >= full {
+			return a.String()
+		}
+		return netip.PrefixFrom(a, bits).String()
+	}
+	switch k.Mode {
+	case Src:
+		return "src " + withLen(src, sp)
+	case Dst:
+		return "dst " + withLen(dst, dp)
+	case SrcDst:
+		return withLen(src, sp) + " > " + withLen(dst, dp)
+	}
+	ep := func(a netip.Addr, bits int, port uint16) string {
+		if !hasPorts(k.Proto) {
+			return withLen(a, bits)
+		}
+		if bits <= 0 || bits >= full {
+			return netip.AddrPortFrom(a, port).String()
+		}
+		return withLen(a, bits) + ":" + strconv.Itoa(int(port))
+	}
+	return ProtoName(k.Proto) + " " + ep(src, sp, k.SrcPort) + " > " + ep(dst, dp, k.DstPort)
+}

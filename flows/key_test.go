@@ -98,3 +98,27 @@ func TestParseMode(t *testing.T) {
 		t.Error("prefix /129 validated")
 	}
 }
+
+func TestKeyFormat(t *testing.T) {
+	var p4, p6 Packet
+	p4.Decode(udp4(t, "10.1.2.3", "10.9.8.7", 5000, 9000, 1))
+	p6.Decode(udp6(t, "2001:db8:1:2:aaaa::1", "2001:db8:9:9::2", 5000, 53))
+	tests := []struct {
+		c    KeyConfig
+		p    *Packet
+		want string
+	}{
+		{KeyConfig{}, &p4, "udp 10.1.2.3:5000 > 10.9.8.7:9000"},
+		{KeyConfig{Mode: Src, SrcPrefix4: 24}, &p4, "src 10.1.2.0/24"},
+		{KeyConfig{Mode: Dst, DstPrefix4: 16}, &p4, "dst 10.9.0.0/16"},
+		{KeyConfig{Mode: SrcDst, SrcPrefix4: 8}, &p4, "10.0.0.0/8 > 10.9.8.7"},
+		{KeyConfig{SrcPrefix4: 24}, &p4, "udp 10.1.2.0/24:5000 > 10.9.8.7:9000"},
+		{KeyConfig{Mode: Src, SrcPrefix6: 64}, &p6, "src 2001:db8:1:2::/64"},
+		{KeyConfig{Mode: Src, SrcPrefix4: 24}, &p6, "src 2001:db8:1:2:aaaa::1"},
+	}
+	for _, tt := range tests {
+		if got := tt.c.Format(tt.c.Key(tt.p)); got != tt.want {
+			t.Errorf("%+v.Format = %q, want %q", tt.c, got, tt.want)
+		}
+	}
+}

@@ -84,7 +84,7 @@ func (s *Summary) Duration() time.Duration { return time.Duration(s.Last - s.Fir
 // FlowSummary is one flow's counts, from the flow table.
 type FlowSummary struct {
 	Key                        flows.Key
-	Flow                       string // Key.String()
+	Flow                       string // Engine.FlowName(Key)
 	Packets, Accepted, Dropped uint64
 }
 
@@ -263,7 +263,7 @@ func (r *Replayer) Summary() Summary {
 func (r *Replayer) Flows(max int) []FlowSummary {
 	var fs []FlowSummary
 	r.eng.Flows(func(k flows.Key, s shaper.FlowStats) bool {
-		fs = append(fs, FlowSummary{Key: k, Flow: k.String(), Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped})
+		fs = append(fs, FlowSummary{Key: k, Flow: r.eng.FlowName(k), Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped})
 		return true
 	})
 	sort.Slice(fs, func(i, j int) bool {

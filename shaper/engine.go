@@ -234,6 +234,10 @@ func (e *Engine) Stats() Stats {
 	return s
 }
 
+// FlowName formats a flow key made by this engine for people, with the
+// key mode's prefix lengths ("src 10.1.2.0/24"). Not for the per-packet path.
+func (e *Engine) FlowName(k flows.Key) string { return e.key.Format(k) }
+
 // Flows calls fn for each flow in the table, most recently used first, until
 // fn returns false. Flows that were evicted or expired are not included.
 func (e *Engine) Flows(fn func(k flows.Key, s FlowStats) bool) {
