@@ -1,10 +1,18 @@
 #!/usr/bin/env bash
-# bench.sh - packets/s delivered through NFQUEUE by packetshaper, beside the
-# kernel with no queue rule, a minimal C consumer, a naive go-nfqueue
-# consumer and iptables hashlimit, all measured in one run (root).
+# bench.sh - packetshaper's three benchmarks in one run, printed as one report:
 #
-#   sudo ./scripts/bench.sh                 # about 2 minutes
+#   engine  go test -bench Decide ./shaper: ns/op per flow count, the engine
+#           beside an x/time/rate + map baseline (median of ENGINE_COUNT runs)
+#   replay  scripts/bench-replay.sh: packetshaper replay beside
+#           tcpdump -r FILE -w /dev/null on the same capture
+#   live    packets/s delivered through NFQUEUE by packetshaper, beside the
+#           kernel with no queue rule, a minimal C consumer, a naive
+#           go-nfqueue consumer and iptables hashlimit, plus verdict latency
+#           (root: network namespaces, NFQUEUE)
+#
+#   sudo ./scripts/bench.sh                       # all three, about 6 minutes
 #   sudo REPS=5 ./scripts/bench.sh
+#   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #
 # It drives the reference harness ../shared/nfqbench/run.sh (NFQBENCH=path to
 # change it), which creates its own namespaces, sends 64-byte UDP from a
@@ -31,9 +39,12 @@
 # of bypassing, and "via consumer" (the queue's id_sequence, or the consumer's
 # own packets= count) is shown beside "delivered".
 #
-# Environment (defaults): REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000
-#   LIMITED_PPS=1000 SIZE=64 OUT=/tmp/packetshaper-bench/<time>
-#   PS_ARGS="" (extra packetshaper flags for both ps_ cases)
+# Environment (defaults): PARTS=engine,replay,live
+#   engine: ENGINE_COUNT=3 (go test -count)
+#   replay: REPLAY_PACKETS=1000000 REPLAY_FLOWS=10000 REPLAY_RUNS=3
+#   live:   REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000 LIMITED_PPS=1000
+#           SIZE=64 PS_ARGS="" (extra packetshaper flags for the ps_ cases)
+#   OUT=/tmp/packetshaper-bench/<time> (report: OUT/bench.md)
 set -u -o pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -47,21 +58,98 @@ LIMITED_PPS=${LIMITED_PPS:-1000}
 SIZE=${SIZE:-64}
 PS_ARGS=${PS_ARGS:-}
 OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
+PARTS=${PARTS:-engine,replay,live}
+ENGINE_COUNT=${ENGINE_COUNT:-3}
+REPLAY_PACKETS=${REPLAY_PACKETS:-1000000}
+REPLAY_FLOWS=${REPLAY_FLOWS:-10000}
+REPLAY_RUNS=${REPLAY_RUNS:-3}
 export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 
 die() { echo "bench.sh: $*" >&2; exit 1; }
 log() { echo "[bench] $*" >&2; }
 
-case "${1:-}" in -h | --help) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; '') ;; *) die "no arguments (see --help); settings are environment variables" ;; esac
-[ "$(id -u)" = 0 ] || die "must run as root (network namespaces, NFQUEUE)"
-[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh)"
-for v in REPS FLOWS LIMITED_FLOWS LIMITED_PPS SIZE; do
+case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;; '') ;; *) die "no arguments (see --help); settings are environment variables" ;; esac
+# between VAR LO HI: LO <= $VAR <= HI (VAR already checked to be a number)
+between() { [ "${!1}" -ge "$2" ] && [ "${!1}" -le "$3" ]; }
+want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
+for p in ${PARTS//,/ }; do
+	case "$p" in engine | replay | live) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live)" ;; esac
+done
+[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live)"
+if want live; then
+	[ "$(id -u)" = 0 ] || die "the live part must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
+	[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh, or PARTS=engine,replay)"
+fi
+if want replay; then
+	command -v tcpdump >/dev/null || die "the replay part needs tcpdump (apt-get install tcpdump), or leave it out of PARTS"
+fi
+for v in REPS FLOWS LIMITED_FLOWS LIMITED_PPS SIZE ENGINE_COUNT REPLAY_PACKETS REPLAY_FLOWS REPLAY_RUNS; do
 	case "${!v}" in '' | *[!0-9]*) die "$v='${!v}': want a whole number" ;; esac
 done
-[ "$REPS" -ge 1 ] && [ "$REPS" -le 20 ] || die "REPS=$REPS: want 1..20"
+between REPS 1 20 || die "REPS=$REPS: want 1..20"
 [ "$LIMITED_FLOWS" -le 55535 ] || die "LIMITED_FLOWS=$LIMITED_FLOWS: the sender's source ports allow 55535"
+between ENGINE_COUNT 1 10 || die "ENGINE_COUNT=$ENGINE_COUNT: want 1..10"
+between REPLAY_RUNS 1 10 || die "REPLAY_RUNS=$REPLAY_RUNS: want 1..10"
+between REPLAY_PACKETS 1000 20000000 || die "REPLAY_PACKETS=$REPLAY_PACKETS: want 1000..20000000"
 
 mkdir -p "$OUT" || die "cannot create $OUT"
+t0=$SECONDS
+: >"$OUT/bench.md"
+
+# ---------------------------------------------------------------- engine
+if want engine; then
+	log "engine: go test -bench Decide ./shaper, -count $ENGINE_COUNT"
+	(cd "$ROOT" && timeout 900 go test -run '^$' -bench 'Decide' -benchmem -count "$ENGINE_COUNT" -timeout 14m ./shaper) \
+		>"$OUT/engine.txt" 2>&1 || { tail -20 "$OUT/engine.txt" >&2; die "engine benchmark failed (log: $OUT/engine.txt)"; }
+	awk -v count="$ENGINE_COUNT" '
+	/^BenchmarkDecide\// {
+		split($1, p, "/"); impl=p[2]; f=p[3]; sub(/^flows=/, "", f); sub(/-[0-9]+$/, "", f)
+		for (i=2;i<=NF;i++) { if ($(i+1)=="ns/op") ns=$i; if ($(i+1)=="allocs/op") al=$i }
+		k=impl SUBSEP f; n[k]++; v[k,n[k]]=ns; allocs[k]=(al>allocs[k] ? al : allocs[k]+0)
+		if (!(f in seen)) { seen[f]=1; order[++nf]=f }
+	}
+	function med(k,   m,i,j,t,a) { m=n[k]; for(i=1;i<=m;i++) a[i]=v[k,i]
+		for(i=2;i<=m;i++){t=a[i]; for(j=i-1;j>=1 && a[j]>t;j--) a[j+1]=a[j]; a[j+1]=t}
+		return (m%2) ? a[(m+1)/2] : (a[m/2]+a[m/2+1])/2 }
+	END {
+		if (!nf) { print "engine: no BenchmarkDecide lines in the output"; exit 1 }
+		printf "## Engine: Decide per packet (median of %d runs)\n\n", count
+		print "| flows | engine ns/op | allocs/op | x/time/rate + map ns/op | allocs/op | engine / baseline |"
+		print "|---:|---:|---:|---:|---:|---:|"
+		for (i=1;i<=nf;i++) { f=order[i]; e="engine" SUBSEP f; x="xrate-map" SUBSEP f
+			me=(n[e] ? med(e) : 0); mx=(n[x] ? med(x) : 0)
+			printf "| %s | **%.1f** | %s | %.1f | %s | %s |\n", f, me, allocs[e]+0, mx, allocs[x]+0, (mx>0 ? sprintf("%.2f", me/mx) : "-") }
+		print ""
+		print "targets (issue 5): <= 100 ns at 10 000 flows, <= 250 ns at 1 000 000, 0 allocs/op, ahead of the baseline (ratio < 1)"
+	}' "$OUT/engine.txt" >>"$OUT/bench.md" || die "cannot read the engine benchmark output ($OUT/engine.txt)"
+	echo >>"$OUT/bench.md"
+fi
+
+# ---------------------------------------------------------------- replay
+if want replay; then
+	log "replay: scripts/bench-replay.sh $REPLAY_PACKETS $REPLAY_FLOWS $REPLAY_RUNS"
+	timeout 900 "$HERE/bench-replay.sh" "$REPLAY_PACKETS" "$REPLAY_FLOWS" "$REPLAY_RUNS" >"$OUT/replay.txt" 2>&1 ||
+		{ tail -20 "$OUT/replay.txt" >&2; die "replay benchmark failed (log: $OUT/replay.txt)"; }
+	{
+		printf "## Replay: one core, capture in the page cache (best of %d runs)\n\n" "$REPLAY_RUNS"
+		sed -n '/^capture:/,$p' "$OUT/replay.txt" | sed 's/^/    /'
+		echo
+		echo "targets (issue 5): >= 3 000 000 packets/s, and at least half the speed of tcpdump (time ratio <= 2)"
+		echo
+	} >>"$OUT/bench.md"
+fi
+
+if ! want live; then
+	{
+		echo "$(date -u +%FT%TZ), kernel $(uname -r), $(nproc) CPUs, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
+		echo "command: PARTS=$PARTS ./scripts/bench.sh; $(cd "$ROOT" && git log -1 --format='commit %h %s' 2>/dev/null)"
+	} >>"$OUT/bench.md"
+	cat "$OUT/bench.md"
+	log "done in $((SECONDS - t0)) s (report: $OUT/bench.md)"
+	exit 0
+fi
+
+# ---------------------------------------------------------------- live
 ID=$(printf '%04x' $((RANDOM % 65536)))
 # run.sh insists on namespace names starting with nb-; ours are unique so
 # that parallel runs (and other users of run.sh) do not collide.
@@ -89,7 +177,6 @@ run() {
 	return 0
 }
 
-t0=$SECONDS
 for rep in $(seq "$REPS"); do
 	run builtin "$FLOWS" "base c_per go hashlimit"
 	run ps_accept "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000"
@@ -116,6 +203,7 @@ fi
 	done
 } >"$OUT/runs.csv"
 
+printf "## Live: packets/s through NFQUEUE (median of %d runs)\n\n" "$REPS" >>"$OUT/bench.md"
 awk -F, -v reps="$REPS" '
 NR==1 {next}
 $5=="ERR" {err[$1]++; next}
@@ -150,7 +238,7 @@ END {
 		if (m < reps) short = short " " k "(" m "/" reps ")"
 	}
 	if (short != "") print "\nfewer runs than asked for:" short
-}' "$OUT/runs.csv" >"$OUT/bench.md"
+}' "$OUT/runs.csv" >>"$OUT/bench.md"
 
 # Latency: the final stats lines of the ps_latency consumers.
 if ls "$OUT"/ps_latency-r*/logs/*.consumer.log >/dev/null 2>&1; then
@@ -168,10 +256,10 @@ fi
 
 {
 	echo
-	echo "$(date -u +%FT%TZ), kernel $(uname -r), $(nproc) CPUs, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)"
+	echo "$(date -u +%FT%TZ), kernel $(uname -r), $(nproc) CPUs, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "REPS=$REPS DUR=$DUR s SIZE=$SIZE B FLOWS=$FLOWS LIMITED_FLOWS=$LIMITED_FLOWS LIMITED_PPS=$LIMITED_PPS; sender pinned to core 0, consumers to core 1 (run.sh defaults)"
 	echo "packetshaper: $PS ...; $(cd "$ROOT" && git log -1 --format='commit %h %s' 2>/dev/null)"
-	echo "command: sudo ./scripts/bench.sh (raw rows: $OUT/runs.csv)"
+	echo "command: sudo PARTS=$PARTS ./scripts/bench.sh (raw rows: $OUT/runs.csv)"
 } >>"$OUT/bench.md"
 cat "$OUT/bench.md"
-log "done in $((SECONDS - t0)) s"
+log "done in $((SECONDS - t0)) s (report: $OUT/bench.md)"
