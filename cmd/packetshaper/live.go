@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"os/signal"
 	"strconv"
 	"strings"
@@ -34,6 +35,10 @@ when packetshaper is not running, e.g. (or use scripts/rules.sh):
 
 A full queue accepts packets without asking (fail-open) unless --fail-closed.
 SIGINT/SIGTERM: stop, answer every held packet, log the final stats, exit 0.
+SIGHUP: re-read --config FILE. If it is good, each queue switches to the new
+settings at its next batch and every flow starts afresh (full bucket, empty
+windows: each flow may send a burst again); counters go on. If it is bad, one
+error is logged and the old settings stay. Without --config, nothing happens.
 
 Flags:
 `
@@ -108,10 +113,18 @@ func checkLoopback(addr string) error {
 // worker is one queue with its own engine. The engine is used only by the
 // queue's Run goroutine; what the logger needs from it is copied into
 // atomics there (snapshot), at most every snapEvery.
+//
+// A reload (SIGHUP) stores a new engine in pending; decide swaps it in at
+// the start of its next batch, on the queue's goroutine, so the per-packet
+// path takes no lock: one atomic load per batch. The new engine's table is
+// empty (every flow starts afresh); base carries the old engines' counters
+// so that malformed and evictions never go down.
 type worker struct {
-	queue uint16
-	q     *nfq.Queue
-	eng   *shaper.Engine
+	queue   uint16
+	q       *nfq.Queue
+	eng     *shaper.Engine
+	pending atomic.Pointer[shaper.Engine]
+	base    shaper.Stats // counters of the engines swapped out
 
 	lastSnap  int64
 	flows     atomic.Uint64
@@ -124,6 +137,9 @@ const snapEvery = int64(100 * time.Millisecond)
 // decide is the nfq.Handler: the engine decides, nfq answers. It does not
 // allocate.
 func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
+	if w.pending.Load() != nil {
+		w.swap(now)
+	}
 	for i := range batch {
 		if w.eng.Decide(batch[i].Data, now) == shaper.Drop {
 			verdicts[i] = nfq.Drop
@@ -134,11 +150,20 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 	}
 }
 
+// swap replaces the engine with the pending one (see worker).
+func (w *worker) swap(now int64) {
+	s := w.eng.Stats()
+	w.base.Malformed += s.Malformed
+	w.base.Evictions += s.Evictions
+	w.eng = w.pending.Swap(nil)
+	w.lastSnap = now - snapEvery // the flows gauge follows at this batch's end
+}
+
 func (w *worker) snapshot(now int64) {
 	s := w.eng.Stats()
 	w.flows.Store(s.Flows)
-	w.malformed.Store(s.Malformed)
-	w.evictions.Store(s.Evictions)
+	w.malformed.Store(w.base.Malformed + s.Malformed)
+	w.evictions.Store(w.base.Evictions + s.Evictions)
 	w.lastSnap = now
 }
 
@@ -219,7 +244,8 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, liveUsage)
 		fs.PrintDefaults()
 	}
-	lf := addLimiterFlags(fs)
+	addLimiterFlags(fs) // read back by newConfigSource, over the --config file
+	configFile := addConfigFlag(fs)
 	f := addLiveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -227,6 +253,11 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
+	// SIGHUP reloads --config; caught from here on, so that it never kills
+	// the process (its default action).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "packetshaper: "+format+"\n", a...)
 		return 2
@@ -234,7 +265,8 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q (packetshaper --help)", fs.Arg(0))
 	}
-	cfg, err := lf.config()
+	src := newConfigSource(fs, *configFile)
+	cfg, _, err := src.load()
 	if err != nil {
 		return usage("%v", err)
 	}
@@ -322,7 +354,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	if f.failClosed {
 		mode = "fail-closed"
 	}
-	log.Info("shaping", "queues", f.queue, "algo", cfg.Algorithm.String(), "rate", cfg.Rate, "bytes", cfg.Bytes,
+	log.Info("shaping", "config", *configFile, "queues", f.queue, "algo", cfg.Algorithm.String(), "rate", cfg.Rate, "bytes", cfg.Bytes,
 		"queue_maxlen", f.maxLen, "copy_range", f.copyRange, "mode", mode)
 
 	start := time.Now()
@@ -356,6 +388,8 @@ loop:
 		select {
 		case <-tick:
 			logStats(log, "stats", ws, time.Since(start), f.latency)
+		case <-hup:
+			reload(log, src, ws)
 		case <-finished:
 			break loop
 		}

@@ -44,7 +44,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, replayUsage)
 		fs.PrintDefaults()
 	}
-	lf := addLimiterFlags(fs)
+	addLimiterFlags(fs) // read back by newConfigSource, over the --config file
+	configFile := addConfigFlag(fs)
 	asJSON := fs.Bool("json", false, "print one JSON object (totals and per_flow) instead of the summary")
 	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records")
 	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
@@ -62,7 +63,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "packetshaper replay: no capture file given (packetshaper replay --help)")
 		return 2
 	}
-	cfg, err := lf.config()
+	cfg, _, err := newConfigSource(fs, *configFile).load()
 	if err != nil {
 		fmt.Fprintln(stderr, "packetshaper replay:", err)
 		return 2
