@@ -38,7 +38,8 @@ SIGINT/SIGTERM: stop, answer every held packet, log the final stats, exit 0.
 SIGHUP: re-read --config FILE. If it is good, each queue switches to the new
 settings at its next batch and every flow starts afresh (full bucket, empty
 windows: each flow may send a burst again); counters go on. If it is bad, one
-error is logged and the old settings stay. Without --config, nothing happens.
+error is logged and the old settings stay. Without --config, it is logged
+and ignored. Limiter flags given on the command line override the file.
 
 Flags:
 `
@@ -354,8 +355,12 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	if f.failClosed {
 		mode = "fail-closed"
 	}
-	log.Info("shaping", "config", *configFile, "queues", f.queue, "algo", cfg.Algorithm.String(), "rate", cfg.Rate, "bytes", cfg.Bytes,
-		"queue_maxlen", f.maxLen, "copy_range", f.copyRange, "mode", mode)
+	attrs := []any{"queues", f.queue, "algo", cfg.Algorithm.String(), "rate", cfg.Rate, "bytes", cfg.Bytes,
+		"queue_maxlen", f.maxLen, "copy_range", f.copyRange, "mode", mode}
+	if *configFile != "" {
+		attrs = append(attrs, "config", *configFile)
+	}
+	log.Info("shaping", attrs...)
 
 	start := time.Now()
 	errs := make(chan error, len(ws))
