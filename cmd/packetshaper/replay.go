@@ -109,6 +109,20 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		outs = append(outs, f)
 		*o.dst = f
 	}
+	// A file that cannot be opened at all is a usage error caught before
+	// anything is replayed (damage inside a capture is reported after the
+	// packets before it).
+	for _, name := range files {
+		if name == "-" {
+			continue
+		}
+		if f, err := os.Open(name); err != nil {
+			fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
+			return 1
+		} else {
+			f.Close()
+		}
+	}
 	start := time.Now()
 	var bar *progressBar
 	if showProgress {
@@ -187,6 +201,7 @@ func writeJSON(w io.Writer, r *replay.Replayer) error {
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // "udp a:1 > b:2", not "\u003e"
 	return enc.Encode(rep)
 }
 

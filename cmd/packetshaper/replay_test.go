@@ -167,6 +167,11 @@ func TestReplayErrors(t *testing.T) {
 		if tt.code == 1 && strings.Count(msg, "\n") != 1 {
 			t.Errorf("%s: stderr is not one line: %q", tt.name, msg)
 		}
+		// A file that cannot be opened is refused before anything is
+		// replayed: no empty summary on stdout.
+		if tt.name == "missing file" && stdout.Len() != 0 {
+			t.Errorf("%s: printed %q before the error", tt.name, stdout.String())
+		}
 	}
 }
 
