@@ -45,6 +45,9 @@ const (
 	DefaultBatchSize = 64
 	// MaxCopyRange is the largest copy range the kernel accepts.
 	MaxCopyRange = 0xffff
+	// MaxRealtimePriority is the highest Config.RealtimePriority (the
+	// kernel's highest SCHED_FIFO priority).
+	MaxRealtimePriority = 99
 )
 
 // Config configures a queue. The zero value binds queue 0 with the
@@ -82,6 +85,22 @@ type Config struct {
 	// costs Run one more clock read per batch. Packets without a kernel
 	// timestamp (locally generated ones, in OUTPUT) are not measured.
 	Latency bool
+	// RealtimePriority, if above 0, puts the whole process under the
+	// real-time scheduling policy SCHED_FIFO at this priority (1 to
+	// MaxRealtimePriority; 1, the lowest, is enough), in Open. The reader
+	// thread then preempts every normal (SCHED_OTHER) thread of other
+	// processes on its CPU as soon as a packet wakes it, which cuts the
+	// verdict latency's tail when they load the machine (nfq/PERFORMANCE.md).
+	// Every thread of the process, not only the reader, because a Go thread
+	// alone at a real-time priority can spin waiting for another thread of
+	// the runtime that it keeps off the CPU (see setProcessRealtime). The
+	// process stays real-time until it exits; the kernel's real-time
+	// throttling (kernel.sched_rt_runtime_us) still leaves other processes
+	// their share. Same effect as starting it under `chrt -f 1`. It needs
+	// root or CAP_SYS_NICE (or an RLIMIT_RTPRIO of at least the priority):
+	// Open fails with an error wrapping ErrPermission without it. 0 (the
+	// default) leaves the scheduling policy alone.
+	RealtimePriority int
 	// Logf, if not nil, is called (from Run's goroutine, at most once per
 	// second) when the kernel reports that the socket's receive buffer
 	// overflowed (ENOBUFS): packets were lost to user space, and accepted

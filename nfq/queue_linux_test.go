@@ -319,10 +319,11 @@ func TestSecondBindFails(t *testing.T) {
 }
 
 // TestNotRoot re-runs this test binary as nobody, in the same namespace,
-// to see the error a user without CAP_NET_ADMIN gets.
+// to see the error a user without CAP_NET_ADMIN gets, and the one for a
+// real-time priority without CAP_SYS_NICE.
 func TestNotRoot(t *testing.T) {
-	if os.Getenv("NFQ_TEST_OPEN_AS_CHILD") == "1" {
-		_, err := Open(Config{Queue: 1})
+	if childMode() != "" {
+		_, err := Open(Config{Queue: 1, RealtimePriority: map[string]int{"rt": 1}[childMode()]})
 		fmt.Printf("ERR=%v\n", err)
 		if errors.Is(err, ErrPermission) {
 			fmt.Println("IS_PERMISSION")
@@ -330,7 +331,26 @@ func TestNotRoot(t *testing.T) {
 		return
 	}
 	newNetns(t, 1)
-	// The test binary's directory is root-only: copy it where nobody can run it.
+	for mode, want := range map[string]string{
+		"plain": "ERR=nfq: queue 1: permission denied: binding an NFQUEUE queue needs root (CAP_NET_ADMIN)\n",
+		"rt":    "ERR=nfq: queue 1: real-time priority 1: permission denied: SCHED_FIFO needs root or CAP_SYS_NICE (or RLIMIT_RTPRIO >= 1)\n",
+	} {
+		out := runChild(t, "TestNotRoot", mode, 65534)
+		if !strings.Contains(out, "IS_PERMISSION") || !strings.Contains(out, want) {
+			t.Errorf("Open as nobody (%s):\n%s", mode, out)
+		}
+	}
+}
+
+// childMode is NFQ_TEST_CHILD in a child started by runChild, else "".
+func childMode() string { return os.Getenv("NFQ_TEST_CHILD") }
+
+// runChild runs test name of this test binary in a child process, as user
+// uid, in the calling thread's network namespace, with NFQ_TEST_CHILD=mode,
+// and returns its output.
+func runChild(t *testing.T, name, mode string, uid uint32) string {
+	t.Helper()
+	// The test binary's directory is root-only: copy it where anyone can run it.
 	dir, err := os.MkdirTemp("", "nfqtest")
 	if err != nil {
 		t.Fatal(err)
@@ -347,17 +367,80 @@ func TestNotRoot(t *testing.T) {
 	if err := os.WriteFile(exe, bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(exe, "-test.run=^TestNotRoot$", "-test.count=1")
-	cmd.Env = append(os.Environ(), "NFQ_TEST_OPEN_AS_CHILD=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd := exec.Command(exe, "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "NFQ_TEST_CHILD="+mode)
+	if uid != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("child: %v\n%s", err, out)
+		t.Fatalf("child %s (%s): %v\n%s", name, mode, err, out)
 	}
-	if !strings.Contains(string(out), "IS_PERMISSION") ||
-		!strings.Contains(string(out), "ERR=nfq: queue 1: permission denied: binding an NFQUEUE queue needs root (CAP_NET_ADMIN)\n") {
-		t.Errorf("Open as nobody:\n%s", out)
+	return string(out)
+}
+
+// TestRealtimePriority opens a queue with RealtimePriority in a child
+// process (it makes the whole process real-time): every thread, those that
+// existed and those the runtime starts afterwards, must be SCHED_FIFO at
+// that priority, and packets still pass.
+func TestRealtimePriority(t *testing.T) {
+	const queue, prio, n = 9, 3, 200
+	if childMode() == "rt" {
+		p := newUDPPair(t)
+		q := openQueue(t, Config{Queue: queue, RealtimePriority: prio})
+		stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+		// Make the runtime start threads: goroutines locked to threads
+		// and blocked in the kernel at the same time.
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		for i := 0; i < 8; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				runtime.LockOSThread()
+				defer runtime.UnlockOSThread()
+				<-release
+			}()
+		}
+		for i := 0; i < n; i++ {
+			p.send(t, uint16(i), 16)
+		}
+		if got := p.waitCount(n, 3*time.Second); got != n {
+			t.Errorf("received %d of %d packets", got, n)
+		}
+		ents, err := os.ReadDir("/proc/self/task")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range ents {
+			var tid int
+			fmt.Sscan(e.Name(), &tid)
+			a, err := unix.SchedGetAttr(tid, 0)
+			if err != nil {
+				continue // gone
+			}
+			if a.Policy != unix.SCHED_FIFO || a.Priority != prio {
+				t.Errorf("thread %d: policy %d priority %d, want SCHED_FIFO (%d) priority %d", tid, a.Policy, a.Priority, unix.SCHED_FIFO, prio)
+			}
+		}
+		close(release)
+		wg.Wait()
+		if _, err := stop(); err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("THREADS=%d\n", len(ents))
+		return
 	}
+	if _, err := Open(Config{Queue: queue, RealtimePriority: MaxRealtimePriority + 1}); err == nil ||
+		err.Error() != "nfq: queue 9: real-time priority 100 out of range (1..99, or 0 for none)" {
+		t.Errorf("Open with priority 100: %v", err)
+	}
+	newNetns(t, queue)
+	out := runChild(t, "TestRealtimePriority", "rt", 0)
+	if !strings.Contains(out, "THREADS=") || strings.Contains(out, "FAIL") {
+		t.Errorf("child:\n%s", out)
+	}
+	t.Logf("child:\n%s", out)
 }
 
 // TestFailOpenWhenStalled: a queue nobody reads fills up; then the kernel
