@@ -10,7 +10,7 @@
 #           go-nfqueue consumer and iptables hashlimit, plus verdict latency
 #           (root: network namespaces, NFQUEUE)
 #
-#   sudo ./scripts/bench.sh                       # all three, about 6 minutes
+#   sudo ./scripts/bench.sh                       # all three, about 2-4 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #
@@ -33,6 +33,8 @@
 #   ps_latency  packetshaper accept-all with --latency, offered half of the
 #               ps_accept median: verdict latency p50/p99/max (µs) from the
 #               kernel's receive timestamp to the verdict, as it logs them
+#   ps_latency_rt  the same with --rt-priority 1 (SCHED_FIFO), interleaved
+#               with ps_latency (only if the binary has that flag)
 #
 # Only packets that went through the consumer count: every consumer runs
 # fail-closed (packetshaper with --fail-closed), so a full queue drops instead
@@ -161,6 +163,10 @@ log "building packetshaper"
 mkdir -p "$BIN"
 (cd "$ROOT" && go build -o "$BIN/packetshaper" ./cmd/packetshaper) || die "go build ./cmd/packetshaper failed"
 PS="$BIN/packetshaper --queue 0 --fail-closed --max-flows $((LIMITED_FLOWS * 2)) $PS_ARGS"
+# ps_latency_rt: the same with --rt-priority 1 (SCHED_FIFO), when the binary
+# has the flag.
+RT=
+if "$BIN/packetshaper" --help 2>&1 | grep -q -- '-rt-priority'; then RT=1; fi
 
 # run LABEL FLOWS CASES [CONSUMER]: one repetition of CASES via run.sh;
 # its rows go to $OUT/LABEL-rN/runs.csv.
@@ -189,6 +195,9 @@ RUN_PPS=$(cat "$OUT"/ps_accept-r*/runs.csv | awk -F, '$1=="custom" && $9>0 {prin
 if [ -n "$RUN_PPS" ] && [ "$RUN_PPS" -gt 0 ]; then
 	for rep in $(seq "$REPS"); do
 		run ps_latency "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000 --latency"
+		if [ -n "$RT" ]; then
+			run ps_latency_rt "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000 --latency --rt-priority 1"
+		fi
 	done
 fi
 
@@ -222,13 +231,13 @@ function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
 	return (m%2) ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
 function mn(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]<r) r=a[k,i]; return r}
 function mx(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]>r) r=a[k,i]; return r}
-function ratio(k, ref) { return (ref in M && M[ref]>0 && k!="hashlimit" && k!="ps_latency") ? sprintf("%.2f", M[k]/M[ref]) : "-" }
+function ratio(k, ref) { return (ref in M && M[ref]>0 && k!="hashlimit" && k !~ /^ps_latency/) ? sprintf("%.2f", M[k]/M[ref]) : "-" }
 END {
-	split("base c_per go ps_accept ps_limited hashlimit ps_latency", order, " ")
-	for (o=1;o<=7;o++) { k=order[o]; if (n[k]) M[k]=med(dp,k,n[k]) }
+	no=split("base c_per go ps_accept ps_limited hashlimit ps_latency ps_latency_rt", order, " ")
+	for (o=1;o<=no;o++) { k=order[o]; if (n[k]) M[k]=med(dp,k,n[k]) }
 	print "| case | flows | delivered pps: **median** (min–max) | sent pps | delivered / expected | via consumer | queue-full drops | consumer µs/pkt | × base | × c_per | × go | bg load % |"
 	print "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	for (o=1;o<=7;o++) { k=order[o]; m=n[k]
+	for (o=1;o<=no;o++) { k=order[o]; m=n[k]
 		if (!m) { if (err[k]) printf "| %s | | ERROR (%d runs) | | | | | | | | | |\n", k, err[k]; continue }
 		v=med(vq,k,m); c=med(cpp,k,m); q=med(qd,k,m)
 		printf "| %s | %s | **%.0f** (%.0f–%.0f) | %.0f | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f |\n",
@@ -241,18 +250,19 @@ END {
 }' "$OUT/runs.csv" >>"$OUT/bench.md"
 
 # Latency: the final stats lines of the ps_latency consumers.
-if ls "$OUT"/ps_latency-r*/logs/*.consumer.log >/dev/null 2>&1; then
-	cat "$OUT"/ps_latency-r*/logs/*.consumer.log | grep 'final stats' | awk -v pps="$RUN_PPS" '
+for label in ps_latency ps_latency_rt; do
+	ls "$OUT/$label"-r*/logs/*.consumer.log >/dev/null 2>&1 || continue
+	cat "$OUT/$label"-r*/logs/*.consumer.log | grep 'final stats' | awk -v pps="$RUN_PPS" -v label="$label" '
 	function kv(k,  m) { return match($0, k "=[0-9.]+") ? substr($0, RSTART+length(k)+1, RLENGTH-length(k)-1) : "" }
 	function med(a,m,   i,j,t) { for(i=2;i<=m;i++){t=a[i]; for(j=i-1;j>=1 && a[j]>t;j--) a[j+1]=a[j]; a[j+1]=t}
 		return (m%2) ? a[(m+1)/2] : (a[m/2]+a[m/2+1])/2 }
-	kv("lat_p99_us") != "" { n++; p50[n]=kv("lat_p50_us")+0; p99[n]=kv("lat_p99_us")+0; mx[n]=kv("lat_max_us")+0 }
+	kv("lat_p99_us") != "" { n++; p50[n]=kv("lat_p50_us")+0; p99[n]=kv("lat_p99_us")+0; mx[n]=kv("lat_max_us")+0; all=all (n>1 ? ", " : "") p99[n] }
 	END {
-		if (!n) { print "\nverdict latency: no lat_ fields in the final stats lines"; exit }
-		printf "\nverdict latency at %d pps offered (half the ps_accept median), median of %d runs: p50 %s µs, **p99 %s µs**, max %s µs\n",
-			pps, n, med(p50,n), med(p99,n), med(mx,n)
+		if (!n) { print "\n" label ": no lat_ fields in the final stats lines"; exit }
+		printf "\n%s: verdict latency at %d pps offered (half the ps_accept median), median of %d runs: p50 %s µs, **p99 %s µs**, max %s µs (p99 per run: %s)\n",
+			label, pps, n, med(p50,n), med(p99,n), med(mx,n), all
 	}' >>"$OUT/bench.md"
-fi
+done
 
 {
 	echo
