@@ -3,13 +3,16 @@ module github.com/packetshaper/packetshaper
 go 1.26.0
 
 require (
-	github.com/florianl/go-nfqueue/v2 v2.1.0 // indirect
+	github.com/florianl/go-nfqueue/v2 v2.1.0
+	github.com/gopacket/gopacket v1.7.7
+	golang.org/x/sys v0.50.0
+	golang.org/x/time v0.16.0
+)
+
+require (
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/gopacket/gopacket v1.7.7 // indirect
 	github.com/mdlayher/netlink v1.11.2 // indirect
 	github.com/mdlayher/socket v0.6.0 // indirect
 	golang.org/x/net v0.55.0 // indirect
 	golang.org/x/sync v0.20.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
-	golang.org/x/time v0.16.0 // indirect
 )

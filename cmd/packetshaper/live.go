@@ -56,6 +56,7 @@ type liveFlags struct {
 	logFormat   string
 	metricsAddr string
 	latency     bool
+	rtPrio      int
 }
 
 func addLiveFlags(fs *flag.FlagSet) *liveFlags {
@@ -69,6 +70,7 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	fs.DurationVar(&f.statsEvery, "stats-interval", 10*time.Second, "log a stats line this often (0: only the final one at exit)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&f.latency, "latency", false, "measure each packet's verdict latency (from entering the network stack to its verdict) and log p50/p99/max; turns on kernel receive timestamps system-wide")
+	fs.IntVar(&f.rtPrio, "rt-priority", 0, "run the whole process under the real-time policy SCHED_FIFO at this `priority` (1-99, 1 is enough): keeps the verdict latency's tail low when other processes load the CPUs; needs root or CAP_SYS_NICE (0: off)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus text metrics at http://`ADDR`/metrics; ADDR must be a loopback address, e.g. 127.0.0.1:9464")
 	return f
 }
@@ -282,6 +284,8 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return usage("--copy-range must be between 64 and %d, not %d", nfq.MaxCopyRange, f.copyRange)
 	case f.readBuffer < 1<<16 || f.readBuffer > 1<<30:
 		return usage("--read-buffer must be between 65536 and %d bytes, not %d", 1<<30, f.readBuffer)
+	case f.rtPrio < 0 || f.rtPrio > 99:
+		return usage("--rt-priority must be between 0 (off) and 99, not %d", f.rtPrio)
 	case f.batch < 1 || f.batch > 1024:
 		return usage("--batch must be between 1 and 1024, not %d", f.batch)
 	case f.statsEvery < 0:
@@ -318,14 +322,15 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			return usage("%v", trimPkg(err))
 		}
 		q, err := nfq.Open(nfq.Config{
-			Queue:       qn,
-			MaxQueueLen: uint32(f.maxLen),
-			CopyRange:   uint32(f.copyRange),
-			FailClosed:  f.failClosed,
-			ReadBuffer:  f.readBuffer,
-			BatchSize:   f.batch,
-			Latency:     f.latency,
-			Logf:        logf,
+			Queue:            qn,
+			MaxQueueLen:      uint32(f.maxLen),
+			CopyRange:        uint32(f.copyRange),
+			FailClosed:       f.failClosed,
+			ReadBuffer:       f.readBuffer,
+			BatchSize:        f.batch,
+			Latency:          f.latency,
+			RealtimePriority: f.rtPrio,
+			Logf:             logf,
 		})
 		if err != nil {
 			fmt.Fprintln(stderr, "packetshaper:", oneLine(err.Error()))

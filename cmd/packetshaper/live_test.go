@@ -59,6 +59,7 @@ func TestLiveUsageErrors(t *testing.T) {
 		{[]string{"--pps", "10", "--copy-range", "10"}, "--copy-range"},
 		{[]string{"--pps", "10", "--queue-maxlen", "0"}, "--queue-maxlen"},
 		{[]string{"--pps", "10", "--batch", "0"}, "--batch"},
+		{[]string{"--pps", "10", "--rt-priority", "100"}, "--rt-priority"},
 		{[]string{"--pps", "10", "--log-format", "xml"}, "--log-format"},
 		{[]string{"--pps", "10", "--metrics-addr", "0.0.0.0:9464"}, "not a loopback address"},
 		{[]string{"--pps", "10", "--metrics-addr", "nonsense"}, "--metrics-addr"},
