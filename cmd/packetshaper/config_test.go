@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"runtime"
@@ -352,22 +351,7 @@ func waitLog(log *syncBuffer, substring string, n int) error {
 // and returns a receiver counting what arrives per source address (by its
 // last byte) and the namespace's fd for other goroutines to join.
 func netnsUDP(t *testing.T, queue int) (received *[256]atomic.Int64, nsFd int) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root (creates a network namespace and an iptables queue rule)")
-	}
-	// Never unlocked: the thread leaves with the namespace when the test ends.
-	runtime.LockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		t.Fatalf("unshare: %v", err)
-	}
-	for _, args := range [][]string{
-		{"ip", "link", "set", "lo", "up"},
-		{"iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9000", "-j", "NFQUEUE", "--queue-num", strconv.Itoa(queue), "--queue-bypass"},
-	} {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	enterTestNetns(t, "--queue-num", strconv.Itoa(queue))
 	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
 	if err != nil {
 		t.Fatal(err)

@@ -144,23 +144,32 @@ func TestLiveInNetns(t *testing.T) {
 	})
 }
 
-func testLive(t *testing.T, queues string, rule []string, flows int) {
+// enterTestNetns moves the calling goroutine, locked to its OS thread for
+// good (the thread leaves with the namespace when the test ends), into a new
+// network namespace with lo up and an iptables rule sending UDP to port 9000
+// on OUTPUT to NFQUEUE with queueArgs ("--queue-num", "3"), with bypass. It
+// skips the test when not root.
+func enterTestNetns(t *testing.T, queueArgs ...string) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: needs root (creates a network namespace and an iptables queue rule)")
 	}
-	// Never unlocked: the thread leaves with the namespace when the test ends.
 	runtime.LockOSThread()
 	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 		t.Fatalf("unshare: %v", err)
 	}
 	for _, args := range [][]string{
 		{"ip", "link", "set", "lo", "up"},
-		append(append([]string{"iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9000", "-j", "NFQUEUE"}, rule...), "--queue-bypass"),
+		append(append([]string{"iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9000", "-j", "NFQUEUE"}, queueArgs...), "--queue-bypass"),
 	} {
 		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
 		}
 	}
+}
+
+func testLive(t *testing.T, queues string, rule []string, flows int) {
+	enterTestNetns(t, rule...)
 	// Sockets are created here, on the namespace's thread.
 	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
 	if err != nil {
