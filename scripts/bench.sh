@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh - packetshaper's three benchmarks in one run, printed as one report:
+# bench.sh - packetshaper's four benchmarks in one run, printed as one report:
 #
 #   engine  go test -bench Decide ./shaper: ns/op per flow count, the engine
 #           beside an x/time/rate + map baseline (median of ENGINE_COUNT runs)
@@ -9,8 +9,12 @@
 #           kernel with no queue rule, a minimal C consumer, a naive
 #           go-nfqueue consumer and iptables hashlimit, plus verdict latency
 #           (root: network namespaces, NFQUEUE)
+#   queues  one queue against two (--queue 0-1) at the same offered rates,
+#           with RPS on the receiving veth and --queue-balance 0:1
+#           --queue-cpu-fanout (root; see "Two queues" below)
 #
-#   sudo ./scripts/bench.sh                       # all three, about 2-4 minutes
+#   sudo ./scripts/bench.sh                       # all four, about 4-7 minutes
+#   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 3 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #
@@ -36,16 +40,36 @@
 #   ps_latency_rt  the same with --rt-priority 1 (SCHED_FIFO), interleaved
 #               with ps_latency (only if the binary has that flag)
 #
+# Two queues (PARTS=queues)
+#   The kernel's --queue-balance hashes only addresses and protocol, so the
+#   harness's single address pair would land on one queue. The queue cases
+#   therefore run packetshaper through a small wrapper (written to OUT/bin)
+#   that, inside the receiving namespace and before packetshaper binds, sets
+#   RPS on the receiving veth (rx-0/rps_cpus = all CPUs; the RPS hash includes
+#   the ports, so each flow stays on one CPU) and, for two queues, replaces
+#   run.sh's rule with
+#     -p udp --dport 9000 -j NFQUEUE --queue-balance 0:1 --queue-cpu-fanout --queue-bypass
+#   so the queue is the CPU that received the packet. Both cases get RPS and
+#   the same CPUs (CONSUMER_CPUS=QUEUE_CPUS); the sender stays on core 0.
+#   q1 = --queue 0 (run.sh's --queue-num 0 rule), q2 = --queue 0-1, each at
+#   every rate of QUEUE_RATES (0 = as fast as the sender can), interleaved.
+#   Reported: delivered pps, delivered / sent, packetshaper's per_queue=
+#   split, consumer CPU, CPU busy per core, and the CPU seconds and last core
+#   of packetshaper's two busiest threads (from /proc/PID/task/*/stat, read by
+#   the wrapper when it is stopped).
+#
 # Only packets that went through the consumer count: every consumer runs
 # fail-closed (packetshaper with --fail-closed), so a full queue drops instead
 # of bypassing, and "via consumer" (the queue's id_sequence, or the consumer's
 # own packets= count) is shown beside "delivered".
 #
-# Environment (defaults): PARTS=engine,replay,live
+# Environment (defaults): PARTS=engine,replay,live,queues
 #   engine: ENGINE_COUNT=3 (go test -count)
 #   replay: REPLAY_PACKETS=1000000 REPLAY_FLOWS=10000 REPLAY_RUNS=3
 #   live:   REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000 LIMITED_PPS=1000
 #           SIZE=64 PS_ARGS="" (extra packetshaper flags for the ps_ cases)
+#   queues: QUEUE_RATES="150000 200000 0" QUEUE_CPUS=0,1 (and REPS, DUR,
+#           FLOWS, SIZE, PS_ARGS as above)
 #   OUT=/tmp/packetshaper-bench/<time> (report: OUT/bench.md)
 set -u -o pipefail
 
@@ -60,7 +84,9 @@ LIMITED_PPS=${LIMITED_PPS:-1000}
 SIZE=${SIZE:-64}
 PS_ARGS=${PS_ARGS:-}
 OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
-PARTS=${PARTS:-engine,replay,live}
+PARTS=${PARTS:-engine,replay,live,queues}
+QUEUE_RATES=${QUEUE_RATES:-150000 200000 0}
+QUEUE_CPUS=${QUEUE_CPUS:-0,1}
 ENGINE_COUNT=${ENGINE_COUNT:-3}
 REPLAY_PACKETS=${REPLAY_PACKETS:-1000000}
 REPLAY_FLOWS=${REPLAY_FLOWS:-10000}
@@ -75,11 +101,11 @@ case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""
 between() { [ "${!1}" -ge "$2" ] && [ "${!1}" -le "$3" ]; }
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 for p in ${PARTS//,/ }; do
-	case "$p" in engine | replay | live) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live)" ;; esac
+	case "$p" in engine | replay | live | queues) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues)" ;; esac
 done
-[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live)"
-if want live; then
-	[ "$(id -u)" = 0 ] || die "the live part must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
+[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues)"
+if want live || want queues; then
+	[ "$(id -u)" = 0 ] || die "the live and queues parts must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
 	[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh, or PARTS=engine,replay)"
 fi
 if want replay; then
@@ -93,6 +119,25 @@ between REPS 1 20 || die "REPS=$REPS: want 1..20"
 between ENGINE_COUNT 1 10 || die "ENGINE_COUNT=$ENGINE_COUNT: want 1..10"
 between REPLAY_RUNS 1 10 || die "REPLAY_RUNS=$REPLAY_RUNS: want 1..10"
 between REPLAY_PACKETS 1000 20000000 || die "REPLAY_PACKETS=$REPLAY_PACKETS: want 1000..20000000"
+if want queues; then
+	[ -n "${QUEUE_RATES// /}" ] || die "QUEUE_RATES is empty (want packets/s values, 0 = as fast as possible)"
+	for r in $QUEUE_RATES; do
+		case "$r" in *[!0-9]*) die "QUEUE_RATES='$QUEUE_RATES': '$r' is not a whole number of packets/s" ;; esac
+		[ "$r" -le 10000000 ] || die "QUEUE_RATES: $r packets/s is more than 10000000"
+	done
+	case "$QUEUE_CPUS" in '' | *[!0-9,-]*) die "QUEUE_CPUS='$QUEUE_CPUS': want a taskset CPU list such as 0,1" ;; esac
+	[ "$(nproc)" -ge 2 ] || die "the queues part needs at least 2 CPUs (this machine has $(nproc))"
+	# RPS mask of QUEUE_CPUS (CPUs below 32; checked here, not by run.sh).
+	mask=0
+	for c in ${QUEUE_CPUS//,/ }; do
+		lo=${c%-*} hi=${c#*-}
+		if ! [[ $c =~ ^[0-9]+(-[0-9]+)?$ ]] || [ "$lo" -gt "$hi" ] || [ "$hi" -ge "$(nproc)" ] || [ "$hi" -ge 32 ]; then
+			die "QUEUE_CPUS=$QUEUE_CPUS: '$c' is not a CPU (or range) of this machine below 32"
+		fi
+		for ((i = lo; i <= hi; i++)); do mask=$((mask | (1 << i))); done
+	done
+	mask=$(printf '%x' "$mask")
+fi
 
 mkdir -p "$OUT" || die "cannot create $OUT"
 t0=$SECONDS
@@ -141,17 +186,19 @@ if want replay; then
 	} >>"$OUT/bench.md"
 fi
 
-if ! want live; then
+# finish: the machine and the command under the report, then print it.
+finish() {
 	{
 		echo "$(date -u +%FT%TZ), kernel $(uname -r), $(nproc) CPUs, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-		echo "command: PARTS=$PARTS ./scripts/bench.sh; $(cd "$ROOT" && git log -1 --format='commit %h %s' 2>/dev/null)"
+		echo "command: PARTS=$PARTS ./scripts/bench.sh (REPS=$REPS DUR=$DUR); $(cd "$ROOT" && git log -1 --format='commit %h %s' 2>/dev/null)"
 	} >>"$OUT/bench.md"
 	cat "$OUT/bench.md"
 	log "done in $((SECONDS - t0)) s (report: $OUT/bench.md)"
 	exit 0
-fi
+}
+want live || want queues || finish
 
-# ---------------------------------------------------------------- live
+# ---------------------------------------------------------------- live setup
 ID=$(printf '%04x' $((RANDOM % 65536)))
 # run.sh insists on namespace names starting with nb-; ours are unique so
 # that parallel runs (and other users of run.sh) do not collide.
@@ -172,104 +219,220 @@ if "$BIN/packetshaper" --help 2>&1 | grep -q -- '-rt-priority'; then RT=1; fi
 # its rows go to $OUT/LABEL-rN/runs.csv.
 run() {
 	local label=$1 flows=$2 cases=$3 consumer=${4:-} dir
-	dir=$OUT/$label-r$rep
+	dir=${RUN_DIR:-$OUT}/$label-r$rep
 	log "rep $rep/$REPS: $label ($cases, $flows flows${RUN_PPS:+, offered $RUN_PPS pps})"
 	if [ -n "$consumer" ]; then
-		PPS=${RUN_PPS:-0} CONSUMER="$consumer" FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" one >"$dir.log" 2>&1
+		PPS=${RUN_PPS:-0} CONSUMER_CPUS=${RUN_CPUS:-1} CONSUMER="$consumer" FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" one >"$dir.log" 2>&1
 	else
-		PPS=${RUN_PPS:-0} FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" all >"$dir.log" 2>&1
+		PPS=${RUN_PPS:-0} CONSUMER_CPUS=${RUN_CPUS:-1} FLOWS=$flows REPS=1 CASES="$cases" OUT=$dir bash "$NFQBENCH" all >"$dir.log" 2>&1
 	fi || { tail -20 "$dir.log" >&2; die "run.sh failed for $label (log: $dir.log)"; }
 	grep -E '^\[nfqbench\] (ERROR|consumer)' "$dir.log" >&2
 	return 0
 }
 
-for rep in $(seq "$REPS"); do
-	run builtin "$FLOWS" "base c_per go hashlimit"
-	run ps_accept "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000"
-	run ps_limited "$LIMITED_FLOWS" custom "$PS --pps $LIMITED_PPS --burst $LIMITED_PPS"
-done
-
-# Verdict latency at half the accept-all load just measured.
-RUN_PPS=$(cat "$OUT"/ps_accept-r*/runs.csv | awk -F, '$1=="custom" && $9>0 {print $9}' | sort -n |
-	awk '{a[NR]=$1} END {if (NR) printf "%d", a[int((NR+1)/2)]/2}')
-if [ -n "$RUN_PPS" ] && [ "$RUN_PPS" -gt 0 ]; then
+# ---------------------------------------------------------------- live
+if want live; then
 	for rep in $(seq "$REPS"); do
-		run ps_latency "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000 --latency"
-		if [ -n "$RT" ]; then
-			run ps_latency_rt "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000 --latency --rt-priority 1"
-		fi
+		run builtin "$FLOWS" "base c_per go hashlimit"
+		run ps_accept "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000"
+		run ps_limited "$LIMITED_FLOWS" custom "$PS --pps $LIMITED_PPS --burst $LIMITED_PPS"
 	done
+
+	# Verdict latency at half the accept-all load just measured.
+	RUN_PPS=$(cat "$OUT"/ps_accept-r*/runs.csv | awk -F, '$1=="custom" && $9>0 {print $9}' | sort -n |
+		awk '{a[NR]=$1} END {if (NR) printf "%d", a[int((NR+1)/2)]/2}')
+	if [ -n "$RUN_PPS" ] && [ "$RUN_PPS" -gt 0 ]; then
+		for rep in $(seq "$REPS"); do
+			run ps_latency "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000 --latency"
+			if [ -n "$RT" ]; then
+				run ps_latency_rt "$FLOWS" custom "$PS --pps 1000000000 --burst 1000000000 --latency --rt-priority 1"
+			fi
+		done
+	fi
+
+	# ---------------------------------------------------------------- table
+	# Merge the rows, naming the custom ones after their label.
+	{
+		head -1 "$OUT/builtin-r1/runs.csv"
+		for f in "$OUT"/*-r*/runs.csv; do
+			label=$(basename "$(dirname "$f")")
+			label=${label%-r*}
+			tail -n +2 "$f" | awk -F, -v OFS=, -v l="$label" '$1=="custom"{$1=l} {print}'
+		done
+	} >"$OUT/runs.csv"
+
+	printf "## Live: packets/s through NFQUEUE (median of %d runs)\n\n" "$REPS" >>"$OUT/bench.md"
+	awk -F, -v reps="$REPS" '
+	NR==1 {next}
+	$5=="ERR" {err[$1]++; next}
+	{
+		k=$1; n[k]++; i=n[k]
+		flows[k]=$3; dp[k,i]=$9; sp[k,i]=$7; exp_r[k,i]=($10>0 ? $8/$10 : 0)
+		# packets that went through the consumer: its own count, else id_sequence
+		via = ($12!="" ? $12 : $13)
+		vq[k,i] = ($8>0 && via!="" && !($12=="" && $13==0) ? via/$8 : -1)
+		cpp[k,i] = (via>0 ? ($16/100.0)*$6*1e6/via : 0)
+		qd[k,i] = ($5>0 ? $14/$5 : 0)
+		bg[k,i] = $19
+	}
+	function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
+		for(i=2;i<=m;i++){t=v[i]; for(j=i-1;j>=1 && v[j]>t;j--) v[j+1]=v[j]; v[j+1]=t}
+		return (m%2) ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
+	function mn(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]<r) r=a[k,i]; return r}
+	function mx(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]>r) r=a[k,i]; return r}
+	function ratio(k, ref) { return (ref in M && M[ref]>0 && k!="hashlimit" && k !~ /^ps_latency/) ? sprintf("%.2f", M[k]/M[ref]) : "-" }
+	END {
+		no=split("base c_per go ps_accept ps_limited hashlimit ps_latency ps_latency_rt", order, " ")
+		for (o=1;o<=no;o++) { k=order[o]; if (n[k]) M[k]=med(dp,k,n[k]) }
+		print "| case | flows | delivered pps: **median** (min–max) | sent pps | delivered / expected | via consumer | queue-full drops | consumer µs/pkt | × base | × c_per | × go | bg load % |"
+		print "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for (o=1;o<=no;o++) { k=order[o]; m=n[k]
+			if (!m) { if (err[k]) printf "| %s | | ERROR (%d runs) | | | | | | | | | |\n", k, err[k]; continue }
+			v=med(vq,k,m); c=med(cpp,k,m); q=med(qd,k,m)
+			printf "| %s | %s | **%.0f** (%.0f–%.0f) | %.0f | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f |\n",
+				k, flows[k], M[k], mn(dp,k,m), mx(dp,k,m), med(sp,k,m), 100*med(exp_r,k,m),
+				(v>=0 ? sprintf("%.0f%%", 100*v) : "-"), (q>0 ? sprintf("%.0f%%", 100*q) : "-"),
+				(c>0 ? sprintf("%.1f", c) : "-"), ratio(k,"base"), ratio(k,"c_per"), ratio(k,"go"), med(bg,k,m)
+			if (m < reps) short = short " " k "(" m "/" reps ")"
+		}
+		if (short != "") print "\nfewer runs than asked for:" short
+	}' "$OUT/runs.csv" >>"$OUT/bench.md"
+
+	# Latency: the final stats lines of the ps_latency consumers.
+	for label in ps_latency ps_latency_rt; do
+		ls "$OUT/$label"-r*/logs/*.consumer.log >/dev/null 2>&1 || continue
+		cat "$OUT/$label"-r*/logs/*.consumer.log | grep 'final stats' | awk -v pps="$RUN_PPS" -v label="$label" '
+		function kv(k,  m) { return match($0, k "=[0-9.]+") ? substr($0, RSTART+length(k)+1, RLENGTH-length(k)-1) : "" }
+		function med(a,m,   i,j,t) { for(i=2;i<=m;i++){t=a[i]; for(j=i-1;j>=1 && a[j]>t;j--) a[j+1]=a[j]; a[j+1]=t}
+			return (m%2) ? a[(m+1)/2] : (a[m/2]+a[m/2+1])/2 }
+		kv("lat_p99_us") != "" { n++; p50[n]=kv("lat_p50_us")+0; p99[n]=kv("lat_p99_us")+0; mx[n]=kv("lat_max_us")+0; all=all (n>1 ? ", " : "") p99[n] }
+		END {
+			if (!n) { print "\n" label ": no lat_ fields in the final stats lines"; exit }
+			printf "\n%s: verdict latency at %d pps offered (half the ps_accept median), median of %d runs: p50 %s µs, **p99 %s µs**, max %s µs (p99 per run: %s)\n",
+				label, pps, n, med(p50,n), med(p99,n), med(mx,n), all
+		}' >>"$OUT/bench.md"
+	done
+
+	{
+		echo
+		echo "REPS=$REPS DUR=$DUR s SIZE=$SIZE B FLOWS=$FLOWS LIMITED_FLOWS=$LIMITED_FLOWS LIMITED_PPS=$LIMITED_PPS; sender pinned to core 0, consumers to core 1 (run.sh defaults)"
+		echo "packetshaper: $PS ...; raw rows: $OUT/runs.csv"
+		echo
+	} >>"$OUT/bench.md"
 fi
 
-# ---------------------------------------------------------------- table
-# Merge the rows, naming the custom ones after their label.
-{
-	head -1 "$OUT/builtin-r1/runs.csv"
-	for f in "$OUT"/*-r*/runs.csv; do
-		label=$(basename "$(dirname "$f")")
-		label=${label%-r*}
-		tail -n +2 "$f" | awk -F, -v OFS=, -v l="$label" '$1=="custom"{$1=l} {print}'
+# ---------------------------------------------------------------- queues
+if want queues; then
+	WRAP=$BIN/rps-wrap.sh
+	cat >"$WRAP" <<-'EOF'
+		#!/bin/sh
+		# rps-wrap.sh VETH MASK BALANCE CMD...: written by scripts/bench.sh and run
+		# by run.sh as the consumer, inside the receiving namespace. It sets RPS on
+		# VETH to MASK, for BALANCE=N:M replaces run.sh's NFQUEUE rule by one with
+		# --queue-balance N:M --queue-cpu-fanout (BALANCE=-: keeps it), runs CMD in
+		# its own session, and when stopped logs the CPU ticks and last core of
+		# CMD's two busiest threads before passing the signal on.
+		set -u
+		veth=$1 mask=$2 balance=$3
+		shift 3
+		rps=/sys/class/net/$veth/queues/rx-0/rps_cpus
+		echo "$mask" >"$rps" || { echo "rps-wrap: cannot write $rps" >&2; exit 1; }
+		if [ "$balance" != - ]; then
+			iptables -F INPUT && iptables -A INPUT -p udp --dport 9000 -j NFQUEUE \
+				--queue-balance "$balance" --queue-cpu-fanout --queue-bypass ||
+				{ echo "rps-wrap: cannot add the --queue-balance rule" >&2; exit 1; }
+		fi
+		echo "rps-wrap: rps_cpus=$(cat "$rps") rule: $(iptables -S INPUT | grep NFQUEUE)" >&2
+		setsid "$@" &
+		pid=$!
+		threads() {
+			for f in /proc/"$pid"/task/*/stat; do sed 's/^.*) //' "$f"; done 2>/dev/null |
+				awk '{print $12+$13, $37}' | sort -rn | head -2 | awk '{printf "%s%s@%s", (NR>1 ? ";" : ""), $1, $2}'
+		}
+		trap 'echo "rps-wrap: threads=$(threads) hz=$(getconf CLK_TCK)" >&2; kill -TERM "$pid" 2>/dev/null' TERM INT
+		wait "$pid"
+		rc=$?
+		if [ "$rc" -gt 128 ] && kill -0 "$pid" 2>/dev/null; then wait "$pid"; rc=$?; fi
+		exit "$rc"
+	EOF
+	PSQ="$BIN/packetshaper --fail-closed --max-flows $((FLOWS * 2 + 1024)) --pps 1000000000 --burst 1000000000 $PS_ARGS"
+	QDIR=$OUT/queues
+	mkdir -p "$QDIR"
+	RUN_DIR=$QDIR RUN_CPUS=$QUEUE_CPUS
+	for rep in $(seq "$REPS"); do
+		for rate in $QUEUE_RATES; do
+			RUN_PPS=$rate
+			q1=(run "q1-$rate" "$FLOWS" custom "sh $WRAP $VETH_B $mask - $PSQ --queue 0")
+			q2=(run "q2-$rate" "$FLOWS" custom "sh $WRAP $VETH_B $mask 0:1 $PSQ --queue 0-1")
+			# alternate which goes first, so that a drift in background load
+			# does not always favour the same one
+			if [ $((rep % 2)) = 1 ]; then "${q1[@]}" && "${q2[@]}"; else "${q2[@]}" && "${q1[@]}"; fi
+		done
 	done
-} >"$OUT/runs.csv"
+	unset RUN_DIR RUN_CPUS RUN_PPS
 
-printf "## Live: packets/s through NFQUEUE (median of %d runs)\n\n" "$REPS" >>"$OUT/bench.md"
-awk -F, -v reps="$REPS" '
-NR==1 {next}
-$5=="ERR" {err[$1]++; next}
-{
-	k=$1; n[k]++; i=n[k]
-	flows[k]=$3; dp[k,i]=$9; sp[k,i]=$7; exp_r[k,i]=($10>0 ? $8/$10 : 0)
-	# packets that went through the consumer: its own count, else id_sequence
-	via = ($12!="" ? $12 : $13)
-	vq[k,i] = ($8>0 && via!="" && !($12=="" && $13==0) ? via/$8 : -1)
-	cpp[k,i] = (via>0 ? ($16/100.0)*$6*1e6/via : 0)
-	qd[k,i] = ($5>0 ? $14/$5 : 0)
-	bg[k,i] = $19
-}
-function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
-	for(i=2;i<=m;i++){t=v[i]; for(j=i-1;j>=1 && v[j]>t;j--) v[j+1]=v[j]; v[j+1]=t}
-	return (m%2) ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
-function mn(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]<r) r=a[k,i]; return r}
-function mx(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]>r) r=a[k,i]; return r}
-function ratio(k, ref) { return (ref in M && M[ref]>0 && k!="hashlimit" && k !~ /^ps_latency/) ? sprintf("%.2f", M[k]/M[ref]) : "-" }
-END {
-	no=split("base c_per go ps_accept ps_limited hashlimit ps_latency ps_latency_rt", order, " ")
-	for (o=1;o<=no;o++) { k=order[o]; if (n[k]) M[k]=med(dp,k,n[k]) }
-	print "| case | flows | delivered pps: **median** (min–max) | sent pps | delivered / expected | via consumer | queue-full drops | consumer µs/pkt | × base | × c_per | × go | bg load % |"
-	print "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	for (o=1;o<=no;o++) { k=order[o]; m=n[k]
-		if (!m) { if (err[k]) printf "| %s | | ERROR (%d runs) | | | | | | | | | |\n", k, err[k]; continue }
-		v=med(vq,k,m); c=med(cpp,k,m); q=med(qd,k,m)
-		printf "| %s | %s | **%.0f** (%.0f–%.0f) | %.0f | %.1f%% | %s | %s | %s | %s | %s | %s | %.0f |\n",
-			k, flows[k], M[k], mn(dp,k,m), mx(dp,k,m), med(sp,k,m), 100*med(exp_r,k,m),
-			(v>=0 ? sprintf("%.0f%%", 100*v) : "-"), (q>0 ? sprintf("%.0f%%", 100*q) : "-"),
-			(c>0 ? sprintf("%.1f", c) : "-"), ratio(k,"base"), ratio(k,"c_per"), ratio(k,"go"), med(bg,k,m)
-		if (m < reps) short = short " " k "(" m "/" reps ")"
+	# One row per run: run.sh's row (case = label) + per_queue + threads.
+	{
+		echo "label,size,flows,rep,sent,secs,sent_pps,delivered,delivered_pps,expected,udp_layer,consumer_pkts,queued,queue_drops,user_drops,consumer_cpu_pct,cpu_busy_per_core,softirq_pct,bg_busy_pct,blast_stime,per_queue,threads"
+		for d in "$QDIR"/q*-r*/; do
+			label=$(basename "$d")
+			label=${label%-r*}
+			clog=$(find "$d/logs" -name '*.consumer.log' | head -1)
+			pq=$(grep 'final stats' "$clog" | sed -n 's/.*per_queue=\([0-9:,]*\).*/\1/p')
+			th=$(sed -n 's/.*rps-wrap: threads=\([^ ]*\) hz=.*/\1/p' "$clog")
+			grep -q 'rps-wrap: rps_cpus=' "$clog" || die "the RPS wrapper did not run in $d (log: $clog)"
+			tail -n +2 "$d/runs.csv" | awk -F, -v OFS=, -v l="$label" -v pq="${pq//,/;}" -v th="$th" '{$1=l; print $0, pq, th}'
+		done
+	} >"$QDIR/runs.csv"
+
+	{
+	printf "## Live, two queues: --queue 0 against --queue 0-1 at the same offered rate (median of %d runs)\n\n" "$REPS"
+	awk -F, -v rates="$QUEUE_RATES" -v hz="$(getconf CLK_TCK)" -v reps="$REPS" '
+	NR==1 {next}
+	$5=="ERR" {err[$1]++; next}
+	{
+		k=$1; n[k]++; i=n[k]
+		dp[k,i]=$9; sp[k,i]=$7; ds[k,i]=($5>0 ? $8/$5 : 0); cc[k,i]=$16; si[k,i]=$18; bg[k,i]=$19
+		vc[k,i]=($8>0 && $12!="" ? $12/$8 : -1)
+		cpp[k,i]=($12>0 ? ($16/100.0)*$6*1e6/$12 : 0)
+		nc=split($17, pc, "/"); if (nc>ncpu) ncpu=nc
+		for (j=1;j<=nc;j++) core[k "#" j,i]=pc[j]
+		if ($21!="") { split($21, q, ";"); split(q[1], a, ":"); split(q[2], b, ":")
+			share[k,i]=(a[2]+b[2]>0 ? b[2]/(a[2]+b[2]) : 0); hasq[k]=1 }
+		split($22, t, ";"); split(t[1], t1, "@"); split(t[2], t2, "@")
+		th1[k,i]=t1[1]/hz; th2[k,i]=t2[1]/hz; cores[k]=cores[k] (i>1 ? ", " : "") t1[2] "+" t2[2]
 	}
-	if (short != "") print "\nfewer runs than asked for:" short
-}' "$OUT/runs.csv" >>"$OUT/bench.md"
-
-# Latency: the final stats lines of the ps_latency consumers.
-for label in ps_latency ps_latency_rt; do
-	ls "$OUT/$label"-r*/logs/*.consumer.log >/dev/null 2>&1 || continue
-	cat "$OUT/$label"-r*/logs/*.consumer.log | grep 'final stats' | awk -v pps="$RUN_PPS" -v label="$label" '
-	function kv(k,  m) { return match($0, k "=[0-9.]+") ? substr($0, RSTART+length(k)+1, RLENGTH-length(k)-1) : "" }
-	function med(a,m,   i,j,t) { for(i=2;i<=m;i++){t=a[i]; for(j=i-1;j>=1 && a[j]>t;j--) a[j+1]=a[j]; a[j+1]=t}
-		return (m%2) ? a[(m+1)/2] : (a[m/2]+a[m/2+1])/2 }
-	kv("lat_p99_us") != "" { n++; p50[n]=kv("lat_p50_us")+0; p99[n]=kv("lat_p99_us")+0; mx[n]=kv("lat_max_us")+0; all=all (n>1 ? ", " : "") p99[n] }
+	function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
+		for(i=2;i<=m;i++){t=v[i]; for(j=i-1;j>=1 && v[j]>t;j--) v[j+1]=v[j]; v[j+1]=t}
+		return (m%2) ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
+	function mn(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]<r) r=a[k,i]; return r}
+	function mx(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]>r) r=a[k,i]; return r}
+	function percore(k,m,  j,r){ r=""; for(j=1;j<=ncpu;j++) r=r (j>1 ? " / " : "") med(core,k "#" j,m); return r }
 	END {
-		if (!n) { print "\n" label ": no lat_ fields in the final stats lines"; exit }
-		printf "\n%s: verdict latency at %d pps offered (half the ps_accept median), median of %d runs: p50 %s µs, **p99 %s µs**, max %s µs (p99 per run: %s)\n",
-			label, pps, n, med(p50,n), med(p99,n), med(mx,n), all
-	}' >>"$OUT/bench.md"
-done
+		print "| queues | offered pps | sent pps | delivered pps: **median** (min–max) | delivered / sent | two / one queue | queue 0 / queue 1 | via consumer | consumer CPU % | µs/pkt | CPU busy % per core | softirq % | busiest two threads, CPU s | their last cores per run | bg load % |"
+		print "|---|---:|---:|---|---:|---:|---|---:|---:|---:|---|---:|---|---|---:|"
+		nr=split(rates, R, " ")
+		for (r=1;r<=nr;r++) for (qq=1;qq<=2;qq++) {
+			k="q" qq "-" R[r]; m=n[k]
+			if (!m) { printf "| %d | %s | | ERROR (%d runs) | | | | | | | | | | | |\n", qq, (R[r]>0 ? R[r] : "max"), err[k]; continue }
+			M=med(dp,k,m); o="q1-" R[r]
+			ratio=(qq==2 && n[o] ? sprintf("**%.2f**", M/med(dp,o,n[o])) : "-")
+			s=(hasq[k] ? sprintf("%.0f %% / %.0f %%", 100*(1-med(share,k,m)), 100*med(share,k,m)) : "-")
+			v=med(vc,k,m)
+			printf "| %d | %s | %.0f | **%.0f** (%.0f–%.0f) | %.1f%% | %s | %s | %s | %.0f | %.1f | %s | %.0f | %.2f + %.2f | %s | %.0f |\n",
+				qq, (R[r]>0 ? R[r] : "max"), med(sp,k,m), M, mn(dp,k,m), mx(dp,k,m), 100*med(ds,k,m), ratio, s,
+				(v>=0 ? sprintf("%.0f%%", 100*v) : "-"), med(cc,k,m), med(cpp,k,m), percore(k,m), med(si,k,m),
+				med(th1,k,m), med(th2,k,m), cores[k], med(bg,k,m)
+			if (m < reps) short=short " " k "(" m ")"
+		}
+		if (short != "") print "\nfewer runs than asked for:" short
+	}' "$QDIR/runs.csv"
+		echo
+		echo "RPS on the receiving veth: rps_cpus=$mask; two queues: --queue-balance 0:1 --queue-cpu-fanout --queue-bypass; consumers on CPUs $QUEUE_CPUS, sender on core 0"
+		echo "REPS=$REPS DUR=$DUR s SIZE=$SIZE B FLOWS=$FLOWS QUEUE_RATES=\"$QUEUE_RATES\" (max = as fast as the sender can); packetshaper: $PSQ --queue 0 | --queue 0-1"
+		echo "raw rows: $QDIR/runs.csv"
+		echo
+	} >>"$OUT/bench.md"
+fi
 
-{
-	echo
-	echo "$(date -u +%FT%TZ), kernel $(uname -r), $(nproc) CPUs, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-	echo "REPS=$REPS DUR=$DUR s SIZE=$SIZE B FLOWS=$FLOWS LIMITED_FLOWS=$LIMITED_FLOWS LIMITED_PPS=$LIMITED_PPS; sender pinned to core 0, consumers to core 1 (run.sh defaults)"
-	echo "packetshaper: $PS ...; $(cd "$ROOT" && git log -1 --format='commit %h %s' 2>/dev/null)"
-	echo "command: sudo PARTS=$PARTS ./scripts/bench.sh (raw rows: $OUT/runs.csv)"
-} >>"$OUT/bench.md"
-cat "$OUT/bench.md"
-log "done in $((SECONDS - t0)) s (report: $OUT/bench.md)"
+finish
