@@ -68,7 +68,7 @@
 #   replay: REPLAY_PACKETS=1000000 REPLAY_FLOWS=10000 REPLAY_RUNS=3
 #   live:   REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000 LIMITED_PPS=1000
 #           SIZE=64 PS_ARGS="" (extra packetshaper flags for the ps_ cases)
-#   queues: QUEUE_RATES="150000 200000 0" QUEUE_CPUS=0,1 (and REPS, DUR,
+#   queues: QUEUE_RATES="150000 200000 300000 0" QUEUE_CPUS=0,1 (and REPS, DUR,
 #           FLOWS, SIZE, PS_ARGS as above)
 #   OUT=/tmp/packetshaper-bench/<time> (report: OUT/bench.md)
 set -u -o pipefail
@@ -85,7 +85,7 @@ SIZE=${SIZE:-64}
 PS_ARGS=${PS_ARGS:-}
 OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
 PARTS=${PARTS:-engine,replay,live,queues}
-QUEUE_RATES=${QUEUE_RATES:-150000 200000 0}
+QUEUE_RATES=${QUEUE_RATES:-150000 200000 300000 0}
 QUEUE_CPUS=${QUEUE_CPUS:-0,1}
 ENGINE_COUNT=${ENGINE_COUNT:-3}
 REPLAY_PACKETS=${REPLAY_PACKETS:-1000000}
