@@ -14,7 +14,7 @@
 #           --queue-cpu-fanout (root; see "Two queues" below)
 #
 #   sudo ./scripts/bench.sh                       # all four, about 4-7 minutes
-#   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 3 minutes
+#   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 1.5 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #
