@@ -67,7 +67,9 @@ func (p *Packet) decode4(b []byte) {
 		p.Class = IPv4
 		return
 	}
-	if p.ports(proto, b[ihl:], false) {
+	// Ports are read only from within the packet's stated length, never
+	// from link-layer padding or bytes past it.
+	if p.ports(proto, b[ihl:min(len(b), total)], false) {
 		p.Class = IPv4
 	}
 }
@@ -100,7 +102,7 @@ func (p *Packet) decode6(b []byte) {
 		p.Length = len(b)
 	}
 	next := b[6]
-	rest := b[40:]
+	rest := b[40:min(len(b), p.Length)]
 	for i := 0; ; i++ {
 		if i == maxExtHeaders {
 			return
@@ -181,10 +183,11 @@ func (p *Packet) ports(proto uint8, l4 []byte, v6 bool) bool {
 			if len(l4) < 8 {
 				return false
 			}
-			// Request and reply share the identifier, so a ping
-			// session is one flow (two with --key 5tuple and no
-			// --symmetric: one per direction).
-			p.SrcPort = binary.BigEndian.Uint16(l4[4:6])
+			// Request and reply share the identifier, which stands
+			// for both ports: a ping session is one flow per
+			// direction, and one flow with --symmetric.
+			id := binary.BigEndian.Uint16(l4[4:6])
+			p.SrcPort, p.DstPort = id, id
 			return true
 		}
 		p.SrcPort = uint16(typ)<<8 | uint16(code)

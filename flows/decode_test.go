@@ -40,8 +40,8 @@ func TestDecode(t *testing.T) {
 			Packet{Class: IPv4, Proto: ProtoUDP, Src: addr("10.0.0.1"), Dst: addr("10.0.0.2"), SrcPort: 5000, DstPort: 9000, Length: 20 + 8 + 64}},
 		{"ipv4 tcp", tcp4(t, "192.0.2.7", "198.51.100.9", 40000, 443),
 			Packet{Class: IPv4, Proto: ProtoTCP, Src: addr("192.0.2.7"), Dst: addr("198.51.100.9"), SrcPort: 40000, DstPort: 443, Length: 40}},
-		{"ipv4 icmp echo: identifier stands for the source port", icmp4Echo(t, "10.0.0.1", "10.0.0.2", 0x4242, 1),
-			Packet{Class: IPv4, Proto: ProtoICMP, Src: addr("10.0.0.1"), Dst: addr("10.0.0.2"), SrcPort: 0x4242, Length: 20 + 8 + 56}},
+		{"ipv4 icmp echo: identifier stands for both ports", icmp4Echo(t, "10.0.0.1", "10.0.0.2", 0x4242, 1),
+			Packet{Class: IPv4, Proto: ProtoICMP, Src: addr("10.0.0.1"), Dst: addr("10.0.0.2"), SrcPort: 0x4242, DstPort: 0x4242, Length: 20 + 8 + 56}},
 		{"ipv4 icmp error: type<<8|code stands for the source port", unreach,
 			Packet{Class: IPv4, Proto: ProtoICMP, Src: addr("10.0.0.1"), Dst: addr("10.0.0.2"), SrcPort: 3<<8 | 3, Length: 20 + 8 + 28}},
 		{"ipv4 sctp", sctp,
@@ -55,7 +55,7 @@ func TestDecode(t *testing.T) {
 		{"ipv6 tcp", tcp6(t, "2001:db8::a", "2001:db8::b", 1234, 22),
 			Packet{Class: IPv6, Proto: ProtoTCP, Src: addr("2001:db8::a"), Dst: addr("2001:db8::b"), SrcPort: 1234, DstPort: 22, Length: 60}},
 		{"ipv6 icmpv6 echo reply", icmp6Echo(t, "2001:db8::1", "2001:db8::2", 7, 1, true),
-			Packet{Class: IPv6, Proto: ProtoICMPv6, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), SrcPort: 7, Length: 48}},
+			Packet{Class: IPv6, Proto: ProtoICMPv6, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), SrcPort: 7, DstPort: 7, Length: 48}},
 		{"ipv6 no next header", nonext,
 			Packet{Class: IPv6, Proto: 59, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), Length: 40}},
 		{"ipv6 hop-by-hop, routing, destination options", ext6(t, []uint8{0, 43, 60}, 1000, 2000, 0),
@@ -113,6 +113,12 @@ func TestDecodeMalformed(t *testing.T) {
 			return ext6(t, chain, 1, 2, 0)
 		}()},
 		{"ipv4 icmp echo cut before the identifier", icmp4Echo(t, "10.0.0.1", "10.0.0.2", 1, 1)[:26]},
+		{"ipv4 total length ends before the ports, padding after", mod(func(b []byte) []byte { b[2], b[3] = 0, 22; return b })},
+		{"ipv6 payload length ends before the ports, padding after", func() []byte {
+			b := udp6(t, "2001:db8::1", "2001:db8::2", 1, 2)
+			b[4], b[5] = 0, 2
+			return b
+		}()},
 	}
 	for _, tt := range tests {
 		var p Packet

@@ -23,13 +23,14 @@ type index struct {
 	mask  uint64
 	limit int // slot count will not grow past this
 	n     int
-	seed  uint64
+	seed  [3]uint64
 }
 
 func newIndex(hint, maxEntries int) index {
 	limit := 1 << bits.Len(uint(2*maxEntries-1))
 	size := min(1<<bits.Len(uint(2*max(hint, 8)-1)), limit)
-	return index{slots: make([]uint64, size), mask: uint64(size - 1), limit: limit, seed: rand.Uint64() | 1}
+	return index{slots: make([]uint64, size), mask: uint64(size - 1), limit: limit,
+		seed: [3]uint64{rand.Uint64(), rand.Uint64(), rand.Uint64()}}
 }
 
 const (
@@ -44,12 +45,16 @@ func mix(a, b uint64) uint64 {
 }
 
 // hash is a seeded wyhash-style mix of the key's 37 meaningful bytes.
+// Both operands of every multiplication carry a secret: with a constant
+// operand, a key word equal to that constant would zero the product
+// whatever the seed, and senders could make every key collide.
 func (x *index) hash(k *Key) uint64 {
 	le := binary.LittleEndian
+	s := &x.seed
 	w := uint64(k.SrcPort) | uint64(k.DstPort)<<16 | uint64(k.Proto)<<32 | uint64(k.Family)<<40 | uint64(k.Mode)<<48
-	h := mix(le.Uint64(k.Src[0:])^x.seed, le.Uint64(k.Src[8:])^m1)
-	h = mix(h^le.Uint64(k.Dst[0:]), le.Uint64(k.Dst[8:])^m2)
-	return mix(h^w, x.seed^m3)
+	h := mix(le.Uint64(k.Src[0:])^s[0]^m1, le.Uint64(k.Src[8:])^s[1])
+	h = mix(h^le.Uint64(k.Dst[0:])^s[2], le.Uint64(k.Dst[8:])^s[0]^m2)
+	return mix(h^w^s[1]^m3, s[2]^m1)
 }
 
 // tag is the part of a hash stored in a slot; its low bits pick the home

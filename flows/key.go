@@ -72,7 +72,8 @@ type KeyConfig struct {
 	SrcPrefix6, DstPrefix6 int
 	// Symmetric makes both directions of a conversation one flow: the
 	// (address, port) pairs are put in a canonical order before keying.
-	// With Src or Dst mode it keys by whichever address sorts first.
+	// With Src or Dst mode it keys by whichever address sorts first. It
+	// needs equal source and destination prefix lengths (Validate).
 	Symmetric bool
 }
 
@@ -94,6 +95,18 @@ func (c *KeyConfig) Validate() error {
 		if f.v < 0 || f.v > f.max {
 			return fmt.Errorf("flows: %s /%d out of range 1-%d", f.name, f.v, f.max)
 		}
+	}
+	full := func(v, max int) int {
+		if v == 0 {
+			return max
+		}
+		return v
+	}
+	if c.Symmetric && (full(c.SrcPrefix4, 32) != full(c.DstPrefix4, 32) || full(c.SrcPrefix6, 128) != full(c.DstPrefix6, 128)) {
+		// Endpoints are ordered after masking: A→B masked as (A/24, B)
+		// and B→A as (B/24, A) would be two flows.
+		return fmt.Errorf("flows: symmetric keys need equal source and destination prefix lengths (IPv4 /%d and /%d, IPv6 /%d and /%d)",
+			full(c.SrcPrefix4, 32), full(c.DstPrefix4, 32), full(c.SrcPrefix6, 128), full(c.DstPrefix6, 128))
 	}
 	return nil
 }
@@ -238,13 +251,6 @@ func (c *KeyConfig) Format(k Key) string {
 		return s
 	}
 	src, dst := k.Addrs()
-	if c.Symmetric {
-		// Endpoints may have been swapped: only equal prefixes can be
-		// shown unambiguously.
-		if sp != dp {
-			return s
-		}
-	}
 	withLen := func(a netip.Addr, bits int) string {
 		if bits <= 0 || bits >= full {
 			return a.String()

@@ -46,6 +46,12 @@ func TestKeySymmetric(t *testing.T) {
 	if asym.Key(&fwd) == asym.Key(&rev) {
 		t.Errorf("directions share a key without Symmetric: %v", asym.Key(&fwd))
 	}
+	// A ping session: request and reply are one flow.
+	fwd.Decode(icmp6Echo(t, "2001:db8::9", "2001:db8::1", 77, 1, false))
+	rev.Decode(icmp6Echo(t, "2001:db8::1", "2001:db8::9", 77, 1, true))
+	if sym.Key(&fwd) != sym.Key(&rev) {
+		t.Errorf("symmetric echo keys differ: %v and %v", sym.Key(&fwd), sym.Key(&rev))
+	}
 	// Same address both ways: the ports decide the order.
 	fwd.Decode(udp4(t, "127.0.0.1", "127.0.0.1", 9, 7, 1))
 	rev.Decode(udp4(t, "127.0.0.1", "127.0.0.1", 7, 9, 1))
@@ -96,6 +102,14 @@ func TestParseMode(t *testing.T) {
 	}
 	if err := (&KeyConfig{SrcPrefix6: 129}).Validate(); err == nil {
 		t.Error("prefix /129 validated")
+	}
+	// Symmetric keys order the endpoints after masking: with different
+	// prefixes the two directions could not meet.
+	if err := (&KeyConfig{Symmetric: true, SrcPrefix4: 24}).Validate(); err == nil {
+		t.Error("symmetric with /24 sources and /32 destinations validated")
+	}
+	if err := (&KeyConfig{Symmetric: true, SrcPrefix4: 24, DstPrefix4: 24, SrcPrefix6: 64, DstPrefix6: 64}).Validate(); err != nil {
+		t.Errorf("symmetric with equal prefixes: %v", err)
 	}
 }
 

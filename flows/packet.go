@@ -57,8 +57,8 @@ type Packet struct {
 	// the rest is zero.
 	Src, Dst [16]byte
 	// SrcPort and DstPort are the TCP, UDP, UDP-Lite or SCTP ports. For
-	// ICMP and ICMPv6 echo request/reply, SrcPort holds the echo identifier
-	// and DstPort is 0; for other ICMP messages SrcPort holds type<<8|code.
+	// ICMP and ICMPv6 echo request/reply, both hold the echo identifier;
+	// for other ICMP messages SrcPort holds type<<8|code and DstPort is 0.
 	// Zero for every other protocol and for non-first fragments.
 	SrcPort, DstPort uint16
 	// Length is the packet's IP length from its header (IPv4 total length,

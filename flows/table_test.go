@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"encoding/binary"
 	"runtime"
 	"testing"
 )
@@ -149,3 +150,43 @@ func TestTableNoAllocs(t *testing.T) {
 }
 
 func kp(i int) *Key { x := k(i); return &x }
+
+// TestHashNoChosenCollisions: keys whose second source word equals one of
+// the hash's public constants must not collapse to one hash (a regression:
+// a constant multiplicand once made every such key collide, whatever the
+// seed), and neither may keys differing only in any single field.
+func TestHashNoChosenCollisions(t *testing.T) {
+	x := newIndex(8, 8)
+	var m1b [8]byte
+	binary.LittleEndian.PutUint64(m1b[:], m1)
+	families := map[string]func(i int) Key{
+		"src[8:16]=m1": func(i int) Key {
+			k := Key{Family: 6, Proto: ProtoUDP}
+			binary.LittleEndian.PutUint64(k.Src[0:], uint64(i))
+			copy(k.Src[8:], m1b[:])
+			return k
+		},
+		"dst[8:16]=m2": func(i int) Key {
+			k := Key{Family: 6, Proto: ProtoUDP}
+			binary.LittleEndian.PutUint64(k.Src[0:], uint64(i))
+			binary.LittleEndian.PutUint64(k.Dst[8:], m2)
+			return k
+		},
+		"src port": func(i int) Key { return Key{Family: 4, SrcPort: uint16(i)} },
+		"dst low byte": func(i int) Key {
+			k := Key{Family: 4}
+			k.Dst[15], k.Dst[14] = byte(i), byte(i>>8)
+			return k
+		},
+	}
+	for name, mk := range families {
+		seen := map[uint64]bool{}
+		for i := range 4096 {
+			k := mk(i)
+			seen[tag(x.hash(&k))] = true
+		}
+		if len(seen) < 4000 {
+			t.Errorf("%s: 4096 keys gave only %d distinct 32-bit hashes", name, len(seen))
+		}
+	}
+}

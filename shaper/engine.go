@@ -49,6 +49,18 @@ const (
 	DefaultFlowTimeout = int64(60 * time.Second)
 )
 
+// Bounds that New enforces.
+const (
+	// MinByteBudget: with a byte rate, the burst (token bucket) or the
+	// per-window limit must hold a full-size Ethernet packet.
+	MinByteBudget = 1500
+	// MaxBurst is the largest token bucket capacity.
+	MaxBurst = 1e9
+	// MaxLogBytes caps what the sliding-window logs of a full flow table
+	// may take: MaxFlows × limit × 8 bytes.
+	MaxLogBytes = 2 << 30
+)
+
 // Config describes an Engine. Zero fields mean the documented defaults;
 // New never writes them back.
 type Config struct {
@@ -86,7 +98,7 @@ func (c *Config) LimiterConfig() LimiterConfig {
 	if lc.Burst == 0 {
 		lc.Burst = DefaultBurstPackets
 		if c.Bytes {
-			lc.Burst = max(DefaultBurstBytes, c.Rate/10)
+			lc.Burst = min(max(DefaultBurstBytes, c.Rate/10), MaxBurst)
 		}
 	}
 	if lc.Window == 0 {
@@ -133,6 +145,17 @@ func New(c Config) (*Engine, error) {
 	if c.Bytes && c.Algorithm == SlidingWindow {
 		return nil, fmt.Errorf("shaper: sliding-window counts packets; with a bit rate use sliding-window-counter, fixed-window or token-bucket")
 	}
+	lc := c.LimiterConfig()
+	if c.Bytes {
+		// A byte budget below one full-size packet drops such packets
+		// forever: refuse it rather than shape by surprise.
+		switch {
+		case lc.Algorithm == TokenBucket && lc.Burst < MinByteBudget:
+			return nil, fmt.Errorf("shaper: a burst of %v bytes is below one full-size packet (%d bytes): larger packets could never pass", lc.Burst, MinByteBudget)
+		case lc.Algorithm != TokenBucket && lc.Rate*float64(lc.Window)/1e9 < MinByteBudget:
+			return nil, fmt.Errorf("shaper: rate × window is %.0f bytes, below one full-size packet (%d bytes): larger packets could never pass; raise the rate or the window", lc.Rate*float64(lc.Window)/1e9, MinByteBudget)
+		}
+	}
 	if c.MaxFlows < 0 {
 		return nil, fmt.Errorf("shaper: max flows must not be negative")
 	}
@@ -142,9 +165,17 @@ func New(c Config) (*Engine, error) {
 	if err := c.Key.Validate(); err != nil {
 		return nil, err
 	}
-	lim, err := NewLimiter(c.LimiterConfig())
+	lim, err := NewLimiter(lc)
 	if err != nil {
 		return nil, err
+	}
+	maxFlows := c.MaxFlows
+	if maxFlows == 0 {
+		maxFlows = flows.DefaultMaxFlows
+	}
+	if lc.Algorithm == SlidingWindow && float64(maxFlows)*float64(lim.limit)*8 > MaxLogBytes {
+		return nil, fmt.Errorf("shaper: sliding-window keeps %d timestamps (8 bytes each) for each of up to %d flows: %.1f GiB, over the %d GiB cap; lower max flows or the limit, or use sliding-window-counter",
+			lim.limit, maxFlows, float64(maxFlows)*float64(lim.limit)*8/(1<<30), MaxLogBytes>>30)
 	}
 	timeout := c.FlowTimeout
 	if timeout == 0 {

@@ -2,7 +2,9 @@ package shaper
 
 import (
 	"encoding/binary"
+	"math"
 	"testing"
+	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
 )
@@ -89,6 +91,29 @@ func TestEngineBytes(t *testing.T) {
 	}
 }
 
+func TestEngineConfigBounds(t *testing.T) {
+	// A very high bit rate gets a default burst within the cap.
+	if _, err := New(Config{Rate: 100e9 / 8, Bytes: true}); err != nil {
+		t.Errorf("--bitrate 100gbit with the default burst: %v", err)
+	}
+	if _, err := New(Config{Rate: 1e6, Bytes: true, Burst: 1500}); err != nil {
+		t.Errorf("a burst of one full-size packet: %v", err)
+	}
+}
+
+// TestSlidingWindowExtremeTimes: times at the bottom of int64 (a capture
+// with a wild timestamp offset) must not wrap the window's cut-off and let
+// everything through.
+func TestSlidingWindowExtremeTimes(t *testing.T) {
+	l, _ := NewLimiter(LimiterConfig{Algorithm: SlidingWindow, Rate: 1, Window: sec})
+	var s State
+	now := int64(math.MinInt64)
+	l.Reset(&s, now)
+	if !l.Allow(&s, now, 1) || l.Allow(&s, now, 1) || l.Allow(&s, now+1, 1) {
+		t.Error("sliding-window at MinInt64 does not hold its limit of 1")
+	}
+}
+
 func TestEngineFlowExpiryResets(t *testing.T) {
 	e := mustNew(t, Config{Rate: 0.001, Burst: 1, FlowTimeout: 10 * sec})
 	p := udp(1, 1, 0)
@@ -111,6 +136,10 @@ func TestEngineConfigErrors(t *testing.T) {
 		{Rate: 1, MaxFlows: -1},
 		{Rate: 1, Key: flows.KeyConfig{SrcPrefix4: 33}},
 		{Rate: 1, Malformed: 7},
+		{Rate: 1e6, Bytes: true, Burst: 1000},                                               // burst below a full-size packet
+		{Rate: 62500, Bytes: true, Algorithm: FixedWindow, Window: int64(time.Millisecond)}, // 62 bytes per window
+		{Rate: 5000, Algorithm: SlidingWindow, MaxFlows: 1 << 20},                           // 40 GiB of logs
+		{Rate: 1, Key: flows.KeyConfig{Symmetric: true, SrcPrefix4: 24}},
 	} {
 		if _, err := New(c); err == nil {
 			t.Errorf("New(%+v) succeeded", c)

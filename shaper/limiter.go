@@ -130,8 +130,8 @@ func NewLimiter(c LimiterConfig) (*Limiter, error) {
 	l := &Limiter{algo: c.Algorithm, rate: c.Rate, perNs: c.Rate, window: c.Window}
 	switch c.Algorithm {
 	case TokenBucket:
-		if !(c.Burst >= 1) || c.Burst > 1e9 {
-			return nil, fmt.Errorf("shaper: burst must be between 1 and 1e9, not %v", c.Burst)
+		if !(c.Burst >= 1) || c.Burst > MaxBurst {
+			return nil, fmt.Errorf("shaper: burst must be between 1 and %g, not %v", float64(MaxBurst), c.Burst)
 		}
 		l.burstN = int64(c.Burst * nano)
 	case FixedWindow, SlidingWindow, SlidingWindowCounter:
@@ -212,7 +212,11 @@ func (l *Limiter) Allow(s *State, now int64, cost int64) bool {
 		s.last = now
 		// Forget accepted packets older than the closed interval
 		// [now-window, now].
-		for s.n > 0 && s.log[s.head] < now-l.window {
+		cut := now - l.window
+		if cut > now { // now near the bottom of int64: nothing is older
+			cut = math.MinInt64
+		}
+		for s.n > 0 && s.log[s.head] < cut {
 			s.head++
 			if int64(s.head) == l.limit {
 				s.head = 0

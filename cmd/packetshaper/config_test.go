@@ -76,15 +76,15 @@ algo sliding-window-counter
 window = 250ms
 key=src-dst
 src-prefix4 24
-dst-prefix4 16
+dst-prefix4 24
 src-prefix6 64
-dst-prefix6 56
+dst-prefix6 64
 symmetric true
 max-flows 1000
 flow-timeout 30s
 malformed drop
 `, []string{"--bitrate", "10mbit", "--burst", "20000", "--algo", "sliding-window-counter", "--window", "250ms",
-			"--key", "src-dst", "--src-prefix4", "24", "--dst-prefix4", "16", "--src-prefix6", "64", "--dst-prefix6", "56",
+			"--key", "src-dst", "--src-prefix4", "24", "--dst-prefix4", "24", "--src-prefix6", "64", "--dst-prefix6", "64",
 			"--symmetric", "--max-flows", "1000", "--flow-timeout", "30s", "--malformed", "drop"}},
 		{"comments, blanks, tabs, CRLF, bare boolean",
 			"  # header\r\n\r\n\tpps\t0.5   # five per 10 s\r\nwindow=10s#no space\r\nalgo fixed-window\r\nsymmetric\r\n",
