@@ -167,8 +167,8 @@ func (r *Reader) Next() (data []byte, ci gopacket.CaptureInfo, lt layers.LinkTyp
 func (r *Reader) BytesRead() int64 { return r.raw.n }
 
 // Nanos returns ci's timestamp as nanoseconds since the Unix epoch,
-// clamped to what an int64 holds (pcapng timestamps can lie centuries
-// past 2262).
+// clamped to [0, MaxInt64] (pcapng timestamps can lie centuries past 2262,
+// or before 1970).
 func Nanos(ci *gopacket.CaptureInfo) int64 {
 	if ci.Timestamp.IsZero() {
 		return 0 // pcapng simple packet blocks have no timestamp
@@ -177,8 +177,11 @@ func Nanos(ci *gopacket.CaptureInfo) int64 {
 	switch {
 	case s >= math.MaxInt64/1_000_000_000:
 		return math.MaxInt64
-	case s <= math.MinInt64/1_000_000_000:
-		return math.MinInt64
+	case s < 0:
+		// Before 1970 (a wild pcapng if_tsoffset, a broken clock): taken
+		// as the epoch, so that the engine's clock arithmetic (now -
+		// window, now - last seen) cannot wrap around.
+		return 0
 	}
 	return ci.Timestamp.UnixNano()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -343,5 +344,23 @@ func TestSharedMalformed(t *testing.T) {
 			t.Errorf("%s: error %q is not one line starting with the file name", f, msg)
 		}
 		t.Logf("%s", msg)
+	}
+}
+
+func TestNanosClamps(t *testing.T) {
+	for _, tc := range []struct {
+		t    time.Time
+		want int64
+	}{
+		{time.Unix(0, 5), 5},
+		{time.Unix(-1, 0), 0},
+		{time.Unix(-1<<40, 0), 0},
+		{time.Unix(1<<40, 0), math.MaxInt64},
+		{time.Time{}, 0},
+	} {
+		ci := gopacket.CaptureInfo{Timestamp: tc.t}
+		if got := Nanos(&ci); got != tc.want {
+			t.Errorf("Nanos(%v) = %d, want %d", tc.t, got, tc.want)
+		}
 	}
 }

@@ -85,6 +85,24 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 
+	// A file that cannot be opened at all is a usage error caught before
+	// anything is replayed or any output created (damage inside a capture
+	// is reported after the packets before it).
+	var inputs []os.FileInfo
+	for _, name := range files {
+		if name == "-" {
+			continue
+		}
+		f, err := os.Open(name)
+		if err != nil {
+			fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
+			return 1
+		}
+		if st, err := f.Stat(); err == nil {
+			inputs = append(inputs, st)
+		}
+		f.Close()
+	}
 	opts := replay.Options{
 		AcceptedNg: strings.HasSuffix(*writeAcc, ".pcapng"),
 		DroppedNg:  strings.HasSuffix(*writeDrop, ".pcapng"),
@@ -101,6 +119,14 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		if o.path == "" {
 			continue
 		}
+		if st, err := os.Stat(o.path); err == nil {
+			for _, in := range inputs {
+				if os.SameFile(st, in) {
+					fmt.Fprintf(stderr, "packetshaper replay: %s %s is also a capture to replay: it would be overwritten\n", o.flag, o.path)
+					return 2
+				}
+			}
+		}
 		f, err := os.Create(o.path)
 		if err != nil {
 			fmt.Fprintf(stderr, "packetshaper replay: %s: %v\n", o.flag, err)
@@ -108,20 +134,6 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		outs = append(outs, f)
 		*o.dst = f
-	}
-	// A file that cannot be opened at all is a usage error caught before
-	// anything is replayed (damage inside a capture is reported after the
-	// packets before it).
-	for _, name := range files {
-		if name == "-" {
-			continue
-		}
-		if f, err := os.Open(name); err != nil {
-			fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
-			return 1
-		} else {
-			f.Close()
-		}
 	}
 	start := time.Now()
 	var bar *progressBar

@@ -154,6 +154,8 @@ func TestReplayErrors(t *testing.T) {
 		{"mixed link types to pcap", []string{"--pps", "10", "--write-accepted", filepath.Join(t.TempDir(), "a.pcap"), filepath.Join(testdata, "mixed.pcapng")}, 1,
 			"a pcap file holds one link type"},
 		{"mixed link types to pcapng", []string{"--pps", "10", "--write-accepted", filepath.Join(t.TempDir(), "a.pcapng"), filepath.Join(testdata, "mixed.pcapng")}, 0, ""},
+		{"output is an input", []string{"--pps", "10", "--write-dropped", filepath.Join(testdata, "sll.pcap"), filepath.Join(testdata, "sll.pcap")}, 2,
+			"--write-dropped " + filepath.Join(testdata, "sll.pcap") + " is also a capture to replay"},
 		{"unwritable output", []string{"--pps", "10", "--verdicts", filepath.Join(t.TempDir(), "no", "such", "dir"), filepath.Join(testdata, "sll.pcap")}, 1,
 			"--verdicts: open"},
 	}
