@@ -172,8 +172,10 @@ type Packet struct {
 
 // Handler decides a batch. It must set verdicts[i] for batch[i] (the slice
 // comes filled with Accept) and must not keep either slice or any
-// Packet.Data after it returns. now is the wall clock in nanoseconds since
-// the Unix epoch, read once for the whole batch. A Handler is called from a
+// Packet.Data after it returns. now is nanoseconds since the Unix epoch,
+// read once for the whole batch: the wall clock at Run's start advanced by
+// the monotonic clock, so it never goes backwards and wall-clock steps do
+// not move it. A Handler is called from a
 // single goroutine, one batch at a time.
 type Handler func(batch []Packet, verdicts []Verdict, now int64)
 

@@ -261,6 +261,13 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
+	// The engine's clock: nanoseconds since the Unix epoch as of now, then
+	// advanced by the monotonic clock. A wall-clock step (NTP, date -s)
+	// after start moves neither the windows nor the buckets: a step back
+	// would otherwise freeze every flow's refill until the clock caught up.
+	base := time.Now()
+	baseNs := base.UnixNano()
+
 	done := ctx.Done()
 	stopping := false
 	var stopBy int64
@@ -301,19 +308,23 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 			continue
 		}
 		failures = 0
-		now := time.Now().UnixNano()
+		now := baseNs + int64(time.Since(base))
 		b := q.b
 		for i := 0; i < n; i++ {
 			d := q.bufs[i][:q.mmsgs[i].len]
 			for len(d) > 0 {
 				d = d[b.addDatagram(d):]
 				if b.full() {
-					q.answer(fn, now)
+					if err := q.answer(fn, now); err != nil {
+						return err
+					}
 				}
 			}
 		}
 		if len(b.pkts) > 0 {
-			q.answer(fn, now)
+			if err := q.answer(fn, now); err != nil {
+				return err
+			}
 		}
 		if b.nlErrors != q.seenNlError {
 			q.stats.errors.Add(b.nlErrors - q.seenNlError)
@@ -389,8 +400,11 @@ func (q *Queue) recvmmsg(flags int) (int, unix.Errno) {
 	return int(r), 0
 }
 
-// answer hands the current batch to fn and sends its verdicts.
-func (q *Queue) answer(fn Handler, now int64) {
+// answer hands the current batch to fn and sends its verdicts. If the
+// verdicts cannot be sent even after retries, it unbinds the queue and
+// returns an error: going on would let a later batch verdict answer these
+// packets with another packet's verdict.
+func (q *Queue) answer(fn Handler, now int64) error {
 	b := q.b
 	v := b.verdicts[:len(b.pkts)]
 	clear(v)
@@ -403,8 +417,10 @@ func (q *Queue) answer(fn Handler, now int64) {
 	}
 	b.seq++
 	out, msgs := appendVerdicts(b.out, b.queue, b.pkts, v, b.seq)
-	if err := q.write(out); err != nil {
+	if err := q.writeRetry(out); err != nil {
 		q.stats.errors.Add(1)
+		q.unbind()
+		return fmt.Errorf("nfq: queue %d: sending verdicts: %w", q.cfg.Queue, err)
 	}
 	if q.cfg.Latency {
 		sent := time.Now().UnixNano()
@@ -421,6 +437,23 @@ func (q *Queue) answer(fn Handler, now int64) {
 	q.stats.batches.Add(1)
 	q.stats.verdictMsgs.Add(uint64(msgs))
 	b.pkts = b.pkts[:0]
+	return nil
+}
+
+// writeRetry is write that retries the transient failures (no memory or
+// buffer space for the moment) for up to about 100 ms.
+func (q *Queue) writeRetry(b []byte) error {
+	var err error
+	for i := 0; i < 100; i++ {
+		if err = q.write(b); err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.ENOBUFS) && !errors.Is(err, unix.ENOMEM) && !errors.Is(err, unix.EAGAIN) {
+			return err
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return err
 }
 
 // write sends verdict messages; the kernel processes them before write
