@@ -4,8 +4,8 @@
 #   sudo ./scripts/test.sh
 #
 # Installs what the tests need with apt-get (only what is missing), then runs
-# go vet and every test: unit, property, golden, fuzz seed corpora, and the
-# end-to-end tests that run the real binary against the real kernel in
+# go vet and every test: unit, property, golden, fuzz seed corpora, the race
+# detector over the concurrent packages, and the end-to-end tests that run the real binary against the real kernel in
 # network namespaces they create (those need root; as another user they skip
 # and say so). Then each fuzz target runs for a few seconds (FUZZTIME, 0 to
 # skip). Exits non-zero when anything fails.
@@ -42,6 +42,9 @@ echo "== go test"
 # -p 1: the end-to-end tests measure rates through the kernel; packages
 # running side by side on a 2-core machine would disturb them.
 go test -p 1 -count=1 -timeout 20m ./...
+
+echo "== go test -race (the packages with goroutines: live command, nfq)"
+go test -race -count=1 ./cmd/packetshaper ./nfq
 
 FUZZTIME=${FUZZTIME:-10s}
 if [ "$FUZZTIME" != 0 ]; then
