@@ -22,8 +22,9 @@ if [ "$(id -u)" = 0 ]; then
 	if [ ${#missing[@]} -gt 0 ]; then
 		echo "test.sh: installing ${missing[*]}"
 		export DEBIAN_FRONTEND=noninteractive
-		apt-get update -qq
-		apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+		# A freshly booted machine's apt-daily may hold the dpkg lock: wait.
+		apt-get -o DPkg::Lock::Timeout=600 update -qq
+		apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 	fi
 	# NFQUEUE and hashlimit live in modules on most kernels; load them if
 	# this kernel has them as modules (built in is fine too).
@@ -44,7 +45,7 @@ echo "== go test"
 go test -p 1 -count=1 -timeout 20m ./...
 
 echo "== go test -race (the packages with goroutines: live command, nfq)"
-go test -race -count=1 ./cmd/packetshaper ./nfq
+go test -race -p 1 -count=1 -timeout 10m ./cmd/packetshaper ./nfq
 
 FUZZTIME=${FUZZTIME:-10s}
 if [ "$FUZZTIME" != 0 ]; then
