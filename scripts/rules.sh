@@ -54,7 +54,7 @@ add | del | list) ;;
 esac
 
 backend=iptables queue="" chain=INPUT proto="" dport="" src="" family=both netns="" dry=0 all=0
-need() { [ $# -ge 2 ] && [ -n "$2" ] || die "$1 needs a value"; }
+need() { if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--backend) need "$@"; backend=$2; shift 2 ;;
@@ -85,7 +85,7 @@ if [ "$cmd" != list ] && [ "$all" = 0 ]; then
 	*-*) qlo=${queue%-*} qhi=${queue#*-} ;;
 	*) qlo=$queue qhi=$queue ;;
 	esac
-	isnum "$qlo" 65535 && isnum "$qhi" 65535 || die "--queue '$queue': want N or N-M with 0 <= N <= M <= 65535"
+	{ isnum "$qlo" 65535 && isnum "$qhi" 65535; } || die "--queue '$queue': want N or N-M with 0 <= N <= M <= 65535"
 	[ "$qlo" -le "$qhi" ] || die "--queue '$queue': N must not exceed M"
 fi
 proto=$(echo "$proto" | tr '[:upper:]' '[:lower:]')
@@ -94,7 +94,7 @@ case "$proto" in
 *) die "--proto '$proto': want udp, tcp, icmp, icmpv6, sctp, udplite, esp, ah or gre" ;;
 esac
 if [ -n "$dport" ]; then
-	isnum "$dport" 65535 && [ "$dport" -ge 1 ] || die "--dport '$dport': want a port 1..65535"
+	{ isnum "$dport" 65535 && [ "$dport" -ge 1 ]; } || die "--dport '$dport': want a port 1..65535"
 	case "$proto" in udp | tcp | sctp | udplite) ;; *) die "--dport needs --proto udp, tcp, sctp or udplite" ;; esac
 fi
 src_family=""
@@ -192,15 +192,43 @@ ipt_del() {
 # ours TOOL: our rules as "-A CHAIN ..." lines (iptables -S syntax).
 ipt_ours() { query "$1" -w -S 2>/dev/null | grep -E -- "--comment \"?$TAG( |\")" ; }
 
+# numbered TOOL: our rules as "CHAIN N -A CHAIN ..." lines, N being the rule's
+# number in its chain (the order of iptables -S is the order of the chain).
+ipt_numbered() {
+	query "$1" -w -S 2>/dev/null | awk -v tag="$TAG" '
+		$1 != "-A" { next }
+		{ n[$2]++ }
+		index($0, "--comment \"" tag " ") || index($0, "--comment " tag " ") || index($0, "--comment \"" tag "\"") {
+			print $2, n[$2], $0
+		}'
+}
+
+# Rules are deleted by number, last first, never by replaying -S output (no
+# eval of text that a comment could fill). Each number is checked just before
+# its delete (iptables -S CHAIN N must print the same rule); if the chain has
+# changed meanwhile, the rules are listed again.
 ipt_del_all() {
-	local t line
+	local t chain num line i clean
+	local -a rules
 	for t in iptables ip6tables; do
 		command -v "$t" >/dev/null || continue
-		ipt_ours "$t" | while IFS= read -r line; do
-			# -S prints a rule as it was given: replay it with -D
-			eval "run $t -w -D ${line#-A }" || fail "$t: could not delete: $line"
-			[ "$dry" = 1 ] || echo "$PROG: deleted: $t $line"
+		clean=0
+		for _ in $(seq 100); do
+			mapfile -t rules < <(ipt_numbered "$t")
+			if [ ${#rules[@]} -eq 0 ]; then clean=1; break; fi
+			for ((i = ${#rules[@]} - 1; i >= 0; i--)); do
+				read -r chain num line <<<"${rules[i]}"
+				if [ "$dry" = 0 ] && [ "$(query "$t" -w -S "$chain" "$num" 2>/dev/null)" != "$line" ]; then
+					break # the chain changed under us: list again
+				fi
+				run "$t" -w -D "$chain" "$num" </dev/null || fail "$t: could not delete rule $num of $chain: $line"
+				[ "$dry" = 1 ] || echo "$PROG: deleted: $t $line"
+			done
+			# under --dry-run nothing was deleted: one listing is the answer;
+			# otherwise list again, until none is left
+			if [ "$dry" = 1 ]; then clean=1; break; fi
 		done
+		[ "$clean" = 1 ] || fail "$t: our rules keep changing; some are left (rules.sh list)"
 	done
 	return 0
 }
