@@ -256,7 +256,8 @@ nft_expr() {
 	fi
 	case "$proto" in
 	'') ;;
-	icmp) e="${e}meta l4proto icmp " ;;
+	icmp) # icmp is icmpv6 for IPv6, as with ip6tables
+		if [ "$family" = both ]; then e="${e}meta l4proto { icmp, ipv6-icmp } "; else e="${e}meta l4proto icmp "; fi ;;
 	icmpv6) e="${e}meta l4proto ipv6-icmp " ;;
 	*) e="${e}meta l4proto $proto " ;;
 	esac
