@@ -4,9 +4,9 @@
 #   sudo ./scripts/demo.sh
 #
 # Run as root on a Debian machine. It installs what it needs if missing
-# (iproute2, iptables, nftables, iputils-ping; Go is expected in /usr/local/go or on
-# PATH), builds packetshaper and psend, and creates two network namespaces
-# joined by a veth pair:
+# (iproute2, iptables, nftables, iputils-ping, ca-certificates; Go is
+# expected in /usr/local/go or on PATH), builds packetshaper and psend, and
+# creates two network namespaces joined by a veth pair:
 #
 #   psdemo-XXXX-a (10.77.0.1)  --veth-->  psdemo-XXXX-b (10.77.0.2)
 #     psend send: FLOWS UDP flows          iptables NFQUEUE rule (bypass)
@@ -46,10 +46,14 @@ command -v ip >/dev/null || missing+=(iproute2)
 command -v iptables >/dev/null || missing+=(iptables)
 command -v nft >/dev/null || missing+=(nftables) # for rules.sh --backend nft
 command -v ping >/dev/null || missing+=(iputils-ping)
+# go build may fetch modules over HTTPS
+[ -s /etc/ssl/certs/ca-certificates.crt ] || missing+=(ca-certificates)
 if [ ${#missing[@]} -gt 0 ]; then
 	say "installing ${missing[*]}"
 	command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get: install them by hand"
-	apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null ||
+	# a freshly booted machine's apt-daily may hold the dpkg lock for a while
+	{ apt-get -o DPkg::Lock::Timeout=600 update -qq &&
+		DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "${missing[@]}" >/dev/null; } ||
 		die "apt-get install ${missing[*]} failed"
 fi
 command -v go >/dev/null || die "Go not found (looked on PATH and in /usr/local/go/bin): install Go 1.26 from https://go.dev/dl/"
@@ -61,18 +65,21 @@ VETH_A=psd${ID}a VETH_B=psd${ID}b
 IP_A=10.77.0.1 IP_B=10.77.0.2
 WORK=$(mktemp -d /tmp/psdemo.XXXXXX)
 PIDS=()
+MADE_A=0 MADE_B=0 # set once this run has created the namespace
 
+# Every step may fail (set -e must not cut the cleanup short), and only what
+# this run created is removed.
 cleanup() {
 	local rc=$? p
+	set +e
 	trap - EXIT INT TERM
 	for p in "${PIDS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
 	sleep 0.2
 	for p in "${PIDS[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-	for ns in "$NS_A" "$NS_B"; do
-		ip netns list | awk '{print $1}' | grep -qx "$ns" && ip netns del "$ns"
-	done
-	rm -rf "$WORK"
-	[ $rc = 0 ] || echo "demo.sh: stopped (status $rc); namespaces $NS_A/$NS_B and $WORK removed" >&2
+	[ "$MADE_A" = 0 ] || ip netns del "$NS_A" || true
+	[ "$MADE_B" = 0 ] || ip netns del "$NS_B" || true
+	rm -rf "$WORK" || true
+	[ $rc = 0 ] || echo "demo.sh: stopped (status $rc); what it had created is removed" >&2
 	exit $rc
 }
 trap cleanup EXIT
@@ -87,7 +94,9 @@ say "building packetshaper and psend"
 # ---------------------------------------------------------------- namespaces
 say "creating namespaces $NS_A ($IP_A) and $NS_B ($IP_B), joined by a veth pair"
 ip netns add "$NS_A"
+MADE_A=1
 ip netns add "$NS_B"
+MADE_B=1
 ip link add "$VETH_A" netns "$NS_A" type veth peer name "$VETH_B" netns "$NS_B"
 ip -n "$NS_A" addr add "$IP_A/24" dev "$VETH_A"
 ip -n "$NS_B" addr add "$IP_B/24" dev "$VETH_B"
@@ -103,12 +112,15 @@ ip netns exec "$NS_B" "$WORK/packetshaper" --queue 0 --pps "$RATE" --burst "$BUR
 	>"$WORK/packetshaper.log" 2>&1 &
 PIDS+=("$!")
 SHAPER=$!
+# queue_bound: is a program bound to queue 0 in $NS_B?
+# shellcheck disable=SC2016 # awk's own $1
+queue_bound() { ip netns exec "$NS_B" awk '$1==0{f=1} END{exit !f}' /proc/net/netfilter/nfnetlink_queue 2>/dev/null; }
 for _ in $(seq 100); do
-	ip netns exec "$NS_B" awk '$1==0{f=1} END{exit !f}' /proc/net/netfilter/nfnetlink_queue 2>/dev/null && break
+	queue_bound && break
 	kill -0 "$SHAPER" 2>/dev/null || { cat "$WORK/packetshaper.log" >&2; die "packetshaper exited"; }
 	sleep 0.1
 done
-ip netns exec "$NS_B" awk '$1==0{f=1} END{exit !f}' /proc/net/netfilter/nfnetlink_queue ||
+queue_bound ||
 	{ cat "$WORK/packetshaper.log" >&2; die "packetshaper did not bind queue 0 within 10 s"; }
 
 ip netns exec "$NS_B" "$WORK/psend" recv --listen :9000 --duration "$(awk -v d="$DURATION" 'BEGIN{print d+30 "s"}')" \
@@ -127,7 +139,12 @@ wait "$SEND" || die "psend send failed"
 wait "$RECV" || die "psend recv failed: $(cat "$WORK/recv.log")"
 
 say "stopping packetshaper (SIGTERM)"
-kill -TERM "$SHAPER"
+kill -TERM "$SHAPER" 2>/dev/null || true
+for _ in $(seq 50); do kill -0 "$SHAPER" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$SHAPER" 2>/dev/null; then
+	echo "demo.sh: packetshaper did not stop within 5 s of SIGTERM: SIGKILL" >&2
+	kill -KILL "$SHAPER" 2>/dev/null || true
+fi
 wait "$SHAPER" || echo "demo.sh: packetshaper exited with status $?" >&2
 sed 's/^/    /' "$WORK/packetshaper.log"
 
