@@ -49,6 +49,7 @@ func testMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(binDir)
+	removeStaleNamespaces()
 	psendBin = filepath.Join(binDir, "psend")
 	shaperBin = filepath.Join(binDir, "packetshaper")
 	if out, err := goBuild(psendBin, "./cmd/psend"); err != nil {
@@ -60,6 +61,53 @@ func testMain(m *testing.M) int {
 	}
 	return m.Run()
 }
+
+// nsPrefix starts the name of every namespace the tests create; the name
+// goes on with the test process's pid, so that a later run can tell the
+// namespaces of a crashed run (pid gone) from those of a concurrent one.
+const nsPrefix = "pse-"
+
+// removeStaleNamespaces deletes the namespaces left behind by an earlier run
+// that died before its cleanup (killed by the go test timeout, say): those
+// whose creator's pid no longer exists. Names of the older form without a pid
+// ("pse-HEX-a") go only when no process is inside.
+func removeStaleNamespaces() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "ip", "netns", "list").Output()
+	if err != nil {
+		return
+	}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || !strings.HasPrefix(f[0], nsPrefix) {
+			continue
+		}
+		ns := f[0]
+		parts := strings.Split(strings.TrimPrefix(ns, nsPrefix), "-")
+		switch {
+		case len(parts) == 3: // pid-HEX-a|b
+			pid, err := strconv.Atoi(parts[0])
+			if err != nil || pid <= 0 || syscall.Kill(pid, 0) != syscall.ESRCH {
+				continue
+			}
+		case len(parts) == 2: // HEX-a|b, from before the pid was in the name
+			if pids, err := exec.CommandContext(ctx, "ip", "netns", "pids", ns).Output(); err != nil || len(bytes.TrimSpace(pids)) != 0 {
+				continue
+			}
+		default:
+			continue
+		}
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "e2e: removing stale namespace %s: %v: %s", ns, err, out)
+		} else {
+			fmt.Fprintf(os.Stderr, "e2e: removed stale namespace %s (left by a run that did not clean up)\n", ns)
+		}
+	}
+}
+
+// cmdTimeout bounds the setup commands the harness runs to completion.
+const cmdTimeout = 30 * time.Second
 
 func goBuild(out, pkg string) ([]byte, error) {
 	// sudo may drop /usr/local/go/bin from PATH: fall back to it.
@@ -115,7 +163,7 @@ func newTopo(t *testing.T) *topo {
 	}
 	id := hex.EncodeToString(rb[:])
 	tp := &topo{
-		t: t, A: "pse-" + id + "-a", B: "pse-" + id + "-b",
+		t: t, A: fmt.Sprintf("%s%d-%s-a", nsPrefix, os.Getpid(), id), B: fmt.Sprintf("%s%d-%s-b", nsPrefix, os.Getpid(), id),
 		IPA: "10.213.0.1", IPB: "10.213.0.2", IP6A: "fd00:213::1", IP6B: "fd00:213::2",
 	}
 	vA, vB := "pse"+id+"a", "pse"+id+"b"
@@ -123,7 +171,9 @@ func newTopo(t *testing.T) *topo {
 		tp.host("ip", "netns", "add", ns)
 		ns := ns
 		t.Cleanup(func() {
-			if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+			defer cancel()
+			if out, err := exec.CommandContext(ctx, "ip", "netns", "del", ns).CombinedOutput(); err != nil {
 				t.Errorf("cleanup: ip netns del %s: %v: %s", ns, err, out)
 			}
 		})
@@ -157,7 +207,9 @@ func newTopo(t *testing.T) *topo {
 // up our namespaces) and fails the test on error.
 func (tp *topo) host(args ...string) {
 	tp.t.Helper()
-	if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput(); err != nil {
 		tp.t.Fatalf("%s: %v: %s", strings.Join(args, " "), err, out)
 	}
 }
@@ -184,7 +236,9 @@ func (tp *topo) must(ns string, args ...string) string {
 // rules runs scripts/rules.sh add|del ... --netns B.
 func (tp *topo) rules(args ...string) string {
 	tp.t.Helper()
-	out, err := exec.Command(rulesScript, append(args, "--netns", tp.B)...).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, rulesScript, append(args, "--netns", tp.B)...).CombinedOutput()
 	if err != nil {
 		tp.t.Fatalf("rules.sh %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -221,13 +275,15 @@ type proc struct {
 
 // start runs a command inside ns in the background (it is exec'd by ip
 // netns exec, so signals reach it directly). It is killed after 90 s
-// whatever happens, and in t.Cleanup if still running.
+// whatever happens, in t.Cleanup if still running, and by the kernel if the
+// test process dies first (Pdeathsig).
 func (tp *topo) start(ns, name string, args ...string) *proc {
 	tp.t.Helper()
 	p := &proc{t: tp.t, name: name, done: make(chan struct{})}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	p.cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		cancel()
 		tp.t.Fatalf("start %s: %v", name, err)
@@ -405,16 +461,60 @@ func (tp *topo) startRecv(listen string, extra ...string) *proc {
 // send runs psend send in A to completion.
 func (tp *topo) send(args ...string) sendResult {
 	tp.t.Helper()
-	p := tp.start(tp.A, "psend send", append([]string{psendBin, "send"}, args...)...)
+	return sendDone(tp.startSend(args...))
+}
+
+// startSend starts psend send in A and returns at once; sendDone collects
+// its result. Everything that can fail the test happens in sendDone, which
+// must be called on the test's goroutine.
+func (tp *topo) startSend(args ...string) *proc {
+	tp.t.Helper()
+	return tp.start(tp.A, "psend send", append([]string{psendBin, "send"}, args...)...)
+}
+
+// sendDone waits for a sender started by startSend and returns its counts.
+func sendDone(p *proc) sendResult {
+	p.t.Helper()
 	if err := p.wait(70 * time.Second); err != nil {
-		tp.t.Fatalf("psend send: %v\n%s", err, indent(p.err.String()))
+		p.t.Fatalf("psend send: %v\n%s", err, indent(p.err.String()))
 	}
 	var r sendResult
 	p.decode(&r)
 	if r.Errors != 0 {
-		tp.t.Errorf("psend send: %d send errors", r.Errors)
+		p.t.Errorf("psend send: %d send errors", r.Errors)
 	}
 	return r
+}
+
+// udpRcvbufErrors reads the UDP RcvbufErrors counter of /proc/net/snmp in
+// ns: datagrams the kernel dropped because a socket's receive buffer was
+// full.
+func (tp *topo) udpRcvbufErrors(ns string) uint64 {
+	tp.t.Helper()
+	out := tp.must(ns, "cat", "/proc/net/snmp")
+	var head []string
+	for _, l := range strings.Split(out, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if head == nil {
+			head = f
+			continue
+		}
+		for i, name := range head {
+			if name == "RcvbufErrors" && i < len(f) {
+				n, err := strconv.ParseUint(f[i], 10, 64)
+				if err != nil {
+					tp.t.Fatalf("/proc/net/snmp in %s: RcvbufErrors %q: %v", ns, f[i], err)
+				}
+				return n
+			}
+		}
+		break
+	}
+	tp.t.Fatalf("/proc/net/snmp in %s: no Udp: RcvbufErrors counter:\n%s", ns, out)
+	return 0
 }
 
 // recvDone waits for a receiver to stop by itself and returns its counts.
