@@ -58,6 +58,23 @@ func TestSendRecvLoopback(t *testing.T) {
 	}
 }
 
+// TestSendAlign: with --align the first packet leaves on a multiple of the
+// alignment since the Unix epoch (give or take scheduling).
+func TestSendAlign(t *testing.T) {
+	const align = 250 * time.Millisecond
+	sr, err := runSend(context.Background(), []string{"--dst", "127.0.0.1:29340", "--pps", "40", "--duration", "100ms", "--align", align.String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := sr.(*SendResult).Flows["10000"]
+	if f == nil || f.Sent == 0 {
+		t.Fatalf("nothing sent: %+v", sr)
+	}
+	if off := time.Duration(f.FirstNs % int64(align)); off > 50*time.Millisecond {
+		t.Errorf("first packet %v after a multiple of %v, want about 0", off, align)
+	}
+}
+
 func TestSendBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--dst", "1.2.3.4"},
@@ -65,6 +82,8 @@ func TestSendBadFlags(t *testing.T) {
 		{"--dst", "127.0.0.1:9", "--pps", "-1"},
 		{"--dst", "127.0.0.1:9", "--duration", "11m"},
 		{"--dst", "127.0.0.1:9", "--sport", "65535", "--flows", "2"},
+		{"--dst", "127.0.0.1:9", "--align", "2m"},
+		{"--dst", "127.0.0.1:9", "--align", "-1s"},
 		{"--bogus"},
 	} {
 		if _, err := runSend(context.Background(), args); err == nil {

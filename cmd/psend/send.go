@@ -94,6 +94,7 @@ func runSend(ctx context.Context, args []string) (any, error) {
 	size := fs.Int("size", 64, "UDP payload bytes (0..1400)")
 	window := fs.Duration("window", 0, "also count packets per flow per window of this length, aligned to the Unix epoch")
 	times := fs.Bool("times", false, "also report each packet's send time per flow (µs after the flow's first)")
+	align := fs.Duration("align", 0, "start sending at the next multiple of this since the Unix epoch (e.g. 1s: on a second boundary; max 1m)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -115,6 +116,8 @@ func runSend(ctx context.Context, args []string) (any, error) {
 		return nil, badFlag("--size %d: must be 0..1400", *size)
 	case *window < 0:
 		return nil, badFlag("--window %v: must be >= 0", *window)
+	case *align < 0 || *align > time.Minute:
+		return nil, badFlag("--align %v: must be 0..1m", *align)
 	case *times && float64(*nflows)**pps*dur.Seconds() > 10e6:
 		return nil, badFlag("--times keeps 8 bytes per packet: at most 10 million packets (flows × pps × duration)")
 	}
@@ -175,9 +178,20 @@ func runSend(ctx context.Context, args []string) (any, error) {
 		total = *count * uint64(*nflows)
 	}
 	start := time.Now()
-	end := start.Add(*dur)
-	timer := time.NewTimer(0)
+	if *align > 0 {
+		// The next multiple of align since the epoch, as an offset from
+		// now so that start keeps its monotonic reading.
+		ns := start.UnixNano()
+		a := int64(*align)
+		start = start.Add(time.Duration((ns/a+1)*a - ns))
+	}
+	timer := time.NewTimer(time.Until(start))
 	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-timer.C:
+	}
+	end := start.Add(*dur)
 	var i uint64
 loop:
 	for {
