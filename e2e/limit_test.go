@@ -13,15 +13,31 @@ import (
 // The traffic of the limiting tests: 4 UDP flows at 500 packets/s each for
 // 3 s, limited to 100 packets/s per flow with a burst of 5.
 const (
-	limFlows = 4
-	limPPS   = 500
-	limRate  = 100.0
-	limBurst = 5.0
+	limFlows    = 4
+	limPPS      = 500
+	limDuration = 3 * time.Second
+	limRate     = 100.0
+	limBurst    = 5.0
 )
+
+// limLiteral is the figure for what each flow gets through:
+// burst + rate × duration.
+var limLiteral = limBurst + limRate*limDuration.Seconds()
 
 func limitSendArgs(dsts ...string) []string {
 	return []string{"--dst", strings.Join(dsts, ","), "--flows", strconv.Itoa(limFlows), "--sport", "10000",
-		"--pps", strconv.Itoa(limPPS), "--duration", "3s", "--window", "1s", "--times"}
+		"--pps", strconv.Itoa(limPPS), "--duration", limDuration.String(), "--window", "1s", "--times"}
+}
+
+// checkSent fails t unless the sender really sent about pps × duration per
+// flow and destination (±5 %): the limit checks mean nothing if the sender
+// itself stayed below the limit.
+func checkSent(t *testing.T, port string, sent uint64, ndst int) {
+	t.Helper()
+	want := float64(limPPS) * limDuration.Seconds() * float64(ndst)
+	if got := float64(sent); math.Abs(got-want) > 0.05*want {
+		t.Errorf("flow %s: the sender sent %.0f packets, want %.0f ±5%% (%d/s × %v × %d destination(s))", port, got, want, limPPS, limDuration, ndst)
+	}
 }
 
 // expectTokenBucket is what an ideal token bucket (full at the first
@@ -91,8 +107,14 @@ func testLimit(t *testing.T, algo, family string) {
 	}
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", family)
 	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--algo", algo)
-	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "1s")
-	s := tp.send(limitSendArgs(dst)...)
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
+	args := limitSendArgs(dst)
+	if algo == "fixed-window" {
+		// Start on a window boundary: then the flow touches exactly
+		// duration/window windows and the literal figure holds.
+		args = append(args, "--align", "1s")
+	}
+	s := tp.send(args...)
 	r := recvDone(rc, 35*time.Second)
 	log := tp.stopShaper(sh)
 
@@ -104,18 +126,26 @@ func testLimit(t *testing.T, algo, family string) {
 		f := s.Flows[port]
 		got := r.Received["9000"][port]
 		recvTotal += got
+		checkSent(t, port, f.Sent, 1)
 		var want float64
 		switch algo {
 		case "token-bucket":
 			want = expectTokenBucket(f.TimesUs)
-			// The same as burst + rate × duration when the sender kept
-			// its schedule (as it does on a quiet machine).
-			t.Logf("flow %s: burst + rate × duration = %.1f; an ideal token bucket over the actual send times: %.0f",
-				port, limBurst+limRate*float64(f.LastNs-f.FirstNs)/1e9, want)
+			// The ideal bucket over the actual send times is the same as
+			// burst + rate × duration when the sender kept its schedule:
+			// it must not be far off, or the sender stalled too much for
+			// the test to show anything.
+			checkWithin(t, fmt.Sprintf("flow %s: an ideal token bucket over the actual send times vs burst + rate × duration", port), want, limLiteral, 0.10)
+			checkWithin(t, fmt.Sprintf("%s flow %s (sent %d)", algo, port, f.Sent), float64(got), want, 0.10)
 		case "fixed-window":
+			// Σ over the windows the flow touched of min(sent in it,
+			// limit), and, since sending started on a window boundary,
+			// the literal figure (fixed window has no burst: rate ×
+			// duration, 5 below it, well within the tolerance).
 			want = expectFixedWindow(f.Windows)
+			checkWithin(t, fmt.Sprintf("%s flow %s (sent %d, %d windows): Σ min(sent per window, limit)", algo, port, f.Sent, len(f.Windows)), float64(got), want, 0.10)
+			checkWithin(t, fmt.Sprintf("%s flow %s: burst + rate × duration", algo, port), float64(got), limLiteral, 0.10)
 		}
-		checkWithin(t, fmt.Sprintf("%s flow %s (sent %d)", algo, port, f.Sent), float64(got), want, 0.10)
 	}
 	// Every packet went through packetshaper: what it accepted arrived,
 	// and it decided all that was sent.
@@ -135,11 +165,12 @@ func TestKernelHashlimit(t *testing.T) {
 	needRoot(t)
 	tp := newTopo(t)
 	addHashlimit(tp, "9001")
-	rc := tp.startRecv(":9001", "--duration", "30s", "--idle", "1s")
+	rc := tp.startRecv(":9001", "--duration", "30s", "--idle", "3s")
 	s := tp.send(limitSendArgs(tp.IPB + ":9001")...)
 	r := recvDone(rc, 35*time.Second)
 	for _, port := range sortedPorts(s.Flows) {
 		f := s.Flows[port]
+		checkSent(t, port, f.Sent, 1)
 		checkWithin(t, "hashlimit flow "+port, float64(r.Received["9001"][port]), expectTokenBucket(f.TimesUs), 0.10)
 	}
 }
@@ -164,7 +195,7 @@ func TestHashlimitAgreement(t *testing.T) {
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
 	addHashlimit(tp, "9001")
 	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--algo", "token-bucket")
-	rc := tp.startRecv(":9000,:9001", "--duration", "30s", "--idle", "1s")
+	rc := tp.startRecv(":9000,:9001", "--duration", "30s", "--idle", "3s")
 	s := tp.send(limitSendArgs(tp.IPB+":9000", tp.IPB+":9001")...)
 	r := recvDone(rc, 35*time.Second)
 	tp.stopShaper(sh)
@@ -172,6 +203,7 @@ func TestHashlimitAgreement(t *testing.T) {
 		ps, hl := r.Received["9000"][port], r.Received["9001"][port]
 		checkWithin(t, "flow "+port+": packetshaper vs hashlimit", float64(ps), float64(hl), 0.05)
 		f := s.Flows[port]
+		checkSent(t, port, f.Sent, 2)
 		checkWithin(t, "flow "+port+": hashlimit", float64(hl), expectTokenBucket(f.TimesUs), 0.10)
 	}
 }

@@ -14,17 +14,17 @@ import (
 // The kernel balances by a hash of the IP addresses and protocol only (not
 // the ports: see nfqueue_hash in include/net/netfilter/nf_queue.h), so all
 // flows between two addresses share one queue. The test therefore sends
-// from 12 source addresses: the chance that they all hash to the same queue
-// is 2/4096.
+// from 20 source addresses: the chance that they all hash to the same queue
+// is 2/2^20.
 func TestTwoQueues(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0-1", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
 	sh := tp.startShaper("--queue", "0-1", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst))
 	tp.waitBound(sh, 1)
-	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "1s")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 
-	const senders = 12
+	const senders = 20
 	dev := strings.Fields(tp.must(tp.A, "ip", "-o", "link", "show", "type", "veth"))[1]
 	dev = strings.TrimSuffix(strings.Split(dev, "@")[0], ":")
 	var procs []*proc
