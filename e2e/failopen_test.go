@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -89,12 +90,13 @@ func TestFailOpenStop(t *testing.T) {
 // equation is the proof that no packet was left unanswered: one the kernel
 // discarded at the unbind would be missing from both sides.) A receive
 // buffer overflow would break the equation too: the receiving namespace's
-// UDP RcvbufErrors counter tells it apart.
+// UDP RcvbufErrors counter tells it apart. It also checks the periodic
+// stats log (--stats-interval) and the fields of the final stats line.
 func TestCleanStop(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst))
+	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--stats-interval", "200ms")
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	rcvbufBefore := tp.udpRcvbufErrors(tp.B)
 	// 8 flows × 1000 packets/s for 3 s: most are dropped.
@@ -108,6 +110,7 @@ func TestCleanStop(t *testing.T) {
 	acc, drop, line := finalStats(t, log)
 	t.Logf("final stats: %s", line)
 	t.Logf("sent %d, received %d, packetshaper accepted %d dropped %d", s.Sent, r.Total, acc, drop)
+	checkStatsLog(t, log)
 	if drop == 0 {
 		t.Errorf("packetshaper dropped nothing: the test needs it to be limiting when stopped")
 	}
@@ -117,4 +120,47 @@ func TestCleanStop(t *testing.T) {
 	} else if r.Total+drop != s.Sent {
 		t.Errorf("sent %d != received %d + dropped %d (diff %d): packets went unanswered", s.Sent, r.Total, drop, int64(s.Sent)-int64(r.Total+drop))
 	}
+}
+
+// statsFields are the counters every stats line must carry.
+var statsFields = []string{"accepted=", "dropped=", "flows=", "queue_drops=", "enobufs="}
+
+// checkStatsLog checks a log of packetshaper run with --stats-interval well
+// below its run time: at least one periodic "stats" line that saw traffic,
+// and a "final stats" line last, both with every field of statsFields.
+func checkStatsLog(t *testing.T, log string) {
+	t.Helper()
+	var periodic, final []string
+	for _, l := range strings.Split(strings.TrimSpace(log), "\n") {
+		switch {
+		case strings.Contains(l, "msg=stats "):
+			periodic = append(periodic, l)
+		case strings.Contains(l, `msg="final stats"`):
+			final = append(final, l)
+		}
+	}
+	if len(periodic) == 0 {
+		t.Errorf("no periodic msg=stats line with --stats-interval 200ms:\n%s", indent(log))
+	}
+	busy := false
+	for _, l := range periodic {
+		for _, f := range statsFields {
+			if !strings.Contains(l, " "+f) {
+				t.Errorf("periodic stats line without %s: %s", f, l)
+			}
+		}
+		busy = busy || !strings.Contains(l, " packets=0 ")
+	}
+	if len(periodic) > 0 && !busy {
+		t.Errorf("every periodic stats line says packets=0, though traffic was flowing:\n%s", indent(strings.Join(periodic, "\n")))
+	}
+	if len(final) != 1 {
+		t.Fatalf("%d final stats lines, want 1:\n%s", len(final), indent(log))
+	}
+	for _, f := range statsFields {
+		if !strings.Contains(final[0], " "+f) {
+			t.Errorf("final stats line without %s: %s", f, final[0])
+		}
+	}
+	t.Logf("%d periodic stats lines; final: %s", len(periodic), final[0])
 }
