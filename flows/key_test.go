@@ -4,10 +4,15 @@ import (
 	"testing"
 )
 
-func TestKeyModes(t *testing.T) {
-	var p4, p6 Packet
+// keyPackets are the IPv4 and IPv6 UDP packets the key tests key.
+func keyPackets(t *testing.T) (p4, p6 Packet) {
 	p4.Decode(udp4(t, "10.1.2.3", "10.9.8.7", 5000, 9000, 1))
 	p6.Decode(udp6(t, "2001:db8:1:2:aaaa::1", "2001:db8:9:9::2", 5000, 53))
+	return p4, p6
+}
+
+func TestKeyModes(t *testing.T) {
+	p4, p6 := keyPackets(t)
 	tests := []struct {
 		c    KeyConfig
 		p    *Packet
@@ -114,9 +119,7 @@ func TestParseMode(t *testing.T) {
 }
 
 func TestKeyFormat(t *testing.T) {
-	var p4, p6 Packet
-	p4.Decode(udp4(t, "10.1.2.3", "10.9.8.7", 5000, 9000, 1))
-	p6.Decode(udp6(t, "2001:db8:1:2:aaaa::1", "2001:db8:9:9::2", 5000, 53))
+	p4, p6 := keyPackets(t)
 	tests := []struct {
 		c    KeyConfig
 		p    *Packet

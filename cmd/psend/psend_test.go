@@ -10,15 +10,9 @@ import (
 // and checks every count: unprivileged, over lo only.
 func TestSendRecvLoopback(t *testing.T) {
 	ctx := context.Background()
-	type out struct {
-		r   any
-		err error
-	}
-	rc := make(chan out, 1)
-	go func() {
-		r, err := runRecv(ctx, []string{"--listen", "127.0.0.1:29310,[::1]:29311", "--duration", "5s", "--idle", "400ms"})
-		rc <- out{r, err}
-	}()
+	rc := background(func() (any, error) {
+		return runRecv(ctx, []string{"--listen", "127.0.0.1:29310,[::1]:29311", "--duration", "5s", "--idle", "400ms"})
+	})
 	time.Sleep(200 * time.Millisecond)
 	sr, err := runSend(ctx, []string{"--dst", "127.0.0.1:29310,[::1]:29311", "--flows", "3", "--sport", "29320",
 		"--pps", "200", "--duration", "1s", "--window", "250ms"})
@@ -96,15 +90,9 @@ func TestSendBadFlags(t *testing.T) {
 
 func TestTCPLoopback(t *testing.T) {
 	ctx := context.Background()
-	type out struct {
-		r   any
-		err error
-	}
-	rc := make(chan out, 1)
-	go func() {
-		r, err := runTCPServe(ctx, []string{"--listen", "[::1]:29330", "--duration", "5s"})
-		rc <- out{r, err}
-	}()
+	rc := background(func() (any, error) {
+		return runTCPServe(ctx, []string{"--listen", "[::1]:29330", "--duration", "5s"})
+	})
 	time.Sleep(200 * time.Millisecond)
 	sr, err := runTCPSend(ctx, []string{"--dst", "[::1]:29330", "--bytes", "1000003", "--duration", "5s"})
 	if err != nil {
@@ -118,4 +106,20 @@ func TestTCPLoopback(t *testing.T) {
 	if s.Bytes != 1000003 || r.Bytes != s.Bytes || r.SHA256 != s.SHA256 {
 		t.Errorf("sent %d %s, received %d %s", s.Bytes, s.SHA256, r.Bytes, r.SHA256)
 	}
+}
+
+// out is what a mode run in the background returned.
+type out struct {
+	r   any
+	err error
+}
+
+// background runs f in a goroutine; its result arrives on the channel.
+func background(f func() (any, error)) <-chan out {
+	rc := make(chan out, 1)
+	go func() {
+		r, err := f()
+		rc <- out{r, err}
+	}()
+	return rc
 }
