@@ -4,23 +4,29 @@ import "encoding/binary"
 
 // Decode fills p from b, which must start at the IP header (as NFQUEUE
 // delivers packets, and as link-layer decapsulation leaves them). It never
-// panics and never allocates. Bytes that are not a well-formed IPv4 or IPv6
-// packet give Class == Malformed.
+// panics and never allocates.
 //
-// What counts as malformed is deliberately narrow: a packet is malformed when
-// its IP header cannot be read (too short, wrong version, IPv4 header length
-// below 20 or past the end, IPv6 extension header chain running past the
-// end), or when a first fragment or unfragmented packet is too short to hold
-// the ports of a protocol that has them. A packet that is merely captured
-// shorter than its header says (NFQUEUE's copy range, a capture's snaplen) is
-// not malformed as long as the headers we read are present.
+// Security contract: every packet whose IP header is valid decodes as IPv4 or
+// IPv6 and so gets a flow key and is limited. Only bytes that are not an IP
+// header at all (shorter than the fixed header, wrong version, IPv4 header
+// length below 20, IPv4 total length below the header length) are Malformed:
+// the kernel drops those itself before any netfilter hook. Anything that
+// merely hides the transport header — a non-first fragment, a tiny first
+// fragment (RFC 1858), IPv6 extension headers past the copy range or running
+// past the packet, a transport header cut short — decodes with NoPorts and
+// zero ports, so it counts against the address-and-protocol flow. No shape of
+// packet escapes its limit by being hard to parse.
 //
 // Fragments: only the first fragment carries the transport header. A
-// non-first fragment (offset > 0) decodes with Fragment = true and zero ports,
-// so in 5-tuple mode it counts against the flow (src, dst, proto, 0, 0) — the
+// non-first fragment (offset > 0) decodes with Fragment and NoPorts, so in
+// 5-tuple mode it counts against the flow (src, dst, proto, 0, 0) — the
 // address+protocol flow — and never against a port-keyed flow whose ports
-// it cannot show. An attacker cannot use fragments to escape a limit: they
-// share one address-pair flow.
+// it cannot show.
+//
+// IPv6 extension headers (hop-by-hop, routing, fragment, destination
+// options, AH: those the kernel's ipv6_ext_hdr walks) are followed for as
+// long as the bytes last; each is at least 8 bytes, so the walk is bounded by
+// the packet's length.
 func (p *Packet) Decode(b []byte) {
 	*p = Packet{Length: len(b)}
 	if len(b) < 1 {
@@ -42,7 +48,7 @@ func (p *Packet) decode4(b []byte) {
 		return
 	}
 	ihl := int(b[0]&0x0f) * 4
-	if ihl < 20 || len(b) < ihl {
+	if ihl < 20 {
 		return
 	}
 	total := int(binary.BigEndian.Uint16(b[2:4]))
@@ -53,7 +59,7 @@ func (p *Packet) decode4(b []byte) {
 		if total != 0 {
 			return
 		}
-		total = len(b)
+		total = max(len(b), ihl)
 	}
 	proto := b[9]
 	frag := binary.BigEndian.Uint16(b[6:8])
@@ -62,16 +68,20 @@ func (p *Packet) decode4(b []byte) {
 	copy(p.Dst[:4], b[16:20])
 	p.Proto = proto
 	p.Length = total
+	p.Class = IPv4
 	if offset != 0 {
 		p.Fragment = true
-		p.Class = IPv4
+		p.NoPorts = hasPorts(proto)
+		return
+	}
+	if len(b) < ihl {
+		// Options cut by the capture: the transport header is out of reach.
+		p.NoPorts = hasPorts(proto)
 		return
 	}
 	// Ports are read only from within the packet's stated length, never
 	// from link-layer padding or bytes past it.
-	if p.ports(proto, b[ihl:min(len(b), total)], false) {
-		p.Class = IPv4
-	}
+	p.ports(proto, b[ihl:min(len(b), total)], false)
 }
 
 // IPv6 extension headers that Decode walks to find the transport header.
@@ -84,16 +94,13 @@ const (
 	ipv6NoNext   = 59
 )
 
-// maxExtHeaders bounds the walk of an IPv6 extension header chain, so a
-// packet made only of extension headers costs a bounded amount of work.
-const maxExtHeaders = 16
-
 func (p *Packet) decode6(b []byte) {
 	if len(b) < 40 {
 		return
 	}
 	copy(p.Src[:], b[8:24])
 	copy(p.Dst[:], b[24:40])
+	p.Class = IPv6
 	plen := int(binary.BigEndian.Uint16(b[4:6]))
 	p.Length = 40 + plen
 	if plen == 0 {
@@ -103,17 +110,21 @@ func (p *Packet) decode6(b []byte) {
 	}
 	next := b[6]
 	rest := b[40:min(len(b), p.Length)]
-	for i := 0; ; i++ {
-		if i == maxExtHeaders {
-			return
-		}
+	// cut marks a chain that ends before its transport header: the
+	// protocol is unknown and the ports out of reach.
+	cut := func() {
+		p.Proto, p.NoPorts = ProtoUnknown, true
+	}
+	for {
 		switch next {
 		case ipv6HopByHop, ipv6Routing, ipv6DestOpts:
 			if len(rest) < 8 {
+				cut()
 				return
 			}
 			n := (int(rest[1]) + 1) * 8
 			if len(rest) < n {
+				cut()
 				return
 			}
 			next, rest = rest[0], rest[n:]
@@ -121,16 +132,19 @@ func (p *Packet) decode6(b []byte) {
 		case ipv6AH:
 			// RFC 4302: payload length in 4-octet units, minus 2.
 			if len(rest) < 8 {
+				cut()
 				return
 			}
 			n := (int(rest[1]) + 2) * 4
 			if len(rest) < n {
+				cut()
 				return
 			}
 			next, rest = rest[0], rest[n:]
 			continue
 		case ipv6Fragment:
 			if len(rest) < 8 {
+				cut()
 				return
 			}
 			offset := binary.BigEndian.Uint16(rest[2:4]) >> 3
@@ -138,7 +152,7 @@ func (p *Packet) decode6(b []byte) {
 			if offset != 0 {
 				p.Proto = next
 				p.Fragment = true
-				p.Class = IPv6
+				p.NoPorts = true
 				return
 			}
 			continue
@@ -147,25 +161,24 @@ func (p *Packet) decode6(b []byte) {
 	}
 	p.Proto = next
 	if next == ipv6NoNext {
-		p.Class = IPv6
 		return
 	}
-	if p.ports(next, rest, true) {
-		p.Class = IPv6
-	}
+	p.ports(next, rest, true)
 }
 
 // ports reads the transport ports (or what stands in for them) of proto from
-// l4 and reports whether the header was long enough. Protocols without ports
-// always succeed with zero ports.
-func (p *Packet) ports(proto uint8, l4 []byte, v6 bool) bool {
+// l4; when l4 is too short to hold them it sets NoPorts instead. Protocols
+// without ports get zero ports.
+func (p *Packet) ports(proto uint8, l4 []byte, v6 bool) {
 	switch proto {
 	case ProtoTCP, ProtoUDP, ProtoUDPLite, ProtoSCTP:
 		// The ports are the first four bytes of all four headers. A
-		// first fragment too short to hold them is malformed (RFC 1858's
-		// tiny-fragment attack): it must not escape its flow's limit.
+		// first fragment too short to hold them (RFC 1858's
+		// tiny-fragment attack) is keyed without them, with the later
+		// fragments of its datagram.
 		if len(l4) < 4 {
-			return false
+			p.NoPorts = true
+			return
 		}
 		p.SrcPort = binary.BigEndian.Uint16(l4[0:2])
 		p.DstPort = binary.BigEndian.Uint16(l4[2:4])
@@ -173,26 +186,27 @@ func (p *Packet) ports(proto uint8, l4 []byte, v6 bool) bool {
 		if (proto == ProtoICMPv6) != v6 {
 			// ICMP in IPv6 or ICMPv6 in IPv4: no ports to trust, key by
 			// addresses and protocol.
-			return true
+			return
 		}
 		if len(l4) < 4 {
-			return false
+			p.NoPorts = true
+			return
 		}
 		typ, code := l4[0], l4[1]
 		if isEcho(typ, v6) {
 			if len(l4) < 8 {
-				return false
+				p.NoPorts = true
+				return
 			}
 			// Request and reply share the identifier, which stands
 			// for both ports: a ping session is one flow per
 			// direction, and one flow with --symmetric.
 			id := binary.BigEndian.Uint16(l4[4:6])
 			p.SrcPort, p.DstPort = id, id
-			return true
+			return
 		}
 		p.SrcPort = uint16(typ)<<8 | uint16(code)
 	}
-	return true
 }
 
 func isEcho(typ uint8, v6 bool) bool {

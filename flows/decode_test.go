@@ -63,11 +63,15 @@ func TestDecode(t *testing.T) {
 		{"ipv6 first fragment has ports", ext6(t, []uint8{0, 44}, 1000, 2000, 0),
 			Packet{Class: IPv6, Proto: ProtoUDP, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), SrcPort: 1000, DstPort: 2000, Length: 40 + 24 + 12}},
 		{"ipv6 later fragment has none", ext6(t, []uint8{60, 44}, 1000, 2000, 100),
-			Packet{Class: IPv6, Proto: ProtoUDP, Fragment: true, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), Length: 40 + 24 + 27}},
+			Packet{Class: IPv6, Proto: ProtoUDP, Fragment: true, NoPorts: true, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), Length: 40 + 24 + 27}},
 		{"ipv4 first fragment has ports", frag4(t, 0, []byte{0x13, 0x88, 0x23, 0x28, 0, 100, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}),
 			Packet{Class: IPv4, Proto: ProtoUDP, Src: addr("192.0.2.1"), Dst: addr("192.0.2.2"), SrcPort: 5000, DstPort: 9000, Length: 36}},
 		{"ipv4 later fragment has none", frag4(t, 2, []byte{0x13, 0x88, 0x23, 0x28, 0, 100, 0, 0}),
-			Packet{Class: IPv4, Proto: ProtoUDP, Fragment: true, Src: addr("192.0.2.1"), Dst: addr("192.0.2.2"), Length: 28}},
+			Packet{Class: IPv4, Proto: ProtoUDP, Fragment: true, NoPorts: true, Src: addr("192.0.2.1"), Dst: addr("192.0.2.2"), Length: 28}},
+		{"ipv6 16 destination options headers are walked", ext6(t, []uint8{60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60, 60}, 1000, 53, 0),
+			Packet{Class: IPv6, Proto: ProtoUDP, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), SrcPort: 1000, DstPort: 53, Length: 40 + 16*16 + 12}},
+		{"ipv6 100 extension headers are walked", ext6(t, make([]uint8, 100), 1000, 53, 0),
+			Packet{Class: IPv6, Proto: ProtoUDP, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), SrcPort: 1000, DstPort: 53, Length: 40 + 100*16 + 12}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -76,16 +80,36 @@ func TestDecode(t *testing.T) {
 			if p != tt.want {
 				t.Errorf("Decode =\n%+v, want\n%+v", p, tt.want)
 			}
-			// Every truncation decodes without panicking, and one
-			// that cuts into a header we read is malformed.
+			// Every truncation decodes without panicking: one that
+			// cuts the fixed IP header is malformed, and any other
+			// keeps its class and addresses and has either the right
+			// ports or none (NoPorts, keyed by address and protocol).
+			fixed := 20
+			if tt.want.Class == IPv6 {
+				fixed = 40
+			}
 			for n := 0; n < len(tt.b); n++ {
 				var q Packet
 				q.Decode(tt.b[:n])
-				if q.Class != Malformed && q.Class != tt.want.Class {
-					t.Errorf("Decode(first %d bytes).Class = %v", n, q.Class)
+				if n < fixed {
+					if q.Class != Malformed {
+						t.Errorf("Decode(first %d bytes).Class = %v, want malformed", n, q.Class)
+					}
+					continue
 				}
-				if q.Class != Malformed && (q.SrcPort != tt.want.SrcPort || q.DstPort != tt.want.DstPort) {
-					t.Errorf("Decode(first %d bytes) ports %d,%d, want %d,%d or malformed", n, q.SrcPort, q.DstPort, tt.want.SrcPort, tt.want.DstPort)
+				if q.Class != tt.want.Class || q.Src != tt.want.Src || q.Dst != tt.want.Dst {
+					t.Errorf("Decode(first %d bytes) = %+v, want class %v and the addresses", n, q, tt.want.Class)
+				}
+				switch {
+				case q.NoPorts:
+					if q.SrcPort != 0 || q.DstPort != 0 {
+						t.Errorf("Decode(first %d bytes): NoPorts with ports %d,%d", n, q.SrcPort, q.DstPort)
+					}
+					if q.Proto != tt.want.Proto && q.Proto != ProtoUnknown {
+						t.Errorf("Decode(first %d bytes): NoPorts with proto %d, want %d or unknown", n, q.Proto, tt.want.Proto)
+					}
+				case q.SrcPort != tt.want.SrcPort || q.DstPort != tt.want.DstPort || q.Proto != tt.want.Proto:
+					t.Errorf("Decode(first %d bytes) proto %d ports %d,%d, want %d %d,%d or NoPorts", n, q.Proto, q.SrcPort, q.DstPort, tt.want.Proto, tt.want.SrcPort, tt.want.DstPort)
 				}
 			}
 		})
@@ -93,6 +117,8 @@ func TestDecode(t *testing.T) {
 }
 
 func TestDecodeMalformed(t *testing.T) {
+	// Only bytes that are not a valid IP header are malformed: the kernel
+	// drops these before any hook, so they never reach NFQUEUE.
 	good := udp4(t, "10.0.0.1", "10.0.0.2", 1, 2, 8)
 	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
 	tests := []struct {
@@ -102,23 +128,9 @@ func TestDecodeMalformed(t *testing.T) {
 		{"empty", nil},
 		{"version 5", mod(func(b []byte) []byte { b[0] = 0x55; return b })},
 		{"ipv4 header length 16", mod(func(b []byte) []byte { b[0] = 0x44; return b })},
-		{"ipv4 header length past the end", mod(func(b []byte) []byte { b[0] = 0x4f; return b[:40] })},
 		{"ipv4 total length below header", mod(func(b []byte) []byte { b[2], b[3] = 0, 10; return b })},
-		{"ipv4 udp cut before the ports", good[:22]},
-		{"ipv4 tiny first fragment", frag4(t, 0, []byte{0x13})},
+		{"ipv4 cut in the fixed header", good[:19]},
 		{"ipv6 cut in the fixed header", udp6(t, "2001:db8::1", "2001:db8::2", 1, 2)[:39]},
-		{"ipv6 extension header past the end", ext6(t, []uint8{0, 43}, 1, 2, 0)[:40+20]},
-		{"ipv6 endless extension chain", func() []byte {
-			chain := make([]uint8, 40)
-			return ext6(t, chain, 1, 2, 0)
-		}()},
-		{"ipv4 icmp echo cut before the identifier", icmp4Echo(t, "10.0.0.1", "10.0.0.2", 1, 1)[:26]},
-		{"ipv4 total length ends before the ports, padding after", mod(func(b []byte) []byte { b[2], b[3] = 0, 22; return b })},
-		{"ipv6 payload length ends before the ports, padding after", func() []byte {
-			b := udp6(t, "2001:db8::1", "2001:db8::2", 1, 2)
-			b[4], b[5] = 0, 2
-			return b
-		}()},
 	}
 	for _, tt := range tests {
 		var p Packet
@@ -128,6 +140,60 @@ func TestDecodeMalformed(t *testing.T) {
 		}
 		if p.Length != len(tt.b) {
 			t.Errorf("%s: Length = %d, want len(b) = %d", tt.name, p.Length, len(tt.b))
+		}
+	}
+}
+
+// TestDecodeNoPorts lists the packets whose IP header is valid but whose
+// ports cannot be read: each is keyed by its addresses and protocol
+// (NoPorts), never malformed, so --malformed accept cannot let them through
+// unlimited (issue 12: 16 destination options headers, or one longer than
+// the copy range, were accepted unlimited as malformed).
+func TestDecodeNoPorts(t *testing.T) {
+	good := udp4(t, "10.0.0.1", "10.0.0.2", 1, 2, 8)
+	mod := func(f func(b []byte) []byte) []byte { return f(append([]byte(nil), good...)) }
+	bigOpt := func() []byte {
+		// One 600-byte destination options header, cut at a 256-byte
+		// copy range.
+		b := ext6(t, []uint8{60}, 1000, 53, 0)
+		opt := make([]byte, 600)
+		opt[0], opt[1] = 17, 600/8-1
+		// PadN options over the rest: 257 + 257 + 84 bytes.
+		opt[2], opt[3] = 1, 255
+		opt[259], opt[260] = 1, 255
+		opt[516], opt[517] = 1, 82
+		out := append(append(append([]byte(nil), b[:40]...), opt...), b[48:]...)
+		out[4], out[5] = byte((len(out)-40)>>8), byte(len(out)-40)
+		return out[:256]
+	}()
+	tests := []struct {
+		name  string
+		b     []byte
+		class Class
+		proto uint8
+	}{
+		{"ipv4 udp cut before the ports", good[:22], IPv4, ProtoUDP},
+		{"ipv4 tiny first fragment", frag4(t, 0, []byte{0x13}), IPv4, ProtoUDP},
+		{"ipv4 later fragment", frag4(t, 2, []byte{0x13, 0x88, 0x23, 0x28}), IPv4, ProtoUDP},
+		{"ipv4 options past the end of the capture", mod(func(b []byte) []byte { b[0], b[2], b[3] = 0x4f, 0, 100; return b[:40] }), IPv4, ProtoUDP},
+		{"ipv4 icmp echo cut before the identifier", icmp4Echo(t, "10.0.0.1", "10.0.0.2", 1, 1)[:26], IPv4, ProtoICMP},
+		{"ipv4 total length ends before the ports, padding after", mod(func(b []byte) []byte { b[2], b[3] = 0, 22; return b }), IPv4, ProtoUDP},
+		{"ipv6 extension header past the end", ext6(t, []uint8{0, 43}, 1, 2, 0)[:40+20], IPv6, ProtoUnknown},
+		{"ipv6 destination options longer than the copy range", bigOpt, IPv6, ProtoUnknown},
+		{"ipv6 payload length ends before the ports, padding after", func() []byte {
+			b := udp6(t, "2001:db8::1", "2001:db8::2", 1, 2)
+			b[4], b[5] = 0, 2
+			return b
+		}(), IPv6, ProtoUDP},
+	}
+	for _, tt := range tests {
+		var p Packet
+		p.Decode(tt.b)
+		if p.Class != tt.class || !p.NoPorts || p.Proto != tt.proto || p.SrcPort != 0 || p.DstPort != 0 {
+			t.Errorf("%s: Decode = %+v, want class %v, NoPorts, proto %d, zero ports", tt.name, p, tt.class, tt.proto)
+		}
+		if p.Src == ([16]byte{}) {
+			t.Errorf("%s: no source address", tt.name)
 		}
 	}
 }
@@ -181,6 +247,15 @@ func FuzzDecode(f *testing.F) {
 			if p.Length != len(b) || p.Proto != 0 || p.SrcPort != 0 {
 				t.Fatalf("malformed packet with fields set: %+v", p)
 			}
+			// Only an invalid IP header is malformed.
+			if len(b) >= 40 && b[0]>>4 == 6 {
+				t.Fatalf("an IPv6 packet with a whole fixed header decoded as malformed")
+			}
+			if len(b) >= 20 && b[0]>>4 == 4 && b[0]&0xf >= 5 {
+				if tot := int(b[2])<<8 | int(b[3]); tot == 0 || tot >= int(b[0]&0xf)*4 {
+					t.Fatalf("an IPv4 packet with a valid header decoded as malformed")
+				}
+			}
 			return
 		case IPv4:
 			if b[0]>>4 != 4 || [4]byte(b[12:16]) != [4]byte(p.Src[:4]) || [4]byte(b[16:20]) != [4]byte(p.Dst[:4]) {
@@ -196,8 +271,11 @@ func FuzzDecode(f *testing.F) {
 		default:
 			t.Fatalf("Class %d", p.Class)
 		}
-		if p.Fragment && (p.SrcPort != 0 || p.DstPort != 0) {
-			t.Fatalf("fragment with ports: %+v", p)
+		if (p.Fragment || p.NoPorts) && (p.SrcPort != 0 || p.DstPort != 0) {
+			t.Fatalf("fragment or NoPorts packet with ports: %+v", p)
+		}
+		if p.Fragment && hasPorts(p.Proto) && !p.NoPorts {
+			t.Fatalf("fragment of a port protocol without NoPorts: %+v", p)
 		}
 		if !hasPorts(p.Proto) && (p.SrcPort != 0 || p.DstPort != 0) {
 			t.Fatalf("ports for protocol %d: %+v", p.Proto, p)

@@ -9,9 +9,10 @@ package flows
 type Class uint8
 
 const (
-	// Malformed: the bytes are not a well-formed IPv4 or IPv6 packet
-	// (truncated, bad version, bad header length, extension header chain
-	// running past the end, …). Only Class and Length are valid.
+	// Malformed: the bytes do not start with a valid IPv4 or IPv6 header
+	// (shorter than the fixed header, bad version, IPv4 header length below
+	// 20 or total length below the header length): packets the kernel
+	// itself drops before any hook. Only Class and Length are valid.
 	Malformed Class = iota
 	// IPv4 packet; all fields valid.
 	IPv4
@@ -38,6 +39,12 @@ const (
 	ProtoICMPv6  = 58
 	ProtoSCTP    = 132
 	ProtoUDPLite = 136
+	// ProtoUnknown (255, reserved by IANA) stands for the protocol of an
+	// IPv6 packet whose extension header chain could not be walked to its
+	// end (cut by the copy range or the capture, or running past the
+	// packet): such packets of an address pair share one flow, whatever
+	// the chain.
+	ProtoUnknown = 255
 )
 
 // Packet is a decoded IP packet. The zero value is a Malformed packet.
@@ -51,8 +58,17 @@ type Packet struct {
 	Proto uint8
 	// Fragment is true for a non-first fragment (IPv4 fragment offset > 0,
 	// or an IPv6 fragment header with offset > 0). Such packets carry no
-	// transport header: SrcPort and DstPort are 0.
+	// transport header: NoPorts is true too.
 	Fragment bool
+	// NoPorts is true when the packet's protocol has ports (or an ICMP
+	// echo identifier) that could not be read: a non-first fragment, a
+	// transport header cut short (a tiny first fragment, the copy range, a
+	// capture's snap length), or an IPv6 extension header chain that could
+	// not be walked to its end (Proto is then ProtoUnknown). SrcPort and
+	// DstPort are then 0, so the packet is keyed by its addresses and
+	// protocol: it is limited like any other packet, as the
+	// address-and-protocol flow, never let through unkeyed.
+	NoPorts bool
 	// Src and Dst are the addresses. IPv4 addresses take the first 4 bytes,
 	// the rest is zero.
 	Src, Dst [16]byte

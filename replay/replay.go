@@ -83,6 +83,7 @@ func (s *Summary) Duration() time.Duration { return time.Duration(s.Last - s.Fir
 
 // FlowSummary is one flow's counts, from the flow table.
 type FlowSummary struct {
+	Rule                       int // index of the engine's rule whose table holds it
 	Key                        flows.Key
 	Flow                       string // Engine.FlowName(Key)
 	Packets, Accepted, Dropped uint64
@@ -262,8 +263,8 @@ func (r *Replayer) Summary() Summary {
 // (all if max <= 0).
 func (r *Replayer) Flows(max int) []FlowSummary {
 	var fs []FlowSummary
-	r.eng.Flows(func(k flows.Key, s shaper.FlowStats) bool {
-		fs = append(fs, FlowSummary{Key: k, Flow: r.eng.FlowName(k), Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped})
+	r.eng.Flows(func(rule int, k flows.Key, s shaper.FlowStats) bool {
+		fs = append(fs, FlowSummary{Rule: rule, Key: k, Flow: r.eng.FlowName(rule, k), Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped})
 		return true
 	})
 	sort.Slice(fs, func(i, j int) bool {

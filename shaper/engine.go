@@ -61,8 +61,11 @@ const (
 	MaxLogBytes = 2 << 30
 )
 
-// Config describes an Engine. Zero fields mean the documented defaults;
-// New never writes them back.
+// Config describes one rule's limiter and flows: how a flow is keyed, how it
+// is limited, how many flows are kept. Zero fields mean the documented
+// defaults; New never writes them back. Config is comparable: two equal
+// Configs limit alike (Reload keeps a rule's flows when its Config is
+// unchanged).
 type Config struct {
 	// Algorithm is the per-flow limiter (default TokenBucket).
 	Algorithm Algorithm
@@ -86,9 +89,6 @@ type Config struct {
 	// FlowTimeout is the idle time in nanoseconds after which a flow is
 	// forgotten (0: DefaultFlowTimeout; negative: never).
 	FlowTimeout int64
-	// Malformed is the verdict for packets that do not decode as IP
-	// (default Accept).
-	Malformed Verdict
 }
 
 // LimiterConfig returns the limiter parameters c resolves to, defaults
@@ -107,15 +107,147 @@ func (c *Config) LimiterConfig() LimiterConfig {
 	return lc
 }
 
+// Check reports what is wrong with c, if anything: the error New or
+// NewPolicy would return for a rule limited by c.
+func (c *Config) Check() error {
+	_, err := newLimitState(*c)
+	return err
+}
+
+// Action is what a rule does with the packets it matches.
+type Action uint8
+
+const (
+	// ActionLimit runs each flow of the rule through the rule's limiter.
+	ActionLimit Action = iota
+	// ActionAccept accepts every packet: never limited.
+	ActionAccept
+	// ActionDrop drops every packet.
+	ActionDrop
+)
+
+var actionNames = [...]string{ActionLimit: "limit", ActionAccept: "accept", ActionDrop: "drop"}
+
+func (a Action) String() string {
+	if int(a) < len(actionNames) {
+		return actionNames[a]
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
+
+// Rule is one class of traffic as the engine runs it. Rules are made by
+// package policy from a rule file (or from the command line's limiter flags,
+// a one-rule policy); which packets a rule matches is the Classifier's
+// business.
+type Rule struct {
+	// Name names the rule in counters and logs.
+	Name string
+	// Match identifies what the rule matches, for Reload: a rule keeps its
+	// flows and counters across a reload when its Name, Match, Action and
+	// Limit are unchanged. Package policy writes the match table in a
+	// canonical form here.
+	Match string
+	// Action is what the rule does; ActionLimit uses Limit.
+	Action Action
+	// Limit is the limiter and flow keying of an ActionLimit rule.
+	Limit Config
+	// Shadow accepts the packets the limiter would drop and counts them
+	// as ShadowDropped: a rule tried without enforcing it.
+	Shadow bool
+	// MarkExceeded accepts the packets over the limit with their mark
+	// changed to (mark &^ MarkMask) | Mark (on-exceed = "mark"), so that
+	// tc or a later firewall rule can act on them; they count as Marked.
+	MarkExceeded   bool
+	Mark, MarkMask uint32
+}
+
+// Meta is what the packet source knows about a packet beside its bytes.
+// The zero Meta is a packet with no mark and no known interfaces, on
+// queue 0 (replay without interface names).
+type Meta struct {
+	// Mark is the packet's netfilter mark (skb->mark).
+	Mark uint32
+	// InIf and OutIf identify the input and output interfaces (0: none
+	// or unknown): interface indexes live, ids the Classifier gave the
+	// capture's interface names in replay.
+	InIf, OutIf uint32
+	// Queue is the NFQUEUE queue number the packet came from.
+	Queue uint16
+}
+
+// Classifier picks the rule that decides a packet: the index in
+// Policy.Rules of the first rule that matches p (decoded, not malformed)
+// with meta m, or -1 when none does. Implementations must not allocate and
+// must not keep p or m.
+type Classifier interface {
+	Classify(p *flows.Packet, m *Meta) int
+}
+
+// Policy is a list of rules, tried in order, and what decides packets that
+// are not IP.
+type Policy struct {
+	// Rules, in the order the Classifier numbers them. At most MaxRules.
+	Rules []Rule
+	// Classifier picks a packet's rule. It may be nil only when there is
+	// one rule, which then matches every packet.
+	Classifier Classifier
+	// Malformed is the verdict for packets whose IP header is invalid
+	// (flows.Malformed; the kernel drops those itself). Default Accept.
+	Malformed Verdict
+	// OffloadAfter, if above 0, makes the engine report a flow that has
+	// had this many packets in a row dropped (by an enforcing rule that
+	// drops what exceeds it): the exact 5-tuple of the packet that made
+	// the count goes to TakeOffloads, for the live path to drop in the
+	// kernel. Only TCP, UDP, UDP-Lite and SCTP packets with readable ports
+	// and protocols without ports other than ICMP are reported: those the
+	// kernel can match as exactly as the flow key made them.
+	OffloadAfter uint32
+}
+
+// MaxRules bounds a policy's rules.
+const MaxRules = 4096
+
+// Decision is what Decide made of a packet.
+type Decision struct {
+	Verdict Verdict
+	// SetMark: accept with the packet's mark set to Mark (a rule with
+	// MarkExceeded, over its limit). Mark is the whole new mark.
+	SetMark bool
+	Mark    uint32
+	// Rule is the index of the rule that decided, -1 for a packet no rule
+	// matched or a malformed one.
+	Rule int
+	// Key is the flow the packet counted against when Rule limits (its
+	// Limit.Key's key), zero otherwise.
+	Key flows.Key
+}
+
 // Stats counts what an Engine has decided. Packets = Accepted + Dropped;
-// Malformed packets are counted there too, with the verdict they got.
+// Malformed, NoPorts and Unmatched packets are counted there too, with the
+// verdict they got.
 type Stats struct {
-	Packets, Accepted, Dropped, Malformed uint64
-	// Flows is the number of flows in the table now.
-	Flows uint64
-	// Evictions counts live flows pushed out of a full table; Expired,
-	// flows forgotten after FlowTimeout idle.
-	Evictions, Expired uint64
+	Packets, Accepted, Dropped uint64
+	// Malformed: packets whose IP header is invalid. NoPorts: packets
+	// whose ports could not be read (keyed by address and protocol, and
+	// limited). Unmatched: packets no rule matched (accepted).
+	Malformed, NoPorts, Unmatched uint64
+	// Flows, Evictions and Expired are summed over the rules' tables.
+	Flows, Evictions, Expired uint64
+	// Offloads counts flows reported to TakeOffloads; OffloadsLost, those
+	// that found its buffer full.
+	Offloads, OffloadsLost uint64
+}
+
+// RuleStats counts one rule's packets. Packets = Accepted + Dropped.
+type RuleStats struct {
+	Packets, Accepted, Dropped uint64
+	// ShadowDropped counts packets a shadow rule accepted that its limiter
+	// would have dropped; Marked, packets over the limit accepted with a
+	// new mark. Both are in Accepted.
+	ShadowDropped, Marked uint64
+	// Flows now in the rule's table, and flows pushed out of a full table
+	// or forgotten after the idle timeout.
+	Flows, Evictions, Expired uint64
 }
 
 // FlowStats counts one flow's packets since it entered the table.
@@ -126,22 +258,152 @@ type FlowStats struct {
 type flow struct {
 	state State
 	stats FlowStats
+	// dropRun counts the flow's packets dropped in a row (OffloadAfter).
+	dropRun uint32
 }
+
+// ruleState is what a rule accumulates at run time: its flow table and
+// counters, with the limiter they go with. It outlives an Engine when
+// Reload keeps the rule; only the goroutine deciding packets touches it.
+type ruleState struct {
+	lim   *Limiter // nil unless ActionLimit
+	key   flows.KeyConfig
+	bytes bool
+	table *flows.Table[flow]
+	stats RuleStats
+}
+
+// engineRule is one of an Engine's rules: its settings, which belong to
+// the Engine and never change, and its state, which Reload may hand on.
+type engineRule struct {
+	Rule
+	st *ruleState
+}
+
+// offloadBuf is how many offload reports wait for TakeOffloads.
+const offloadBuf = 64
 
 // Engine decides packets. It is not safe for concurrent use: give each
-// packet source (each NFQUEUE queue) its own, and call Stats and Flows from
-// the goroutine that calls Decide.
+// packet source (each NFQUEUE queue) its own, and call Stats, Rules and
+// Flows from the goroutine that calls Decide.
 type Engine struct {
-	lim       *Limiter
-	key       flows.KeyConfig
-	bytes     bool
+	rules     []engineRule
+	cls       Classifier
 	malformed Verdict
-	table     *flows.Table[flow]
-	stats     Stats
+	offAfter  uint32
+	// stats is shared with the engines Reload makes from this one, so
+	// that the counters go on; only the deciding goroutine writes it.
+	stats *Stats
+
+	offloads [offloadBuf]flows.Key
+	nOff     int
+
+	// pkt is the packet being decided. It lives here, not on
+	// DecidePacket's stack, because the Classifier is an interface: a
+	// local passed to it would escape, an allocation per packet.
+	pkt flows.Packet
 }
 
-// New checks c and returns an Engine for it.
+// New returns a one-rule engine that limits every packet as c says,
+// accepting malformed ones.
 func New(c Config) (*Engine, error) {
+	return NewPolicy(Policy{Rules: []Rule{{Name: "default", Limit: c}}})
+}
+
+// NewPolicy checks p and returns an Engine for it.
+func NewPolicy(p Policy) (*Engine, error) {
+	return build(p, nil)
+}
+
+// Reload returns an engine for p that takes over e's state: a rule whose
+// Name, Match, Action and Limit are those of one of e's rules keeps that
+// rule's flows, limiter state and counters (its Shadow and marking may
+// change); other rules start empty. The engine-wide counters go on. kept
+// lists the names of the rules that kept their state. e must not be used
+// once the new engine is: they share the kept rules' tables. On error e is
+// unchanged.
+func (e *Engine) Reload(p Policy) (ne *Engine, kept []string, err error) {
+	ne, err = build(p, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, r := range ne.rules {
+		for _, o := range e.rules {
+			if o.st == r.st {
+				kept = append(kept, r.Name)
+			}
+		}
+	}
+	return ne, kept, nil
+}
+
+func build(p Policy, old *Engine) (*Engine, error) {
+	if len(p.Rules) == 0 {
+		return nil, fmt.Errorf("shaper: a policy needs at least one rule")
+	}
+	if len(p.Rules) > MaxRules {
+		return nil, fmt.Errorf("shaper: %d rules, more than %d", len(p.Rules), MaxRules)
+	}
+	if p.Classifier == nil && len(p.Rules) != 1 {
+		return nil, fmt.Errorf("shaper: %d rules need a classifier", len(p.Rules))
+	}
+	if p.Malformed > Drop {
+		return nil, fmt.Errorf("shaper: unknown verdict %d", p.Malformed)
+	}
+	e := &Engine{cls: p.Classifier, malformed: p.Malformed, offAfter: p.OffloadAfter, stats: &Stats{}}
+	if old != nil {
+		// Shared, not copied: old may still be deciding packets on
+		// another goroutine until the new engine replaces it.
+		e.stats = old.stats
+	}
+	used := map[*ruleState]bool{}
+	for i, r := range p.Rules {
+		if r.Action > ActionDrop {
+			return nil, fmt.Errorf("shaper: rule %d (%s): unknown action %d", i, r.Name, r.Action)
+		}
+		var rs *ruleState
+		if old != nil {
+			for _, o := range old.rules {
+				if !used[o.st] && o.Name == r.Name && o.Match == r.Match && o.Action == r.Action && o.Limit == r.Limit {
+					rs = o.st
+					break
+				}
+			}
+		}
+		if rs == nil {
+			var err error
+			if rs, err = newRuleState(r); err != nil {
+				if len(p.Rules) == 1 {
+					return nil, err
+				}
+				return nil, fmt.Errorf("shaper: rule %s: %s", r.Name, trimPrefix(err))
+			}
+		}
+		used[rs] = true
+		e.rules = append(e.rules, engineRule{Rule: r, st: rs})
+	}
+	return e, nil
+}
+
+func trimPrefix(err error) string {
+	s := err.Error()
+	for _, p := range []string{"shaper: ", "flows: "} {
+		if len(s) > len(p) && s[:len(p)] == p {
+			return s[len(p):]
+		}
+	}
+	return s
+}
+
+func newRuleState(r Rule) (*ruleState, error) {
+	if r.Action != ActionLimit {
+		return &ruleState{}, nil
+	}
+	return newLimitState(r.Limit)
+}
+
+// newLimitState checks c and makes the state of a rule limited by it.
+func newLimitState(c Config) (*ruleState, error) {
 	if c.Bytes && c.Algorithm == SlidingWindow {
 		return nil, fmt.Errorf("shaper: sliding-window counts packets; with a bit rate use sliding-window-counter, fixed-window or token-bucket")
 	}
@@ -158,9 +420,6 @@ func New(c Config) (*Engine, error) {
 	}
 	if c.MaxFlows < 0 {
 		return nil, fmt.Errorf("shaper: max flows must not be negative")
-	}
-	if c.Malformed > Drop {
-		return nil, fmt.Errorf("shaper: unknown verdict %d", c.Malformed)
 	}
 	if err := c.Key.Validate(); err != nil {
 		return nil, err
@@ -181,71 +440,149 @@ func New(c Config) (*Engine, error) {
 	if timeout == 0 {
 		timeout = DefaultFlowTimeout
 	}
-	return &Engine{
-		lim:       lim,
-		key:       c.Key,
-		bytes:     c.Bytes,
-		malformed: c.Malformed,
-		table:     flows.NewTable[flow](c.MaxFlows, timeout),
+	return &ruleState{
+		lim:   lim,
+		key:   c.Key,
+		bytes: c.Bytes,
+		table: flows.NewTable[flow](c.MaxFlows, timeout),
 	}, nil
 }
 
-// Result is a decision with what it was made on.
-type Result struct {
-	Verdict Verdict
-	// Malformed is true when the packet did not decode; Key is then zero.
-	Malformed bool
-	Key       flows.Key
-}
-
-// Decide decodes pkt, which starts at the IP header, finds its flow and
-// returns its verdict at time now (nanoseconds since the Unix epoch). It does
-// not allocate once the flow table has grown to its working size.
+// Decide decodes pkt, which starts at the IP header, and returns its verdict
+// at time now (nanoseconds since the Unix epoch), for a packet with no
+// metadata (the zero Meta). See DecidePacket.
 func (e *Engine) Decide(pkt []byte, now int64) Verdict {
-	var k flows.Key
-	v, _ := e.decide(pkt, now, &k)
-	return v
+	var d Decision
+	e.DecidePacket(pkt, nil, now, &d)
+	return d.Verdict
 }
 
-// DecideResult is Decide that also tells which flow the packet was counted
-// against.
-func (e *Engine) DecideResult(pkt []byte, now int64) (r Result) {
-	r.Verdict, r.Malformed = e.decide(pkt, now, &r.Key)
-	return r
-}
+// noMeta is what a nil *Meta stands for.
+var noMeta Meta
 
-// decide is Decide writing the flow key to *k (left zero for a malformed
-// packet). Results are written in place rather than returned as a struct:
-// a returned composite is built in a temporary and copied, which cost more
-// than the whole limiter.
-func (e *Engine) decide(pkt []byte, now int64, k *flows.Key) (Verdict, bool) {
-	var p flows.Packet
+// DecidePacket decodes pkt, which starts at the IP header, picks its rule
+// from the packet and m (nil: the zero Meta), runs the rule's flow limiter at
+// time now (nanoseconds since the Unix epoch) and writes the outcome to d.
+// It does not allocate once the flow tables have grown to their working
+// size. The decision is written in place rather than returned: a returned
+// composite is built in a temporary and copied, which cost more than the
+// whole limiter.
+func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
+	p := &e.pkt
 	p.Decode(pkt)
 	e.stats.Packets++
+	d.SetMark = false
 	if p.Class == flows.Malformed {
 		e.stats.Malformed++
+		d.Verdict, d.Rule, d.Key = e.malformed, -1, flows.Key{}
 		e.count(e.malformed)
-		return e.malformed, true
+		return
 	}
-	e.key.KeyTo(k, &p)
-	f, fresh := e.table.Get(k, now)
+	if p.NoPorts {
+		e.stats.NoPorts++
+	}
+	ri := 0
+	if e.cls != nil {
+		if m == nil {
+			m = &noMeta
+		}
+		if ri = e.cls.Classify(p, m); ri < 0 || ri >= len(e.rules) {
+			e.stats.Unmatched++
+			e.stats.Accepted++
+			d.Verdict, d.Rule, d.Key = Accept, -1, flows.Key{}
+			return
+		}
+	}
+	d.Rule = ri
+	r := &e.rules[ri]
+	rs := r.st
+	rs.stats.Packets++
+	switch r.Action {
+	case ActionAccept:
+		d.Verdict, d.Key = Accept, flows.Key{}
+		rs.stats.Accepted++
+		e.stats.Accepted++
+		return
+	case ActionDrop:
+		d.Verdict, d.Key = Drop, flows.Key{}
+		rs.stats.Dropped++
+		e.stats.Dropped++
+		return
+	}
+	rs.key.KeyTo(&d.Key, p)
+	f, fresh := rs.table.Get(&d.Key, now)
 	if fresh {
-		e.lim.Reset(&f.state, now)
+		rs.lim.Reset(&f.state, now)
 		f.stats = FlowStats{}
+		f.dropRun = 0
 	}
 	cost := int64(1)
-	if e.bytes {
+	if rs.bytes {
 		cost = int64(p.Length)
 	}
 	f.stats.Packets++
-	if e.lim.Allow(&f.state, now, cost) {
+	if rs.lim.Allow(&f.state, now, cost) {
 		f.stats.Accepted++
+		f.dropRun = 0
+		rs.stats.Accepted++
 		e.stats.Accepted++
-		return Accept, false
+		d.Verdict = Accept
+		return
 	}
+	// Over the limit.
 	f.stats.Dropped++
-	e.stats.Dropped++
-	return Drop, false
+	switch {
+	case r.Shadow:
+		rs.stats.ShadowDropped++
+		rs.stats.Accepted++
+		e.stats.Accepted++
+		d.Verdict = Accept
+	case r.MarkExceeded:
+		rs.stats.Marked++
+		rs.stats.Accepted++
+		e.stats.Accepted++
+		d.Verdict, d.SetMark = Accept, true
+		mark := uint32(0)
+		if m != nil {
+			mark = m.Mark
+		}
+		d.Mark = mark&^r.MarkMask | r.Mark
+	default:
+		rs.stats.Dropped++
+		e.stats.Dropped++
+		d.Verdict = Drop
+		if e.offAfter > 0 {
+			if f.dropRun++; f.dropRun >= e.offAfter {
+				f.dropRun = 0
+				e.offload(p)
+			}
+		}
+	}
+}
+
+// offload queues the exact 5-tuple of p for TakeOffloads, if the kernel can
+// match it as exactly.
+func (e *Engine) offload(p *flows.Packet) {
+	if p.NoPorts || p.Proto == flows.ProtoICMP || p.Proto == flows.ProtoICMPv6 {
+		return
+	}
+	if e.nOff == offloadBuf {
+		e.stats.OffloadsLost++
+		return
+	}
+	var exact flows.KeyConfig
+	exact.KeyTo(&e.offloads[e.nOff], p)
+	e.nOff++
+	e.stats.Offloads++
+}
+
+// TakeOffloads calls fn for each flow reported since the last call (see
+// Policy.OffloadAfter): its exact 5-tuple key (mode 5tuple, no prefixes).
+func (e *Engine) TakeOffloads(fn func(k flows.Key)) {
+	for i := 0; i < e.nOff; i++ {
+		fn(e.offloads[i])
+	}
+	e.nOff = 0
 }
 
 func (e *Engine) count(v Verdict) {
@@ -258,19 +595,55 @@ func (e *Engine) count(v Verdict) {
 
 // Stats returns the counters so far.
 func (e *Engine) Stats() Stats {
-	s := e.stats
-	s.Flows = uint64(e.table.Len())
-	s.Evictions = e.table.Evictions()
-	s.Expired = e.table.Expired()
+	s := *e.stats
+	for _, r := range e.rules {
+		if t := r.st.table; t != nil {
+			s.Flows += uint64(t.Len())
+			s.Evictions += t.Evictions()
+			s.Expired += t.Expired()
+		}
+	}
 	return s
 }
 
-// FlowName formats a flow key made by this engine for people, with the
-// key mode's prefix lengths ("src 10.1.2.0/24"). Not for the per-packet path.
-func (e *Engine) FlowName(k flows.Key) string { return e.key.Format(k) }
+// NumRules is the number of rules.
+func (e *Engine) NumRules() int { return len(e.rules) }
 
-// Flows calls fn for each flow in the table, most recently used first, until
-// fn returns false. Flows that were evicted or expired are not included.
-func (e *Engine) Flows(fn func(k flows.Key, s FlowStats) bool) {
-	e.table.Range(func(k flows.Key, _ int64, f *flow) bool { return fn(k, f.stats) })
+// Rule returns rule i as the engine runs it.
+func (e *Engine) Rule(i int) Rule { return e.rules[i].Rule }
+
+// RuleStats returns rule i's counters.
+func (e *Engine) RuleStats(i int) RuleStats {
+	rs := e.rules[i].st
+	s := rs.stats
+	if rs.table != nil {
+		s.Flows = uint64(rs.table.Len())
+		s.Evictions = rs.table.Evictions()
+		s.Expired = rs.table.Expired()
+	}
+	return s
+}
+
+// FlowName formats a flow key made by rule i for people, with the rule's
+// prefix lengths ("src 10.1.2.0/24"). Not for the per-packet path.
+func (e *Engine) FlowName(i int, k flows.Key) string { return e.rules[i].st.key.Format(k) }
+
+// Flows calls fn for each flow in the rules' tables, rule by rule, until fn
+// returns false. Flows that were evicted or expired are not included.
+func (e *Engine) Flows(fn func(rule int, k flows.Key, s FlowStats) bool) {
+	for i, r := range e.rules {
+		if r.st.table == nil {
+			continue
+		}
+		stop := false
+		r.st.table.Range(func(k flows.Key, _ int64, f *flow) bool {
+			if !fn(i, k, f.stats) {
+				stop = true
+			}
+			return !stop
+		})
+		if stop {
+			return
+		}
+	}
 }

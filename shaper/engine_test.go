@@ -51,7 +51,7 @@ func TestEnginePerFlow(t *testing.T) {
 		t.Errorf("Stats = %+v", s)
 	}
 	n := 0
-	e.Flows(func(k flows.Key, fs FlowStats) bool {
+	e.Flows(func(_ int, k flows.Key, fs FlowStats) bool {
 		n++
 		if fs != (FlowStats{Packets: 3, Accepted: 2, Dropped: 1}) {
 			t.Errorf("flow %v: %+v", k, fs)
@@ -65,10 +65,14 @@ func TestEnginePerFlow(t *testing.T) {
 
 func TestEngineMalformed(t *testing.T) {
 	for _, v := range []Verdict{Accept, Drop} {
-		e := mustNew(t, Config{Rate: 1, Malformed: v})
-		r := e.DecideResult([]byte{0x45, 0, 0}, t0)
-		if r.Verdict != v || !r.Malformed {
-			t.Errorf("Malformed=%v: %+v", v, r)
+		e, err := NewPolicy(Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1}}}, Malformed: v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d Decision
+		e.DecidePacket([]byte{0x45, 0, 0}, nil, t0, &d)
+		if d.Verdict != v || d.Rule != -1 {
+			t.Errorf("Malformed=%v: %+v", v, d)
 		}
 		if s := e.Stats(); s.Malformed != 1 || s.Packets != 1 || s.Flows != 0 {
 			t.Errorf("Stats %+v", s)
@@ -135,7 +139,6 @@ func TestEngineConfigErrors(t *testing.T) {
 		{Rate: 1, Bytes: true, Algorithm: SlidingWindow},
 		{Rate: 1, MaxFlows: -1},
 		{Rate: 1, Key: flows.KeyConfig{SrcPrefix4: 33}},
-		{Rate: 1, Malformed: 7},
 		{Rate: 1e6, Bytes: true, Burst: 1000},                                               // burst below a full-size packet
 		{Rate: 62500, Bytes: true, Algorithm: FixedWindow, Window: int64(time.Millisecond)}, // 62 bytes per window
 		{Rate: 5000, Algorithm: SlidingWindow, MaxFlows: 1 << 20},                           // 40 GiB of logs

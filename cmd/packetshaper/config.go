@@ -76,7 +76,7 @@ func limiterFlagNames() map[string]bool {
 // slog attributes. Errors are one line: "FILE:LINE: problem" for a bad line
 // of the file, "FILE: problem" for what no single line caused, or the
 // flags' own message for a bad command-line flag.
-func (s *configSource) load() (shaper.Config, []any, error) {
+func (s *configSource) load() (engineConfig, []any, error) {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	lf := addLimiterFlags(fs)
@@ -84,10 +84,10 @@ func (s *configSource) load() (shaper.Config, []any, error) {
 	if s.file != "" {
 		data, err := readConfigFile(s.file)
 		if err != nil {
-			return shaper.Config{}, nil, err
+			return engineConfig{}, nil, err
 		}
 		if lines, err = parseConfig(s.file, data, fs); err != nil {
-			return shaper.Config{}, nil, err
+			return engineConfig{}, nil, err
 		}
 	}
 	for _, c := range s.cli {
@@ -101,7 +101,7 @@ func (s *configSource) load() (shaper.Config, []any, error) {
 			}
 		}
 		if err := fs.Set(c.name, c.value); err != nil {
-			return shaper.Config{}, nil, fmt.Errorf("invalid value %q for flag -%s: %v", c.value, c.name, err)
+			return engineConfig{}, nil, fmt.Errorf("invalid value %q for flag -%s: %v", c.value, c.name, err)
 		}
 		delete(lines, c.name)
 	}
@@ -231,7 +231,7 @@ func reload(log *slog.Logger, src *configSource, ws []*worker) {
 	if err == nil {
 		engs := make([]*shaper.Engine, len(ws))
 		for i := range ws {
-			if engs[i], err = shaper.New(cfg); err != nil {
+			if engs[i], err = newEngine(cfg); err != nil {
 				break
 			}
 		}

@@ -26,7 +26,7 @@ import (
 
 // loadWith parses args as the live command line would and loads the
 // configuration with file's contents as the --config file ("" for none).
-func loadWith(t *testing.T, contents string, args ...string) (shaper.Config, []any, string, error) {
+func loadWith(t *testing.T, contents string, args ...string) (engineConfig, []any, string, error) {
 	t.Helper()
 	path := ""
 	if contents != "" {
@@ -46,7 +46,7 @@ func loadWith(t *testing.T, contents string, args ...string) (shaper.Config, []a
 }
 
 // flagsConfig is the configuration the command line args give alone.
-func flagsConfig(t *testing.T, args ...string) shaper.Config {
+func flagsConfig(t *testing.T, args ...string) engineConfig {
 	t.Helper()
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	lf := addLimiterFlags(fs)

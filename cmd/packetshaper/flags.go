@@ -51,8 +51,19 @@ func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
 
 // config turns the flags into an engine configuration, or a one-line error
 // naming the bad flag.
-func (l *limiterFlags) config() (shaper.Config, error) {
-	var c shaper.Config
+// engineConfig is a one-rule policy: the limiter and the verdict for
+// malformed packets.
+type engineConfig struct {
+	shaper.Config
+	Malformed shaper.Verdict
+}
+
+func newEngine(c engineConfig) (*shaper.Engine, error) {
+	return shaper.NewPolicy(shaper.Policy{Rules: []shaper.Rule{{Name: "default", Limit: c.Config}}, Malformed: c.Malformed})
+}
+
+func (l *limiterFlags) config() (engineConfig, error) {
+	var c engineConfig
 	switch {
 	case l.pps != 0 && l.bitrate != "":
 		return c, errors.New("--pps and --bitrate are exclusive: give one")
@@ -115,7 +126,7 @@ func (l *limiterFlags) config() (shaper.Config, error) {
 	}
 	// Let the engine check the combination (e.g. sliding-window with
 	// --bitrate, a rate too low for the window).
-	if _, err := shaper.New(c); err != nil {
+	if _, err := newEngine(c); err != nil {
 		return c, errors.New(trimPkg(err))
 	}
 	return c, nil

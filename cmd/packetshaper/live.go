@@ -317,7 +317,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	for _, qn := range queues {
-		eng, err := shaper.New(cfg)
+		eng, err := newEngine(cfg)
 		if err != nil {
 			return usage("%v", trimPkg(err))
 		}

@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/packetshaper/packetshaper/replay"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 const replayUsage = `Usage: packetshaper replay [limiter flags] [replay flags] FILE...  (FILE "-": standard input)
@@ -68,7 +67,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "packetshaper replay:", err)
 		return 2
 	}
-	eng, err := shaper.New(cfg)
+	eng, err := newEngine(cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "packetshaper replay:", err)
 		return 2

@@ -372,7 +372,7 @@ func extFrag() []frame {
 		v6(44, cat(frag(17, 2, false, 9), make([]byte, 16))), // same, with data
 		v4frag(0, true, u),                                   // IPv4 first fragment
 		v4frag(2, false, make([]byte, 16)),                   // IPv4 non-first fragment
-		v6(0, cat(hbh(60), []byte{17, 5})),                   // dest opts header cut short: malformed
+		v6(0, cat(hbh(60), []byte{17, 5})),                   // dest opts header cut short: keyed without ports
 		v6(0, cat(hbh(43), rt(60), dst(17), u)),
 	}
 	var fs []frame
