@@ -128,23 +128,32 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Verdict is what happens to a queued packet. The zero value is Accept, so a
-// Handler that leaves a verdict unset lets the packet through.
-type Verdict uint8
+// Action is what happens to a queued packet. The zero value is Accept.
+type Action uint8
 
 const (
-	Accept Verdict = iota // NF_ACCEPT: the packet continues through the stack
-	Drop                  // NF_DROP: the packet is discarded
+	Accept Action = iota // NF_ACCEPT: the packet continues through the stack
+	Drop                 // NF_DROP: the packet is discarded
 )
 
-func (v Verdict) String() string {
-	switch v {
+func (a Action) String() string {
+	switch a {
 	case Accept:
 		return "ACCEPT"
 	case Drop:
 		return "DROP"
 	}
-	return fmt.Sprintf("Verdict(%d)", uint8(v))
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}
+
+// Verdict is the answer for one packet. The zero value accepts it unchanged,
+// so a Handler that leaves a verdict unset lets the packet through.
+type Verdict struct {
+	Action Action
+	// SetMark sets the packet's netfilter mark to Mark with the verdict
+	// (NFQA_MARK), e.g. for tc or a later firewall rule to act on.
+	SetMark bool
+	Mark    uint32
 }
 
 // Packet is one queued packet as the kernel sent it.
@@ -157,6 +166,12 @@ type Packet struct {
 	// Hook is the netfilter hook the packet was queued from
 	// (0 PREROUTING, 1 INPUT, 2 FORWARD, 3 OUTPUT, 4 POSTROUTING).
 	Hook uint8
+	// Mark is the packet's netfilter mark (0 when it has none).
+	Mark uint32
+	// InDev and OutDev are the indexes of the input and output
+	// interfaces, 0 where the hook has none (no input device in OUTPUT,
+	// no output device before routing).
+	InDev, OutDev uint32
 	// Data is the packet from its IP header on, at most CopyRange bytes.
 	// It points into the receive buffer: it is valid only until the
 	// Handler returns and must not be kept.
@@ -171,7 +186,7 @@ type Packet struct {
 }
 
 // Handler decides a batch. It must set verdicts[i] for batch[i] (the slice
-// comes filled with Accept) and must not keep either slice or any
+// comes filled with zero Verdicts: accept) and must not keep either slice or any
 // Packet.Data after it returns. now is nanoseconds since the Unix epoch,
 // read once for the whole batch: the wall clock at Run's start advanced by
 // the monotonic clock, so it never goes backwards and wall-clock steps do

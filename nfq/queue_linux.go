@@ -226,9 +226,9 @@ func (q *Queue) request(m configMsg) error {
 				var p Packet
 				if parsePacket(body[nfgenHdrLen:], &p) {
 					q.b.seen(p.ID)
-					var vb [verdictMsgLen]byte
-					putVerdict(vb[:], q.cfg.Queue, p.ID, Accept, false, 0)
-					_, _ = unix.Write(q.fd, vb[:])
+					var vb [maxVerdictMsgLen]byte
+					n := putVerdict(vb[:], q.cfg.Queue, p.ID, Verdict{}, false, 0)
+					_, _ = unix.Write(q.fd, vb[:n])
 					q.stats.packets.Add(1)
 					q.stats.accepted.Add(1)
 				}
@@ -410,8 +410,8 @@ func (q *Queue) answer(fn Handler, now int64) error {
 	clear(v)
 	fn(b.pkts, v, now)
 	var drops uint64
-	for _, x := range v {
-		if x == Drop {
+	for i := range v {
+		if v[i].Action == Drop {
 			drops++
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -218,7 +219,7 @@ func TestVerdictsReachTheKernel(t *testing.T) {
 			}
 			// Drop in runs of varying length, so that batches mix verdicts.
 			if seq%7 < 3 {
-				v[i] = Drop
+				v[i].Action = Drop
 			}
 		}
 	})
@@ -632,4 +633,62 @@ func BenchmarkQueueLoopback(b *testing.B) {
 	b.StopTimer()
 	stop()
 	b.ReportMetric(100*float64(q.Stats().Packets)/float64(b.N), "via_queue_%")
+}
+
+// TestMarks: a packet's mark and output interface reach the Handler, and a
+// verdict's mark reaches the kernel (seen by a later rule), in batch
+// verdicts mixing marked and unmarked runs.
+func TestMarks(t *testing.T) {
+	const queue = 4
+	newNetns(t, queue)
+	run(t, "", "iptables", "-t", "mangle", "-A", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(testPort), "-j", "MARK", "--set-mark", "0x5")
+	run(t, "", "iptables", "-t", "mangle", "-A", "POSTROUTING", "-p", "udp", "--dport", fmt.Sprint(testPort), "-m", "mark", "--mark", "0x77")
+	run(t, "", "iptables", "-t", "mangle", "-A", "POSTROUTING", "-p", "udp", "--dport", fmt.Sprint(testPort), "-m", "mark", "--mark", "0x5")
+	p := newUDPPair(t)
+	q := openQueue(t, Config{Queue: queue})
+	var mu sync.Mutex
+	marks := map[uint32]int{}
+	var outDev, inDev uint32
+	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		for i, pk := range batch {
+			marks[pk.Mark]++
+			outDev, inDev = pk.OutDev, pk.InDev
+			if len(pk.Data) > 29 && pk.Data[29]%2 == 1 { // odd seq
+				v[i] = Verdict{SetMark: true, Mark: 0x77}
+			}
+		}
+	})
+	const n = 200
+	for i := 0; i < n; i++ {
+		p.send(t, uint16(i), 8)
+	}
+	if got := p.waitCount(n, 5*time.Second); got != n {
+		t.Fatalf("%d of %d datagrams arrived", got, n)
+	}
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if marks[5] != n {
+		t.Errorf("marks seen by the handler: %v, want %d × 0x5", marks, n)
+	}
+	if outDev != 1 || inDev != 0 { // lo is interface 1 in a new namespace
+		t.Errorf("OutDev %d InDev %d, want 1 (lo) and 0", outDev, inDev)
+	}
+	out, err := exec.Command("iptables", "-t", "mangle", "-L", "POSTROUTING", "-v", "-x", "-n").CombinedOutput()
+	if err != nil {
+		t.Fatalf("iptables -L: %v\n%s", err, out)
+	}
+	counts := map[string]int{}
+	for _, l := range strings.Split(string(out), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 2 && strings.Contains(l, "mark match") {
+			c, _ := strconv.Atoi(f[0])
+			counts[f[len(f)-1]] = c
+		}
+	}
+	if counts["0x77"] != n/2 || counts["0x5"] != n/2 {
+		t.Errorf("POSTROUTING saw marks %v, want %d of 0x77 and of 0x5\n%s", counts, n/2, out)
+	}
 }

@@ -26,7 +26,10 @@ const (
 
 	nfqaPacketHdr  = 1
 	nfqaVerdictHdr = 2
+	nfqaMark       = 3
 	nfqaTimestamp  = 4
+	nfqaInDev      = 5
+	nfqaOutDev     = 6
 	nfqaPayload    = 10
 	nfqaCapLen     = 13
 
@@ -81,6 +84,18 @@ func parsePacket(b []byte, p *Packet) bool {
 			}
 		case nfqaPayload:
 			p.Data = data
+		case nfqaMark:
+			if len(data) >= 4 {
+				p.Mark = be.Uint32(data)
+			}
+		case nfqaInDev:
+			if len(data) >= 4 {
+				p.InDev = be.Uint32(data)
+			}
+		case nfqaOutDev:
+			if len(data) >= 4 {
+				p.OutDev = be.Uint32(data)
+			}
 		case nfqaTimestamp:
 			// struct nfqnl_msg_packet_timestamp { __aligned_be64 sec; __aligned_be64 usec; }
 			if len(data) >= 16 {
@@ -105,19 +120,29 @@ func parsePacket(b []byte, p *Packet) bool {
 }
 
 // verdictMsgLen is the size of one verdict message: nlmsghdr, nfgenmsg and
-// an NFQA_VERDICT_HDR attribute holding struct nfqnl_msg_verdict_hdr.
-const verdictMsgLen = nlmsgHdrLen + nfgenHdrLen + nlaHdrLen + 8
+// an NFQA_VERDICT_HDR attribute holding struct nfqnl_msg_verdict_hdr;
+// markAttrLen more with an NFQA_MARK attribute.
+const (
+	verdictMsgLen    = nlmsgHdrLen + nfgenHdrLen + nlaHdrLen + 8
+	markAttrLen      = nlaHdrLen + 4
+	maxVerdictMsgLen = verdictMsgLen + markAttrLen
+)
 
 // putVerdict writes one verdict message for packet id into b, which must
-// hold verdictMsgLen bytes. With batch, the verdict applies to every packet
-// of the queue with an id up to and including id (NFQNL_MSG_VERDICT_BATCH).
-func putVerdict(b []byte, queue uint16, id uint32, v Verdict, batch bool, seq uint32) {
-	_ = b[verdictMsgLen-1]
+// hold maxVerdictMsgLen bytes, and returns its length. With batch, the
+// verdict applies to every packet of the queue with an id up to and
+// including id (NFQNL_MSG_VERDICT_BATCH), its mark too.
+func putVerdict(b []byte, queue uint16, id uint32, v Verdict, batch bool, seq uint32) int {
+	_ = b[maxVerdictMsgLen-1]
 	typ := uint16(nfqnlMsgVerdict)
 	if batch {
 		typ = nfqnlMsgVerdictBatch
 	}
-	le.PutUint32(b[0:], verdictMsgLen)
+	n := verdictMsgLen
+	if v.SetMark {
+		n += markAttrLen
+	}
+	le.PutUint32(b[0:], uint32(n))
 	le.PutUint16(b[4:], typ)
 	le.PutUint16(b[6:], nlmFRequest)
 	le.PutUint32(b[8:], seq)
@@ -128,18 +153,25 @@ func putVerdict(b []byte, queue uint16, id uint32, v Verdict, batch bool, seq ui
 	le.PutUint16(b[20:], nlaHdrLen+8)
 	le.PutUint16(b[22:], nfqaVerdictHdr)
 	nv := uint32(nfAccept)
-	if v == Drop {
+	if v.Action == Drop {
 		nv = nfDrop
 	}
 	be.PutUint32(b[24:], nv)
 	be.PutUint32(b[28:], id)
+	if v.SetMark {
+		le.PutUint16(b[32:], markAttrLen)
+		le.PutUint16(b[34:], nfqaMark)
+		be.PutUint32(b[36:], v.Mark)
+	}
+	return n
 }
 
 // appendVerdicts encodes the verdicts of a batch into out (which must have
-// room for len(pkts) messages) and returns the bytes to send and the number
-// of messages. Packets are answered in runs: a run of consecutive packets
-// with the same verdict becomes one NFQNL_MSG_VERDICT_BATCH for the last id
-// of the run, which the kernel applies to every queued id up to it.
+// room for len(pkts) messages of maxVerdictMsgLen) and returns the bytes to
+// send and the number of messages. Packets are answered in runs: a run of
+// consecutive packets with the same verdict (and mark) becomes one
+// NFQNL_MSG_VERDICT_BATCH for the last id of the run, which the kernel
+// applies to every queued id up to it.
 //
 // That is safe because the kernel assigns ids in queue order and sends a
 // packet's message before any later packet's: when this batch is answered,
@@ -155,8 +187,8 @@ func appendVerdicts(out []byte, queue uint16, pkts []Packet, verdicts []Verdict,
 			continue
 		}
 		n := len(out)
-		out = out[:n+verdictMsgLen]
-		putVerdict(out[n:], queue, pkts[i].ID, v, true, seq)
+		out = out[:n+maxVerdictMsgLen]
+		out = out[:n+putVerdict(out[n:], queue, pkts[i].ID, v, true, seq)]
 		msgs++
 	}
 	return out, msgs
@@ -232,7 +264,7 @@ type batch struct {
 	queue    uint16
 	pkts     []Packet  // len = packets in the current batch, cap = BatchSize
 	verdicts []Verdict // cap = BatchSize
-	out      []byte    // cap = BatchSize*verdictMsgLen
+	out      []byte    // cap = BatchSize*maxVerdictMsgLen
 	seq      uint32
 
 	// kernel error replies seen (NLMSG_ERROR with a non-zero error), and
@@ -260,7 +292,7 @@ func newBatch(queue uint16, size int) *batch {
 		queue:    queue,
 		pkts:     make([]Packet, 0, size),
 		verdicts: make([]Verdict, size),
-		out:      make([]byte, 0, size*verdictMsgLen),
+		out:      make([]byte, 0, size*maxVerdictMsgLen),
 	}
 }
 

@@ -162,11 +162,12 @@ func kernelApply(t *testing.T, out []byte, queued []uint32) map[uint32]Verdict {
 		if len(out) < verdictMsgLen {
 			t.Fatalf("trailing %d bytes", len(out))
 		}
-		m := out[:verdictMsgLen]
-		out = out[verdictMsgLen:]
-		if l := binary.LittleEndian.Uint32(m); l != verdictMsgLen {
+		l := int(binary.LittleEndian.Uint32(out))
+		if (l != verdictMsgLen && l != verdictMsgLen+markAttrLen) || l > len(out) {
 			t.Fatalf("nlmsg_len %d", l)
 		}
+		m := out[:l]
+		out = out[l:]
 		typ := binary.LittleEndian.Uint16(m[4:])
 		if q := binary.BigEndian.Uint16(m[18:]); q != 7 {
 			t.Fatalf("queue %d in verdict", q)
@@ -174,9 +175,15 @@ func kernelApply(t *testing.T, out []byte, queued []uint32) map[uint32]Verdict {
 		if binary.LittleEndian.Uint16(m[22:]) != nfqaVerdictHdr {
 			t.Fatalf("attribute type %d", binary.LittleEndian.Uint16(m[22:]))
 		}
-		v := Accept
+		var v Verdict
 		if binary.BigEndian.Uint32(m[24:]) == nfDrop {
-			v = Drop
+			v.Action = Drop
+		}
+		if len(m) > verdictMsgLen {
+			if binary.LittleEndian.Uint16(m[32:]) != markAttrLen || binary.LittleEndian.Uint16(m[34:]) != nfqaMark {
+				t.Fatalf("mark attribute header %x", m[32:36])
+			}
+			v.SetMark, v.Mark = true, binary.BigEndian.Uint32(m[36:])
 		}
 		id := binary.BigEndian.Uint32(m[28:])
 		rest := pending[:0]
@@ -206,15 +213,20 @@ func TestAppendVerdictsRuns(t *testing.T) {
 		for i := range pkts {
 			id += 1 + uint32(r.IntN(3)) // gaps: ids lost or answered earlier
 			pkts[i].ID = id
-			if r.IntN(4) == 0 {
-				vs[i] = Drop
+			switch r.IntN(8) {
+			case 0, 1:
+				vs[i].Action = Drop
+			case 2:
+				vs[i] = Verdict{SetMark: true, Mark: 0x10}
+			case 3:
+				vs[i] = Verdict{SetMark: true, Mark: uint32(r.IntN(2))}
 			}
 			if i == 0 || vs[i] != vs[i-1] {
 				runs++
 			}
 		}
-		out, msgs := appendVerdicts(make([]byte, 0, n*verdictMsgLen), 7, pkts, vs, 1)
-		if msgs != runs || len(out) != msgs*verdictMsgLen {
+		out, msgs := appendVerdicts(make([]byte, 0, n*maxVerdictMsgLen), 7, pkts, vs, 1)
+		if msgs != runs || len(out) < msgs*verdictMsgLen {
 			t.Fatalf("iter %d: %d messages (%d bytes) for %d runs", iter, msgs, len(out), runs)
 		}
 		ids := make([]uint32, n)
@@ -300,7 +312,7 @@ func handle(b *batch, ds [][]byte, fn Handler) int {
 func dropOdd(batch []Packet, v []Verdict, now int64) {
 	for i := range batch {
 		if batch[i].ID%2 == 1 {
-			v[i] = Drop
+			v[i].Action = Drop
 		}
 	}
 }

@@ -264,7 +264,7 @@ func TestWorkerSwap(t *testing.T) {
 	drops := func(v []nfq.Verdict) int {
 		n := 0
 		for _, x := range v {
-			if x == nfq.Drop {
+			if x.Action == nfq.Drop {
 				n++
 			}
 		}

@@ -145,7 +145,7 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 	}
 	for i := range batch {
 		if w.eng.Decide(batch[i].Data, now) == shaper.Drop {
-			verdicts[i] = nfq.Drop
+			verdicts[i].Action = nfq.Drop
 		}
 	}
 	if now-w.lastSnap >= snapEvery {
