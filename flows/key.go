@@ -186,7 +186,7 @@ func (k Key) Addrs() (src, dst netip.Addr) {
 }
 
 // ProtoName returns the name of an IP protocol number: "tcp", "udp",
-// "icmp", … or the number itself.
+// "icmp", …, "unknown" for ProtoUnknown, or the number itself.
 func ProtoName(p uint8) string {
 	switch p {
 	case ProtoTCP:
@@ -201,6 +201,8 @@ func ProtoName(p uint8) string {
 		return "sctp"
 	case ProtoUDPLite:
 		return "udplite"
+	case ProtoUnknown:
+		return "unknown"
 	}
 	return strconv.Itoa(int(p))
 }

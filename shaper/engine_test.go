@@ -176,3 +176,251 @@ func TestDecideNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+// ruleByDport is a test Classifier: rule i matches UDP destination port
+// ports[i]; a NoPorts packet matches rule noPorts.
+type ruleByDport struct {
+	ports   []uint16
+	noPorts int
+}
+
+func (c ruleByDport) Classify(p *flows.Packet, _ *Meta) int {
+	if p.NoPorts {
+		return c.noPorts
+	}
+	for i, port := range c.ports {
+		if p.DstPort == port {
+			return i
+		}
+	}
+	return -1
+}
+
+// udpTo is udp(i, sport, 8) sent to destination port dport.
+func udpTo(i int, sport, dport uint16) []byte {
+	b := udp(i, sport, 8)
+	binary.BigEndian.PutUint16(b[22:], dport)
+	return b
+}
+
+func mustPolicy(t testing.TB, p Policy) *Engine {
+	t.Helper()
+	e, err := NewPolicy(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func TestPolicyActions(t *testing.T) {
+	e := mustPolicy(t, Policy{
+		Rules: []Rule{
+			{Name: "allow", Action: ActionAccept},
+			{Name: "deny", Action: ActionDrop},
+			{Name: "limit", Limit: Config{Rate: 1, Burst: 2}},
+			{Name: "trial", Limit: Config{Rate: 1, Burst: 2}, Shadow: true},
+			{Name: "mark", Limit: Config{Rate: 1, Burst: 2}, MarkExceeded: true, Mark: 0x1, MarkMask: 0x1},
+		},
+		Classifier: ruleByDport{ports: []uint16{22, 23, 53, 80, 443}, noPorts: 2},
+	})
+	type step struct {
+		dport   uint16
+		mark    uint32
+		want    Verdict
+		setMark bool
+		newMark uint32
+		rule    int
+	}
+	steps := []step{
+		{22, 0, Accept, false, 0, 0}, {22, 0, Accept, false, 0, 0}, {22, 0, Accept, false, 0, 0},
+		{23, 0, Drop, false, 0, 1},
+		{53, 0, Accept, false, 0, 2}, {53, 0, Accept, false, 0, 2}, {53, 0, Drop, false, 0, 2},
+		{80, 0, Accept, false, 0, 3}, {80, 0, Accept, false, 0, 3}, {80, 0, Accept, false, 0, 3}, // shadow: would drop
+		{443, 0xf0, Accept, false, 0, 4}, {443, 0xf0, Accept, false, 0, 4}, {443, 0xf0, Accept, true, 0xf1, 4},
+		{443, 0xf1, Accept, true, 0xf1, 4},
+		{9999, 0, Accept, false, 0, -1}, // unmatched
+	}
+	for i, s := range steps {
+		var d Decision
+		e.DecidePacket(udpTo(1, 1000, s.dport), &Meta{Mark: s.mark}, t0, &d)
+		if d.Verdict != s.want || d.SetMark != s.setMark || (s.setMark && d.Mark != s.newMark) || d.Rule != s.rule {
+			t.Errorf("step %d: dport %d: %+v, want verdict %v setMark %v mark %#x rule %d", i, s.dport, d, s.want, s.setMark, s.newMark, s.rule)
+		}
+	}
+	want := []RuleStats{
+		{Packets: 3, Accepted: 3},
+		{Packets: 1, Dropped: 1},
+		{Packets: 3, Accepted: 2, Dropped: 1, Flows: 1},
+		{Packets: 3, Accepted: 3, ShadowDropped: 1, Flows: 1},
+		{Packets: 4, Accepted: 4, Marked: 2, Flows: 1},
+	}
+	for i, w := range want {
+		if got := e.RuleStats(i); got != w {
+			t.Errorf("rule %s: %+v, want %+v", e.Rule(i).Name, got, w)
+		}
+	}
+	s := e.Stats()
+	if s.Packets != 15 || s.Accepted != 13 || s.Dropped != 2 || s.Unmatched != 1 || s.Flows != 3 {
+		t.Errorf("Stats = %+v", s)
+	}
+}
+
+// TestPolicyNoPorts: a packet whose ports cannot be read is counted and
+// limited as its address-and-protocol flow.
+func TestPolicyNoPorts(t *testing.T) {
+	e := mustPolicy(t, Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1, Burst: 1}}}})
+	frag := udp(1, 1000, 8)
+	frag[6], frag[7] = 0, 10 // fragment offset 80 bytes
+	for i, want := range []Verdict{Accept, Drop, Drop} {
+		var d Decision
+		e.DecidePacket(frag, nil, t0, &d)
+		if d.Verdict != want || d.Key.SrcPort != 0 || d.Key.Proto != flows.ProtoUDP {
+			t.Errorf("fragment %d: %+v, want %v keyed by address and protocol", i, d, want)
+		}
+	}
+	if s := e.Stats(); s.NoPorts != 3 || s.Malformed != 0 || s.Dropped != 2 {
+		t.Errorf("Stats = %+v, want 3 no_ports, 2 dropped", s)
+	}
+}
+
+// TestReloadKeepsState: an unchanged rule keeps its flows (no fresh burst),
+// a changed one starts empty, and counters go on.
+func TestReloadKeepsState(t *testing.T) {
+	pol := func(dnsRate float64, webShadow bool) Policy {
+		return Policy{
+			Rules: []Rule{
+				{Name: "dns", Match: "udp 53", Limit: Config{Rate: dnsRate, Burst: 2}},
+				{Name: "web", Match: "udp 80", Limit: Config{Rate: 1, Burst: 2}, Shadow: webShadow},
+			},
+			Classifier: ruleByDport{ports: []uint16{53, 80}},
+		}
+	}
+	e := mustPolicy(t, pol(1, false))
+	dns, web := udpTo(1, 1000, 53), udpTo(1, 1000, 80)
+	for i := 0; i < 3; i++ {
+		e.Decide(dns, t0)
+		e.Decide(web, t0)
+	}
+	// Same policy: both keep their empty buckets.
+	e2, kept, err := e.Reload(pol(1, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 2 {
+		t.Errorf("kept %v, want both rules", kept)
+	}
+	if e2.Decide(dns, t0) != Drop || e2.Decide(web, t0) != Drop {
+		t.Error("an unchanged rule got a fresh burst after reload")
+	}
+	// dns changes its rate: it starts afresh; web only flips to shadow
+	// mode, which keeps state.
+	e3, kept, err := e2.Reload(pol(2, true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0] != "web" {
+		t.Errorf("kept %v, want [web]", kept)
+	}
+	if e3.Decide(dns, t0) != Accept {
+		t.Error("a changed rule kept its old state")
+	}
+	var d Decision
+	e3.DecidePacket(web, nil, t0, &d)
+	if d.Verdict != Accept || e3.RuleStats(1).ShadowDropped != 1 {
+		t.Errorf("web in shadow mode after reload: %+v, %+v", d, e3.RuleStats(1))
+	}
+	if s := e3.Stats(); s.Packets != 10 {
+		t.Errorf("engine counters did not go on: %+v", s)
+	}
+	if got := e3.RuleStats(1).Packets; got != 5 {
+		t.Errorf("kept rule's packets = %d, want 5", got)
+	}
+	if _, _, err := e3.Reload(Policy{}); err == nil {
+		t.Error("reload to an empty policy succeeded")
+	}
+}
+
+// TestOffloadReports: after OffloadAfter drops in a row a flow's exact
+// 5-tuple is reported once per run; accepted packets reset the run; shadow
+// rules never report.
+func TestOffloadReports(t *testing.T) {
+	e := mustPolicy(t, Policy{
+		Rules: []Rule{
+			{Name: "src", Limit: Config{Rate: 1, Burst: 1, Key: flows.KeyConfig{Mode: flows.Src, SrcPrefix4: 24}}},
+			{Name: "trial", Limit: Config{Rate: 1, Burst: 1}, Shadow: true},
+		},
+		Classifier:   ruleByDport{ports: []uint16{9000, 80}},
+		OffloadAfter: 10,
+	})
+	p := udpTo(5, 4242, 9000)
+	var got []flows.Key
+	take := func() {
+		e.TakeOffloads(func(k flows.Key) { got = append(got, k) })
+	}
+	for i := 0; i < 10; i++ { // 1 accepted, 9 dropped
+		e.Decide(p, t0)
+	}
+	take()
+	if len(got) != 0 {
+		t.Fatalf("reported after 9 drops: %v", got)
+	}
+	e.Decide(p, t0) // 10th drop
+	take()
+	if len(got) != 1 {
+		t.Fatalf("%d reports after 10 drops, want 1", len(got))
+	}
+	k := got[0]
+	if k.Mode != flows.FiveTuple || k.SrcPort != 4242 || k.DstPort != 9000 || k.Proto != flows.ProtoUDP || k.Src[3] != 5 {
+		t.Errorf("reported %+v, want the packet's exact 5-tuple", k)
+	}
+	for i := 0; i < 100; i++ {
+		e.Decide(udpTo(6, 1, 80), t0)
+	}
+	got = got[:0]
+	take()
+	if len(got) != 0 {
+		t.Errorf("a shadow rule reported %v", got)
+	}
+	if s := e.Stats(); s.Offloads != 1 {
+		t.Errorf("Offloads = %d", s.Offloads)
+	}
+}
+
+func TestPolicyErrors(t *testing.T) {
+	for _, p := range []Policy{
+		{},
+		{Rules: []Rule{{Name: "a", Limit: Config{Rate: 1}}, {Name: "b", Limit: Config{Rate: 1}}}}, // no classifier
+		{Rules: []Rule{{Name: "a", Limit: Config{Rate: 1}}}, Malformed: 7},
+		{Rules: []Rule{{Name: "a", Action: 9}}},
+		{Rules: []Rule{{Name: "a"}}}, // limit without a rate
+	} {
+		if _, err := NewPolicy(p); err == nil {
+			t.Errorf("NewPolicy(%+v) succeeded", p)
+		}
+	}
+}
+
+// TestPolicyNoAllocs: a multi-rule engine with a classifier decides without
+// allocating.
+func TestPolicyNoAllocs(t *testing.T) {
+	e := mustPolicy(t, Policy{
+		Rules:        []Rule{{Name: "a", Action: ActionAccept}, {Name: "b", Limit: Config{Rate: 10, MaxFlows: 100}, MarkExceeded: true, Mark: 1, MarkMask: 1}},
+		Classifier:   ruleByDport{ports: []uint16{22, 9000}},
+		OffloadAfter: 2,
+	})
+	pkts := make([][]byte, 500)
+	for i := range pkts {
+		pkts[i] = udpTo(i, 1, []uint16{22, 9000, 7}[i%3])
+	}
+	m := &Meta{Mark: 4}
+	var d Decision
+	now := t0
+	i := 0
+	if n := testing.AllocsPerRun(5000, func() {
+		now += 1000
+		e.DecidePacket(pkts[i%len(pkts)], m, now, &d)
+		i++
+	}); n != 0 {
+		t.Errorf("%v allocs per DecidePacket", n)
+	}
+}
