@@ -101,6 +101,11 @@ type Config struct {
 	// Open fails with an error wrapping ErrPermission without it. 0 (the
 	// default) leaves the scheduling policy alone.
 	RealtimePriority int
+	// Idle, if not nil, is called from Run's goroutine with the engine's
+	// clock (as a Handler's now) when a receive has waited recvTimeout
+	// (100 ms) without a packet: a Handler's state can be looked at, or
+	// timers served, also when no traffic flows.
+	Idle func(now int64)
 	// Logf, if not nil, is called (from Run's goroutine, at most once per
 	// second) when the kernel reports that the socket's receive buffer
 	// overflowed (ENOBUFS): packets were lost to user space, and accepted

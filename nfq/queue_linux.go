@@ -293,6 +293,9 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 				if stopping && errno == unix.EAGAIN {
 					return q.finish()
 				}
+				if errno == unix.EAGAIN && q.cfg.Idle != nil {
+					q.cfg.Idle(baseNs + int64(time.Since(base)))
+				}
 				continue
 			case unix.ENOBUFS:
 				q.overrun()

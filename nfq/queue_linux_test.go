@@ -692,3 +692,29 @@ func TestMarks(t *testing.T) {
 		t.Errorf("POSTROUTING saw marks %v, want %d of 0x77 and of 0x5\n%s", counts, n/2, out)
 	}
 }
+
+// TestIdle: with no traffic, Run calls Config.Idle about every receive
+// timeout, with a clock that moves forward.
+func TestIdle(t *testing.T) {
+	const queue = 5
+	newNetns(t, queue)
+	var calls atomic.Int64
+	var last atomic.Int64
+	var backwards atomic.Bool
+	q := openQueue(t, Config{Queue: queue, Idle: func(now int64) {
+		if now < last.Load() {
+			backwards.Store(true)
+		}
+		last.Store(now)
+		calls.Add(1)
+	}})
+	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+	time.Sleep(550 * time.Millisecond)
+	stop()
+	if n := calls.Load(); n < 3 || n > 6 {
+		t.Errorf("Idle called %d times in 550 ms, want about 5 (every %v)", n, recvTimeout)
+	}
+	if backwards.Load() {
+		t.Error("Idle's clock went backwards")
+	}
+}

@@ -162,6 +162,19 @@ func (r *Reader) Next() (data []byte, ci gopacket.CaptureInfo, lt layers.LinkTyp
 	return data, ci, lt, nil
 }
 
+// InterfaceName is the name (if_name) of the pcapng interface i of the
+// current section, "" for pcap files and unnamed interfaces.
+func (r *Reader) InterfaceName(i int) string {
+	if r.ng == nil || i < 0 || i >= r.ng.NInterfaces() {
+		return ""
+	}
+	intf, err := r.ng.Interface(i)
+	if err != nil {
+		return ""
+	}
+	return intf.Name
+}
+
 // BytesRead is how many bytes of the underlying (possibly compressed)
 // file have been read so far; for progress reports.
 func (r *Reader) BytesRead() int64 { return r.raw.n }

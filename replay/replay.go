@@ -46,6 +46,14 @@ type Options struct {
 	// Progress, if not nil, is called every ProgressEvery records and once
 	// at the end of each file.
 	Progress func(Progress)
+	// IfaceID, if not nil, gives the id that the engine's classifier uses
+	// for a capture interface's name (pcapng if_name; policy.Compiled's
+	// IfaceID): the packet's input and output interface in replay are both
+	// the interface it was captured on. pcap records have no interface: 0.
+	IfaceID func(name string) uint32
+	// Queue is the NFQUEUE number the packets are taken to come from, for
+	// rules that match queues.
+	Queue uint16
 }
 
 // ProgressEvery is how many records pass between Progress calls.
@@ -62,6 +70,9 @@ type Progress struct {
 // NonIP records are counted in Packets and Accepted.
 type Summary struct {
 	Packets, Accepted, Dropped uint64
+	// Unmatched: packets no rule matched (accepted). NoPorts: packets
+	// whose ports could not be read, keyed by address and protocol.
+	Unmatched, NoPorts uint64
 	// Malformed: records whose link layer says IP but whose IP packet does
 	// not decode (they got the engine's Malformed verdict).
 	Malformed uint64
@@ -95,6 +106,11 @@ type FlowSummary struct {
 type Replayer struct {
 	eng      *shaper.Engine
 	opts     Options
+	meta     shaper.Meta
+	dec      shaper.Decision
+	// ifIDs caches IfaceID per pcapng interface index of the file being
+	// replayed (-1: not looked up yet).
+	ifIDs []int64
 	verdicts *bufio.Writer
 	acc, drp pcapOut
 	index    uint64 // records so far, over all files
@@ -107,6 +123,7 @@ type Replayer struct {
 // New returns a Replayer that asks eng for verdicts.
 func New(eng *shaper.Engine, o Options) *Replayer {
 	r := &Replayer{eng: eng, opts: o}
+	r.meta.Queue = o.Queue
 	if o.Verdicts != nil {
 		r.verdicts = bufio.NewWriterSize(o.Verdicts, 64<<10)
 	}
@@ -149,6 +166,7 @@ func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 	if err != nil {
 		return fmt.Errorf("%s: %v", name, err)
 	}
+	r.ifIDs = r.ifIDs[:0]
 	var n uint64 // records of this file
 	for {
 		data, ci, lt, err := rd.Next()
@@ -160,6 +178,8 @@ func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 			return fmt.Errorf("%s: packet %d: %v", name, n+1, err)
 		}
 		n++
+		r.meta.InIf = r.ifaceID(rd, ci.InterfaceIndex)
+		r.meta.OutIf = r.meta.InIf
 		if err := r.packet(data, &ci, lt); err != nil {
 			return fmt.Errorf("%s: packet %d: %v", name, n, err)
 		}
@@ -169,6 +189,21 @@ func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 	}
 	r.progress(name, rd, size, n)
 	return nil
+}
+
+// ifaceID returns the classifier's id for the file's interface i, looking
+// its name up once per file.
+func (r *Replayer) ifaceID(rd *Reader, i int) uint32 {
+	if r.opts.IfaceID == nil || i < 0 {
+		return 0
+	}
+	for len(r.ifIDs) <= i {
+		r.ifIDs = append(r.ifIDs, -1)
+	}
+	if r.ifIDs[i] < 0 {
+		r.ifIDs[i] = int64(r.opts.IfaceID(rd.InterfaceName(i)))
+	}
+	return uint32(r.ifIDs[i])
 }
 
 func (r *Replayer) progress(name string, rd *Reader, size int64, n uint64) {
@@ -190,7 +225,8 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 	}
 	v := shaper.Accept
 	if ip, ok := Decap(lt, data); ok {
-		v = r.eng.Decide(ip, now)
+		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
+		v = r.dec.Verdict
 	} else {
 		r.nonIP++
 	}
@@ -248,6 +284,8 @@ func (r *Replayer) Summary() Summary {
 		Accepted:  st.Accepted + r.nonIP,
 		Dropped:   st.Dropped,
 		Malformed: st.Malformed,
+		Unmatched: st.Unmatched,
+		NoPorts:   st.NoPorts,
 		NonIP:     r.nonIP,
 		Flows:     st.Flows,
 		FlowsSeen: st.Flows + st.Evictions + st.Expired,
@@ -256,6 +294,21 @@ func (r *Replayer) Summary() Summary {
 		First:     r.first,
 		Last:      r.last,
 	}
+}
+
+// RuleSummary is one rule's counts.
+type RuleSummary struct {
+	Name string
+	shaper.RuleStats
+}
+
+// Rules returns each rule's counts, in the policy's order.
+func (r *Replayer) Rules() []RuleSummary {
+	rs := make([]RuleSummary, r.eng.NumRules())
+	for i := range rs {
+		rs[i] = RuleSummary{Name: r.eng.Rule(i).Name, RuleStats: r.eng.RuleStats(i)}
+	}
+	return rs
 }
 
 // Flows returns the flows in the engine's table, most drops first, then
