@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"regexp"
 	"runtime"
 	"strings"
 	"sync"
@@ -131,8 +132,16 @@ func (r *receiver) count(port int) int {
 	return r.got[port]
 }
 
-// send sends n datagrams from local port sport to dst, then waits a little
-// for them to arrive (lo delivers at once, but the reader is a goroutine).
+// wait waits up to 2 s for n datagrams from port, and returns the count.
+func (r *receiver) wait(port, n int) int {
+	deadline := time.Now().Add(2 * time.Second)
+	for r.count(port) < n && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return r.count(port)
+}
+
+// send sends n datagrams from local port sport to dst.
 func send(t testing.TB, network, src, dst string, sport, n int) {
 	t.Helper()
 	la, err := net.ResolveUDPAddr(network, net.JoinHostPort(src, fmt.Sprint(sport)))
@@ -154,7 +163,6 @@ func send(t testing.TB, network, src, dst string, sport, n int) {
 			t.Fatalf("send: %v", err)
 		}
 	}
-	time.Sleep(50 * time.Millisecond)
 }
 
 // TestOffloadUDP offloads one UDP 5-tuple (IPv4 and IPv6): its packets are
@@ -192,7 +200,9 @@ func TestOffloadUDP(t *testing.T) {
 			if time.Since(added) > timeout*3/4 {
 				t.Skipf("too slow to test within the timeout (%v since the add)", time.Since(added))
 			}
-			if got, other := r.count(offPort), r.count(otherPort); got != 0 || other != n {
+			// lo queues datagrams in order: once the other port's have
+			// all been read, none of the first port's is still coming.
+			if other, got := r.wait(otherPort, n), r.count(offPort); got != 0 || other != n {
 				t.Errorf("offloaded 5-tuple: %d of %d arrived, want 0; another 5-tuple: %d, want %d", got, n, other, n)
 			}
 			if l := listSet(t, set); !strings.Contains(l, fmt.Sprintf("%s counter packets %d ", want, n)) {
@@ -205,14 +215,18 @@ func TestOffloadUDP(t *testing.T) {
 				t.Errorf("stats %+v: want Active 1, no errors, none lost", s)
 			}
 
-			// The element expires by itself.
-			time.Sleep(time.Until(added.Add(timeout + 100*time.Millisecond)))
-			send(t, c.network, c.addr, dst, offPort, n)
-			if got := r.count(offPort); got != n {
-				t.Errorf("after the timeout: %d of %d arrived", got, n)
+			// The element expires by itself (the kernel's clock starts
+			// when the batch is committed, a little after Add).
+			time.Sleep(time.Until(added.Add(timeout)))
+			for deadline := time.Now().Add(2 * time.Second); strings.Contains(listSet(t, set), want); {
+				if time.Now().After(deadline) {
+					t.Fatalf("element still listed %v after its timeout:\n%s", time.Since(added)-timeout, listSet(t, set))
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
-			if l := listSet(t, set); strings.Contains(l, want) {
-				t.Errorf("element still listed after its timeout:\n%s", l)
+			send(t, c.network, c.addr, dst, offPort, n)
+			if got := r.wait(offPort, n); got != n {
+				t.Errorf("after the timeout: %d of %d arrived", got, n)
 			}
 			waitStats(t, o, "Active 0", func(s Stats) bool { return s.Active == 0 })
 			if err := o.Close(); err != nil {
@@ -265,7 +279,14 @@ func TestOffloadNoPorts(t *testing.T) {
 		}
 		tx.Close()
 	}
-	time.Sleep(100 * time.Millisecond)
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		done := got[3] == n
+		mu.Unlock()
+		if done {
+			break
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if got[2] != 0 || got[3] != n {
@@ -355,9 +376,12 @@ func TestRefresh(t *testing.T) {
 	time.Sleep(2 * maxRecent)
 	o.Add(k)
 	waitStats(t, o, "a refresh", func(s Stats) bool { return s.Refreshed == 1 })
+	// The first add's element had at most timeout-2*maxRecent left.
 	l := listSet(t, "ports4")
-	if !strings.Contains(l, "expires 1s9") && !strings.Contains(l, "expires 1s8") {
-		t.Errorf("refreshed element does not expire in ~2s:\n%s", l)
+	if m := regexp.MustCompile(`expires ([0-9a-z.]+)`).FindStringSubmatch(l); m == nil {
+		t.Errorf("no expiry listed:\n%s", l)
+	} else if d, err := time.ParseDuration(m[1]); err != nil || d <= timeout-2*maxRecent {
+		t.Errorf("refreshed element expires in %s, want more than %v:\n%s", m[1], timeout-2*maxRecent, l)
 	}
 
 	run(t, "nft", "delete", "element", "inet", DefaultTable, "ports4", "{ 127.0.0.1 . 127.0.0.2 . udp . 1000 . 2000 }")
