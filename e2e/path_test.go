@@ -126,6 +126,103 @@ func TestRulesScriptNft(t *testing.T) {
 	}
 }
 
+// TestRulesScriptOffload checks rules.sh --offload: add is idempotent and
+// its drop rules repeat the queue rule's match; --dry-run changes nothing; a
+// queue rule that cannot be added (nft backend without nft queue support)
+// takes its drop rules back; del removes a queue rule's drop rules, with or
+// without --offload, and the table with the last of them; del --all removes
+// the table.
+func TestRulesScriptOffload(t *testing.T) {
+	needRoot(t)
+	tp := newTopo(t)
+	const table = "packetshaper_offload"
+	// dropRules lists the drop rules of the offload table (nil: no table).
+	dropRules := func() []string {
+		out, err := tp.run(tp.B, "nft", "list", "table", "inet", table)
+		if err != nil {
+			return nil
+		}
+		rules := []string{}
+		for _, l := range strings.Split(out, "\n") {
+			if strings.Contains(l, " @ports") || strings.Contains(l, " @noports") {
+				rules = append(rules, strings.TrimSpace(l))
+			}
+		}
+		return rules
+	}
+	nfqueue := func(tool string) int { return strings.Count(tp.must(tp.B, tool, "-w", "-S"), "NFQUEUE") }
+	udp := []string{"--queue", "0", "--proto", "udp", "--dport", "9000"}
+	gre := []string{"--queue", "1", "--proto", "gre", "--src", "10.213.0.0/24", "--chain", "FORWARD"}
+
+	tp.rules(append([]string{"add", "--offload", "--dry-run"}, udp...)...)
+	if r := dropRules(); r != nil || nfqueue("iptables") != 0 {
+		t.Fatalf("add --dry-run changed something: drop rules %q, %d NFQUEUE rules", r, nfqueue("iptables"))
+	}
+	tp.rules(append([]string{"add", "--offload"}, udp...)...)
+	tp.rules(append([]string{"add", "--offload"}, udp...)...)
+	r := dropRules()
+	if len(r) != 2 || nfqueue("iptables") != 1 || nfqueue("ip6tables") != 1 {
+		t.Fatalf("after add --offload ×2: %d drop rules (want 2), %d+%d NFQUEUE rules (want 1+1):\n%s",
+			len(r), nfqueue("iptables"), nfqueue("ip6tables"), strings.Join(r, "\n"))
+	}
+	for i, set := range []string{"@ports4", "@ports6"} {
+		if !strings.Contains(r[i], "udp dport 9000") || !strings.Contains(r[i], set+" counter packets 0 bytes 0 drop") {
+			t.Errorf("drop rule %d does not match udp dport 9000 and drop on %s with a counter: %s", i, set, r[i])
+		}
+	}
+	tp.rules(append([]string{"add", "--offload"}, gre...)...)
+	if r := dropRules(); len(r) != 3 || !strings.Contains(r[2], "ip saddr 10.213.0.0/24") || !strings.Contains(r[2], "ip saddr . ip daddr . meta l4proto @noports4") {
+		t.Errorf("after add --offload --proto gre --src: want a third rule on @noports4 for 10.213.0.0/24:\n%s", strings.Join(r, "\n"))
+	}
+	nft := tp.must(tp.B, "nft", "list", "table", "inet", table)
+	for _, want := range []string{"chain input {", "chain forward {", "type filter hook input priority -20;", "flags timeout"} {
+		if !strings.Contains(nft, want) {
+			t.Errorf("offload table has no %q:\n%s", want, nft)
+		}
+	}
+
+	out, err := tp.run(tp.B, rulesScript, "add", "--backend", "nft", "--queue", "2", "--proto", "tcp", "--offload", "--netns", tp.B)
+	switch {
+	case err != nil && strings.Contains(out, "CONFIG_NFT_QUEUE"):
+		if r := dropRules(); len(r) != 3 {
+			t.Errorf("the nft queue rule failed but its drop rules stayed: %d drop rules, want 3:\n%s", len(r), strings.Join(r, "\n"))
+		}
+	case err != nil:
+		t.Fatalf("rules.sh add --backend nft --offload: %v\n%s", err, out)
+	default:
+		if q := tp.must(tp.B, "nft", "list", "table", "inet", "packetshaper"); !strings.Contains(q, "counter packets") {
+			t.Errorf("nft queue rule without a counter:\n%s", q)
+		}
+		tp.rules("del", "--backend", "nft", "--queue", "2", "--proto", "tcp")
+	}
+
+	if l := tp.rules("list"); strings.Count(l, "@ports") != 2 || strings.Count(l, "@noports") != 1 {
+		t.Errorf("list does not show the 3 drop rules:\n%s", l)
+	}
+	tp.rules(append([]string{"del"}, udp...)...) // no --offload: the drop rules go all the same
+	if r := dropRules(); len(r) != 1 || nfqueue("iptables") != 1 || nfqueue("ip6tables") != 0 {
+		t.Errorf("after del of the udp rule: %d drop rules (want 1), %d+%d NFQUEUE rules (want 1+0)", len(r), nfqueue("iptables"), nfqueue("ip6tables"))
+	}
+	tp.rules(append([]string{"del", "--offload"}, gre...)...)
+	if r := dropRules(); r != nil || nfqueue("iptables") != 0 {
+		t.Errorf("after del of the last rule: table %s still there (%q) or %d NFQUEUE rules", table, r, nfqueue("iptables"))
+	}
+
+	tp.rules(append([]string{"add", "--offload"}, udp...)...)
+	tp.rules("del", "--all", "--dry-run")
+	if r := dropRules(); len(r) != 2 {
+		t.Errorf("del --all --dry-run changed the drop rules: %q", r)
+	}
+	tp.rules("del", "--all")
+	if r := dropRules(); r != nil || nfqueue("iptables") != 0 || nfqueue("ip6tables") != 0 {
+		t.Errorf("after del --all: drop rules %q, %d+%d NFQUEUE rules", r, nfqueue("iptables"), nfqueue("ip6tables"))
+	}
+
+	if out, err := tp.run(tp.B, rulesScript, "add", "--queue", "0", "--proto", "icmp", "--offload", "--netns", tp.B); err == nil || !strings.Contains(out, "never offloaded") {
+		t.Errorf("add --proto icmp --offload: %v, %s; want a refusal", err, out)
+	}
+}
+
 // nftQueueStmt matches the queue statement of an nft rule as `nft list`
 // prints it: "queue flags bypass to 0" (nft >= 0.9.9, as rules.sh writes it)
 // or "queue num 0 bypass" (older). The rule's comment ("packetshaper
@@ -165,6 +262,7 @@ func TestNftQueueRules(t *testing.T) {
 		{"table inet packetshaper {\n\tchain input {\n\t\ttype filter hook input priority -10; policy accept;\n" +
 			"\t\tmeta nfproto ipv4 meta l4proto udp th dport 9000 queue flags bypass to 0 comment \"packetshaper queue=0 proto=udp dport=9000 family=ipv4\"\n\t}\n}\n", 1, 1},
 		{"\t\tth dport 9000 queue to 0 comment \"packetshaper queue=0\"\n", 1, 0},
+		{"\t\tudp dport 9000 counter packets 12 bytes 3400 queue flags bypass to 0 comment \"packetshaper queue=0 proto=udp dport=9000 family=both\"\n", 1, 1},
 		{"\t\tth dport 9000 queue num 0 bypass comment \"packetshaper queue=0\"\n\t\tqueue flags bypass,fanout to 1-2 comment \"packetshaper queue=1-2\"\n", 2, 2},
 		{"\t\tth dport 9000 accept comment \"packetshaper queue=0 bypass\"\n", 0, 0},
 		{"\t\tqueue flags bypass to 0 comment \"a\"\n\t\tqueue flags bypass to 0 comment \"b\"\n", 2, 2},

@@ -22,27 +22,46 @@
 #   --family ipv4|ipv6|both   default both
 #   --netns NAME              run the commands inside network namespace NAME
 #   --dry-run                 print the commands, change nothing
+#   --offload                 add: also the kernel drop rules of packetshaper
+#                             --offload (below); del removes them with or
+#                             without it
 #
 # Every rule carries the bypass flag (iptables --queue-bypass, nft "bypass"):
 # when no packetshaper is bound to the queue, packets are accepted instead of
 # dropped, so stopping or killing packetshaper never cuts the network.
 # iptables rules are inserted at the top of the chain and tagged with a
 # comment "packetshaper ..." naming the rule; nft rules live in their own
-# table "inet packetshaper" (removed when its last rule goes), also tagged.
+# table "inet packetshaper" (removed when its last rule goes), also tagged;
+# they carry a counter.
+#
+# --offload (either backend; needs nft): in table "inet packetshaper_offload",
+# sets of flows that packetshaper pushes when they keep dropping (elements
+# with a timeout: ports4/ports6 by address . address . protocol . port . port,
+# noports4/noports6 by address . address . protocol), a chain on the queue
+# rule's hook at priority -20 (before filter chains and the nft backend's -10)
+# and, per family, rules "<the queue rule's match> <the packet's tuple> @set
+# counter drop", so only traffic the queue rule would queue is ever dropped.
+# The table goes when its last rule does (del, del --all).
 #
 # Examples
 #   sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000
 #   sudo scripts/rules.sh add --backend nft --queue 0-1 --chain FORWARD
 #   sudo scripts/rules.sh del --queue 0 --proto udp --dport 9000
+#   sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000 --offload
 set -u -o pipefail
 
 PROG=rules.sh
 die() { echo "$PROG: $*" >&2; exit 2; }
 fail() { echo "$PROG: $*" >&2; exit 1; }
-usage() { sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; }
 
 NFT_TABLE=packetshaper
 TAG=packetshaper
+# The offload table and sets: the same names as package offload's constants
+# (its tests check that they agree).
+OFF_TABLE=packetshaper_offload
+OFF_PRIO=-20
+OFF_SIZE=65536
 
 cmd=${1:-}
 [ -n "$cmd" ] || { usage >&2; exit 2; }
@@ -53,7 +72,7 @@ add | del | list) ;;
 *) die "unknown command '$cmd' (add|del|list|--help)" ;;
 esac
 
-backend=iptables queue="" chain=INPUT proto="" dport="" src="" family=both netns="" dry=0 all=0
+backend=iptables queue="" chain=INPUT proto="" dport="" src="" family=both netns="" dry=0 all=0 offload=0
 need() { if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -67,6 +86,7 @@ while [ $# -gt 0 ]; do
 	--netns) need "$@"; netns=$2; shift 2 ;;
 	--dry-run) dry=1; shift ;;
 	--all) all=1; shift ;;
+	--offload) offload=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) die "unknown option '$1' (see --help)" ;;
 	esac
@@ -112,6 +132,9 @@ case "$proto" in
 icmp) [ "$family" != ipv6 ] || proto=icmpv6 ;;
 icmpv6) [ "$family" != ipv4 ] || die "--proto icmpv6 with --family ipv4" ; family=ipv6 ;;
 esac
+if [ "$offload" = 1 ] && [ "$cmd" = add ]; then
+	case "$proto" in icmp | icmpv6) die "--offload with --proto $proto: ICMP flows are never offloaded" ;; esac
+fi
 if [ -n "$netns" ]; then
 	ip netns list 2>/dev/null | awk '{print $1}' | grep -qx -- "$netns" || fail "--netns '$netns': no such network namespace"
 fi
@@ -262,7 +285,7 @@ nft_expr() {
 	*) e="${e}meta l4proto $proto " ;;
 	esac
 	[ -n "$dport" ] && e="${e}th dport $dport "
-	if [ "$qlo" = "$qhi" ]; then e="${e}queue flags bypass to $qlo"; else e="${e}queue flags bypass to $qlo-$qhi"; fi
+	if [ "$qlo" = "$qhi" ]; then e="${e}counter queue flags bypass to $qlo"; else e="${e}counter queue flags bypass to $qlo-$qhi"; fi
 	echo "$e comment \"$desc family=$family\""
 }
 
@@ -308,8 +331,10 @@ nft_add() {
 
 nft_drop_empty_table() {
 	[ "$dry" = 1 ] && return 0
-	query nft list table inet "$NFT_TABLE" >/dev/null 2>&1 || return 0
-	if ! query nft list table inet "$NFT_TABLE" | grep -q 'queue'; then
+	local t
+	# Read the listing whole: grep -q stopping early would fail the pipe.
+	t=$(query nft list table inet "$NFT_TABLE" 2>/dev/null) || return 0
+	if ! grep -q 'queue' <<<"$t"; then
 		run nft delete table inet "$NFT_TABLE"
 	fi
 	return 0
@@ -341,10 +366,150 @@ nft_list() {
 	return 0
 }
 
+# ---------------------------------------------------------------- offload
+# The drop rules of packetshaper --offload live in their own nft table, with
+# either backend: an nft table works beside iptables(-nft) rules, and its
+# chains run at priority OFF_PRIO, before the filter chains (0) that hold the
+# iptables NFQUEUE rules and before the nft backend's queue chains (-10).
+
+off_fams() { case "$family" in ipv4) echo 4 ;; ipv6) echo 6 ;; both) echo 4 6 ;; esac; }
+
+# The tag names the queue rule the drop rules go with (and its backend, as
+# both backends' rules share this table).
+off_tag() { echo "comment \"$desc family=$family backend=$backend\""; }
+
+# off_rules: the drop rules that go with the queue rule, one per line as
+# "SET<TAB>EXPR" (without the tag). Each starts with the queue rule's match
+# (family, source, protocol, destination port) so that only packets the
+# queue rule would queue are ever dropped, then looks the packet's exact
+# tuple up in the set. ICMP is never offloaded: no rule for it.
+off_rules() {
+	local f m a pm
+	for f in $(off_fams); do
+		a=ip
+		[ "$f" = 6 ] && a=ip6
+		m="meta nfproto ipv$f "
+		[ -n "$src" ] && m="${m}$a saddr $src "
+		[ -n "$proto" ] && m="${m}meta l4proto $proto "
+		[ -n "$dport" ] && m="${m}th dport $dport "
+		case "$proto" in
+		'' | udp | tcp | sctp | udplite)
+			pm=""
+			[ -z "$proto" ] && pm="meta l4proto { tcp, udp, udplite, sctp } "
+			printf 'ports%s\t%s%s%s saddr . %s daddr . meta l4proto . th sport . th dport @ports%s counter drop\n' "$f" "$m" "$pm" "$a" "$a" "$f"
+			;;
+		esac
+		case "$proto" in
+		'' | esp | ah | gre)
+			printf 'noports%s\t%s%s saddr . %s daddr . meta l4proto @noports%s counter drop\n' "$f" "$m" "$a" "$a" "$f"
+			;;
+		esac
+	done
+}
+
+# off_handles CHAIN SET: handles of our drop rules on SET with exactly our tag.
+off_handles() {
+	query nft -a list chain inet "$OFF_TABLE" "$1" 2>/dev/null |
+		awk -v tag="$(off_tag)" -v set="@$2 " 'index($0, tag) && index($0, set) { print $NF }'
+}
+
+off_sets() { # the table and its sets, as nft -f lines ("add" is a no-op when they exist)
+	local f t
+	echo "add table inet $OFF_TABLE"
+	for f in 4 6; do
+		t=ipv4_addr
+		[ "$f" = 6 ] && t=ipv6_addr
+		echo "add set inet $OFF_TABLE ports$f { type $t . $t . inet_proto . inet_service . inet_service; flags timeout; size $OFF_SIZE; counter; }"
+		echo "add set inet $OFF_TABLE noports$f { type $t . $t . inet_proto; flags timeout; size $OFF_SIZE; counter; }"
+	done
+}
+
+off_add() {
+	local c set expr err tag
+	local -a cmds added=()
+	command -v nft >/dev/null || fail "nft not found (apt-get install nftables): --offload needs it with either backend"
+	c=$(nft_chain)
+	tag=$(off_tag)
+	mapfile -t cmds < <(off_sets)
+	cmds+=("add chain inet $OFF_TABLE $c { type filter hook $c priority $OFF_PRIO; policy accept; }")
+	while IFS=$'\t' read -r set expr; do
+		if [ -n "$(off_handles "$c" "$set")" ]; then
+			echo "$PROG: present: nft add rule inet $OFF_TABLE $c $expr $tag"
+			continue
+		fi
+		cmds+=("add rule inet $OFF_TABLE $c $expr $tag")
+		added+=("nft add rule inet $OFF_TABLE $c $expr $tag")
+	done < <(off_rules)
+	[ ${#added[@]} -gt 0 ] || return 0
+	if [ "$dry" = 1 ]; then
+		echo "${netns:+ip netns exec $netns }nft -f - <<'EOF'"
+		printf '%s\n' "${cmds[@]}"
+		echo "EOF"
+		return 0
+	fi
+	if ! err=$(printf '%s\n' "${cmds[@]}" | run nft -f - 2>&1); then
+		echo "$err" >&2
+		off_drop_empty_table
+		fail "nft: could not add the offload rules (table inet $OFF_TABLE)"
+	fi
+	[ -z "$err" ] || echo "$err"
+	printf "$PROG: added: %s\n" "${added[@]}"
+}
+
+# The table goes with its last drop rule: its sets hold nothing useful then.
+off_drop_empty_table() {
+	[ "$dry" = 1 ] && return 0
+	local t
+	# Read the listing whole: grep -q stopping early would fail the pipe.
+	t=$(query nft list table inet "$OFF_TABLE" 2>/dev/null) || return 0
+	if ! grep -Eq '@(no)?ports[46] ' <<<"$t"; then
+		run nft delete table inet "$OFF_TABLE"
+	fi
+	return 0
+}
+
+off_del() {
+	local c set h
+	command -v nft >/dev/null || return 0
+	query nft list table inet "$OFF_TABLE" >/dev/null 2>&1 || return 0
+	c=$(nft_chain)
+	for set in ports4 ports6 noports4 noports6; do
+		for h in $(off_handles "$c" "$set"); do
+			run nft delete rule inet "$OFF_TABLE" "$c" handle "$h" || fail "nft: could not delete rule handle $h of table inet $OFF_TABLE"
+			[ "$dry" = 1 ] || echo "$PROG: deleted: nft rule inet $OFF_TABLE $c handle $h (@$set, $desc family=$family backend=$backend)"
+		done
+	done
+	off_drop_empty_table
+}
+
+off_del_all() {
+	command -v nft >/dev/null || return 0
+	if query nft list table inet "$OFF_TABLE" >/dev/null 2>&1; then
+		run nft delete table inet "$OFF_TABLE" || fail "nft: could not delete table inet $OFF_TABLE"
+		[ "$dry" = 1 ] || echo "$PROG: deleted: nft table inet $OFF_TABLE"
+	fi
+	return 0
+}
+
+off_list() {
+	command -v nft >/dev/null || return 0
+	query nft list table inet "$OFF_TABLE" 2>/dev/null | grep -E '@(no)?ports[46] ' | sed 's/^[[:space:]]*/nft /'
+	return 0
+}
+
 # ---------------------------------------------------------------- main
 case "$cmd" in
-add) "${backend/iptables/ipt}_add" ;;
+add)
+	# The drop rules first: if they cannot be added, no queue rule is; if
+	# the queue rule cannot be, they go again.
+	[ "$offload" = 0 ] || off_add
+	("${backend/iptables/ipt}_add") || {
+		rc=$?
+		[ "$offload" = 0 ] || off_del >/dev/null
+		exit "$rc"
+	} ;;
 del)
-	if [ "$all" = 1 ]; then ipt_del_all; nft_del_all; else "${backend/iptables/ipt}_del"; fi ;;
-list) if [ "$backend" = nft ]; then nft_list; else ipt_list; nft_list; fi ;;
+	# A queue rule's drop rules go with it, --offload or not.
+	if [ "$all" = 1 ]; then ipt_del_all; nft_del_all; off_del_all; else "${backend/iptables/ipt}_del"; off_del; fi ;;
+list) if [ "$backend" = nft ]; then nft_list; else ipt_list; nft_list; fi; off_list ;;
 esac
