@@ -76,7 +76,7 @@ type SendFlow struct {
 	TimesUs []int64 `json:"times_us,omitempty"`
 }
 
-// SendResult is send's JSON output.
+// SendResult is the JSON output of send and send6x.
 type SendResult struct {
 	Flows   map[string]*SendFlow `json:"flows"` // by source port
 	Sent    uint64               `json:"sent"`
@@ -87,9 +87,15 @@ type SendResult struct {
 	PPS         float64  `json:"pps_per_flow"` // as asked; 0: unpaced
 	Dsts        []string `json:"dsts"`
 	WindowNs    int64    `json:"window_ns,omitempty"`
+	// send6x only: the Destination Options headers in front of the UDP
+	// header (DstOptLen bytes each) and their total length.
+	DstOpts   int `json:"dstopts,omitempty"`
+	DstOptLen int `json:"dstopt_len,omitempty"`
+	ExtBytes  int `json:"ext_bytes,omitempty"`
 }
 
-// sendOpts are send's flags: which flows, how fast, for how long.
+// sendOpts are the flags send and send6x share: which flows, how fast, for
+// how long.
 type sendOpts struct {
 	dst, src string
 	flows    int
@@ -153,7 +159,7 @@ func (o *sendOpts) check() error {
 type target struct {
 	write func() error    // send it once
 	rc    syscall.RawConn // its socket, for sendmmsg
-	buf   []byte          // the bytes written (the UDP payload)
+	buf   []byte          // the bytes written (UDP payload; for send6x the options chain, UDP header and payload)
 	sa    []byte          // the destination as a sockaddr of the socket's family, for sendmmsg
 }
 
