@@ -125,10 +125,13 @@ func TestSend6xLoopback(t *testing.T) {
 	ctx := context.Background()
 	for i, args := range [][]string{{"--dstopts", "16"}, {"--dstopt-len", "600"}, {"--dstopts", "2", "--dstopt-len", "2048"}} {
 		rc := background(func() (any, error) {
-			return runRecv(ctx, []string{"--listen", "[::1]:29350", "--duration", "5s", "--idle", "400ms"})
+			return runRecv(ctx, []string{"--listen", "[::1]:29350", "--duration", "10s", "--idle", "1s"})
 		})
 		time.Sleep(200 * time.Millisecond)
-		sr, err := runSend6x(ctx, append([]string{"--dst", "[::1]:29350", "--flows", "3", "--sport", "29351", "--pps", "100", "--duration", "300ms"}, args...))
+		// Bounded by count, with time to spare: a loaded machine may
+		// stall the sender past a short duration.
+		sr, err := runSend6x(ctx, append([]string{"--dst", "[::1]:29350", "--flows", "3", "--sport", "29351", "--pps", "100",
+			"--count", "30", "--duration", "5s"}, args...))
 		if err != nil {
 			t.Fatal(err)
 		}
