@@ -3,6 +3,8 @@
 // the product.
 //
 //	psend send --dst 10.0.0.2:9000 --flows 4 --pps 500 --duration 3s [--align 1s]
+//	psend send --dst 10.0.0.2:9000 --pps 0 --count 1000000 --duration 5s
+//	psend send6x --dst [fd00::2]:9000 --flows 4 --pps 500 --dstopts 16 (or --dstopt-len 600)
 //	psend recv --listen :9000 --duration 10s --idle 1s
 //	psend tcp-serve --listen :9100 --duration 10s
 //	psend tcp-send --dst 10.0.0.2:9100 --bytes 4000000
@@ -11,7 +13,10 @@
 // send: UDP from N flows (one socket per flow, source ports --sport,
 // --sport+1, …) at R packets/s per flow and destination, packets interleaved
 // across flows, for a bounded time and/or count, starting at once or (--align)
-// on the next multiple of a duration since the Unix epoch. recv: counts UDP datagrams
+// on the next multiple of a duration since the Unix epoch; --pps 0 sends
+// unpaced, in sendmmsg batches, and reports the rate achieved. send6x: the
+// same for IPv6 UDP datagrams carrying a chain of Destination Options headers
+// (through a raw socket; root). recv: counts UDP datagrams
 // per listening port and source port. tcp-serve/tcp-send: one TCP transfer of
 // deterministic bytes, both sides print the byte count and SHA-256. report:
 // a per-flow table of sent, arrived and expected from saved send and recv
@@ -37,7 +42,7 @@ import (
 const maxDuration = 10 * time.Minute
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: psend send|recv|tcp-serve|tcp-send|report [flags]   (psend MODE --help for flags)
+	fmt.Fprint(os.Stderr, `usage: psend send|send6x|recv|tcp-serve|tcp-send|report [flags]   (psend MODE --help for flags)
 `)
 }
 
@@ -57,6 +62,8 @@ func main() {
 	switch os.Args[1] {
 	case "send":
 		res, err = runSend(ctx, args)
+	case "send6x":
+		res, err = runSend6x(ctx, args)
 	case "recv":
 		res, err = runRecv(ctx, args)
 	case "tcp-serve":

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -69,6 +70,49 @@ func TestSendAlign(t *testing.T) {
 	}
 }
 
+// TestSendUnpaced: --pps 0 sends --count datagrams per flow and
+// destination in sendmmsg batches (IPv4 and IPv6 destinations of one
+// dual-stack socket), every one arrives, and the rate is reported.
+func TestSendUnpaced(t *testing.T) {
+	ctx := context.Background()
+	rc := background(func() (any, error) {
+		return runRecv(ctx, []string{"--listen", "127.0.0.1:29360,[::1]:29361", "--duration", "10s", "--idle", "400ms"})
+	})
+	time.Sleep(200 * time.Millisecond)
+	const count = 5000
+	sr, err := runSend(ctx, []string{"--dst", "127.0.0.1:29360,[::1]:29361", "--flows", "2", "--sport", "29362",
+		"--pps", "0", "--count", strconv.Itoa(count), "--batch", "100", "--duration", "5s", "--times", "--window", "1s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := sr.(*SendResult)
+	if s.Sent != 2*2*count || s.Errors != 0 || s.AchievedPPS <= 0 {
+		t.Errorf("sent %d (errors %d) at %.0f/s, want %d (0)", s.Sent, s.Errors, s.AchievedPPS, 2*2*count)
+	}
+	for port, f := range s.Flows {
+		var w uint64
+		for _, n := range f.Windows {
+			w += n
+		}
+		if f.Sent != 2*count || len(f.TimesUs) != count || w != count {
+			t.Errorf("flow %s: sent %d, %d times, windows sum %d; want %d, %d, %d", port, f.Sent, len(f.TimesUs), w, 2*count, count, count)
+		}
+	}
+	t.Logf("unpaced over loopback: %.0f datagrams/s", s.AchievedPPS)
+	o := <-rc
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	r := o.r.(*RecvResult)
+	for _, lp := range []string{"29360", "29361"} {
+		for _, sp := range []string{"29362", "29363"} {
+			if n := r.Received[lp][sp]; n != count {
+				t.Errorf("received[%s][%s] = %d, want %d", lp, sp, n, count)
+			}
+		}
+	}
+}
+
 func TestSendBadFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"--dst", "1.2.3.4"},
@@ -78,6 +122,8 @@ func TestSendBadFlags(t *testing.T) {
 		{"--dst", "127.0.0.1:9", "--sport", "65535", "--flows", "2"},
 		{"--dst", "127.0.0.1:9", "--align", "2m"},
 		{"--dst", "127.0.0.1:9", "--align", "-1s"},
+		{"--dst", "127.0.0.1:9", "--batch", "0"},
+		{"--dst", "127.0.0.1:9", "--pps", "0", "--times"},
 		{"--bogus"},
 	} {
 		if _, err := runSend(context.Background(), args); err == nil {

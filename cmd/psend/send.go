@@ -11,11 +11,15 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
 // maxFlows bounds the number of sockets send opens.
 const maxFlows = 4096
+
+// maxBatch bounds --batch, the datagrams one sendmmsg call carries.
+const maxBatch = 1024
 
 // parseFlags parses args into fs. -h prints the flags and exits 0; any other
 // error is a one-line usageError.
@@ -67,68 +71,119 @@ type SendFlow struct {
 	Windows map[string]uint64 `json:"windows,omitempty"`
 	// TimesUs is the send time of each of the flow's packets, in µs after
 	// FirstNs. Only with --times (for tests that replay an ideal limiter
-	// over the actual send times).
+	// over the actual send times). Unpaced, the packets of one sendmmsg
+	// batch share the batch's time.
 	TimesUs []int64 `json:"times_us,omitempty"`
 }
 
-// SendResult is send's JSON output.
+// SendResult is the JSON output of send and send6x.
 type SendResult struct {
-	Flows    map[string]*SendFlow `json:"flows"` // by source port
-	Sent     uint64               `json:"sent"`
-	Errors   uint64               `json:"errors"`
-	Seconds  float64              `json:"seconds"`
-	PPS      float64              `json:"pps_per_flow"`
-	Dsts     []string             `json:"dsts"`
-	WindowNs int64                `json:"window_ns,omitempty"`
+	Flows   map[string]*SendFlow `json:"flows"` // by source port
+	Sent    uint64               `json:"sent"`
+	Errors  uint64               `json:"errors"` // datagrams that failed to go out
+	Seconds float64              `json:"seconds"`
+	// AchievedPPS is Sent / Seconds: every flow and destination together.
+	AchievedPPS float64  `json:"achieved_pps"`
+	PPS         float64  `json:"pps_per_flow"` // as asked; 0: unpaced
+	Dsts        []string `json:"dsts"`
+	WindowNs    int64    `json:"window_ns,omitempty"`
+	// send6x only: the Destination Options headers in front of the UDP
+	// header (DstOptLen bytes each) and their total length.
+	DstOpts   int `json:"dstopts,omitempty"`
+	DstOptLen int `json:"dstopt_len,omitempty"`
+	ExtBytes  int `json:"ext_bytes,omitempty"`
+}
+
+// sendOpts are the flags send and send6x share: which flows, how fast, for
+// how long.
+type sendOpts struct {
+	dst, src string
+	flows    int
+	sport    int
+	pps      float64 // 0: unpaced
+	dur      time.Duration
+	count    uint64 // per flow and destination; 0: only dur
+	size     int
+	window   time.Duration
+	times    bool
+	align    time.Duration
+	batch    int
+}
+
+func addSendFlags(fs *flag.FlagSet) *sendOpts {
+	o := &sendOpts{}
+	fs.StringVar(&o.dst, "dst", "", "destination(s) IP:PORT[,IP:PORT...]: every flow sends each packet to each destination")
+	fs.StringVar(&o.src, "src", "", "source IP to bind (default: any)")
+	fs.IntVar(&o.flows, "flows", 1, fmt.Sprintf("number of flows (source ports), 1..%d", maxFlows))
+	fs.IntVar(&o.sport, "sport", 10000, "first source port; flow i uses sport+i")
+	fs.Float64Var(&o.pps, "pps", 100, "packets per second per flow and destination; 0: unpaced, as fast as sendmmsg goes (bound it with --count and --duration)")
+	fs.DurationVar(&o.dur, "duration", 3*time.Second, "how long to send (max 10m)")
+	fs.Uint64Var(&o.count, "count", 0, "stop after this many packets per flow and destination (0 = only --duration)")
+	fs.IntVar(&o.size, "size", 64, "UDP payload bytes (0..1400)")
+	fs.DurationVar(&o.window, "window", 0, "also count packets per flow per window of this length, aligned to the Unix epoch")
+	fs.BoolVar(&o.times, "times", false, "also report each packet's send time per flow (µs after the flow's first)")
+	fs.DurationVar(&o.align, "align", 0, "start sending at the next multiple of this since the Unix epoch (e.g. 1s: on a second boundary; max 1m)")
+	fs.IntVar(&o.batch, "batch", 64, fmt.Sprintf("unpaced (--pps 0): datagrams per sendmmsg call, 1..%d", maxBatch))
+	return o
+}
+
+// check validates the shared flags.
+func (o *sendOpts) check() error {
+	if err := boundDuration("duration", o.dur); err != nil {
+		return err
+	}
+	switch {
+	case o.flows < 1 || o.flows > maxFlows:
+		return badFlag("--flows %d: must be 1..%d", o.flows, maxFlows)
+	case o.sport < 1 || o.sport+o.flows-1 > 65535:
+		return badFlag("--sport %d with %d flows: ports must stay within 1..65535", o.sport, o.flows)
+	case !(o.pps >= 0 && o.pps <= 1e6):
+		return badFlag("--pps %v: must be 0 (unpaced) or > 0 and <= 1000000", o.pps)
+	case o.size < 0 || o.size > 1400:
+		return badFlag("--size %d: must be 0..1400", o.size)
+	case o.window < 0:
+		return badFlag("--window %v: must be >= 0", o.window)
+	case o.align < 0 || o.align > time.Minute:
+		return badFlag("--align %v: must be 0..1m", o.align)
+	case o.batch < 1 || o.batch > maxBatch:
+		return badFlag("--batch %d: must be 1..%d", o.batch, maxBatch)
+	case o.times && o.pps > 0 && float64(o.flows)*o.pps*o.dur.Seconds() > 10e6:
+		return badFlag("--times keeps 8 bytes per packet: at most 10 million packets (flows × pps × duration)")
+	case o.times && o.pps == 0 && (o.count == 0 || float64(o.flows)*float64(o.count) > 10e6):
+		return badFlag("--times keeps 8 bytes per packet: unpaced, it needs --count with flows × count at most 10 million")
+	}
+	return nil
+}
+
+// target is one flow's datagram to one destination.
+type target struct {
+	write func() error    // send it once
+	rc    syscall.RawConn // its socket, for sendmmsg
+	buf   []byte          // the bytes written (UDP payload; for send6x the options chain, UDP header and payload)
+	sa    []byte          // the destination as a sockaddr of the socket's family, for sendmmsg
 }
 
 func runSend(ctx context.Context, args []string) (any, error) {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
-	dst := fs.String("dst", "", "destination(s) IP:PORT[,IP:PORT...]: every flow sends each packet to each destination")
-	src := fs.String("src", "", "source IP to bind (default: any)")
-	nflows := fs.Int("flows", 1, fmt.Sprintf("number of flows (source ports), 1..%d", maxFlows))
-	sport := fs.Int("sport", 10000, "first source port; flow i uses sport+i")
-	pps := fs.Float64("pps", 100, "packets per second per flow and destination")
-	dur := fs.Duration("duration", 3*time.Second, "how long to send (max 10m)")
-	count := fs.Uint64("count", 0, "stop after this many packets per flow and destination (0 = only --duration)")
-	size := fs.Int("size", 64, "UDP payload bytes (0..1400)")
-	window := fs.Duration("window", 0, "also count packets per flow per window of this length, aligned to the Unix epoch")
-	times := fs.Bool("times", false, "also report each packet's send time per flow (µs after the flow's first)")
-	align := fs.Duration("align", 0, "start sending at the next multiple of this since the Unix epoch (e.g. 1s: on a second boundary; max 1m)")
+	o := addSendFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
-	dsts, err := parseAddrs("dst", *dst)
+	dsts, err := parseAddrs("dst", o.dst)
 	if err != nil {
 		return nil, err
 	}
-	if err := boundDuration("duration", *dur); err != nil {
+	if err := o.check(); err != nil {
 		return nil, err
 	}
-	switch {
-	case *nflows < 1 || *nflows > maxFlows:
-		return nil, badFlag("--flows %d: must be 1..%d", *nflows, maxFlows)
-	case *sport < 1 || *sport+*nflows-1 > 65535:
-		return nil, badFlag("--sport %d with %d flows: ports must stay within 1..65535", *sport, *nflows)
-	case !(*pps > 0 && *pps <= 1e6):
-		return nil, badFlag("--pps %v: must be > 0 and <= 1000000", *pps)
-	case *size < 0 || *size > 1400:
-		return nil, badFlag("--size %d: must be 0..1400", *size)
-	case *window < 0:
-		return nil, badFlag("--window %v: must be >= 0", *window)
-	case *align < 0 || *align > time.Minute:
-		return nil, badFlag("--align %v: must be 0..1m", *align)
-	case *times && float64(*nflows)**pps*dur.Seconds() > 10e6:
-		return nil, badFlag("--times keeps 8 bytes per packet: at most 10 million packets (flows × pps × duration)")
-	}
 	var srcIP netip.Addr
-	if *src != "" {
-		if srcIP, err = netip.ParseAddr(*src); err != nil {
-			return nil, badFlag("--src %q: not an IP address", *src)
+	if o.src != "" {
+		if srcIP, err = netip.ParseAddr(o.src); err != nil {
+			return nil, badFlag("--src %q: not an IP address", o.src)
 		}
 	}
 
-	conns := make([]*net.UDPConn, *nflows)
+	conns := make([]*net.UDPConn, o.flows)
 	defer func() {
 		for _, c := range conns {
 			if c != nil {
@@ -136,8 +191,13 @@ func runSend(ctx context.Context, args []string) (any, error) {
 			}
 		}
 	}()
+	payload := make([]byte, o.size)
+	for i := range payload {
+		payload[i] = byte(i*7 + 1)
+	}
+	targets := make([][]target, o.flows)
 	for i := range conns {
-		la := &net.UDPAddr{Port: *sport + i}
+		la := &net.UDPAddr{Port: o.sport + i}
 		if srcIP.IsValid() {
 			la.IP = srcIP.AsSlice()
 		}
@@ -146,43 +206,82 @@ func runSend(ctx context.Context, args []string) (any, error) {
 			return nil, fmt.Errorf("flow %d: %w", i, err)
 		}
 		conns[i] = c
+		for _, d := range dsts {
+			rc, sa, err := rawSockaddr(c, d)
+			if err != nil {
+				return nil, fmt.Errorf("flow %d: %w", i, err)
+			}
+			targets[i] = append(targets[i], target{
+				write: func() error { _, err := c.WriteToUDPAddrPort(payload, d); return err },
+				rc:    rc, buf: payload, sa: sa,
+			})
+		}
 	}
-
-	res := &SendResult{Flows: make(map[string]*SendFlow, *nflows), PPS: *pps, WindowNs: int64(*window)}
+	res := &SendResult{}
 	for _, d := range dsts {
 		res.Dsts = append(res.Dsts, d.String())
 	}
-	stats := make([]SendFlow, *nflows)
+	sendLoop(ctx, o, targets, res)
+	return res, nil
+}
+
+// sendLoop sends targets[flow][destination] as o says and fills res.
+//
+// Paced (--pps > 0): packet i (over all flows) is due at start +
+// i*interval and belongs to flow i % flows: flows are interleaved packet by
+// packet. A late sender catches up in a burst rather than drifting, so each
+// flow's average rate is exactly --pps over the run.
+//
+// Unpaced (--pps 0): flows take turns, each sending a batch of --batch
+// datagrams to each destination with one sendmmsg call, until --count or
+// --duration.
+func sendLoop(ctx context.Context, o *sendOpts, targets [][]target, res *SendResult) {
+	res.Flows = make(map[string]*SendFlow, o.flows)
+	res.PPS, res.WindowNs = o.pps, int64(o.window)
+	stats := make([]SendFlow, o.flows)
 	var wins []map[int64]uint64
-	if *window > 0 {
-		wins = make([]map[int64]uint64, *nflows)
+	if o.window > 0 {
+		wins = make([]map[int64]uint64, o.flows)
 		for i := range wins {
 			wins[i] = make(map[int64]uint64)
 		}
 	}
-	payload := make([]byte, *size)
-	for i := range payload {
-		payload[i] = byte(i*7 + 1)
+	// count records that flow f sent n datagrams (to one destination) at
+	// ns; note, once per flow and packet time, that n of its packets went
+	// out to one destination or more (windows and times count a packet
+	// once, whatever the number of destinations).
+	note := func(f int, ns int64, n uint64) {
+		st := &stats[f]
+		if n == 0 {
+			return
+		}
+		if wins != nil {
+			wins[f][ns/int64(o.window)] += n
+		}
+		if o.times {
+			for range n {
+				st.TimesUs = append(st.TimesUs, (ns-st.FirstNs)/1000)
+			}
+		}
+	}
+	count := func(f int, ns int64, n uint64) {
+		st := &stats[f]
+		if n == 0 {
+			return
+		}
+		if st.Sent == 0 {
+			st.FirstNs = ns
+		}
+		st.Sent += n
+		st.LastNs = ns
 	}
 
-	// Packet i (over all flows) is due at start + i*interval and belongs to
-	// flow i % flows: flows are interleaved packet by packet. A late sender
-	// catches up in a burst rather than drifting, so each flow's average
-	// rate is exactly --pps over the run.
-	interval := time.Duration(float64(time.Second) / (*pps * float64(*nflows)))
-	if interval <= 0 {
-		interval = 1
-	}
-	total := uint64(0)
-	if *count > 0 {
-		total = *count * uint64(*nflows)
-	}
 	start := time.Now()
-	if *align > 0 {
+	if o.align > 0 {
 		// The next multiple of align since the epoch, as an offset from
 		// now so that start keeps its monotonic reading.
 		ns := start.UnixNano()
-		a := int64(*align)
+		a := int64(o.align)
 		start = start.Add(time.Duration((ns/a+1)*a - ns))
 	}
 	timer := time.NewTimer(time.Until(start))
@@ -191,54 +290,11 @@ func runSend(ctx context.Context, args []string) (any, error) {
 	case <-ctx.Done():
 	case <-timer.C:
 	}
-	end := start.Add(*dur)
-	var i uint64
-loop:
-	for {
-		now := time.Now()
-		if !now.Before(end) {
-			break
-		}
-		// Send everything that is due now.
-		for ; total == 0 || i < total; i++ {
-			due := start.Add(time.Duration(i) * interval)
-			if due.After(now) {
-				break
-			}
-			if !due.Before(end) {
-				break loop
-			}
-			f := int(i % uint64(*nflows))
-			ns := time.Now().UnixNano()
-			st := &stats[f]
-			for _, d := range dsts {
-				if _, err := conns[f].WriteToUDPAddrPort(payload, d); err != nil {
-					res.Errors++
-					continue
-				}
-				if st.Sent == 0 {
-					st.FirstNs = ns
-				}
-				st.Sent++
-				st.LastNs = ns
-			}
-			if wins != nil {
-				wins[f][ns/int64(*window)]++
-			}
-			if *times && st.Sent > 0 {
-				st.TimesUs = append(st.TimesUs, (ns-st.FirstNs)/1000)
-			}
-		}
-		if total > 0 && i >= total {
-			break
-		}
-		next := start.Add(time.Duration(i) * interval)
-		timer.Reset(time.Until(next))
-		select {
-		case <-ctx.Done():
-			break loop
-		case <-timer.C:
-		}
+	end := start.Add(o.dur)
+	if o.pps == 0 {
+		unpaced(ctx, o, targets, end, res, count, note)
+	} else {
+		paced(ctx, o, targets, start, end, timer, res, count, note)
 	}
 	res.Seconds = time.Since(start).Seconds()
 	for f := range stats {
@@ -249,8 +305,106 @@ loop:
 				st.Windows[strconv.FormatInt(k, 10)] = v
 			}
 		}
-		res.Flows[strconv.Itoa(*sport+f)] = &st
+		res.Flows[strconv.Itoa(o.sport+f)] = &st
 		res.Sent += st.Sent
 	}
-	return res, nil
+	if res.Seconds > 0 {
+		res.AchievedPPS = float64(res.Sent) / res.Seconds
+	}
+}
+
+func paced(ctx context.Context, o *sendOpts, targets [][]target, start, end time.Time, timer *time.Timer,
+	res *SendResult, count, note func(f int, ns int64, n uint64)) {
+	interval := time.Duration(float64(time.Second) / (o.pps * float64(o.flows)))
+	if interval <= 0 {
+		interval = 1
+	}
+	total := uint64(0)
+	if o.count > 0 {
+		total = o.count * uint64(o.flows)
+	}
+	var i uint64
+	for {
+		now := time.Now()
+		if !now.Before(end) {
+			return
+		}
+		// Send everything that is due now.
+		for ; total == 0 || i < total; i++ {
+			due := start.Add(time.Duration(i) * interval)
+			if due.After(now) {
+				break
+			}
+			if !due.Before(end) {
+				return
+			}
+			f := int(i % uint64(o.flows))
+			ns := time.Now().UnixNano()
+			var ok uint64
+			for _, t := range targets[f] {
+				if err := t.write(); err != nil {
+					res.Errors++
+					continue
+				}
+				count(f, ns, 1)
+				ok = 1
+			}
+			note(f, ns, ok)
+		}
+		if total > 0 && i >= total {
+			return
+		}
+		next := start.Add(time.Duration(i) * interval)
+		timer.Reset(time.Until(next))
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+	}
+}
+
+func unpaced(ctx context.Context, o *sendOpts, targets [][]target, end time.Time,
+	res *SendResult, count, note func(f int, ns int64, n uint64)) {
+	// tried[f][d]: datagrams sent or given up on (failed), so that --count
+	// bounds the run even when sends fail.
+	tried := make([][]uint64, len(targets))
+	for f := range tried {
+		tried[f] = make([]uint64, len(targets[f]))
+	}
+	var b batcher
+	for {
+		if ctx.Err() != nil || !time.Now().Before(end) {
+			return
+		}
+		progress := false
+		for f, ts := range targets {
+			var most uint64
+			ns := time.Now().UnixNano()
+			for d := range ts {
+				n := uint64(o.batch)
+				if o.count > 0 {
+					n = min(n, o.count-tried[f][d])
+				}
+				if n == 0 {
+					continue
+				}
+				progress = true
+				k, err := b.send(&ts[d], int(n))
+				sent := uint64(k)
+				if err != nil {
+					res.Errors += n - sent
+					tried[f][d] += n
+				} else {
+					tried[f][d] += sent
+				}
+				count(f, ns, sent)
+				most = max(most, sent)
+			}
+			note(f, ns, most)
+		}
+		if !progress {
+			return
+		}
+	}
 }

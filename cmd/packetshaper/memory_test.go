@@ -1,0 +1,78 @@
+package main
+
+import (
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// What the README ("Flow table and memory") states about a replay's peak
+// memory, as the operating system sees it: peak RSS is at most
+// replayRSSFixed + replayRSSPerFlow × flows held × 1.1. TestReplayMemory
+// checks it. Change these with the README.
+const (
+	// replayRSSPerFlow (bytes) is all a flow in the table costs a replay
+	// at its peak, not only its table entry: the Go heap's headroom
+	// (GOGC=100 lets the heap reach twice what is live before collecting),
+	// the table's growth (old and new arrays live at once) and the report
+	// at the end (every flow in the table named and sorted).
+	replayRSSPerFlow = 850
+	// replayRSSFixed (bytes) is the rest: runtime, binary, buffers.
+	replayRSSFixed = 16 << 20
+)
+
+// memFlows is how many distinct flows the memory test's capture holds:
+// more than memMaxFlows, so the table fills.
+const (
+	memFlows    = 1 << 20
+	memMaxFlows = 1_000_000
+)
+
+// writeManyFlows writes n UDP packets of n distinct flows, 1 µs apart.
+func writeManyFlows(t *testing.T, path string, n int) {
+	t.Helper()
+	c, err := newCapWriter(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	for i := range n {
+		src := [4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)}
+		if err := c.udp(t0+int64(i)*1000, src, [4]byte{192, 0, 2, 1}, uint16(1024+i%60000), 443); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplayMemory replays a million distinct flows through tables of 1000
+// and of a million flows and checks the peak RSS of each against the
+// README's figures (replayRSSPerFlow, replayRSSFixed); the small table
+// measures the fixed part, the difference the cost per flow.
+func TestReplayMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary and replays a million flows")
+	}
+	bin := buildShaper(t)
+	capPath := filepath.Join(t.TempDir(), "flows.pcap")
+	writeManyFlows(t, capPath, memFlows)
+	var small int64
+	for _, maxFlows := range []int{1000, memMaxFlows} {
+		t0 := time.Now()
+		_, rss := runPeakRSS(t, bin, "replay", "--max-flows", strconv.Itoa(maxFlows), "--pps", "50", capPath)
+		bound := int64(replayRSSFixed + replayRSSPerFlow*float64(maxFlows)*1.1)
+		t.Logf("--max-flows %d: peak RSS %s (bound %s), %v", maxFlows, mib(rss), mib(bound), time.Since(t0).Round(time.Millisecond))
+		if rss > bound {
+			t.Errorf("--max-flows %d: peak RSS %s, the README's figures allow %s (%d bytes + %d bytes per flow × 1.1)",
+				maxFlows, mib(rss), mib(bound), replayRSSFixed, replayRSSPerFlow)
+		}
+		if maxFlows == 1000 {
+			small = rss
+		} else {
+			t.Logf("measured: fixed part about %s, %.0f bytes per flow", mib(small), float64(rss-small)/float64(maxFlows-1000))
+		}
+	}
+}
