@@ -1,13 +1,19 @@
 package nfq
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"os"
+	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -129,4 +135,183 @@ func TestMonitorFailOpen(t *testing.T) {
 	if !strings.Contains(logExact.String(), "exact, from the rule counters") || !strings.Contains(logEst.String(), "estimated from the arrival rate") {
 		t.Error("the logs do not say how the counts were made")
 	}
+}
+
+// TestMonitorStall stops the whole process serving the queue (SIGSTOP) for
+// a second in the middle of a steady stream: the reader and the monitors
+// stop together. After SIGCONT the monitors see the gap: the exact one
+// counts every packet that passed meanwhile, the estimating one accounts
+// the gap at the arrival rate. The process is a child (this test binary,
+// mode "stall") in this test's namespace.
+func TestMonitorStall(t *testing.T) {
+	const (
+		queue  = 6
+		maxLen = 64
+		rate   = 5000.0
+		pause  = time.Second
+	)
+	if childMode() == "stall" {
+		stallChild(t, queue, maxLen)
+		return
+	}
+	newNetns(t, queue)
+	p := newUDPPair(t)
+	child := startChild(t, "TestMonitorStall", "stall")
+	child.expect(t, "READY")
+	pacedSend(t, p, 0, int(rate/2), rate) // 0.5 s
+	child.signal(t, syscall.SIGSTOP)
+	pacedSend(t, p, int(rate/2), int(rate*pause.Seconds()), rate)
+	child.signal(t, syscall.SIGCONT)
+	pacedSend(t, p, int(rate/2+rate*pause.Seconds()), int(rate/2), rate)
+	got := p.settle(2 * time.Second)
+	time.Sleep(300 * time.Millisecond)
+	child.send(t, "STOP")
+	res := child.expect(t, "RESULT")
+	out := child.wait(t)
+	var answered, lost, exPassed, esPassed uint64
+	var exExact, esExact bool
+	var exSecs, esSecs float64
+	if _, err := fmt.Sscanf(res, "RESULT %d %d %d %t %g %d %t %g", &answered, &lost, &exPassed, &exExact, &exSecs, &esPassed, &esExact, &esSecs); err != nil {
+		t.Fatalf("child result %q: %v\n%s", res, err, out)
+	}
+	sent := int64(2*int(rate/2) + int(rate*pause.Seconds()))
+	if got != sent {
+		t.Errorf("received %d of %d", got, sent)
+	}
+	truth := uint64(got) - answered - lost
+	t.Logf("truth %d (received %d, answered %d, lost %d); exact %d (%v, %.3f s); estimate %d (%v, %.3f s, %+.1f%%)\n%s",
+		truth, got, answered, lost, exPassed, exExact, exSecs, esPassed, esExact, esSecs, 100*(float64(esPassed)/float64(truth)-1), out)
+	if truth < 3000 {
+		t.Fatalf("only %d packets passed without a verdict; the test needs the queue to overflow", truth)
+	}
+	if exPassed != truth || !exExact {
+		t.Errorf("exact monitor: Passed %d (exact %v), want %d", exPassed, exExact, truth)
+	}
+	if esExact || math.Abs(float64(esPassed)/float64(truth)-1) > 0.10 {
+		t.Errorf("estimating monitor: Passed %d (exact %v), want within 10%% of %d", esPassed, esExact, truth)
+	}
+	for _, s := range []float64{exSecs, esSecs} {
+		if s < 0.8*pause.Seconds() || s > 1.3*pause.Seconds() {
+			t.Errorf("Secs = %.3f, want about %v", s, pause.Seconds())
+		}
+	}
+	if c := strings.Count(out, "while packetshaper was stalled"); c != 2 {
+		t.Errorf("%d log lines about the stall, want 2 (one per monitor)", c)
+	}
+}
+
+// stallChild serves the queue with an exact and an estimating monitor
+// until it reads STOP, then prints RESULT answered lost exactPassed
+// exactExact exactSecs estPassed estExact estSecs.
+func stallChild(t *testing.T, queue uint16, maxLen uint32) {
+	log := slog.New(slog.NewTextHandler(os.Stdout, nil))
+	q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen})
+	mEx, err := NewMonitor([]*Queue{q}, MonitorConfig{Logger: log.With("monitor", "exact")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mEs, err := NewMonitor([]*Queue{q}, MonitorConfig{EstimateOnly: true, Logger: log.With("monitor", "estimate")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startMonitor(t, mEx)
+	startMonitor(t, mEs)
+	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+	fmt.Println("READY")
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() && sc.Text() != "STOP" {
+	}
+	if _, err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	s, ex, es := q.Stats(), mEx.Stats(queue), mEs.Stats(queue)
+	fmt.Printf("RESULT %d %d %d %t %g %d %t %g\n", s.Packets, s.Lost, ex.Passed, ex.Exact, ex.Secs, es.Passed, es.Exact, es.Secs)
+}
+
+// child is a child process of this test binary (see runChild) that the
+// test talks to line by line.
+type child struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	lines chan string
+	out   syncBuffer
+}
+
+// startChild starts test name in a child process, as root, in the calling
+// thread's network namespace, with NFQ_TEST_CHILD=mode.
+func startChild(t *testing.T, name, mode string) *child {
+	t.Helper()
+	c := &child{lines: make(chan string, 100)}
+	c.cmd = exec.Command(os.Args[0], "-test.run=^"+name+"$", "-test.count=1", "-test.v")
+	c.cmd.Env = append(os.Environ(), "NFQ_TEST_CHILD="+mode)
+	var err error
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := c.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.cmd.Stderr = &c.out
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		defer close(c.lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			c.out.Write([]byte(sc.Text() + "\n"))
+			c.lines <- sc.Text()
+		}
+	}()
+	t.Cleanup(func() {
+		c.cmd.Process.Signal(syscall.SIGCONT)
+		c.cmd.Process.Kill()
+		c.cmd.Wait()
+	})
+	return c
+}
+
+// expect waits (up to 10 s) for a line starting with prefix and returns it.
+func (c *child) expect(t *testing.T, prefix string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				t.Fatalf("child exited before %q:\n%s", prefix, c.out.String())
+			}
+			if strings.HasPrefix(l, prefix) {
+				return l
+			}
+		case <-timeout:
+			t.Fatalf("no %q from the child in 10 s:\n%s", prefix, c.out.String())
+		}
+	}
+}
+
+func (c *child) send(t *testing.T, line string) {
+	t.Helper()
+	if _, err := io.WriteString(c.stdin, line+"\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *child) signal(t *testing.T, sig os.Signal) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait waits for the child to exit and returns its output.
+func (c *child) wait(t *testing.T) string {
+	t.Helper()
+	for range c.lines {
+	}
+	if err := c.cmd.Wait(); err != nil {
+		t.Errorf("child: %v\n%s", err, c.out.String())
+	}
+	return c.out.String()
 }
