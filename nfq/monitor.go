@@ -304,7 +304,9 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 	case full && !q.active:
 		q.active = true
 		q.episodes++
-		if now-q.lastLog >= failOpenLogEvery && c.log != nil {
+		// Not after an end not yet reported: that report will say how
+		// many episodes it covers.
+		if now-q.lastLog >= failOpenLogEvery && !q.pendingEnd && c.log != nil {
 			c.log.Warn(fmt.Sprintf("nfq: queue %d full: packets pass without a verdict (fail-open)", q.num),
 				"queue", q.num, "queue_maxlen", q.maxLen)
 			q.lastLog = now
@@ -632,9 +634,6 @@ func (c *core) report(q *qmon, now int64, force bool) {
 		msg = fmt.Sprintf("nfq: queue %d: %d packets passed without a verdict (fail-open) while the queue filled up between samples (%s)", q.num, passed, how)
 	default:
 		msg = fmt.Sprintf("nfq: queue %d: fail-open ended: %d packets passed without a verdict in %.1fs (%s)", q.num, passed, secs, how)
-	}
-	if c.finished {
-		msg += " at stop"
 	}
 	attrs := []any{"queue", q.num, "failopen_secs", math.Round(secs*1000) / 1000, "failopen_passed", passed, "failopen_exact", exact}
 	if q.episodes > 1 {

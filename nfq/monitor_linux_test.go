@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -314,4 +315,95 @@ func (c *child) wait(t *testing.T) string {
 		t.Errorf("child: %v\n%s", err, c.out.String())
 	}
 	return c.out.String()
+}
+
+// TestMonitorBalance: one rule balances flows over two queues, both
+// served, both blocked for a second. The exact count is exact for the sum
+// over the two queues; so is each queue's Exact (the split between them
+// follows the estimates).
+func TestMonitorBalance(t *testing.T) {
+	const (
+		q0, q1 = 5, 6
+		maxLen = 64
+		rate   = 5000.0
+		n      = 10000
+		flows  = 8
+	)
+	newNetns(t, q0)
+	run(t, "", "iptables", "-I", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(testPort),
+		"-j", "NFQUEUE", "--queue-balance", fmt.Sprintf("%d:%d", q0, q1), "--queue-bypass")
+	p := newUDPPair(t)
+	var txs []*net.UDPConn
+	for i := 0; i < flows; i++ {
+		// The balance hash of IPv4 covers the addresses, not the ports.
+		src := &net.UDPAddr{IP: net.IPv4(127, 0, 1, byte(1+i))}
+		tx, err := net.DialUDP("udp4", src, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Close()
+		txs = append(txs, tx)
+	}
+	qa := openQueue(t, Config{Queue: q0, MaxQueueLen: maxLen})
+	qb := openQueue(t, Config{Queue: q1, MaxQueueLen: maxLen})
+	var log syncBuffer
+	m, err := NewMonitor([]*Queue{qa, qb}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mEst, err := NewMonitor([]*Queue{qa, qb}, MonitorConfig{EstimateOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startMonitor(t, m)
+	startMonitor(t, mEst)
+	var stops []func() (time.Duration, error)
+	for _, q := range []*Queue{qa, qb} {
+		var blocked atomic.Bool
+		stops = append(stops, runQueue(t, q, func(b []Packet, v []Verdict, now int64) {
+			for i := range b {
+				if seq, ok := seqOf(&b[i]); ok && seq >= n/4 && !blocked.Swap(true) {
+					time.Sleep(time.Second)
+				}
+			}
+		}))
+	}
+	start := time.Now()
+	buf := make([]byte, 16)
+	for i := 0; i < n; i++ {
+		if d := time.Until(start.Add(time.Duration(float64(i) / rate * 1e9))); d > time.Millisecond {
+			time.Sleep(d)
+		}
+		buf[0], buf[1] = byte(i>>8), byte(i)
+		if _, err := txs[i%flows].Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := p.settle(2 * time.Second)
+	time.Sleep(300 * time.Millisecond)
+	for _, stop := range stops {
+		if _, err := stop(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa, sb := qa.Stats(), qb.Stats()
+	truth := uint64(got) - sa.Packets - sb.Packets - sa.Lost - sb.Lost
+	tot, es := m.Total(), mEst.Total()
+	a, b := m.Stats(q0), m.Stats(q1)
+	t.Logf("truth %d (received %d, answered %d + %d); total %+v = %+v + %+v; estimate %+v\n%s", truth, got, sa.Packets, sb.Packets, tot, a, b, es, log.String())
+	if sa.Packets == 0 || sb.Packets == 0 {
+		t.Fatalf("a queue got no packets: %d, %d (flows not balanced)", sa.Packets, sb.Packets)
+	}
+	if tot.Passed != truth || !tot.Exact || a.Passed+b.Passed != truth || !a.Exact || !b.Exact {
+		t.Errorf("exact monitor: total %+v (%+v + %+v), want Passed %d, Exact", tot, a, b, truth)
+	}
+	if tot.Secs < 0.8 || tot.Secs > 1.3 {
+		t.Errorf("Total().Secs = %.3f, want about 1", tot.Secs)
+	}
+	if es.Exact || math.Abs(float64(es.Passed)/float64(truth)-1) > 0.10 {
+		t.Errorf("estimating monitor: %+v, want not Exact and Passed within 10%% of %d", es, truth)
+	}
+	if !strings.Contains(log.String(), "queue 5-6: packets passed by fail-open are counted exactly") {
+		t.Error("the log does not say that queues 5-6 are counted together")
+	}
 }
