@@ -47,8 +47,12 @@ const (
 	// periods means the monitor did not run, most likely because the
 	// whole process did not (SIGSTOP, a long GC or scheduling pause).
 	stallFactor = 3
-	// rateTau is the time constant of the arrival rate's moving average.
-	rateTau = float64(time.Second)
+	// rateWindow is how many of the last intervals in which the queue was
+	// not full make the arrival rate: about half a second. Short, because
+	// overload often follows a surge; an average over intervals (not a
+	// moving average) so that the quiet before traffic started weighs only
+	// as long as it lasted.
+	rateWindow = 5
 	// minSettleGap is the least time between two rule readings when the
 	// end of a fail-open episode asks for one.
 	minSettleGap = int64(200 * time.Millisecond)
@@ -153,8 +157,9 @@ type qmon struct {
 	id     uint32
 	broken bool // unbound (or another socket's) at some sample since the last settle
 
-	rate      float64 // arrival rate, packets/s (moving average over samples when not full)
-	rateKnown bool
+	rate  float64              // arrival rate, packets/s, over win
+	win   [rateWindow]interval // the last intervals in which the queue was not full
+	winAt int                  // next slot of win
 
 	// since the last settle
 	est       float64 // estimated packets passed
@@ -169,13 +174,20 @@ type qmon struct {
 	group     *group
 
 	// logging
-	lastLog    int64
-	pendingEnd bool    // an episode ended (or a stall passed packets) and is not reported yet
-	episodes   int     // episodes since the last report
-	stall      float64 // seconds of own-process stall that passed packets, since the last report
-	repSecs    float64 // secs at the last report
-	repPassed  uint64  // passed at the last report
-	repEst     bool    // an interval since the last report was estimated
+	lastLog     int64
+	pendingEnd  bool    // an episode ended (or a stall passed packets) and is not reported yet
+	startLogged bool    // the start of an episode not reported yet was logged
+	episodes    int     // episodes since the last report
+	stall       float64 // seconds of own-process stall that passed packets, since the last report
+	repSecs     float64 // secs at the last report
+	repPassed   uint64  // passed at the last report
+	repEst      bool    // an interval since the last report was estimated
+}
+
+// interval is the ids a queue consumed in ns nanoseconds.
+type interval struct {
+	ids uint64
+	ns  int64
 }
 
 func (q *qmon) passed() uint64 { return q.exact + uint64(q.estimated+0.5) }
@@ -268,12 +280,15 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 		switch {
 		case !stalled && !fullA && !full:
 			// Every arrival got in: learn the rate.
-			x := float64(did) / sec
-			if !q.rateKnown {
-				q.rate, q.rateKnown = x, true
-			} else {
-				q.rate += (1 - math.Exp(-float64(now-q.t)/rateTau)) * (x - q.rate)
+			q.win[q.winAt] = interval{ids: uint64(did), ns: now - q.t}
+			q.winAt = (q.winAt + 1) % rateWindow
+			var ids uint64
+			var ns int64
+			for _, w := range q.win {
+				ids += w.ids
+				ns += w.ns
 			}
+			q.rate = float64(ids) / (float64(ns) / 1e9)
 		case fullA || full || float64(did) >= float64(q.maxLen)-float64(q.total):
 			// It was full, or may have been (it took in at least the
 			// room it had): arrivals beyond those that got in passed.
@@ -287,9 +302,12 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 					contrib = min(sec, est/q.rate)
 				}
 				if est >= 1 {
+					// Reported with the end of the episode: now, if
+					// the reader has drained the queue already.
 					q.stall += sec
-					q.pendingEnd = true
-					c.wantSet = true
+					if !full {
+						q.pendingEnd, c.wantSet = true, true
+					}
 				}
 			} else {
 				contrib = sec * (b2f(fullA) + b2f(full)) / 2
@@ -309,7 +327,7 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 		if now-q.lastLog >= failOpenLogEvery && !q.pendingEnd && c.log != nil {
 			c.log.Warn(fmt.Sprintf("nfq: queue %d full: packets pass without a verdict (fail-open)", q.num),
 				"queue", q.num, "queue_maxlen", q.maxLen)
-			q.lastLog = now
+			q.lastLog, q.startLogged = now, true
 		}
 	case !full && q.active:
 		q.active, q.pendingEnd = false, true
@@ -618,6 +636,12 @@ func (c *core) report(q *qmon, now int64, force bool) {
 	if c.log == nil || (!force && now-q.lastLog < failOpenLogEvery) {
 		return
 	}
+	if passed == 0 && !q.startLogged && !q.active {
+		// Full for a moment without passing anything, and not
+		// announced: nothing to say.
+		q.pendingEnd, q.episodes, q.stall = false, 0, 0
+		return
+	}
 	secs := q.secs - q.repSecs
 	exact := !q.repEst && q.group.exactOK
 	how := "exact, from the rule counters"
@@ -640,7 +664,7 @@ func (c *core) report(q *qmon, now int64, force bool) {
 		attrs = append(attrs, "episodes", q.episodes)
 	}
 	c.log.Warn(msg, attrs...)
-	q.lastLog, q.pendingEnd, q.episodes, q.stall, q.repEst = now, false, 0, 0, false
+	q.lastLog, q.pendingEnd, q.episodes, q.stall, q.repEst, q.startLogged = now, false, 0, 0, false, false
 	q.repSecs, q.repPassed = q.secs, q.passed()
 	if q.active {
 		q.episodes = 1

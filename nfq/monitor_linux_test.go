@@ -37,17 +37,113 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// pacedSend sends n datagrams numbered from first at rate per second,
-// evenly, from the calling goroutine (whose thread is in the namespace).
-func pacedSend(t testing.TB, p *udpPair, first, n int, rate float64) {
+// pacer sends datagrams at a steady rate and remembers when it sent them.
+type pacer struct {
+	times []time.Time
+}
+
+// send sends datagrams numbered from first at rate per second, evenly, for
+// n/rate seconds, from the calling goroutine (whose thread is in the
+// namespace), through tx (p.tx if nil), and returns how many it sent.
+// Falling behind, it skips datagrams rather than catch up with a burst.
+func (s *pacer) send(t testing.TB, p *udpPair, txs []*net.UDPConn, first, n int, rate float64) int {
 	t.Helper()
+	if txs == nil {
+		txs = []*net.UDPConn{p.tx}
+	}
+	buf := make([]byte, 16)
 	start := time.Now()
+	sent := 0
 	for i := 0; i < n; i++ {
 		due := start.Add(time.Duration(float64(i) / rate * 1e9))
-		if d := time.Until(due); d > time.Millisecond {
+		d := time.Until(due)
+		if d > time.Millisecond {
 			time.Sleep(d)
+		} else if d < -2*time.Millisecond {
+			continue
 		}
-		p.send(t, uint16(first+i), 16)
+		seq := first + i
+		buf[0], buf[1] = byte(seq>>8), byte(seq)
+		if _, err := txs[i%len(txs)].Write(buf); err != nil {
+			t.Fatalf("send %d: %v", seq, err)
+		}
+		s.times = append(s.times, time.Now())
+		sent++
+	}
+	return sent
+}
+
+// rate is the send rate in [from, to), per second.
+func (s *pacer) rate(from, to time.Time) float64 {
+	n := 0
+	for _, x := range s.times {
+		if !x.Before(from) && x.Before(to) {
+			n++
+		}
+	}
+	return float64(n) / to.Sub(from).Seconds()
+}
+
+// steady reports whether the sender kept its rate from half a second
+// before from (the rate the estimates learn) until to: within 5% over
+// [from, to), and within 25% in every 100 ms; and that rate. An estimate can
+// be checked only then: on a loaded machine the sender does not keep its
+// rate, and the estimate, which assumes it, is off by what the rate changed.
+func (s *pacer) steady(from, to time.Time) (bool, float64) {
+	base := s.rate(from.Add(-500*time.Millisecond), from)
+	if base == 0 || math.Abs(s.rate(from, to)/base-1) > 0.05 {
+		return false, base
+	}
+	for t := from.Add(-500 * time.Millisecond); t.Add(100 * time.Millisecond).Before(to); t = t.Add(100 * time.Millisecond) {
+		if r := s.rate(t, t.Add(100*time.Millisecond)); math.Abs(r/base-1) > 0.25 {
+			return false, base
+		}
+	}
+	return true, base
+}
+
+// checkSecs checks the time a queue of maxLen was found full while its
+// reader did not run in [from, to): more than 0, and, if the sender was
+// steady, the time from the maxLen-th packet sent in it to its end, give or
+// take 0.25 s (the samples are 0.1 s apart; the reader needs a moment to
+// drain the queue after it).
+func (s *pacer) checkSecs(t *testing.T, name string, secs float64, maxLen int, from, to time.Time) {
+	t.Helper()
+	if secs <= 0 {
+		t.Errorf("%s: Secs = %v, want > 0", name, secs)
+		return
+	}
+	fill := to
+	n := 0
+	for _, x := range s.times {
+		if !x.Before(from) && x.Before(to) {
+			if n++; n == maxLen {
+				fill = x
+				break
+			}
+		}
+	}
+	want := to.Sub(fill).Seconds()
+	if ok, rate := s.steady(from, to); !ok {
+		t.Logf("%s: the sender did not keep its rate (%.0f/s before): Secs %.3f (full for about %.3f s) not checked", name, rate, secs, want)
+		return
+	}
+	if math.Abs(secs-want) > 0.25 {
+		t.Errorf("%s: Secs = %.3f, want %.3f ± 0.25", name, secs, want)
+	}
+}
+
+// checkEstimate checks that an estimate of the packets passed by fail-open
+// is within 10% of the truth, if the sender was steady.
+func (s *pacer) checkEstimate(t *testing.T, name string, est, truth uint64, from, to time.Time) {
+	t.Helper()
+	ok, rate := s.steady(from, to)
+	if !ok {
+		t.Logf("%s: the sender did not keep its rate (%.0f/s before): estimate %d for %d not checked", name, rate, est, truth)
+		return
+	}
+	if math.Abs(float64(est)-float64(truth)) > 0.10*float64(truth) {
+		t.Errorf("%s: estimate %d, want within 10%% of %d (sender steady at %.0f/s)", name, est, truth, rate)
 	}
 }
 
@@ -69,8 +165,8 @@ func TestMonitorFailOpen(t *testing.T) {
 		queue   = 5
 		maxLen  = 64
 		rate    = 5000.0 // packets/s
-		n       = 10000  // 2 s
-		blockAt = 2500   // after 0.5 s
+		n       = 12000  // 2.4 s
+		blockAt = 4000   // after 0.8 s
 		block   = time.Second
 	)
 	newNetns(t, queue)
@@ -88,49 +184,57 @@ func TestMonitorFailOpen(t *testing.T) {
 	startMonitor(t, mExact)
 	startMonitor(t, mEst)
 	var blocked atomic.Bool
+	var blockFrom, blockTo time.Time // written before blocked is set, read after Run returned
 	stop := runQueue(t, q, func(b []Packet, v []Verdict, now int64) {
 		for i := range b {
-			if seq, ok := seqOf(&b[i]); ok && seq >= blockAt && !blocked.Swap(true) {
+			if seq, ok := seqOf(&b[i]); ok && seq >= blockAt && !blocked.Load() {
+				blockFrom = time.Now()
 				time.Sleep(block)
+				blockTo = time.Now()
+				blocked.Store(true)
 			}
 		}
 	})
-	pacedSend(t, p, 0, n, rate)
-	got := p.settle(2 * time.Second)
+	var pc pacer
+	sent := pc.send(t, p, nil, 0, n, rate)
+	p.settle(2 * time.Second)
 	time.Sleep(300 * time.Millisecond) // a sample with the queue drained
 	if _, err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	s := q.Stats()
-	if got != n {
-		t.Errorf("received %d of %d", got, n)
+	got := p.waitCount(int64(sent), 2*time.Second)
+	if got != int64(sent) {
+		t.Errorf("received %d of %d", got, sent)
 	}
 	truth := uint64(got) - s.Packets - s.Lost
-	if truth < 3000 {
+	if truth < 100 || !blocked.Load() {
 		t.Fatalf("only %d packets passed without a verdict; the test needs the queue to overflow", truth)
 	}
 	ex, es := mExact.Stats(queue), mEst.Stats(queue)
-	t.Logf("truth %d (received %d, answered %d, lost %d); exact %+v; estimate %+v (%+.1f%%)",
-		truth, got, s.Packets, s.Lost, ex, es, 100*(float64(es.Passed)/float64(truth)-1))
+	t.Logf("truth %d (received %d, answered %d, lost %d); exact %+v; estimate %+v (%+.1f%%; sent %.0f/s before, %.0f/s during)",
+		truth, got, s.Packets, s.Lost, ex, es, 100*(float64(es.Passed)/float64(truth)-1),
+		pc.rate(blockFrom.Add(-500*time.Millisecond), blockFrom), pc.rate(blockFrom, blockTo))
 	if ex.Passed != truth || !ex.Exact || ex.Active {
 		t.Errorf("exact monitor: %+v, want Passed %d, Exact, not Active", ex, truth)
 	}
-	if ex.Secs < 0.8*block.Seconds() || ex.Secs > 1.3*block.Seconds() {
-		t.Errorf("exact monitor: Secs = %.3f, want about %v", ex.Secs, block.Seconds())
-	}
+	pc.checkSecs(t, "exact monitor", ex.Secs, maxLen, blockFrom, blockTo)
 	if tot := mExact.Total(); tot != ex {
 		t.Errorf("Total() = %+v, want %+v (one queue)", tot, ex)
 	}
-	if es.Exact || math.Abs(float64(es.Passed)/float64(truth)-1) > 0.10 {
-		t.Errorf("estimating monitor: %+v, want not Exact and Passed within 10%% of %d", es, truth)
+	if es.Exact {
+		t.Errorf("estimating monitor: %+v, want not Exact", es)
 	}
+	pc.checkEstimate(t, "estimating monitor", es.Passed, truth, blockFrom, blockTo.Add(300*time.Millisecond))
 	for name, l := range map[string]string{"exact": logExact.String(), "estimate": logEst.String()} {
 		t.Logf("%s log:\n%s", name, l)
-		if c := strings.Count(l, "full: packets pass without a verdict (fail-open)"); c != 1 {
-			t.Errorf("%s log: %d start lines, want 1", name, c)
+		// On a loaded machine the reader may fall behind again after
+		// the block: more episodes, each counted.
+		if c := strings.Count(l, "full: packets pass without a verdict (fail-open)"); c < 1 {
+			t.Errorf("%s log: no start line", name)
 		}
-		if c := strings.Count(l, "fail-open ended"); c != 1 {
-			t.Errorf("%s log: %d end lines, want 1", name, c)
+		if c := strings.Count(l, "fail-open ended"); c < 1 {
+			t.Errorf("%s log: no end line", name)
 		}
 	}
 	if !strings.Contains(logExact.String(), "exact, from the rule counters") || !strings.Contains(logEst.String(), "estimated from the arrival rate") {
@@ -159,43 +263,45 @@ func TestMonitorStall(t *testing.T) {
 	p := newUDPPair(t)
 	child := startChild(t, "TestMonitorStall", "stall")
 	child.expect(t, "READY")
-	pacedSend(t, p, 0, int(rate/2), rate) // 0.5 s
+	var pc pacer
+	before := int(0.8 * rate) // 0.8 s, for the monitors to learn the rate
+	sent := int64(pc.send(t, p, nil, 0, before, rate))
 	child.signal(t, syscall.SIGSTOP)
-	pacedSend(t, p, int(rate/2), int(rate*pause.Seconds()), rate)
+	stopped := time.Now()
+	sent += int64(pc.send(t, p, nil, before, int(rate*pause.Seconds()), rate))
 	child.signal(t, syscall.SIGCONT)
-	pacedSend(t, p, int(rate/2+rate*pause.Seconds()), int(rate/2), rate)
-	got := p.settle(2 * time.Second)
+	resumed := time.Now()
+	sent += int64(pc.send(t, p, nil, before+int(rate*pause.Seconds()), int(rate/2), rate))
+	p.settle(2 * time.Second)
 	time.Sleep(300 * time.Millisecond)
 	child.send(t, "STOP")
 	res := child.expect(t, "RESULT")
 	out := child.wait(t)
+	got := p.waitCount(sent, 2*time.Second)
 	var answered, lost, exPassed, esPassed uint64
 	var exExact, esExact bool
 	var exSecs, esSecs float64
 	if _, err := fmt.Sscanf(res, "RESULT %d %d %d %t %g %d %t %g", &answered, &lost, &exPassed, &exExact, &exSecs, &esPassed, &esExact, &esSecs); err != nil {
 		t.Fatalf("child result %q: %v\n%s", res, err, out)
 	}
-	sent := int64(2*int(rate/2) + int(rate*pause.Seconds()))
 	if got != sent {
 		t.Errorf("received %d of %d", got, sent)
 	}
 	truth := uint64(got) - answered - lost
 	t.Logf("truth %d (received %d, answered %d, lost %d); exact %d (%v, %.3f s); estimate %d (%v, %.3f s, %+.1f%%)\n%s",
 		truth, got, answered, lost, exPassed, exExact, exSecs, esPassed, esExact, esSecs, 100*(float64(esPassed)/float64(truth)-1), out)
-	if truth < 3000 {
+	if truth < 100 {
 		t.Fatalf("only %d packets passed without a verdict; the test needs the queue to overflow", truth)
 	}
 	if exPassed != truth || !exExact {
 		t.Errorf("exact monitor: Passed %d (exact %v), want %d", exPassed, exExact, truth)
 	}
-	if esExact || math.Abs(float64(esPassed)/float64(truth)-1) > 0.10 {
-		t.Errorf("estimating monitor: Passed %d (exact %v), want within 10%% of %d", esPassed, esExact, truth)
+	if esExact {
+		t.Error("estimating monitor: Exact")
 	}
-	for _, s := range []float64{exSecs, esSecs} {
-		if s < 0.8*pause.Seconds() || s > 1.3*pause.Seconds() {
-			t.Errorf("Secs = %.3f, want about %v", s, pause.Seconds())
-		}
-	}
+	pc.checkEstimate(t, "estimating monitor", esPassed, truth, stopped, resumed.Add(300*time.Millisecond))
+	pc.checkSecs(t, "exact monitor", exSecs, maxLen, stopped, resumed)
+	pc.checkSecs(t, "estimating monitor", esSecs, maxLen, stopped, resumed)
 	if c := strings.Count(out, "while packetshaper was stalled"); c != 2 {
 		t.Errorf("%d log lines about the stall, want 2 (one per monitor)", c)
 	}
@@ -326,7 +432,7 @@ func TestMonitorBalance(t *testing.T) {
 		q0, q1 = 5, 6
 		maxLen = 64
 		rate   = 5000.0
-		n      = 10000
+		n      = 12000
 		flows  = 8
 	)
 	newNetns(t, q0)
@@ -358,38 +464,40 @@ func TestMonitorBalance(t *testing.T) {
 	startMonitor(t, m)
 	startMonitor(t, mEst)
 	var stops []func() (time.Duration, error)
-	for _, q := range []*Queue{qa, qb} {
-		var blocked atomic.Bool
+	var blockFrom, blockTo [2]time.Time
+	var blocked [2]atomic.Bool
+	for j, q := range []*Queue{qa, qb} {
 		stops = append(stops, runQueue(t, q, func(b []Packet, v []Verdict, now int64) {
 			for i := range b {
-				if seq, ok := seqOf(&b[i]); ok && seq >= n/4 && !blocked.Swap(true) {
+				if seq, ok := seqOf(&b[i]); ok && seq >= n/3 && !blocked[j].Load() {
+					blockFrom[j] = time.Now()
 					time.Sleep(time.Second)
+					blockTo[j] = time.Now()
+					blocked[j].Store(true)
 				}
 			}
 		}))
 	}
-	start := time.Now()
-	buf := make([]byte, 16)
-	for i := 0; i < n; i++ {
-		if d := time.Until(start.Add(time.Duration(float64(i) / rate * 1e9))); d > time.Millisecond {
-			time.Sleep(d)
-		}
-		buf[0], buf[1] = byte(i>>8), byte(i)
-		if _, err := txs[i%flows].Write(buf); err != nil {
-			t.Fatal(err)
-		}
-	}
-	got := p.settle(2 * time.Second)
+	var pc pacer
+	sent := pc.send(t, p, txs, 0, n, rate)
+	p.settle(2 * time.Second)
 	time.Sleep(300 * time.Millisecond)
 	for _, stop := range stops {
 		if _, err := stop(); err != nil {
 			t.Fatal(err)
 		}
 	}
+	got := p.waitCount(int64(sent), 2*time.Second)
+	if got != int64(sent) {
+		t.Errorf("received %d of %d", got, sent)
+	}
 	sa, sb := qa.Stats(), qb.Stats()
 	truth := uint64(got) - sa.Packets - sb.Packets - sa.Lost - sb.Lost
 	tot, es := m.Total(), mEst.Total()
 	a, b := m.Stats(q0), m.Stats(q1)
+	if !blocked[0].Load() || !blocked[1].Load() {
+		t.Fatal("a handler never blocked")
+	}
 	t.Logf("truth %d (received %d, answered %d + %d); total %+v = %+v + %+v; estimate %+v\n%s", truth, got, sa.Packets, sb.Packets, tot, a, b, es, log.String())
 	if sa.Packets == 0 || sb.Packets == 0 {
 		t.Fatalf("a queue got no packets: %d, %d (flows not balanced)", sa.Packets, sb.Packets)
@@ -397,12 +505,18 @@ func TestMonitorBalance(t *testing.T) {
 	if tot.Passed != truth || !tot.Exact || a.Passed+b.Passed != truth || !a.Exact || !b.Exact {
 		t.Errorf("exact monitor: total %+v (%+v + %+v), want Passed %d, Exact", tot, a, b, truth)
 	}
-	if tot.Secs < 0.8 || tot.Secs > 1.3 {
-		t.Errorf("Total().Secs = %.3f, want about 1", tot.Secs)
+	pc.checkSecs(t, "Total()", tot.Secs, 2*maxLen, blockFrom[0], blockTo[0])
+	if es.Exact {
+		t.Errorf("estimating monitor: %+v, want not Exact", es)
 	}
-	if es.Exact || math.Abs(float64(es.Passed)/float64(truth)-1) > 0.10 {
-		t.Errorf("estimating monitor: %+v, want not Exact and Passed within 10%% of %d", es, truth)
+	from, to := blockFrom[0], blockTo[0]
+	if blockFrom[1].Before(from) {
+		from = blockFrom[1]
 	}
+	if blockTo[1].After(to) {
+		to = blockTo[1]
+	}
+	pc.checkEstimate(t, "estimating monitor", es.Passed, truth, from, to.Add(300*time.Millisecond))
 	if !strings.Contains(log.String(), "queue 5-6: packets passed by fail-open are counted exactly") {
 		t.Error("the log does not say that queues 5-6 are counted together")
 	}
