@@ -213,7 +213,11 @@ type group struct {
 	base  bool     // ids hold a baseline: every queue bound at the last settle
 	ids   []uint32 // id_sequence of each queue at the last settle
 	carry int64    // a small negative difference, carried to the next interval
-	warn  bool     // the counters' mismatch has been logged
+	// mismatch: the counters counted fewer packets than the queues
+	// received; from then on the group is estimated (sticky: the cause,
+	// GSO packets queued as segments or rules the Monitor cannot see,
+	// does not go away).
+	mismatch bool
 }
 
 func newCore(qs []queueInfo, c MonitorConfig) *core {
@@ -364,7 +368,10 @@ func (c *core) settle(now int64, rules []QueueRule, rulesErr error) {
 	for _, g := range groups {
 		prev := old[g.sig]
 		if prev != nil {
-			g.carry, g.warn = prev.carry, prev.warn
+			g.carry = prev.carry
+			if prev.mismatch && g.exactOK {
+				g.mismatch, g.exactOK, g.why = true, false, prev.why
+			}
 		}
 		if c.settled {
 			if d, dRules, ok := c.exactDelta(g, prev, counters); ok {
@@ -386,7 +393,8 @@ func (c *core) settle(now int64, rules []QueueRule, rulesErr error) {
 			g.base = g.base && q.have
 			q.est, q.secsSince, q.idSince, q.broken = 0, 0, 0, false
 		}
-		if c.log != nil && (prev == nil || prev.exactOK != g.exactOK || prev.why != g.why) {
+		newMismatch := g.mismatch && (prev == nil || !prev.mismatch) // logged by exactDelta
+		if c.log != nil && !newMismatch && (prev == nil || prev.exactOK != g.exactOK || prev.why != g.why) {
 			c.logMethod(g)
 		}
 	}
@@ -430,10 +438,11 @@ func (c *core) exactDelta(g, prev *group, counters map[ruleKey]uint64) (d, dRule
 	switch {
 	case diff < -tol:
 		g.carry = 0
-		if !g.warn && c.log != nil {
-			c.log.Warn(fmt.Sprintf("nfq: queue %s: the rules' counters count fewer packets (%d) than the queue received (%d): estimating fail-open passes instead (rules that queue GSO packets as several segments, or iptables-legacy rules?)",
-				queueList(g.nums()), dRules, dIDs), "queue", queueList(g.nums()))
-			g.warn = true
+		g.mismatch, g.exactOK = true, false
+		g.why = fmt.Sprintf("the rules' counters counted fewer packets (%d) than the queue received (%d): rules that queue GSO packets as several segments, or rules this monitor cannot see (iptables-legacy)?", dRules, dIDs)
+		if c.log != nil {
+			c.log.Warn(fmt.Sprintf("nfq: queue %s: packets passed by fail-open are estimated from the arrival rate from now on: %s", queueList(g.nums()), g.why),
+				"queue", queueList(g.nums()), "failopen_exact", false)
 		}
 		return 0, 0, false
 	case diff < 0:
