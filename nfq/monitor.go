@@ -126,6 +126,10 @@ type queueInfo struct {
 	num    uint16
 	portID uint32 // our socket's netlink port: a /proc line with another is not ours
 	maxLen uint32
+	// failClosed: a full queue drops packets (counted by the kernel as
+	// queue_dropped) instead of passing them: nothing passes, Passed stays
+	// 0, and Secs still says how long the queue was full.
+	failClosed bool
 }
 
 // core is the Monitor's state and arithmetic, without I/O: samples, rule
@@ -155,7 +159,8 @@ type qmon struct {
 	t      int64
 	total  uint64
 	id     uint32
-	broken bool // unbound (or another socket's) at some sample since the last settle
+	drops  uint64 // queue_dropped
+	broken bool   // unbound (or another socket's) at some sample since the last settle
 
 	rate  float64              // arrival rate, packets/s, over win
 	win   [rateWindow]interval // the last intervals in which the queue was not full
@@ -210,8 +215,9 @@ type group struct {
 	exactOK bool   // every rule has a counter and covers only our queues
 	why     string // if !exactOK: why not
 
-	base  bool     // ids hold a baseline: every queue bound at the last settle
+	base  bool     // ids and drops hold a baseline: every queue bound at the last settle
 	ids   []uint32 // id_sequence of each queue at the last settle
+	drops []uint64 // queue_dropped of each queue at the last settle
 	carry int64    // a small negative difference, carried to the next interval
 	// mismatch: the counters counted fewer packets than the queues
 	// received; from then on the group is estimated (sticky: the cause,
@@ -297,7 +303,9 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 			// It was full, or may have been (it took in at least the
 			// room it had): arrivals beyond those that got in passed.
 			est := max(q.rate*sec-float64(did), 0)
-			q.est += est
+			if !q.failClosed { // else dropped, not passed: the kernel counts those
+				q.est += est
+			}
 			if stalled {
 				// The monitor did not run: nor, most likely, did the
 				// reader. The queue filled at the arrival rate, then
@@ -321,7 +329,7 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 	}
 	q.secs += contrib
 	q.secsSince += contrib
-	q.have, q.t, q.total, q.id = true, now, ks.QueueTotal, id
+	q.have, q.t, q.total, q.id, q.drops = true, now, ks.QueueTotal, id, ks.QueueDropped
 	switch {
 	case full && !q.active:
 		q.active = true
@@ -329,7 +337,11 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 		// Not after an end not yet reported: that report will say how
 		// many episodes it covers.
 		if now-q.lastLog >= failOpenLogEvery && !q.pendingEnd && c.log != nil {
-			c.log.Warn(fmt.Sprintf("nfq: queue %d full: packets pass without a verdict (fail-open)", q.num),
+			what := "packets pass without a verdict (fail-open)"
+			if q.failClosed {
+				what = "packets are dropped (fail-closed)"
+			}
+			c.log.Warn(fmt.Sprintf("nfq: queue %d full: %s", q.num, what),
 				"queue", q.num, "queue_maxlen", q.maxLen)
 			q.lastLog, q.startLogged = now, true
 		}
@@ -388,8 +400,9 @@ func (c *core) settle(now int64, rules []QueueRule, rulesErr error) {
 		// The baseline for the next interval.
 		g.base = g.exactOK
 		g.ids = make([]uint32, len(g.queues))
+		g.drops = make([]uint64, len(g.queues))
 		for i, q := range g.queues {
-			g.ids[i] = q.id
+			g.ids[i], g.drops[i] = q.id, q.drops
 			g.base = g.base && q.have
 			q.est, q.secsSince, q.idSince, q.broken = 0, 0, 0, false
 		}
@@ -419,7 +432,9 @@ func (c *core) exactDelta(g, prev *group, counters map[ruleKey]uint64) (d, dRule
 		if !q.have || q.broken {
 			return 0, 0, false
 		}
-		dIDs += uint64(q.id - prev.ids[i])
+		// Packets a fail-closed queue dropped hit the rule without
+		// getting an id either.
+		dIDs += uint64(q.id-prev.ids[i]) + (q.drops - prev.drops[i])
 	}
 	for _, k := range g.rules {
 		now, ok1 := counters[k]
@@ -622,6 +637,15 @@ func (g *group) nums() []uint16 {
 // logMethod says how a group's fail-open passes are counted.
 func (c *core) logMethod(g *group) {
 	qs := queueList(g.nums())
+	closed := true
+	for _, q := range g.queues {
+		closed = closed && q.failClosed
+	}
+	if closed {
+		c.log.Info(fmt.Sprintf("nfq: queue %s is fail-closed: packets that find it full are dropped (queue_dropped), none passes without a verdict", qs),
+			"queue", qs)
+		return
+	}
 	if g.exactOK {
 		rs := make([]string, len(g.rules))
 		for i, k := range g.rules {
@@ -659,6 +683,8 @@ func (c *core) report(q *qmon, now int64, force bool) {
 	}
 	var msg string
 	switch {
+	case q.failClosed:
+		msg = fmt.Sprintf("nfq: queue %d: no longer full after %.1fs (fail-closed: it dropped what did not fit)", q.num, secs)
 	case q.active:
 		msg = fmt.Sprintf("nfq: queue %d: fail-open: %d packets passed without a verdict in %.1fs (%s); full again", q.num, passed, secs, how)
 	case q.stall > 0:

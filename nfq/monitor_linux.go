@@ -58,7 +58,7 @@ func NewMonitor(qs []*Queue, c MonitorConfig) (*Monitor, error) {
 		if q.unbound {
 			return nil, fmt.Errorf("nfq: monitor: queue %d is not bound", q.cfg.Queue)
 		}
-		infos[i] = queueInfo{num: q.cfg.Queue, portID: q.portID, maxLen: q.cfg.MaxQueueLen}
+		infos[i] = queueInfo{num: q.cfg.Queue, portID: q.portID, maxLen: q.cfg.MaxQueueLen, failClosed: q.cfg.FailClosed}
 	}
 	proc, err := openProc()
 	if err != nil {

@@ -521,3 +521,43 @@ func TestMonitorBalance(t *testing.T) {
 		t.Error("the log does not say that queues 5-6 are counted together")
 	}
 }
+
+// TestMonitorBurst: a burst into a bound queue whose reader has not
+// started: maxLen packets get in, the rest pass (fail-open) or are dropped
+// (fail-closed, counted by the kernel as queue_dropped, not as passed).
+func TestMonitorBurst(t *testing.T) {
+	for _, failClosed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
+			const queue, n, maxLen = 2, 100, 16
+			newNetns(t, queue)
+			p := newUDPPair(t)
+			q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
+			var log syncBuffer
+			m, err := NewMonitor([]*Queue{q}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			if err != nil {
+				t.Fatal(err)
+			}
+			startMonitor(t, m)
+			for i := 0; i < n; i++ {
+				p.send(t, uint16(i), 16)
+			}
+			p.settle(time.Second)
+			stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+			p.waitCount(n, time.Second)
+			time.Sleep(200 * time.Millisecond)
+			if _, err := stop(); err != nil {
+				t.Fatal(err)
+			}
+			want := FailOpenStats{Passed: n - maxLen, Exact: true}
+			if failClosed {
+				want.Passed = 0
+			}
+			got := m.Stats(queue)
+			ks, _ := q.KernelStats()
+			t.Logf("%+v; kernel %+v\n%s", got, ks, log.String())
+			if got.Passed != want.Passed || got.Exact != want.Exact || got.Active || got.Secs <= 0 {
+				t.Errorf("Stats = %+v, want Passed %d, Exact, Secs > 0", got, want.Passed)
+			}
+		})
+	}
+}
