@@ -13,6 +13,14 @@
 // One Queue is read by one goroutine (Run locks it to an OS thread); use one
 // Queue per NFQUEUE number and let the kernel's --queue-balance spread flows
 // over them. Nothing is shared between queues, so nothing is locked.
+//
+// Overload is counted beside the queues, not in them: a packet that finds
+// its queue full passes without a verdict (fail-open) and the kernel counts
+// it nowhere. A Monitor counts those packets per queue (FailOpenStats),
+// exactly from the counters of the rules that queue them where it can read
+// them, else estimated, and logs when it starts and ends. QueueRules lists
+// those rules, and UnservedQueues the queues they send to that nobody
+// serves.
 package nfq
 
 import (
@@ -57,8 +65,8 @@ type Config struct {
 	Queue uint16
 	// MaxQueueLen is the most packets the kernel holds for this queue
 	// waiting for a verdict; 0 means DefaultMaxQueueLen. When it is full
-	// the kernel accepts new packets without asking (fail-open), or drops
-	// them if FailClosed is set.
+	// the kernel accepts new packets without asking (fail-open: a Monitor
+	// counts them), or drops them if FailClosed is set.
 	MaxQueueLen uint32
 	// CopyRange is the number of bytes of each packet copied to user
 	// space, from the start of the IP header; 0 means DefaultCopyRange,

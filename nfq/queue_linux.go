@@ -19,7 +19,6 @@ package nfq
 // consumer beside this loop on one setup, in one run.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -64,6 +63,19 @@ type Queue struct {
 	closeOnce sync.Once
 	closeErr  error
 	unbound   bool
+
+	// proc is the kernel's queue table, opened in the queue's namespace
+	// by Open (nil if that failed: then KernelStats reads it from the
+	// calling thread's namespace).
+	proc *procFile
+	// final holds the kernel's counters read just before the queue was
+	// unbound; nil until then.
+	final atomic.Pointer[KernelStats]
+
+	// stop hooks (see onStop), run once by stopping.
+	hookMu    sync.Mutex
+	hooks     []func()
+	hooksDone bool
 
 	// receive state, used only by Run's goroutine
 	b     *batch
@@ -168,6 +180,9 @@ func Open(c Config) (*Queue, error) {
 		return fail(q.explain(err))
 	}
 	q.unbound = false
+	// Opened while the thread is in the queue's namespace, so that
+	// KernelStats and the final read in Run work from any thread.
+	q.proc, _ = openProc()
 	return q, nil
 }
 
@@ -245,12 +260,14 @@ func (q *Queue) request(m configMsg) error {
 // more to give or BatchSize packets have been read; the clock is read once
 // per batch.
 //
-// When ctx is cancelled, Run sets the kernel queue's length to 0, so that
-// new packets bypass it (accepted, or dropped with FailClosed) instead of
-// waiting; answers, through fn, every packet already queued (for at most
-// half a second); unbinds the queue and returns nil, all within about
-// 0.6 s. It returns an error only if the socket fails for good. Run may
-// be called once.
+// When ctx is cancelled, Run lets a Monitor of the queue take its last
+// reading; sets the kernel queue's length to 0, so that new packets bypass
+// it (accepted, or dropped with FailClosed) instead of waiting; answers,
+// through fn, every packet already queued (for at most half a second);
+// reads the kernel's counters (KernelStats keeps them); unbinds the queue
+// and returns nil, all within about 0.6 s. It returns an error only if the
+// socket fails for good (after the same last reading and counters). Run
+// may be called once.
 func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	if !q.running.CompareAndSwap(false, true) {
 		return errors.New("nfq: Run called twice")
@@ -277,6 +294,7 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 			select {
 			case <-done:
 				stopping = true
+				q.stopping()
 				stopBy = time.Now().UnixNano() + int64(stopDrainTimeout)
 				q.closeIntake()
 			default:
@@ -511,9 +529,40 @@ func (q *Queue) finish() error {
 	return nil
 }
 
+// onStop registers fn to be called once, when the queue starts to stop
+// (Run's context cancelled, Run failing, or Close): from that goroutine,
+// while the queue is still bound and before it stops taking packets. It
+// reports false if the queue has already stopped.
+func (q *Queue) onStop(fn func()) bool {
+	q.hookMu.Lock()
+	defer q.hookMu.Unlock()
+	if q.hooksDone {
+		return false
+	}
+	q.hooks = append(q.hooks, fn)
+	return true
+}
+
+// stopping runs the stop hooks, the first time it is called.
+func (q *Queue) stopping() {
+	q.hookMu.Lock()
+	fns := q.hooks
+	q.hooks, q.hooksDone = nil, true
+	q.hookMu.Unlock()
+	for _, fn := range fns {
+		fn()
+	}
+}
+
+// unbind unbinds the queue, after running the stop hooks and keeping the
+// kernel's last counters for KernelStats.
 func (q *Queue) unbind() {
 	if q.unbound {
 		return
+	}
+	q.stopping()
+	if ks, err := q.readKernel(); err == nil {
+		q.final.Store(&ks)
 	}
 	q.unbound = true
 	q.b.seq++
@@ -529,6 +578,9 @@ func (q *Queue) Close() error {
 	q.closeOnce.Do(func() {
 		q.unbind()
 		q.closeErr = unix.Close(q.fd)
+		if q.proc != nil {
+			q.proc.close()
+		}
 	})
 	return q.closeErr
 }
@@ -551,25 +603,32 @@ func (q *Queue) Stats() Stats {
 	}
 }
 
-// KernelStats reads the kernel's counters for this queue. /proc/net is
-// per network namespace: call it from a thread in the queue's namespace
-// (any goroutine, when the whole process is in it, as with ip netns exec).
+// KernelStats reads the kernel's counters for this queue, from any
+// goroutine (the file is opened in the queue's namespace by Open). Once the
+// queue has been unbound (Run returned, or Close), it returns the counters
+// read just before the unbind, with a nil error: the final values, which
+// the kernel forgets with the queue. It is safe to call concurrently with
+// Run.
 func (q *Queue) KernelStats() (KernelStats, error) {
+	if ks := q.final.Load(); ks != nil {
+		return *ks, nil
+	}
+	return q.readKernel()
+}
+
+// readKernel reads the queue's live counters.
+func (q *Queue) readKernel() (KernelStats, error) {
+	if q.proc != nil {
+		return q.proc.stats(q.cfg.Queue)
+	}
 	return readKernelStats(q.cfg.Queue)
 }
 
 func readKernelStats(queue uint16) (KernelStats, error) {
-	f, err := os.Open("/proc/thread-self/net/netfilter/nfnetlink_queue")
+	p, err := openProc()
 	if err != nil {
-		return KernelStats{}, fmt.Errorf("nfq: %w", err)
+		return KernelStats{}, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		ks, qn, ok := parseProcLine(sc.Text())
-		if ok && qn == queue {
-			return ks, nil
-		}
-	}
-	return KernelStats{}, ErrNotBound
+	defer p.close()
+	return p.stats(queue)
 }

@@ -493,6 +493,58 @@ func TestFailOpenWhenStalled(t *testing.T) {
 	}
 }
 
+// TestFinalKernelStats: after Run returns (and after Close without Run),
+// KernelStats gives the counters the kernel had just before the unbind,
+// not ErrNotBound: the final stats line must show the queue's drops.
+func TestFinalKernelStats(t *testing.T) {
+	const queue, n, maxLen = 2, 100, 16
+	newNetns(t, queue)
+	p := newUDPPair(t)
+	q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: true})
+	for i := 0; i < n; i++ {
+		p.send(t, uint16(i), 16)
+	}
+	p.settle(time.Second)
+	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+	if got := p.waitCount(maxLen, 2*time.Second); got != maxLen {
+		t.Fatalf("received %d, want %d", got, maxLen)
+	}
+	before, err := q.KernelStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.QueueDropped != n-maxLen || before.IDSequence != maxLen || before.QueueTotal != 0 {
+		t.Fatalf("while running: KernelStats = %+v, want QueueDropped %d, IDSequence %d, QueueTotal 0", before, n-maxLen, maxLen)
+	}
+	if _, err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readKernelStats(queue); !errors.Is(err, ErrNotBound) {
+		t.Errorf("after Run: /proc error = %v, want ErrNotBound", err)
+	}
+	after, err := q.KernelStats()
+	if err != nil || after != before {
+		t.Errorf("after Run: KernelStats = %+v, %v; want %+v, nil", after, err, before)
+	}
+
+	// Close without Run: the same, with the packets still queued.
+	q2 := openQueue(t, Config{Queue: queue + 1, MaxQueueLen: maxLen})
+	run(t, "", "iptables", "-I", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(testPort+1), "-j", "NFQUEUE", "--queue-num", fmt.Sprint(queue+1))
+	tx, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort + 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	for i := 0; i < 5; i++ {
+		tx.Write([]byte("x"))
+	}
+	before, _ = q2.KernelStats()
+	q2.Close()
+	if after, err := q2.KernelStats(); err != nil || after != before || after.QueueTotal != 5 {
+		t.Errorf("after Close: KernelStats = %+v, %v; want %+v (5 queued), nil", after, err, before)
+	}
+}
+
 // TestCleanStop cancels Run in the middle of a stream that does not stop:
 // Run must return within a second, and every packet sent must arrive
 // (answered by Run, or, once the queue is closed, accepted by the kernel:
@@ -552,10 +604,13 @@ func TestCleanStop(t *testing.T) {
 			if got := p.waitCount(int64(sent), 3*time.Second); got != int64(sent) {
 				t.Errorf("received %d of %d packets", got, sent)
 			}
-			if _, err := q.KernelStats(); !errors.Is(err, ErrNotBound) {
-				t.Errorf("after Run: KernelStats error = %v, want ErrNotBound (queue unbound)", err)
+			if _, err := readKernelStats(queue); !errors.Is(err, ErrNotBound) {
+				t.Errorf("after Run: /proc error = %v, want ErrNotBound (queue unbound)", err)
 			}
 			s := q.Stats()
+			if ks, err := q.KernelStats(); err != nil || ks.IDSequence < s.Packets {
+				t.Errorf("after Run: KernelStats = %+v, %v; want the final counters (IDSequence >= %d packets answered)", ks, err, s.Packets)
+			}
 			if s.Packets < 1000 {
 				t.Errorf("Stats.Packets = %d, want at least 1000", s.Packets)
 			}
