@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/florianl/go-nfqueue/v2 v2.1.0
+	github.com/gaissmai/bart v0.30.0
 	github.com/gopacket/gopacket v1.7.7
 	github.com/pelletier/go-toml/v2 v2.4.3
 	golang.org/x/sys v0.50.0

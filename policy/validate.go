@@ -63,6 +63,9 @@ func (f *File) check() ([]ruleSpec, error) {
 		return nil, f.errAt(shaper.MaxRules, "", -1, "too many rules: %d, at most %d", len(f.Rules), shaper.MaxRules)
 	}
 	var errs errList
+	// Config.Check builds a rule's whole state (a flow table's first
+	// megabyte): check each distinct Config once.
+	checked := map[shaper.Config]error{}
 	specs := make([]ruleSpec, len(f.Rules))
 	names := make(map[string]int, len(f.Rules))
 	items := 0
@@ -83,7 +86,7 @@ func (f *File) check() ([]ruleSpec, error) {
 				break
 			}
 		}
-		specs[i] = f.checkRule(i, &errs)
+		specs[i] = f.checkRule(i, &errs, checked)
 	}
 	if err := errs.first(); err != nil {
 		return nil, err
@@ -149,7 +152,7 @@ func trim(err error) string {
 	return s
 }
 
-func (f *File) checkRule(i int, errs *errList) ruleSpec {
+func (f *File) checkRule(i int, errs *errList, checked map[shaper.Config]error) ruleSpec {
 	r := &f.Rules[i]
 	bad := func(field, format string, args ...any) {
 		errs.add(f.errAt(i, field, -1, format, args...))
@@ -181,7 +184,7 @@ func (f *File) checkRule(i int, errs *errList) ruleSpec {
 			bad(g, "not allowed on %s rule: only limit rules take it", article(r.Action))
 		}
 	default:
-		f.checkLimit(i, &s, errs)
+		f.checkLimit(i, &s, errs, checked)
 	}
 	return s
 }
@@ -193,7 +196,7 @@ func article(action string) string {
 	return "a " + action
 }
 
-func (f *File) checkLimit(i int, s *ruleSpec, errs *errList) {
+func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.Config]error) {
 	r := &f.Rules[i]
 	n0 := len(*errs)
 	bad := func(field, format string, args ...any) {
@@ -299,7 +302,12 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList) {
 	}
 	d := r.WithDefaults()
 	c := d.config()
-	if err := c.Check(); err != nil {
+	err, ok := checked[c]
+	if !ok {
+		err = c.Check()
+		checked[c] = err
+	}
+	if err != nil {
 		bad(blame(r, &c), "%s", trim(err))
 	}
 	s.rule.Limit = c
