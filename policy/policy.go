@@ -263,15 +263,23 @@ func decodeError(name string, ps *positions, err error) *Error {
 	if len(key) > 0 && key[0] == "rule" && ps != nil {
 		if i := ps.ruleAt(pos{line, col}); i >= 0 {
 			ps.label(e, i)
-			e.Field = strings.Join(key[1:], ".")
+			e.Field = joinKey(key[1:])
 			if f := ps.fieldAt(i, pos{line, col}); f != "" {
 				e.Field = f
 			}
 		}
 	} else if len(key) > 0 {
-		e.Field = strings.Join(key, ".")
+		e.Field = joinKey(key)
 	}
 	return e
+}
+
+func joinKey(key []string) string {
+	s := make([]string, len(key))
+	for i, k := range key {
+		s[i] = keyText(k)
+	}
+	return strings.Join(s, ".")
 }
 
 // rawFile is what the decoder fills: the rule file as written, strings as

@@ -351,7 +351,7 @@ func (w *walker) subTable(ks []keyPart) {
 func joinKeys(ks []keyPart) string {
 	s := make([]string, len(ks))
 	for i, k := range ks {
-		s[i] = k.name
+		s[i] = keyText(k.name)
 	}
 	return strings.Join(s, ".")
 }
@@ -541,10 +541,14 @@ func (w *walker) unknown(at pos, i int, field string, known []string) {
 	if i < 0 {
 		msg = "unknown field (a rule file holds only [[rule]] tables)"
 	}
-	name := field[strings.LastIndexByte(field, '.')+1:]
+	prefix, name := "", field
+	if i >= 0 && strings.HasPrefix(field, "match.") {
+		prefix, name = "match.", field[len("match."):]
+	}
+	field = prefix + keyText(name)
 	best, bestD := "", 3
 	for _, k := range known {
-		if d := editDistance(name, k); d < bestD {
+		if d := editDistance(name, k); d < bestD && d <= len(name)/2 {
 			best, bestD = k, d
 		}
 	}
@@ -552,6 +556,20 @@ func (w *walker) unknown(at pos, i int, field string, known []string) {
 		msg += fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	w.report(at, i, field, "%s", msg)
+}
+
+// keyText writes a key as TOML would: bare if it can be, else quoted (so
+// that an error stays on one line).
+func keyText(k string) string {
+	for i := 0; i < len(k); i++ {
+		if c := k[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return quote(k)
+		}
+	}
+	if k == "" {
+		return `""`
+	}
+	return k
 }
 
 // editDistance is the Levenshtein distance, for short names.
