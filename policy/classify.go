@@ -18,8 +18,10 @@ import (
 // packet's value of that field satisfies, rules without a constraint on the
 // field included. A class is a bitset over the rules (words uint64s),
 // stored once in sets and named by its offset there. The packet's rule is
-// the lowest bit set in the AND of its classes, found a word at a time, so
-// that with many rules the first word holding a match ends the work.
+// the lowest bit set in the AND of its classes. With more than 64 rules
+// each class starts with a summary word whose bit w says that its word w is
+// not zero; the AND of the summaries names the words worth ANDing, lowest
+// first, so that a packet costs a few words whatever the number of rules.
 //
 // Lookups per dimension: the family and the protocol by a table; ports by a
 // scan of a few interval bounds, or with many bounds a 65536-entry table;
@@ -48,10 +50,13 @@ type classifier struct {
 }
 
 // Thresholds between a linear scan and a table, from BenchmarkLookup: a
-// scan of up to this many entries is as fast as the table's lookup.
-const (
-	linPrefixes = 8
-	linPorts    = 16
+// scan of up to this many entries is as fast as the table's lookup. A
+// prefix scan beats bart below some 16 to 32 prefixes; the port table
+// (128 KiB, a load) beats a scan of every size but the trivial. Read only
+// by Compile (variables so that the benchmark can move them).
+var (
+	linPrefixes = 16
+	linPorts    = 2
 )
 
 // zeroMeta stands for a nil *shaper.Meta.
@@ -125,13 +130,36 @@ func (c *classifier) Classify(p *flows.Packet, m *shaper.Meta) int {
 		n++
 	}
 	sets := c.sets
-	for w := 0; w < c.words; w++ {
+	if c.words == 1 {
 		acc := ^uint64(0)
 		for _, o := range offs[:n] {
-			acc &= sets[int(o)+w]
+			acc &= sets[o]
 		}
 		if acc != 0 && c.marks != nil {
-			acc &= c.marks.word(sets, m.Mark, w)
+			acc &= c.marks.word(sets, m.Mark, 0)
+		}
+		if acc == 0 {
+			return -1
+		}
+		return bits.TrailingZeros64(acc)
+	}
+	// The AND of the summaries names the words that may hold a match.
+	cand := ^uint64(0)
+	for _, o := range offs[:n] {
+		cand &= sets[o]
+	}
+	if cand != 0 && c.marks != nil {
+		cand &= c.marks.word(sets, m.Mark, 0)
+	}
+	for cand != 0 {
+		w := bits.TrailingZeros64(cand)
+		cand &= cand - 1
+		acc := ^uint64(0)
+		for _, o := range offs[:n] {
+			acc &= sets[int(o)+1+w]
+		}
+		if acc != 0 && c.marks != nil {
+			acc &= c.marks.word(sets, m.Mark, 1+w)
 		}
 		if acc != 0 {
 			return w<<6 + bits.TrailingZeros64(acc)
@@ -266,6 +294,8 @@ type markEnt struct {
 	off       int32 // the rules with this pair
 }
 
+// word returns word w of the packet's mark class, counting the summary
+// (the OR of the summaries) as a word.
 func (d *markDim) word(sets []uint64, mark uint32, w int) uint64 {
 	x := sets[int(d.none)+w]
 	for i := range d.ents {

@@ -204,7 +204,8 @@ func mergeRanges(rs []portRange) []portRange {
 	return out
 }
 
-// builder makes a classifier's class bitsets, each stored once.
+// builder makes a classifier's class bitsets, each stored once: with more
+// than one word, after a summary word (see classifier).
 type builder struct {
 	specs []ruleSpec
 	words int
@@ -214,6 +215,22 @@ type builder struct {
 }
 
 func (b *builder) empty() []uint64 { return make([]uint64, b.words) }
+
+// hdr is the number of words before a class's bitset: its summary.
+func (b *builder) hdr() int {
+	if b.words > 1 {
+		return 1
+	}
+	return 0
+}
+
+// get returns the bitset of the class at off.
+func (b *builder) get(off int32) []uint64 {
+	return b.sets[int(off)+b.hdr() : int(off)+b.hdr()+b.words]
+}
+
+// shaper.MaxRules must fit the bits of one summary word.
+const _ = uint(64*64 - shaper.MaxRules)
 
 // intern returns the offset of bitset s in b.sets, adding it if new.
 func (b *builder) intern(s []uint64) int32 {
@@ -225,6 +242,16 @@ func (b *builder) intern(s []uint64) int32 {
 		return off
 	}
 	off := int32(len(b.sets))
+	if b.words > 1 {
+		// The summary: bit w is set iff word w is not zero.
+		var sum uint64
+		for w, x := range s {
+			if x != 0 {
+				sum |= 1 << w
+			}
+		}
+		b.sets = append(b.sets, sum)
+	}
 	b.sets = append(b.sets, s...)
 	b.seen[string(b.key)] = off
 	return off
@@ -370,7 +397,7 @@ func (b *builder) addrDim(get func(m *matchSpec) []netip.Prefix) addrDim {
 	for k, p := range all {
 		s := b.empty()
 		if parent, ok := acc.LookupPrefix(p); ok {
-			copy(s, b.sets[parent:int(parent)+b.words])
+			copy(s, b.get(parent))
 		} else {
 			copy(s, free)
 		}
