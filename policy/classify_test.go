@@ -187,6 +187,70 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+func TestCompileWarnsUnreachable(t *testing.T) {
+	c := mustCompile(t, "[[rule]]\nname = \"all\"\naction = \"accept\"\n\n[[rule]]\nname = \"late\"\npps = 1\nmatch = { proto = [\"udp\"] }\n", Options{})
+	if got, want := c.Warnings(), []string{`rule "late": never reached: rule "all" before it has no match table and takes every packet`}; !slices.Equal(got, want) {
+		t.Errorf("Warnings = %q, want %q", got, want)
+	}
+}
+
+// A reload keeps the state of the rules whose name, match and limit are
+// unchanged, whatever the spelling of their match tables.
+func TestReloadIdentity(t *testing.T) {
+	e, err := shaper.NewPolicy(mustCompile(t, `
+[[rule]]
+name = "dns"
+match = { proto = ["udp"], dport = ["53"] }
+pps = 10
+
+[[rule]]
+name = "web"
+match = { proto = ["tcp"], dport = ["80", "443"] }
+pps = 5
+`, Options{}).Policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, kept, err := e.Reload(mustCompile(t, `
+[[rule]]
+name = "dns"
+match = { dport = [53], proto = [17] }
+pps = 10
+burst = 5
+
+[[rule]]
+name = "web"
+match = { proto = ["tcp"], dport = ["80", "443"] }
+pps = 6
+`, Options{}).Policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(kept, []string{"dns"}) {
+		t.Errorf("Reload kept %q, want [dns]", kept)
+	}
+}
+
+func TestClassifyConcurrent(t *testing.T) {
+	cl := mustCompile(t, classifyPolicy, Options{}).Policy().Classifier
+	p := pkt("udp 10.1.1.1:40000 > 10.0.0.2:53")
+	done := make(chan int)
+	for range 4 {
+		go func() {
+			n := 0
+			for range 1000 {
+				n += cl.Classify(p, &shaper.Meta{})
+			}
+			done <- n
+		}()
+	}
+	for range 4 {
+		if n := <-done; n != 2000 {
+			t.Errorf("sum of rules %d, want 2000", n)
+		}
+	}
+}
+
 func TestCompileInterfaces(t *testing.T) {
 	known := map[string]uint32{"eth0": 4}
 	c := mustCompile(t, classifyPolicy, Options{IfIndex: func(n string) (uint32, bool) { v, ok := known[n]; return v, ok }})

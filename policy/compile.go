@@ -78,6 +78,14 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 			}
 		}
 	}
+	for i := range specs {
+		if specs[i].rule.Match == "" && i+1 < len(specs) {
+			for _, s := range specs[i+1:] {
+				c.warnings = append(c.warnings, fmt.Sprintf("rule %q: never reached: rule %q before it has no match table and takes every packet", s.rule.Name, specs[i].rule.Name))
+			}
+			break
+		}
+	}
 	if len(specs) > 1 || specs[0].rule.Match != "" {
 		c.cls = build(specs, c.ifaces)
 	}
@@ -102,7 +110,8 @@ func (c *Compiled) Policy() shaper.Policy {
 func (c *Compiled) IfaceID(name string) uint32 { return c.ifaces[name] }
 
 // Warnings lists what Compile let through but the user should know: each
-// interface a rule names that does not exist.
+// interface a rule names that does not exist, and the rules after one that
+// matches every packet.
 func (c *Compiled) Warnings() []string { return slices.Clone(c.warnings) }
 
 // canonical writes the match table in one canonical form: fields in a

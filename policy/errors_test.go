@@ -186,6 +186,8 @@ var errorCases = []struct{ name, in, want string }{
 		"p.toml:5:7: rule \"a\": match: defined twice (first on line 4)"},
 	{"rule match before rule", "[rule.match]\nsrc = [\"10.0.0.0/8\"]\n",
 		"p.toml:1:2: [rule.match] before any [[rule]]"},
+	{"rule list then table", "rule = [{ name = \"a\", pps = 1 }]\n[rule.match]\nsrc = [\"10.0.0.0/8\"]\n",
+		"p.toml:2:2: [rule.match]: rules written as rule = [ ... ] cannot be extended by tables"},
 	{"rule not a table list", "rule = [1]\n",
 		"p.toml:1:9: rule: want tables ([[rule]] or { ... }), not an integer"},
 	{"second rule error", "[[rule]]\nname = \"a\"\npps = 1\n\n[[rule]]\nname = \"b\"\npps = 1\nwindow = \"x\"\n",

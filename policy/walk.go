@@ -313,7 +313,9 @@ func (w *walker) table(e *unstable.Node) {
 		w.unknown(ks[0].at, -1, ks[0].name, ruleTopLevel)
 	case len(ks) == 1:
 		w.report(ks[0].at, -1, "rule", "write [[rule]] for each rule, not [rule]")
-	case len(w.ps.rules) == 0 || w.ruleForm != 1:
+	case w.ruleForm == 2:
+		w.report(ks[0].at, -1, "", "[%s]: rules written as rule = [ ... ] cannot be extended by tables", joinKeys(ks))
+	case len(w.ps.rules) == 0:
 		w.report(ks[0].at, -1, "", "[%s] before any [[rule]]", joinKeys(ks))
 	case ks[1].name == "match" && len(ks) == 2:
 		r := w.ps.rules[w.cur()]
