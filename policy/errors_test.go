@@ -192,6 +192,8 @@ var errorCases = []struct{ name, in, want string }{
 		"p.toml:1:9: rule: want tables ([[rule]] or { ... }), not an integer"},
 	{"second rule error", "[[rule]]\nname = \"a\"\npps = 1\n\n[[rule]]\nname = \"b\"\npps = 1\nwindow = \"x\"\n",
 		"p.toml:8:10: rule \"b\": window: bad duration \"x\": want a number with a unit, such as \"1s\" or \"500ms\""},
+	{"earliest error first", "[[rule]]\nname = \"a\"\npps = -1\n\n[[rule]]\nname = \"b\"\npps = 1\nwindow = \"x\"\n",
+		"p.toml:3:7: rule \"a\": pps: must be a positive number, not -1"},
 	{"error before name", "[[rule]]\npps = -1\nname = \"late\"\n",
 		"p.toml:2:7: rule \"late\": pps: must be a positive number, not -1"},
 	{"inline rules", "rule = [{ name = \"a\", pps = 1 }, { name = \"b\", pps = 0 }]\n",

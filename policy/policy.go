@@ -236,10 +236,11 @@ func Parse(name string, data []byte) (*File, error) {
 		return nil, decodeError(name, ps, err)
 	}
 	f := &File{Name: name, pos: ps}
-	if err := f.fromRaw(&raw); err != nil {
-		return nil, err
-	}
+	errs := f.fromRaw(&raw)
 	if err := f.Validate(); err != nil {
+		errs.add(err.(*Error))
+	}
+	if err := errs.first(); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -328,7 +329,7 @@ type rawMatch struct {
 // problems that the File's types cannot carry: strings given empty, bad
 // durations, list items of a wrong type. The walk has checked the TOML
 // types already.
-func (f *File) fromRaw(raw *rawFile) error {
+func (f *File) fromRaw(raw *rawFile) errList {
 	var errs errList
 	str := func(i int, field string, p *string) string {
 		if p == nil {
@@ -403,7 +404,7 @@ func (f *File) fromRaw(raw *rawFile) error {
 			}
 		}
 	}
-	return errs.first()
+	return errs
 }
 
 // errList collects errors and reports the first in the file (or, without
