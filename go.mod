@@ -4,8 +4,10 @@ go 1.26.0
 
 require (
 	github.com/florianl/go-nfqueue/v2 v2.1.0
+	github.com/gaissmai/bart v0.30.0
 	github.com/google/nftables v0.3.0
 	github.com/gopacket/gopacket v1.7.7
+	github.com/pelletier/go-toml/v2 v2.4.3
 	golang.org/x/sys v0.50.0
 	golang.org/x/time v0.16.0
 )

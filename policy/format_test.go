@@ -1,0 +1,124 @@
+package policy
+
+import (
+	"bytes"
+	"flag"
+	"math/rand/v2"
+	"os"
+	"reflect"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// TestCheckGolden pins what `packetshaper check` prints for the example of
+// the rule file's documentation.
+func TestCheckGolden(t *testing.T) {
+	f, err := Load("testdata/example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := f.Format(&b); err != nil {
+		t.Fatal(err)
+	}
+	const golden = "testdata/example.check.toml"
+	if *update {
+		if err := os.WriteFile(golden, b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b.Bytes(), want) {
+		t.Errorf("Format(example) differs from %s (go test -update rewrites it):\n%s", golden, b.Bytes())
+	}
+}
+
+// roundTrip checks that Format writes what Parse reads back as f with its
+// defaults filled in, and that this is a fixed point.
+func roundTrip(t testing.TB, f *File) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := f.Format(&b); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Parse("formatted.toml", b.Bytes())
+	if err != nil {
+		t.Fatalf("Parse(Format(f)): %v\n%s", err, b.Bytes())
+	}
+	want := f.WithDefaults().Rules
+	if !reflect.DeepEqual(g.Rules, want) {
+		t.Fatalf("Parse(Format(f)) != f.WithDefaults():\n got %s\nwant %s\n%s", dump(g.Rules), dump(want), b.Bytes())
+	}
+	if d := g.WithDefaults().Rules; !reflect.DeepEqual(d, g.Rules) {
+		t.Fatalf("Format(f) leaves defaults out:\n%s", b.Bytes())
+	}
+	c1, err := f.Compile(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2, err := g.Compile(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p1, p2 := c1.Policy().Rules, c2.Policy().Rules; !reflect.DeepEqual(p1, p2) {
+		t.Fatalf("compiled rules differ after Format:\n got %+v\nwant %+v", p2, p1)
+	}
+}
+
+func TestFormatRoundTrip(t *testing.T) {
+	example, err := os.ReadFile("testdata/example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcs := []string{string(example), classifyPolicy, bigPolicy(20, 2000), `
+[[rule]]
+name = "strings"
+match = { iif = ["e\"th", "ümlaut0"], mark = "0x0/0x1", queue = [0, 65535], family = "ipv6", proto = [0, 254] }
+bitrate = "1gbit"
+on-exceed = "mark"
+set-mark = "16"
+algo = "sliding-window-counter"
+window = "1m30s"
+flow-timeout = "1h"
+`}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		srcs = append(srcs, randomPolicy(rng, 1+rng.IntN(30), rng.IntN(2) == 0))
+	}
+	for _, src := range srcs {
+		f, err := Parse("p.toml", []byte(src))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, src)
+		}
+		roundTrip(t, f)
+	}
+}
+
+func FuzzParse(f *testing.F) {
+	example, err := os.ReadFile("testdata/example.toml")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(example)
+	f.Add([]byte(classifyPolicy))
+	for _, c := range errorCases {
+		f.Add([]byte(c.in))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		file, err := Parse("fuzz.toml", data)
+		if err != nil {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("error is a %T: %v", err, err)
+			}
+			if bytes.ContainsRune([]byte(err.Error()), '\n') {
+				t.Fatalf("error of more than one line: %q", err)
+			}
+			return
+		}
+		roundTrip(t, file)
+	})
+}

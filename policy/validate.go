@@ -1,0 +1,671 @@
+package policy
+
+import (
+	"fmt"
+	"math"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// Defaults of the rule settings, as the limiter flags have them.
+const (
+	DefaultAction   = "limit"
+	DefaultMode     = "enforce"
+	DefaultOnExceed = "drop"
+	DefaultKey      = "5tuple"
+	DefaultAlgo     = "token-bucket"
+)
+
+// ruleSpec is a checked rule resolved for Compile.
+type ruleSpec struct {
+	rule  shaper.Rule // Match not yet set
+	match matchSpec
+}
+
+type portRange struct{ lo, hi uint16 }
+
+// matchSpec is a checked match table. nil lists and zero values are not
+// given.
+type matchSpec struct {
+	family   uint8 // 0, 4 or 6
+	src, dst []netip.Prefix
+	proto    []uint8
+	sport    []portRange
+	dport    []portRange
+	iif, oif []string
+	hasMark  bool
+	mark     uint32
+	markMask uint32
+	queue    []uint16
+}
+
+// Validate checks every rule as Parse does, including the combination
+// checks of the engine (shaper.Config.Check). A File built in code (the
+// command line's flags as a one-rule File) gets errors without a place in a
+// file, whose Field names the setting ("burst") and whose Msg says what is
+// wrong with it ("must be at least 1, not 0.5"). Of several problems it
+// reports the first in the file.
+func (f *File) Validate() error {
+	_, err := f.check()
+	return err
+}
+
+func (f *File) check() ([]ruleSpec, error) {
+	if len(f.Rules) == 0 {
+		return nil, &Error{File: f.Name, Msg: "no rules: a rule file needs at least one [[rule]]"}
+	}
+	if len(f.Rules) > shaper.MaxRules {
+		return nil, f.errAt(shaper.MaxRules, "", -1, "too many rules: %d, at most %d", len(f.Rules), shaper.MaxRules)
+	}
+	var errs errList
+	// Config.Check builds a rule's whole state (a flow table's first
+	// megabyte): check each distinct Config once.
+	checked := map[shaper.Config]error{}
+	specs := make([]ruleSpec, len(f.Rules))
+	names := make(map[string]int, len(f.Rules))
+	items := 0
+	for i := range f.Rules {
+		r := &f.Rules[i]
+		if j, ok := names[r.Name]; ok && r.Name != "" {
+			msg := fmt.Sprintf("%q is already the name of rule #%d", r.Name, j+1)
+			if f.pos != nil {
+				msg += fmt.Sprintf(" (line %d)", f.pos.at(j, "name", -1).line)
+			}
+			errs.add(f.errAt(i, "name", -1, "%s", msg))
+		}
+		names[r.Name] = i
+		if m := r.Match; m != nil {
+			items += len(m.Src) + len(m.Dst) + len(m.Proto) + len(m.Sport) + len(m.Dport) + len(m.Iif) + len(m.Oif) + len(m.Queue)
+			if items > MaxMatchItems {
+				errs.add(f.errAt(i, "match", -1, "too many match items: more than %d in the file", MaxMatchItems))
+				break
+			}
+		}
+		specs[i] = f.checkRule(i, &errs, checked)
+	}
+	if err := errs.first(); err != nil {
+		return nil, err
+	}
+	return specs, nil
+}
+
+func validName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '.' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// given lists the limit rules' settings that r has, by field name.
+func (r *Rule) given() []string {
+	var g []string
+	add := func(ok bool, name string) {
+		if ok {
+			g = append(g, name)
+		}
+	}
+	add(r.Mode != "", "mode")
+	add(r.OnExceed != "", "on-exceed")
+	add(r.SetMark != "", "set-mark")
+	add(r.PPS != nil, "pps")
+	add(r.Bitrate != "", "bitrate")
+	add(r.Burst != nil, "burst")
+	add(r.Algo != "", "algo")
+	add(r.Window != 0, "window")
+	add(r.Key != "", "key")
+	add(r.SrcPrefix4 != nil, "src-prefix4")
+	add(r.DstPrefix4 != nil, "dst-prefix4")
+	add(r.SrcPrefix6 != nil, "src-prefix6")
+	add(r.DstPrefix6 != nil, "dst-prefix6")
+	add(r.Symmetric != nil, "symmetric")
+	add(r.MaxFlows != nil, "max-flows")
+	add(r.FlowTimeout != 0, "flow-timeout")
+	return g
+}
+
+func (r *Rule) has(field string) bool {
+	for _, g := range r.given() {
+		if g == field {
+			return true
+		}
+	}
+	return false
+}
+
+// trim drops the package prefix of a shaper or flows error.
+func trim(err error) string {
+	s := err.Error()
+	for _, p := range []string{"shaper: ", "flows: "} {
+		s = strings.TrimPrefix(s, p)
+	}
+	return s
+}
+
+func (f *File) checkRule(i int, errs *errList, checked map[shaper.Config]error) ruleSpec {
+	r := &f.Rules[i]
+	bad := func(field, format string, args ...any) {
+		errs.add(f.errAt(i, field, -1, format, args...))
+	}
+	switch {
+	case r.Name == "":
+		bad("name", "missing: every rule needs a unique name")
+	case !validName(r.Name):
+		bad("name", "%q is not a valid name: use letters, digits, \"_\", \".\" and \"-\"", r.Name)
+	}
+	s := ruleSpec{rule: shaper.Rule{Name: r.Name}}
+	known := true
+	switch r.Action {
+	case "", "limit":
+		s.rule.Action = shaper.ActionLimit
+	case "accept":
+		s.rule.Action = shaper.ActionAccept
+	case "drop":
+		s.rule.Action = shaper.ActionDrop
+	default:
+		bad("action", "unknown action %q (want limit, accept or drop)", r.Action)
+		known = false
+	}
+	s.match = f.checkMatch(i, r.Match, errs)
+	switch {
+	case !known:
+	case s.rule.Action != shaper.ActionLimit:
+		for _, g := range r.given() {
+			bad(g, "not allowed on %s rule: only limit rules take it", article(r.Action))
+		}
+	default:
+		f.checkLimit(i, &s, errs, checked)
+	}
+	return s
+}
+
+func article(action string) string {
+	if action == "accept" {
+		return "an accept"
+	}
+	return "a " + action
+}
+
+func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.Config]error) {
+	r := &f.Rules[i]
+	n0 := len(*errs)
+	bad := func(field, format string, args ...any) {
+		errs.add(f.errAt(i, field, -1, format, args...))
+	}
+	switch {
+	case r.PPS != nil && r.Bitrate != "":
+		field := "bitrate"
+		if f.pos != nil && f.pos.at(i, "bitrate", -1).before(f.pos.at(i, "pps", -1)) {
+			field = "pps"
+		}
+		bad(field, "pps and bitrate are exclusive: give one")
+	case r.PPS == nil && r.Bitrate == "":
+		field := ""
+		if r.Action != "" {
+			field = "action"
+		}
+		bad(field, "no limit given: set pps or bitrate (or action = \"accept\" or \"drop\")")
+	case r.PPS != nil:
+		if v := *r.PPS; !(v > 0) || math.IsInf(v, 0) {
+			bad("pps", "must be a positive number, not %v", v)
+		}
+	default:
+		if _, err := shaper.ParseBitrate(r.Bitrate); err != nil {
+			bad("bitrate", "%s", trim(err))
+		}
+	}
+	if r.Burst != nil {
+		switch v := *r.Burst; {
+		case !(v >= 1):
+			bad("burst", "must be at least 1, not %v", v)
+		case v > shaper.MaxBurst:
+			bad("burst", "must be at most %v, not %v", float64(shaper.MaxBurst), v)
+		}
+	}
+	if r.Algo != "" {
+		if _, err := shaper.ParseAlgorithm(r.Algo); err != nil {
+			bad("algo", "%s", trim(err))
+		}
+	}
+	if r.Window < 0 {
+		bad("window", "must be positive, not %v", r.Window)
+	}
+	if r.Key != "" {
+		if _, err := flows.ParseMode(r.Key); err != nil {
+			bad("key", "%s", trim(err))
+		}
+	}
+	for _, p := range []struct {
+		name string
+		v    *int
+		max  int
+	}{
+		{"src-prefix4", r.SrcPrefix4, 32},
+		{"dst-prefix4", r.DstPrefix4, 32},
+		{"src-prefix6", r.SrcPrefix6, 128},
+		{"dst-prefix6", r.DstPrefix6, 128},
+	} {
+		if p.v != nil && (*p.v < 1 || *p.v > p.max) {
+			bad(p.name, "must be between 1 and %d, not %d", p.max, *p.v)
+		}
+	}
+	if r.MaxFlows != nil {
+		switch v := *r.MaxFlows; {
+		case v < 1:
+			bad("max-flows", "must be at least 1, not %d", v)
+		case v > flows.MaxMaxFlows:
+			bad("max-flows", "must be at most %d, not %d", flows.MaxMaxFlows, v)
+		}
+	}
+	if r.FlowTimeout < 0 {
+		bad("flow-timeout", "must be positive, not %v", r.FlowTimeout)
+	}
+	switch r.Mode {
+	case "", "enforce":
+	case "shadow":
+		s.rule.Shadow = true
+	default:
+		bad("mode", "unknown mode %q (want enforce or shadow)", r.Mode)
+	}
+	switch r.OnExceed {
+	case "", "drop":
+		if r.SetMark != "" {
+			bad("set-mark", "needs on-exceed = \"mark\"")
+		}
+	case "mark":
+		if r.SetMark == "" {
+			bad("on-exceed", "\"mark\" needs set-mark (such as set-mark = \"0x1/0x1\")")
+		}
+		s.rule.MarkExceeded = true
+	default:
+		bad("on-exceed", "unknown value %q (want drop or mark)", r.OnExceed)
+	}
+	if r.SetMark != "" {
+		v, m, err := parseMark(r.SetMark)
+		if err != nil {
+			bad("set-mark", "%v", err)
+		}
+		s.rule.Mark, s.rule.MarkMask = v, m
+	}
+	if len(*errs) > n0 {
+		return
+	}
+	d := r.WithDefaults()
+	c := d.config()
+	err, ok := checked[c]
+	if !ok {
+		err = c.Check()
+		checked[c] = err
+	}
+	if err != nil {
+		bad(blame(r, &c), "%s", trim(err))
+	}
+	s.rule.Limit = c
+}
+
+// blame picks the field to report an error of shaper.Config.Check at: the
+// setting the engine found at odds with the others.
+func blame(r *Rule, c *shaper.Config) string {
+	rate := "pps"
+	if c.Bytes {
+		rate = "bitrate"
+	}
+	first := func(names ...string) string {
+		for _, n := range names {
+			if r.has(n) {
+				return n
+			}
+		}
+		return rate
+	}
+	switch {
+	case c.Bytes && c.Algorithm == shaper.SlidingWindow:
+		return "algo"
+	case c.Key.Validate() != nil:
+		return "symmetric"
+	case c.Algorithm == shaper.TokenBucket:
+		return first("burst")
+	case c.Algorithm == shaper.SlidingWindow:
+		if _, err := shaper.NewLimiter(c.LimiterConfig()); err == nil {
+			// The limit is fine; the logs of a full table are not.
+			return first("max-flows", "algo")
+		}
+	}
+	return first("window", "algo")
+}
+
+// config is the engine's Config of a rule that is checked and has its
+// defaults filled in.
+func (d *Rule) config() shaper.Config {
+	var c shaper.Config
+	if d.PPS != nil {
+		c.Rate = *d.PPS
+	} else {
+		c.Rate, _ = shaper.ParseBitrate(d.Bitrate)
+		c.Bytes = true
+	}
+	c.Algorithm, _ = shaper.ParseAlgorithm(d.Algo)
+	c.Burst = *d.Burst
+	c.Window = int64(d.Window)
+	c.Key.Mode, _ = flows.ParseMode(d.Key)
+	c.Key.SrcPrefix4, c.Key.DstPrefix4 = *d.SrcPrefix4, *d.DstPrefix4
+	c.Key.SrcPrefix6, c.Key.DstPrefix6 = *d.SrcPrefix6, *d.DstPrefix6
+	c.Key.Symmetric = *d.Symmetric
+	c.MaxFlows = *d.MaxFlows
+	c.FlowTimeout = int64(d.FlowTimeout)
+	return c
+}
+
+// WithDefaults returns r with every setting it leaves out filled in with
+// its default, as Compile uses it and Format writes it: the action; and for
+// a limit rule the mode, on-exceed, burst (from the rate: 5 packets, or
+// max(65535 bytes, 0.1 s of rate), at most shaper.MaxBurst), algo, window,
+// key, the four prefix lengths, symmetric, max-flows and flow-timeout. An
+// empty Match becomes nil. Settings given are kept as they are.
+func (r Rule) WithDefaults() Rule {
+	d := r
+	if d.Match.empty() {
+		d.Match = nil
+	}
+	if d.Action == "" {
+		d.Action = DefaultAction
+	}
+	if d.Action != "limit" {
+		return d
+	}
+	if d.Mode == "" {
+		d.Mode = DefaultMode
+	}
+	if d.OnExceed == "" {
+		d.OnExceed = DefaultOnExceed
+	}
+	if d.Burst == nil {
+		var c shaper.Config
+		if d.PPS != nil {
+			c.Rate = *d.PPS
+		} else if v, err := shaper.ParseBitrate(d.Bitrate); err == nil {
+			c.Rate, c.Bytes = v, true
+		}
+		if c.Rate > 0 {
+			d.Burst = ptr(c.LimiterConfig().Burst)
+		}
+	}
+	if d.Algo == "" {
+		d.Algo = DefaultAlgo
+	}
+	if d.Window == 0 {
+		d.Window = Duration(shaper.DefaultWindow)
+	}
+	if d.Key == "" {
+		d.Key = DefaultKey
+	}
+	for _, p := range []struct {
+		v   **int
+		def int
+	}{{&d.SrcPrefix4, 32}, {&d.DstPrefix4, 32}, {&d.SrcPrefix6, 128}, {&d.DstPrefix6, 128}} {
+		if *p.v == nil {
+			*p.v = ptr(p.def)
+		}
+	}
+	if d.Symmetric == nil {
+		d.Symmetric = ptr(false)
+	}
+	if d.MaxFlows == nil {
+		d.MaxFlows = ptr(flows.DefaultMaxFlows)
+	}
+	if d.FlowTimeout == 0 {
+		d.FlowTimeout = Duration(shaper.DefaultFlowTimeout)
+	}
+	return d
+}
+
+// WithDefaults returns a copy of f whose rules have their defaults filled
+// in (Rule.WithDefaults).
+func (f *File) WithDefaults() *File {
+	g := &File{Name: f.Name, Rules: make([]Rule, len(f.Rules)), pos: f.pos}
+	for i, r := range f.Rules {
+		g.Rules[i] = r.WithDefaults()
+	}
+	return g
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// parseMark parses "VALUE" or "VALUE/MASK" (numbers as Go writes them:
+// 0x10, 16, 0o20, 0b10000).
+func parseMark(s string) (val, mask uint32, err error) {
+	vs, ms, hasMask := strings.Cut(s, "/")
+	v, err1 := strconv.ParseUint(vs, 0, 32)
+	m := uint64(math.MaxUint32)
+	var err2 error
+	if hasMask {
+		m, err2 = strconv.ParseUint(ms, 0, 32)
+	}
+	if err1 != nil || err2 != nil {
+		return 0, 0, fmt.Errorf("bad mark %q: want VALUE or VALUE/MASK, numbers up to 0xffffffff (such as \"0x10/0xff\")", s)
+	}
+	if m == 0 {
+		return 0, 0, fmt.Errorf("bad mark %q: a mask of 0 takes no bit of the mark", s)
+	}
+	if v&^m != 0 {
+		return 0, 0, fmt.Errorf("bad mark %q: value %#x has bits outside mask %#x", s, v, m)
+	}
+	return uint32(v), uint32(m), nil
+}
+
+func formatMark(v, m uint32) string {
+	if m == math.MaxUint32 {
+		return fmt.Sprintf("%#x", v)
+	}
+	return fmt.Sprintf("%#x/%#x", v, m)
+}
+
+var protoNames = map[string]uint8{
+	"tcp": flows.ProtoTCP, "udp": flows.ProtoUDP, "icmp": flows.ProtoICMP,
+	"icmpv6": flows.ProtoICMPv6, "sctp": flows.ProtoSCTP, "udplite": flows.ProtoUDPLite,
+}
+
+// hasPorts reports whether proto carries ports that sport and dport match.
+func hasPorts(proto uint8) bool {
+	switch proto {
+	case flows.ProtoTCP, flows.ProtoUDP, flows.ProtoUDPLite, flows.ProtoSCTP:
+		return true
+	}
+	return false
+}
+
+func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
+	var s matchSpec
+	if m == nil {
+		return s
+	}
+	bad := func(field string, j int, format string, args ...any) {
+		errs.add(f.errAt(i, field, j, format, args...))
+	}
+	// list reports an empty list and calls item on each item.
+	list := func(field string, items []string, item func(j int, v string)) {
+		if items != nil && len(items) == 0 {
+			bad(field, -1, "empty list: it would match nothing; give at least one item or leave it out")
+		}
+		for j, v := range items {
+			item(j, v)
+		}
+	}
+	switch m.Family {
+	case "":
+	case "ipv4":
+		s.family = 4
+	case "ipv6":
+		s.family = 6
+	default:
+		bad("match.family", -1, "unknown family %q (want ipv4 or ipv6)", m.Family)
+	}
+	addrs := func(field string, items []string) []netip.Prefix {
+		var ps []netip.Prefix
+		fam := [2]bool{}
+		list(field, items, func(j int, v string) {
+			p, err := parsePrefix(v)
+			if err != nil {
+				bad(field, j, "%v", err)
+				return
+			}
+			ps = append(ps, p)
+			fam[b2i(p.Addr().Is6())] = true
+		})
+		if len(ps) > 0 && len(ps) == len(items) && s.family != 0 && !fam[b2i(s.family == 6)] {
+			bad(field, -1, "never matches: no item is an IPv%d address or CIDR, and match.family is %q", s.family, m.Family)
+		}
+		return ps
+	}
+	s.src = addrs("match.src", m.Src)
+	s.dst = addrs("match.dst", m.Dst)
+	portProto := false
+	list("match.proto", m.Proto, func(j int, v string) {
+		p, err := parseProto(v)
+		if err != nil {
+			bad("match.proto", j, "%v", err)
+			return
+		}
+		s.proto = append(s.proto, p)
+		portProto = portProto || hasPorts(p)
+	})
+	ports := func(field string, items []string) []portRange {
+		var rs []portRange
+		list(field, items, func(j int, v string) {
+			r, err := parsePorts(v)
+			if err != nil {
+				bad(field, j, "%v", err)
+				return
+			}
+			rs = append(rs, r)
+		})
+		if items != nil && len(s.proto) > 0 && len(s.proto) == len(m.Proto) && !portProto {
+			bad(field, -1, "never matches: no protocol in match.proto has ports (tcp, udp, udplite, sctp)")
+		}
+		return rs
+	}
+	s.sport = ports("match.sport", m.Sport)
+	s.dport = ports("match.dport", m.Dport)
+	ifaces := func(field string, items []string) []string {
+		list(field, items, func(j int, v string) {
+			if !validIfName(v) {
+				bad(field, j, "bad interface name %q", v)
+			}
+		})
+		return items
+	}
+	s.iif = ifaces("match.iif", m.Iif)
+	s.oif = ifaces("match.oif", m.Oif)
+	if m.Mark != "" {
+		v, mask, err := parseMark(m.Mark)
+		if err != nil {
+			bad("match.mark", -1, "%v", err)
+		}
+		s.hasMark, s.mark, s.markMask = true, v, mask
+	}
+	if m.Queue != nil && len(m.Queue) == 0 {
+		bad("match.queue", -1, "empty list: it would match nothing; give at least one item or leave it out")
+	}
+	for j, q := range m.Queue {
+		if q < 0 || q > math.MaxUint16 {
+			bad("match.queue", j, "queue %d out of range 0-65535", q)
+			continue
+		}
+		s.queue = append(s.queue, uint16(q))
+	}
+	return s
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// parsePrefix parses an address (one host) or a CIDR whose address has no
+// bits set past its length.
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return p, fmt.Errorf("bad CIDR %q (want an address or CIDR such as \"10.1.0.0/16\" or \"fd00::/8\")", s)
+		}
+		if m := p.Masked(); m != p {
+			return p, fmt.Errorf("bad CIDR %q: bits set past /%d (did you mean %q?)", s, p.Bits(), m.String())
+		}
+		return p, nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil || a.Zone() != "" {
+		return netip.Prefix{}, fmt.Errorf("bad address %q (want an address or CIDR such as \"10.1.0.0/16\" or \"fd00::/8\")", s)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+func parseProto(s string) (uint8, error) {
+	if p, ok := protoNames[s]; ok {
+		return p, nil
+	}
+	n, err := strconv.Atoi(s)
+	switch {
+	case err != nil || n < 0 || n > 255:
+		return 0, fmt.Errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6, sctp, udplite or a number 0-254)", s)
+	case n == flows.ProtoUnknown:
+		return 0, fmt.Errorf("protocol 255 is reserved: packetshaper means by it a protocol it could not find (want 0-254)")
+	}
+	return uint8(n), nil
+}
+
+func parsePorts(s string) (portRange, error) {
+	port := func(v string) (uint16, bool) {
+		if v == "" || len(v) > 5 {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil || n > math.MaxUint16 {
+			return 0, false
+		}
+		return uint16(n), true
+	}
+	lo, hi, isRange := strings.Cut(s, "-")
+	a, ok1 := port(lo)
+	b, ok2 := a, true
+	if isRange {
+		b, ok2 = port(hi)
+	}
+	if !ok1 || !ok2 {
+		return portRange{}, fmt.Errorf("bad port %q (want a port 0-65535 or a range such as \"8000-8100\")", s)
+	}
+	if a > b {
+		return portRange{}, fmt.Errorf("bad port range %q: %d is above %d", s, a, b)
+	}
+	return portRange{a, b}, nil
+}
+
+// validIfName reports whether s can name a Linux network interface
+// (dev_valid_name: 1-15 bytes, no "/", ":" or white space, not "." or "..").
+func validIfName(s string) bool {
+	if s == "" || len(s) > 15 || s == "." || s == ".." {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '/' || c == ':' || c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// durations as written, for Format.
+func formatDuration(d Duration) string { return time.Duration(d).String() }
