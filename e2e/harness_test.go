@@ -535,7 +535,7 @@ func stopRecv(p *proc) recvResult {
 	return recvDone(p, 5*time.Second)
 }
 
-var statRe = regexp.MustCompile(`\b(accepted|dropped|packets|flows)[=: ]+(\d+)`)
+var statRe = regexp.MustCompile(`(?:^|\s)(accepted|dropped|packets|flows)[=: ]+(\d+)`)
 
 // finalStats parses the last line of packetshaper's log that carries
 // accepted= and dropped= counters.

@@ -4,14 +4,18 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // limiterFlags are the flags that the live shaper and replay share: what a
-// flow is and how it is limited.
+// flow is and how it is limited. Alone they make a one-rule policy (rule
+// "default", matching every packet); with --policy FILE they are refused.
+// Their names are the rule file's field names.
 type limiterFlags struct {
 	pps         float64
 	bitrate     string
@@ -26,7 +30,6 @@ type limiterFlags struct {
 	symmetric   bool
 	maxFlows    int
 	flowTimeout time.Duration
-	malformed   string
 }
 
 // addLimiterFlags defines the limiter flags on fs.
@@ -43,93 +46,136 @@ func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
 	fs.IntVar(&l.srcPrefix6, "src-prefix6", 128, "IPv6 source prefix length (64 = one limit per /64)")
 	fs.IntVar(&l.dstPrefix6, "dst-prefix6", 128, "IPv6 destination prefix length")
 	fs.BoolVar(&l.symmetric, "symmetric", false, "count both directions of a conversation as one flow")
-	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap; when full the least recently used flow is evicted (about 220 bytes per flow)")
+	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap; when full, a flow seen once is evicted before any that keeps sending (see README, Flow table)")
 	fs.DurationVar(&l.flowTimeout, "flow-timeout", time.Duration(shaper.DefaultFlowTimeout), "forget a flow after this long without packets")
-	fs.StringVar(&l.malformed, "malformed", "accept", "verdict for packets that do not decode as IP: accept or drop")
 	return l
 }
 
-// config turns the flags into an engine configuration, or a one-line error
-// naming the bad flag.
-// engineConfig is a one-rule policy: the limiter and the verdict for
-// malformed packets.
-type engineConfig struct {
-	shaper.Config
-	Malformed shaper.Verdict
+// limiterFlagNames are the flags addLimiterFlags defines.
+func limiterFlagNames() map[string]bool {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	addLimiterFlags(fs)
+	names := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
+	return names
 }
 
-func newEngine(c engineConfig) (*shaper.Engine, error) {
-	return shaper.NewPolicy(shaper.Policy{Rules: []shaper.Rule{{Name: "default", Limit: c.Config}}, Malformed: c.Malformed})
-}
-
-func (l *limiterFlags) config() (engineConfig, error) {
-	var c engineConfig
-	switch {
-	case l.pps != 0 && l.bitrate != "":
-		return c, errors.New("--pps and --bitrate are exclusive: give one")
-	case l.pps == 0 && l.bitrate == "":
-		return c, errors.New("no limit given: set --pps N or --bitrate RATE")
-	case l.bitrate != "":
-		r, err := shaper.ParseBitrate(l.bitrate)
-		if err != nil {
-			return c, fmt.Errorf("--bitrate: %v", trimPkg(err))
-		}
-		c.Rate, c.Bytes = r, true
-	default:
-		if !(l.pps > 0) {
-			return c, fmt.Errorf("--pps must be a positive number, not %v", l.pps)
-		}
-		c.Rate = l.pps
+// file returns the one-rule policy the flags describe.
+func (l *limiterFlags) file() *policy.File {
+	r := policy.Rule{
+		Name:        "default",
+		Algo:        l.algo,
+		Key:         l.key,
+		SrcPrefix4:  &l.srcPrefix4,
+		DstPrefix4:  &l.dstPrefix4,
+		SrcPrefix6:  &l.srcPrefix6,
+		DstPrefix6:  &l.dstPrefix6,
+		Symmetric:   &l.symmetric,
+		MaxFlows:    &l.maxFlows,
+		Window:      policy.Duration(l.window),
+		FlowTimeout: policy.Duration(l.flowTimeout),
+		Bitrate:     l.bitrate,
 	}
+	if l.pps != 0 {
+		r.PPS = &l.pps
+	}
+	if l.burst != 0 {
+		r.Burst = &l.burst
+	}
+	return &policy.File{Rules: []policy.Rule{r}}
+}
+
+// flagError turns a policy error about the one-rule policy the flags make
+// into the flag's words: "--burst: must be at least 1".
+func flagError(err error) error {
+	var pe *policy.Error
+	if errors.As(err, &pe) && pe.Field != "" {
+		if pe.Field == "pps" && strings.Contains(pe.Msg, "no rate") {
+			return errors.New("no limit given: set --pps N or --bitrate RATE (or --policy FILE)")
+		}
+		return fmt.Errorf("--%s: %s", pe.Field, pe.Msg)
+	}
+	return err
+}
+
+// policyFlags are the flags that choose the policy: --policy FILE or the
+// limiter flags, and the settings beside the rules.
+type policyFlags struct {
+	fs        *flag.FlagSet
+	limiter   *limiterFlags
+	file      string
+	malformed string
+}
+
+func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
+	p := &policyFlags{fs: fs, limiter: addLimiterFlags(fs)}
+	fs.StringVar(&p.file, "policy", "", "read the rules from the TOML rule `FILE` (see README, Policies) instead of the limiter flags; live: SIGHUP re-reads it")
+	fs.StringVar(&p.malformed, "malformed", "accept", "verdict for packets whose IP header is invalid (the kernel drops those anyway): accept or drop")
+	return p
+}
+
+// policySource is where a policy comes from: the --policy file, re-read at
+// each load (SIGHUP), or the limiter flags.
+type policySource struct {
+	file      string
+	flags     *policy.File // without --policy
+	malformed shaper.Verdict
+	opts      policy.Options
+}
+
+// source checks the policy flags (after fs.Parse) and returns the source
+// they name. Errors are one line, for exit status 2.
+func (p *policyFlags) source(opts policy.Options) (*policySource, error) {
+	s := &policySource{file: p.file, opts: opts}
 	var err error
-	if c.Algorithm, err = shaper.ParseAlgorithm(l.algo); err != nil {
-		return c, fmt.Errorf("--algo: %v", trimPkg(err))
+	if s.malformed, err = shaper.ParseVerdict(p.malformed); err != nil {
+		return nil, fmt.Errorf("--malformed: %s", trimPkg(err))
 	}
-	if l.burst < 0 || (l.burst > 0 && l.burst < 1) {
-		return c, fmt.Errorf("--burst must be at least 1, not %v", l.burst)
-	}
-	c.Burst = l.burst
-	if l.window <= 0 {
-		return c, fmt.Errorf("--window must be positive, not %v", l.window)
-	}
-	c.Window = int64(l.window)
-	if c.Key.Mode, err = flows.ParseMode(l.key); err != nil {
-		return c, fmt.Errorf("--key: %v", trimPkg(err))
-	}
-	for _, p := range []struct {
-		name string
-		v    int
-		max  int
-		dst  *int
-	}{
-		{"--src-prefix4", l.srcPrefix4, 32, &c.Key.SrcPrefix4},
-		{"--dst-prefix4", l.dstPrefix4, 32, &c.Key.DstPrefix4},
-		{"--src-prefix6", l.srcPrefix6, 128, &c.Key.SrcPrefix6},
-		{"--dst-prefix6", l.dstPrefix6, 128, &c.Key.DstPrefix6},
-	} {
-		if p.v < 1 || p.v > p.max {
-			return c, fmt.Errorf("%s must be between 1 and %d, not %d", p.name, p.max, p.v)
+	limiter := limiterFlagNames()
+	var given []string
+	p.fs.Visit(func(f *flag.Flag) {
+		if limiter[f.Name] {
+			given = append(given, "--"+f.Name)
 		}
-		*p.dst = p.v
+	})
+	if p.file != "" {
+		if len(given) > 0 {
+			return nil, fmt.Errorf("--policy and the limiter flags (%s) are exclusive: put the limits in the rule file", strings.Join(given, ", "))
+		}
+		return s, nil
 	}
-	c.Key.Symmetric = l.symmetric
-	if l.maxFlows < 1 {
-		return c, fmt.Errorf("--max-flows must be at least 1, not %d", l.maxFlows)
+	s.flags = p.limiter.file()
+	if err := s.flags.Validate(); err != nil {
+		return nil, flagError(err)
 	}
-	c.MaxFlows = l.maxFlows
-	if l.flowTimeout <= 0 {
-		return c, fmt.Errorf("--flow-timeout must be positive, not %v", l.flowTimeout)
+	return s, nil
+}
+
+// load reads (for a file) and compiles the policy.
+func (s *policySource) load() (*policy.Compiled, error) {
+	f := s.flags
+	if s.file != "" {
+		var err error
+		if f, err = policy.Load(s.file); err != nil {
+			return nil, err
+		}
 	}
-	c.FlowTimeout = int64(l.flowTimeout)
-	if c.Malformed, err = shaper.ParseVerdict(l.malformed); err != nil {
-		return c, fmt.Errorf("--malformed: %v", trimPkg(err))
-	}
-	// Let the engine check the combination (e.g. sliding-window with
-	// --bitrate, a rate too low for the window).
-	if _, err := newEngine(c); err != nil {
-		return c, errors.New(trimPkg(err))
+	c, err := f.Compile(s.opts)
+	if err != nil {
+		if s.file == "" {
+			return nil, flagError(err)
+		}
+		return nil, err
 	}
 	return c, nil
+}
+
+// describe names the source for logs.
+func (s *policySource) describe() string {
+	if s.file != "" {
+		return s.file
+	}
+	return "command line"
 }
 
 // trimPkg drops the "shaper: " / "flows: " prefix that package errors carry,

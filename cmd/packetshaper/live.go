@@ -18,45 +18,54 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/nfq"
+	"github.com/packetshaper/packetshaper/offload"
+	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-const liveUsage = `Usage: packetshaper [--queue N|N-M] [limiter flags] [live flags]
+const liveUsage = `Usage: packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [live flags]
 
 Shapes live traffic: every packet that an iptables or nft rule sends to
-NFQUEUE queue N (or N..M) gets ACCEPT or DROP from a per-flow limiter.
-Needs root (CAP_NET_ADMIN). Always queue with bypass, so that traffic flows
-when packetshaper is not running, e.g. (or use scripts/rules.sh):
+NFQUEUE queue N (or N..M) gets ACCEPT or DROP from the first rule of the
+policy that matches it: a TOML rule file (--policy FILE, see README,
+Policies), or one rule made of the limiter flags (--pps 100 limits every
+packet to 100 packets/s per 5-tuple). Needs root (CAP_NET_ADMIN). Always
+queue with bypass, so that traffic flows when packetshaper is not running,
+e.g. (or use scripts/rules.sh):
 
   iptables -I INPUT -p udp --dport 9000 -j NFQUEUE --queue-num 0 --queue-bypass
   iptables -I INPUT -p udp --dport 9000 -j NFQUEUE --queue-balance 0:1 --queue-bypass  # with --queue 0-1
   nft add rule inet filter input udp dport 9000 queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
 
-A full queue accepts packets without asking (fail-open) unless --fail-closed.
+A full queue accepts packets without asking (fail-open) unless --fail-closed;
+such packets are counted as failopen_passed in the stats and metrics.
 SIGINT/SIGTERM: stop, answer every held packet, log the final stats, exit 0.
-SIGHUP: re-read --config FILE. If it is good, each queue switches to the new
-settings at its next batch and every flow starts afresh (full bucket, empty
-windows: each flow may send a burst again); counters go on. If it is bad, one
-error is logged and the old settings stay. Without --config, it is logged
-and ignored. Limiter flags given on the command line override the file.
+SIGHUP: re-read --policy FILE. Rules whose name, match, key and limiter
+settings are unchanged keep their flows and limiter state (no fresh burst);
+changed and new rules start empty; the log says which rules kept state. A bad
+file changes nothing and logs one error. Without --policy, SIGHUP is ignored.
 
 Flags:
 `
 
-// liveFlags are the flags of the live shaper beside the limiter flags.
+// liveFlags are the flags of the live shaper beside the policy flags.
 type liveFlags struct {
-	queue       string
-	maxLen      uint
-	copyRange   uint
-	readBuffer  int
-	batch       int
-	failClosed  bool
-	statsEvery  time.Duration
-	logFormat   string
-	metricsAddr string
-	latency     bool
-	rtPrio      int
+	queue          string
+	maxLen         uint
+	copyRange      uint
+	readBuffer     int
+	batch          int
+	failClosed     bool
+	statsEvery     time.Duration
+	logFormat      string
+	metricsAddr    string
+	latency        bool
+	rtPrio         int
+	offload        bool
+	offloadAfter   uint
+	offloadTimeout time.Duration
 }
 
 func addLiveFlags(fs *flag.FlagSet) *liveFlags {
@@ -72,6 +81,9 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	fs.BoolVar(&f.latency, "latency", false, "measure each packet's verdict latency (from entering the network stack to its verdict) and log p50/p99/max; turns on kernel receive timestamps system-wide")
 	fs.IntVar(&f.rtPrio, "rt-priority", 0, "run the whole process under the real-time policy SCHED_FIFO at this `priority` (1-99, 1 is enough): keeps the verdict latency's tail low when other processes load the CPUs; needs root or CAP_SYS_NICE (0: off)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus text metrics at http://`ADDR`/metrics; ADDR must be a loopback address, e.g. 127.0.0.1:9464")
+	fs.BoolVar(&f.offload, "offload", false, "drop a flow that keeps being dropped in the kernel for --offload-timeout, so that its flood never fills the queue (needs the offload set and rule: scripts/rules.sh add ... --offload)")
+	fs.UintVar(&f.offloadAfter, "offload-after", 1000, "with --offload: offload a flow after this many of its packets in a row were dropped")
+	fs.DurationVar(&f.offloadTimeout, "offload-timeout", 2*time.Second, "with --offload: how long an offloaded flow is dropped in the kernel before it comes back to the shaper")
 	return f
 }
 
@@ -113,40 +125,84 @@ func checkLoopback(addr string) error {
 	return nil
 }
 
+// offloader is what a worker hands the flows to drop in the kernel to
+// (offload.Offloader); Add must not block or allocate.
+type offloader interface{ Add(k flows.Key) }
+
 // worker is one queue with its own engine. The engine is used only by the
-// queue's Run goroutine; what the logger needs from it is copied into
-// atomics there (snapshot), at most every snapEvery.
+// queue's Run goroutine; what the logger and the metrics need from it is
+// copied into an immutable snapshot there, at most every snapEvery (and
+// when the queue is idle), and published with an atomic store.
 //
-// A reload (SIGHUP) stores a new engine in pending; decide swaps it in at
-// the start of its next batch, on the queue's goroutine, so the per-packet
-// path takes no lock: one atomic load per batch. The new engine's table is
-// empty (every flow starts afresh); base carries the old engines' counters
-// so that malformed and evictions never go down.
+// A reload (SIGHUP) stores a new engine in pending, made by Engine.Reload
+// from the current one so that unchanged rules share its state; decide swaps
+// it in at the start of its next batch, on the queue's goroutine, so the
+// per-packet path takes no lock: one atomic load per batch.
 type worker struct {
 	queue   uint16
 	q       *nfq.Queue
-	eng     *shaper.Engine
+	eng     *shaper.Engine                // Run's goroutine only
+	cur     atomic.Pointer[shaper.Engine] // eng, for Reload on another goroutine
 	pending atomic.Pointer[shaper.Engine]
-	base    shaper.Stats // counters of the engines swapped out
+	off     offloader // nil without --offload
 
-	lastSnap  int64
-	flows     atomic.Uint64
-	malformed atomic.Uint64
-	evictions atomic.Uint64
+	meta shaper.Meta
+	dec  shaper.Decision
+
+	lastSnap int64
+	snap     atomic.Pointer[snapshot]
+}
+
+// snapshot is what a worker's engine had counted at one time.
+type snapshot struct {
+	shaper.Stats
+	rules []ruleSnap
+}
+
+type ruleSnap struct {
+	name string
+	shaper.RuleStats
 }
 
 const snapEvery = int64(100 * time.Millisecond)
 
+func newWorker(queue uint16, eng *shaper.Engine) *worker {
+	w := &worker{queue: queue, eng: eng}
+	w.meta.Queue = queue
+	w.cur.Store(eng)
+	w.snapshot(0)
+	return w
+}
+
 // decide is the nfq.Handler: the engine decides, nfq answers. It does not
-// allocate.
+// allocate, but to publish a snapshot (every snapEvery).
 func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 	if w.pending.Load() != nil {
 		w.swap(now)
 	}
 	for i := range batch {
-		if w.eng.Decide(batch[i].Data, now) == shaper.Drop {
+		p := &batch[i]
+		w.meta.Mark, w.meta.InIf, w.meta.OutIf = p.Mark, p.InDev, p.OutDev
+		w.eng.DecidePacket(p.Data, &w.meta, now, &w.dec)
+		switch {
+		case w.dec.Verdict == shaper.Drop:
 			verdicts[i].Action = nfq.Drop
+		case w.dec.SetMark:
+			verdicts[i].SetMark, verdicts[i].Mark = true, w.dec.Mark
 		}
+	}
+	if w.off != nil {
+		w.eng.TakeOffloads(w.off.Add)
+	}
+	if now-w.lastSnap >= snapEvery {
+		w.snapshot(now)
+	}
+}
+
+// idle is nfq's Idle hook: counters stay current when no traffic flows.
+func (w *worker) idle(now int64) {
+	if w.pending.Load() != nil {
+		w.swap(now)
 	}
 	if now-w.lastSnap >= snapEvery {
 		w.snapshot(now)
@@ -155,87 +211,18 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 
 // swap replaces the engine with the pending one (see worker).
 func (w *worker) swap(now int64) {
-	s := w.eng.Stats()
-	w.base.Malformed += s.Malformed
-	w.base.Evictions += s.Evictions
 	w.eng = w.pending.Swap(nil)
-	w.lastSnap = now - snapEvery // the flows gauge follows at this batch's end
+	w.cur.Store(w.eng)
+	w.lastSnap = now - snapEvery // the snapshot follows at this batch's end
 }
 
 func (w *worker) snapshot(now int64) {
-	s := w.eng.Stats()
-	w.flows.Store(s.Flows)
-	w.malformed.Store(w.base.Malformed + s.Malformed)
-	w.evictions.Store(w.base.Evictions + s.Evictions)
+	s := &snapshot{Stats: w.eng.Stats(), rules: make([]ruleSnap, w.eng.NumRules())}
+	for i := range s.rules {
+		s.rules[i] = ruleSnap{name: w.eng.Rule(i).Name, RuleStats: w.eng.RuleStats(i)}
+	}
+	w.snap.Store(s)
 	w.lastSnap = now
-}
-
-// totals sums the counters of all queues.
-type totals struct {
-	nfq.Stats
-	flows, malformed, evictions uint64
-	kernel                      nfq.KernelStats // summed over the bound queues
-	latency                     nfq.LatencyStats
-}
-
-func sum(ws []*worker) totals {
-	var t totals
-	for _, w := range ws {
-		s := w.q.Stats()
-		t.Packets += s.Packets
-		t.Accepted += s.Accepted
-		t.Dropped += s.Dropped
-		t.Batches += s.Batches
-		t.VerdictMsgs += s.VerdictMsgs
-		t.ENOBUFS += s.ENOBUFS
-		t.Lost += s.Lost
-		t.Errors += s.Errors
-		t.flows += w.flows.Load()
-		t.malformed += w.malformed.Load()
-		t.evictions += w.evictions.Load()
-		// Quantiles do not add up over queues: report the worst queue's.
-		if l := w.q.Latency(); l.P99 > t.latency.P99 || l.Max > t.latency.Max {
-			c := t.latency.Count + l.Count
-			t.latency = l
-			t.latency.Count = c
-		} else {
-			t.latency.Count += l.Count
-		}
-		if ks, err := w.q.KernelStats(); err == nil {
-			t.kernel.QueueTotal += ks.QueueTotal
-			t.kernel.QueueDropped += ks.QueueDropped
-			t.kernel.UserDropped += ks.UserDropped
-		}
-	}
-	return t
-}
-
-func logStats(log *slog.Logger, msg string, ws []*worker, elapsed time.Duration, latency bool) {
-	t := sum(ws)
-	attrs := []any{
-		"packets", t.Packets, "accepted", t.Accepted, "dropped", t.Dropped,
-		"malformed", t.malformed, "flows", t.flows, "evictions", t.evictions,
-		"queued", t.kernel.QueueTotal, "queue_drops", t.kernel.QueueDropped,
-		"socket_drops", t.kernel.UserDropped, "lost", t.Lost, "enobufs", t.ENOBUFS,
-		"errors", t.Errors, "batches", t.Batches, "verdict_msgs", t.VerdictMsgs,
-		"secs", fmt.Sprintf("%.3f", elapsed.Seconds()),
-	}
-	if len(ws) > 1 {
-		var b strings.Builder
-		for i, w := range ws {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, "%d:%d", w.queue, w.q.Stats().Packets)
-		}
-		attrs = append(attrs, "per_queue", b.String())
-	}
-	if latency {
-		us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/1e3) }
-		attrs = append(attrs, "lat_count", t.latency.Count, "lat_p50_us", us(t.latency.P50),
-			"lat_p99_us", us(t.latency.P99), "lat_max_us", us(t.latency.Max))
-	}
-	log.Info(msg, attrs...)
 }
 
 // runLive is the root command: exit status 0 after a clean stop, 1 when the
@@ -247,8 +234,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, liveUsage)
 		fs.PrintDefaults()
 	}
-	addLimiterFlags(fs) // read back by newConfigSource, over the --config file
-	configFile := addConfigFlag(fs)
+	pf := addPolicyFlags(fs)
 	f := addLiveFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -256,7 +242,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		}
 		return 2
 	}
-	// SIGHUP reloads --config; caught from here on, so that it never kills
+	// SIGHUP reloads --policy; caught from here on, so that it never kills
 	// the process (its default action).
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -268,10 +254,13 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		return usage("unexpected argument %q (packetshaper --help)", fs.Arg(0))
 	}
-	src := newConfigSource(fs, *configFile)
-	cfg, _, err := src.load()
+	src, err := pf.source(policy.Options{IfIndex: ifIndex})
 	if err != nil {
 		return usage("%v", err)
+	}
+	comp, err := src.load()
+	if err != nil {
+		return usage("%v", oneLine(err.Error()))
 	}
 	queues, err := parseQueues(f.queue)
 	if err != nil {
@@ -290,6 +279,10 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return usage("--batch must be between 1 and 1024, not %d", f.batch)
 	case f.statsEvery < 0:
 		return usage("--stats-interval must not be negative, not %v", f.statsEvery)
+	case f.offload && (f.offloadAfter < 1 || f.offloadAfter > 1<<31):
+		return usage("--offload-after must be between 1 and %d, not %d", 1<<31, f.offloadAfter)
+	case f.offload && f.offloadTimeout < time.Second/10:
+		return usage("--offload-timeout must be at least 100ms, not %v", f.offloadTimeout)
 	}
 	var log *slog.Logger
 	switch f.logFormat {
@@ -305,6 +298,16 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			return usage("%v", err)
 		}
 	}
+	globals := func(p shaper.Policy) shaper.Policy {
+		p.Malformed = src.malformed
+		if f.offload {
+			p.OffloadAfter = uint32(f.offloadAfter)
+		}
+		return p
+	}
+	for _, w := range comp.Warnings() {
+		log.Warn(w)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -317,10 +320,11 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		}
 	}()
 	for _, qn := range queues {
-		eng, err := newEngine(cfg)
+		eng, err := shaper.NewPolicy(globals(comp.Policy()))
 		if err != nil {
 			return usage("%v", trimPkg(err))
 		}
+		w := newWorker(qn, eng)
 		q, err := nfq.Open(nfq.Config{
 			Queue:            qn,
 			MaxQueueLen:      uint32(f.maxLen),
@@ -330,16 +334,53 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			BatchSize:        f.batch,
 			Latency:          f.latency,
 			RealtimePriority: f.rtPrio,
+			Idle:             w.idle,
 			Logf:             logf,
 		})
 		if err != nil {
 			fmt.Fprintln(stderr, "packetshaper:", oneLine(err.Error()))
 			return 1
 		}
-		ws = append(ws, &worker{queue: qn, q: q, eng: eng})
+		w.q = q
+		ws = append(ws, w)
 	}
 
-	var srv *http.Server
+	// Startup hint: rules that send to queues nobody serves.
+	if rules, err := nfq.QueueRules(); err == nil {
+		bound, _ := nfq.BoundQueues()
+		for _, u := range nfq.UnservedQueues(rules, bound) {
+			log.Warn(u.String())
+		}
+	}
+	qs := make([]*nfq.Queue, len(ws))
+	for i, w := range ws {
+		qs[i] = w.q
+	}
+	mon, err := nfq.NewMonitor(qs, nfq.MonitorConfig{Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, "packetshaper:", oneLine(err.Error()))
+		return 1
+	}
+	defer mon.Close() // after the queues' Run returned (deferred later, run earlier)
+
+	var off *offload.Offloader
+	if f.offload {
+		if off, err = offload.Open(offload.Config{Timeout: f.offloadTimeout, Logf: logf}); err != nil {
+			fmt.Fprintln(stderr, "packetshaper: --offload:", oneLine(err.Error()))
+			return 1
+		}
+		// Closed after the queues have stopped (deferred after them, so
+		// run before): every element still live is deleted.
+		defer func() {
+			if err := off.Close(); err != nil {
+				log.Warn("offload: removing the offloaded flows: " + oneLine(err.Error()))
+			}
+		}()
+		for _, w := range ws {
+			w.off = off
+		}
+	}
+
 	if f.metricsAddr != "" {
 		ln, err := net.Listen("tcp", f.metricsAddr)
 		if err != nil {
@@ -349,9 +390,9 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		mux := http.NewServeMux()
 		mux.HandleFunc("/metrics", func(rw http.ResponseWriter, _ *http.Request) {
 			rw.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			writeMetrics(rw, ws)
+			writeMetrics(rw, ws, mon, off)
 		})
-		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
@@ -360,18 +401,15 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	if f.failClosed {
 		mode = "fail-closed"
 	}
-	attrs := []any{"queues", f.queue, "algo", cfg.Algorithm.String(), "rate", cfg.Rate, "bytes", cfg.Bytes,
-		"queue_maxlen", f.maxLen, "copy_range", f.copyRange, "mode", mode}
-	if *configFile != "" {
-		attrs = append(attrs, "config", *configFile)
-	}
-	log.Info("shaping", attrs...)
+	log.Info("shaping", "queues", f.queue, "policy", src.describe(), "rules", ruleNames(ws[0].eng),
+		"queue_maxlen", f.maxLen, "copy_range", f.copyRange, "mode", mode, "offload", f.offload)
 
 	start := time.Now()
 	errs := make(chan error, len(ws))
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	go mon.Run(runCtx)
 	for _, w := range ws {
 		wg.Add(1)
 		go func() {
@@ -397,15 +435,14 @@ loop:
 	for {
 		select {
 		case <-tick:
-			logStats(log, "stats", ws, time.Since(start), f.latency)
+			logStats(log, "stats", ws, mon, off, time.Since(start), f.latency)
 		case <-hup:
-			reload(log, src, ws)
+			reload(log, src, globals, ws)
 		case <-finished:
 			break loop
 		}
 	}
-	// Unbound now: KernelStats has nothing to add.
-	logStats(log, "final stats", ws, time.Since(start), f.latency)
+	logStats(log, "final stats", ws, mon, off, time.Since(start), f.latency)
 	close(errs)
 	if err := <-errs; err != nil {
 		log.Error(oneLine(err.Error()))
@@ -414,26 +451,53 @@ loop:
 	return 0
 }
 
-// writeMetrics writes the counters in the Prometheus text format.
-func writeMetrics(w io.Writer, ws []*worker) {
-	type metric struct {
-		name, typ, help string
-		get             func(*worker, nfq.Stats) uint64
+// ifIndex resolves an interface name in packetshaper's network namespace.
+func ifIndex(name string) (uint32, bool) {
+	i, err := net.InterfaceByName(name)
+	if err != nil {
+		return 0, false
 	}
-	for _, m := range []metric{
-		{"packetshaper_packets_total", "counter", "Packets decided.", func(_ *worker, s nfq.Stats) uint64 { return s.Packets }},
-		{"packetshaper_accepted_total", "counter", "Packets accepted.", func(_ *worker, s nfq.Stats) uint64 { return s.Accepted }},
-		{"packetshaper_dropped_total", "counter", "Packets dropped.", func(_ *worker, s nfq.Stats) uint64 { return s.Dropped }},
-		{"packetshaper_malformed_total", "counter", "Packets that did not decode as IP.", func(w *worker, _ nfq.Stats) uint64 { return w.malformed.Load() }},
-		{"packetshaper_flows", "gauge", "Flows in the flow table.", func(w *worker, _ nfq.Stats) uint64 { return w.flows.Load() }},
-		{"packetshaper_flow_evictions_total", "counter", "Flows evicted from a full table.", func(w *worker, _ nfq.Stats) uint64 { return w.evictions.Load() }},
-		{"packetshaper_lost_total", "counter", "Packets queued by the kernel that never reached packetshaper (socket buffer full).", func(_ *worker, s nfq.Stats) uint64 { return s.Lost }},
-		{"packetshaper_enobufs_total", "counter", "Socket receive buffer overruns.", func(_ *worker, s nfq.Stats) uint64 { return s.ENOBUFS }},
-		{"packetshaper_errors_total", "counter", "Receive and verdict errors.", func(_ *worker, s nfq.Stats) uint64 { return s.Errors }},
-	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
-		for _, wk := range ws {
-			fmt.Fprintf(w, "%s{queue=\"%d\"} %d\n", m.name, wk.queue, m.get(wk, wk.q.Stats()))
+	return uint32(i.Index), true
+}
+
+func ruleNames(e *shaper.Engine) string {
+	var names []string
+	for i := 0; i < e.NumRules(); i++ {
+		names = append(names, e.Rule(i).Name)
+	}
+	return strings.Join(names, ",")
+}
+
+// reload re-reads the policy on SIGHUP and hands each worker a new engine
+// made by Engine.Reload from its current one, which the worker's own
+// goroutine swaps in at its next batch (worker.decide). Rules whose name,
+// match, key and limiter settings are unchanged keep their flows and limiter
+// state, so a reload never grants a fresh burst; changed and new rules start
+// empty; counters go on. A bad file changes nothing.
+func reload(log *slog.Logger, src *policySource, globals func(shaper.Policy) shaper.Policy, ws []*worker) {
+	if src.file == "" {
+		log.Warn("SIGHUP: no --policy file, nothing to reload")
+		return
+	}
+	comp, err := src.load()
+	if err == nil {
+		engs := make([]*shaper.Engine, len(ws))
+		var kept []string
+		for i, w := range ws {
+			if engs[i], kept, err = w.cur.Load().Reload(globals(comp.Policy())); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			for i, w := range ws {
+				w.pending.Store(engs[i])
+			}
+			for _, wmsg := range comp.Warnings() {
+				log.Warn(wmsg)
+			}
+			log.Info("reloaded", "policy", src.file, "rules", ruleNames(engs[0]), "kept_state", strings.Join(kept, ","))
+			return
 		}
 	}
+	log.Error("reload failed, keeping the previous policy", "err", oneLine(err.Error()))
 }

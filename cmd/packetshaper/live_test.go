@@ -127,7 +127,7 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 	}
 }
 
-var statRe = regexp.MustCompile(`\b(packets|accepted|dropped|flows)=(\d+)`)
+var statRe = regexp.MustCompile(`(?:^|\s)(packets|accepted|dropped|flows)=(\d+)`)
 
 // TestLiveInNetns runs the live command in this process, in a network
 // namespace of its own, against UDP over lo queued by an iptables rule; it

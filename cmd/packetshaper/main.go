@@ -1,17 +1,21 @@
 // Command packetshaper is a per-flow packet shaper for Linux.
 //
-//	packetshaper [--queue N|N-M] [limiter flags]      live: decide packets from NFQUEUE
-//	packetshaper replay [limiter flags] FILE...       offline: replay pcap/pcapng captures
+//	packetshaper [--queue N|N-M] [--policy FILE | limiter flags]   live: decide packets from NFQUEUE
+//	packetshaper replay [--policy FILE | limiter flags] FILE...    offline: replay pcap/pcapng captures
+//	packetshaper check FILE                                        validate a rule file
 //
 // main only wires flags to packages: the live path is in live.go (package
-// nfq), replay in replay.go (package replay), the limiter flags both share in
-// flags.go.
+// nfq), replay in replay.go (package replay), the policy flags both share in
+// flags.go (package policy).
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
+
+	"github.com/packetshaper/packetshaper/policy"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -20,8 +24,9 @@ var version = "dev"
 const synopsis = `packetshaper — per-flow packet shaper for Linux (NFQUEUE) and for captures
 
 Usage:
-  packetshaper [--queue N|N-M] [limiter flags] [live flags]   shape live traffic from NFQUEUE (root)
-  packetshaper replay [limiter flags] [replay flags] FILE...  replay pcap/pcapng captures offline
+  packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [live flags]   shape live traffic from NFQUEUE (root)
+  packetshaper replay [--policy FILE | limiter flags] [replay flags] FILE...  replay pcap/pcapng captures offline
+  packetshaper check FILE                                                     validate a rule file, print it with defaults
   packetshaper version
 
 Run "packetshaper --help" or "packetshaper replay --help" for the flags.
@@ -36,6 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch args[0] {
 		case "replay":
 			return runReplay(args[1:], stdout, stderr)
+		case "check":
+			return runCheck(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, "packetshaper", version)
 			return 0
@@ -45,4 +52,35 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return runLive(args, stdout, stderr)
+}
+
+// runCheck is "packetshaper check FILE": it validates the rule file and
+// prints the policy as understood, every default filled in; exit status 0,
+// or 2 with the one-line error.
+func runCheck(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") && args[0] != "-" {
+		fmt.Fprintln(stderr, "usage: packetshaper check FILE   (validates a --policy rule file and prints it with every default filled in)")
+		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
+			return 0
+		}
+		return 2
+	}
+	f, err := policy.Load(args[0])
+	if err == nil {
+		var c *policy.Compiled
+		if c, err = f.Compile(policy.Options{}); err == nil {
+			for _, w := range c.Warnings() {
+				fmt.Fprintln(stderr, "packetshaper check: warning:", w)
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "packetshaper check:", oneLine(err.Error()))
+		return 2
+	}
+	if err := f.Format(stdout); err != nil {
+		fmt.Fprintln(stderr, "packetshaper check:", oneLine(err.Error()))
+		return 1
+	}
+	return 0
 }

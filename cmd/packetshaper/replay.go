@@ -12,20 +12,28 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
-const replayUsage = `Usage: packetshaper replay [limiter flags] [replay flags] FILE...  (FILE "-": standard input)
+const replayUsage = `Usage: packetshaper replay [--policy FILE | limiter flags] [replay flags] FILE...  (FILE "-": standard input)
 
 Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
-with each packet's capture timestamp as the clock. Several files are one
-stream, in the order given. Prints a summary, or with --json one JSON object:
-packets, accepted, dropped, malformed (IP that does not decode), non_ip (ARP,
-LLDP, ...: accepted, not limited), flows (in the flow table at the end),
-flows_seen (table insertions), evictions, expired, first_ns/last_ns/duration_ns
-(capture time) and per_flow. per_flow lists the flows still in the table at
-the end (at most --max-flows): evicted or expired flows count in the totals
-only, so memory stays bounded by the table, not by the capture.
+with each packet's capture timestamp as the clock: the what-if report of a
+policy on a capture before it is deployed. Several files are one stream, in
+the order given. Prints a summary with a per-rule table, or with --json one
+JSON object: packets, accepted, dropped, malformed (invalid IP header),
+no_ports (ports unreadable: limited by address and protocol), unmatched (no
+rule matched: accepted), non_ip (ARP, LLDP, ...: accepted, not limited), flows
+(in the flow tables at the end), flows_seen (table insertions), evictions,
+expired, first_ns/last_ns/duration_ns (capture time), rules (per rule, in
+policy order: name, packets, accepted, dropped, shadow_dropped, marked, flows,
+evictions) and per_flow (with the rule of each flow). per_flow lists the flows
+still in the tables at the end: evicted or expired flows count in the totals
+only, so memory stays bounded by the tables, not by the capture. In a pcapng
+capture, the interface a packet was captured on stands for both its iif and
+its oif.
 
 On a damaged capture, what was read before the damage is reported, then a
 one-line error names the file, the packet and the problem; exit status 1.
@@ -43,8 +51,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stderr, replayUsage)
 		fs.PrintDefaults()
 	}
-	addLimiterFlags(fs) // read back by newConfigSource, over the --config file
-	configFile := addConfigFlag(fs)
+	pf := addPolicyFlags(fs)
+	queue := fs.Uint("queue", 0, "the NFQUEUE number the packets are taken to come from, for rules that match queues")
 	asJSON := fs.Bool("json", false, "print one JSON object (totals and per_flow) instead of the summary")
 	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records")
 	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
@@ -62,14 +70,25 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "packetshaper replay: no capture file given (packetshaper replay --help)")
 		return 2
 	}
-	cfg, _, err := newConfigSource(fs, *configFile).load()
+	if *queue > 65535 {
+		fmt.Fprintf(stderr, "packetshaper replay: --queue must be between 0 and 65535, not %d\n", *queue)
+		return 2
+	}
+	src, err := pf.source(policy.Options{})
 	if err != nil {
 		fmt.Fprintln(stderr, "packetshaper replay:", err)
 		return 2
 	}
-	eng, err := newEngine(cfg)
+	comp, err := src.load()
 	if err != nil {
-		fmt.Fprintln(stderr, "packetshaper replay:", err)
+		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
+		return 2
+	}
+	pol := comp.Policy()
+	pol.Malformed = src.malformed
+	eng, err := shaper.NewPolicy(pol)
+	if err != nil {
+		fmt.Fprintln(stderr, "packetshaper replay:", trimPkg(err))
 		return 2
 	}
 	var showProgress bool
@@ -105,6 +124,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	opts := replay.Options{
 		AcceptedNg: strings.HasSuffix(*writeAcc, ".pcapng"),
 		DroppedNg:  strings.HasSuffix(*writeDrop, ".pcapng"),
+		IfaceID:    comp.IfaceID,
+		Queue:      uint16(*queue),
 	}
 	var outs []*os.File
 	for _, o := range []struct {
@@ -181,6 +202,8 @@ type jsonReport struct {
 	Accepted   uint64     `json:"accepted"`
 	Dropped    uint64     `json:"dropped"`
 	Malformed  uint64     `json:"malformed"`
+	NoPorts    uint64     `json:"no_ports"`
+	Unmatched  uint64     `json:"unmatched"`
 	NonIP      uint64     `json:"non_ip"`
 	Flows      uint64     `json:"flows"`
 	FlowsSeen  uint64     `json:"flows_seen"`
@@ -189,10 +212,23 @@ type jsonReport struct {
 	FirstNs    int64      `json:"first_ns"`
 	LastNs     int64      `json:"last_ns"`
 	DurationNs int64      `json:"duration_ns"`
+	Rules      []jsonRule `json:"rules"`
 	PerFlow    []jsonFlow `json:"per_flow"`
 }
 
+type jsonRule struct {
+	Name          string `json:"name"`
+	Packets       uint64 `json:"packets"`
+	Accepted      uint64 `json:"accepted"`
+	Dropped       uint64 `json:"dropped"`
+	ShadowDropped uint64 `json:"shadow_dropped"`
+	Marked        uint64 `json:"marked"`
+	Flows         uint64 `json:"flows"`
+	Evictions     uint64 `json:"evictions"`
+}
+
 type jsonFlow struct {
+	Rule     string `json:"rule"`
 	Flow     string `json:"flow"`
 	Packets  uint64 `json:"packets"`
 	Accepted uint64 `json:"accepted"`
@@ -202,13 +238,19 @@ type jsonFlow struct {
 func writeJSON(w io.Writer, r *replay.Replayer) error {
 	s := r.Summary()
 	rep := jsonReport{
-		Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped, Malformed: s.Malformed, NonIP: s.NonIP,
+		Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped, Malformed: s.Malformed,
+		NoPorts: s.NoPorts, Unmatched: s.Unmatched, NonIP: s.NonIP,
 		Flows: s.Flows, FlowsSeen: s.FlowsSeen, Evictions: s.Evictions, Expired: s.Expired,
 		FirstNs: s.First, LastNs: s.Last, DurationNs: int64(s.Duration()),
-		PerFlow: []jsonFlow{},
+		Rules: []jsonRule{}, PerFlow: []jsonFlow{},
+	}
+	rules := r.Rules()
+	for _, ru := range rules {
+		rep.Rules = append(rep.Rules, jsonRule{Name: ru.Name, Packets: ru.Packets, Accepted: ru.Accepted, Dropped: ru.Dropped,
+			ShadowDropped: ru.ShadowDropped, Marked: ru.Marked, Flows: ru.Flows, Evictions: ru.Evictions})
 	}
 	for _, f := range r.Flows(0) {
-		rep.PerFlow = append(rep.PerFlow, jsonFlow{Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped})
+		rep.PerFlow = append(rep.PerFlow, jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped})
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -218,8 +260,8 @@ func writeJSON(w io.Writer, r *replay.Replayer) error {
 
 func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Duration, top int) {
 	s := r.Summary()
-	fmt.Fprintf(w, "packets    %d: accepted %d, dropped %d (malformed %d, non_ip %d)\n",
-		s.Packets, s.Accepted, s.Dropped, s.Malformed, s.NonIP)
+	fmt.Fprintf(w, "packets    %d: accepted %d, dropped %d (malformed %d, no_ports %d, unmatched %d, non_ip %d)\n",
+		s.Packets, s.Accepted, s.Dropped, s.Malformed, s.NoPorts, s.Unmatched, s.NonIP)
 	fmt.Fprintf(w, "flows      %d in the table at the end, %d seen, %d evicted, %d expired\n",
 		s.Flows, s.FlowsSeen, s.Evictions, s.Expired)
 	fmt.Fprintf(w, "capture    %d file(s), %v of capture time\n", files, s.Duration())
@@ -232,18 +274,23 @@ func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Durat
 		round = time.Microsecond
 	}
 	fmt.Fprintf(w, "replay     %v, %s packets/s\n", elapsed.Round(round), humanRate(rate))
+	fmt.Fprintf(w, "rules:\n  %-20s %10s %10s %10s %10s %10s %8s %9s\n", "RULE", "PACKETS", "ACCEPTED", "DROPPED", "SHADOWDROP", "MARKED", "FLOWS", "EVICTIONS")
+	for _, ru := range r.Rules() {
+		fmt.Fprintf(w, "  %-20s %10d %10d %10d %10d %10d %8d %9d\n", ru.Name, ru.Packets, ru.Accepted, ru.Dropped, ru.ShadowDropped, ru.Marked, ru.Flows, ru.Evictions)
+	}
 	fl := r.Flows(top)
 	if len(fl) == 0 || fl[0].Dropped == 0 {
 		fmt.Fprintln(w, "no flow had drops")
 		return
 	}
 	fmt.Fprintln(w, "flows with the most drops:")
-	fmt.Fprintf(w, "  %10s %10s  %s\n", "DROPPED", "PACKETS", "FLOW")
+	fmt.Fprintf(w, "  %10s %10s  %-20s %s\n", "DROPPED", "PACKETS", "RULE", "FLOW")
+	rules := r.Rules()
 	for _, f := range fl {
 		if f.Dropped == 0 {
 			break
 		}
-		fmt.Fprintf(w, "  %10d %10d  %s\n", f.Dropped, f.Packets, f.Flow)
+		fmt.Fprintf(w, "  %10d %10d  %-20s %s\n", f.Dropped, f.Packets, rules[f.Rule].Name, f.Flow)
 	}
 }
 

@@ -55,6 +55,7 @@ var goldenCases = []struct {
 	{"mixed-pcapng-gz", []string{"--pps", "2", "--burst", "1"}, []string{"mixed.pcapng.gz"}, 0},
 	{"stream", []string{"--pps", "10", "--burst", "3"}, []string{"multiflow.pcap", "sll.pcap", "mixed.pcapng.gz"}, 0},
 	{"truncated", []string{"--pps", "10", "--burst", "3"}, []string{"truncated.pcap"}, 1},
+	{"policy-mix", []string{"--policy", testdata + "/policy-mix.toml"}, []string{"policy-mix.pcapng"}, 0},
 }
 
 // TestGolden runs each golden case twice: both runs must give the same
@@ -185,7 +186,8 @@ func TestSummary(t *testing.T) {
 	}
 	out := stdout.String()
 	for _, want := range []string{
-		"packets    555: accepted 141, dropped 414 (malformed 0, non_ip 0)",
+		"packets    555: accepted 141, dropped 414 (malformed 0, no_ports 0, unmatched 0, non_ip 0)",
+		"  default                     555        141        414          0          0        5         0",
 		"flows      5 in the table at the end, 5 seen, 0 evicted, 0 expired",
 		"capture    1 file(s), 3.010125s of capture time",
 		"packets/s",

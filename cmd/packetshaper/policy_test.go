@@ -1,0 +1,629 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/packetshaper/packetshaper/nfq"
+	"github.com/packetshaper/packetshaper/policy"
+	"github.com/packetshaper/packetshaper/replay"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+func writeFile(t *testing.T, name, text string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestFlagsArePolicy: the limiter flags are a one-rule policy: replay with
+// them prints exactly what replay with the same rule in a file prints.
+func TestFlagsArePolicy(t *testing.T) {
+	for _, tc := range []struct {
+		flags []string
+		rule  string
+	}{
+		{[]string{"--pps", "20", "--burst", "3", "--algo", "fixed-window"}, "pps = 20\nburst = 3\nalgo = \"fixed-window\"\n"},
+		{[]string{"--bitrate", "40kbit", "--burst", "1500", "--key", "src-dst"}, "bitrate = \"40kbit\"\nburst = 1500\nkey = \"src-dst\"\n"},
+		{[]string{"--pps", "30", "--key", "dst", "--dst-prefix4", "24", "--window", "500ms", "--algo", "sliding-window-counter"},
+			"pps = 30\nkey = \"dst\"\ndst-prefix4 = 24\nwindow = \"500ms\"\nalgo = \"sliding-window-counter\"\n"},
+		{[]string{"--pps", "10", "--max-flows", "2", "--flow-timeout", "2s", "--symmetric"}, "pps = 10\nmax-flows = 2\nflow-timeout = \"2s\"\nsymmetric = true\n"},
+	} {
+		pol := writeFile(t, "p.toml", "[[rule]]\nname = \"default\"\n"+tc.rule)
+		const capture = testdata + "/multiflow.pcap"
+		var a, b, errb bytes.Buffer
+		if code := run(append([]string{"replay", "--json"}, append(tc.flags, capture)...), &a, &errb); code != 0 {
+			t.Fatalf("replay %q: %d %s", tc.flags, code, errb.String())
+		}
+		if code := run([]string{"replay", "--json", "--policy", pol, capture}, &b, &errb); code != 0 {
+			t.Fatalf("replay --policy (%q): %d %s", tc.rule, code, errb.String())
+		}
+		if a.String() != b.String() {
+			t.Errorf("flags %q print\n%s\nthe rule file prints\n%s", tc.flags, a.String(), b.String())
+		}
+	}
+}
+
+// TestPolicyStartupErrors: bad flags and bad rule files stop both commands
+// at startup with exit status 2 and one line naming the problem.
+func TestPolicyStartupErrors(t *testing.T) {
+	bad := writeFile(t, "bad.toml", "[[rule]]\nname = \"a\"\npps = 10\n\n[[rule]]\nname = \"b\"\nalgo = \"leaky\"\npps = 1\n")
+	unknown := writeFile(t, "unknown.toml", "[[rule]]\nname = \"a\"\npps = 10\nburts = 3\n")
+	good := writeFile(t, "good.toml", "[[rule]]\nname = \"a\"\npps = 10\n")
+	missing := filepath.Join(t.TempDir(), "missing.toml")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--policy", bad}, bad + ":7:"},
+		{[]string{"--policy", unknown}, unknown + ":4:1"},
+		{[]string{"--policy", missing}, missing},
+		{[]string{"--policy", good, "--pps", "5"}, "--policy and the limiter flags (--pps) are exclusive"},
+		{[]string{"--burst", "3"}, "no limit given"},
+		{[]string{"--pps", "-3"}, "--pps:"},
+		{[]string{"--pps", "10", "--bitrate", "1mbit"}, "--"},
+		{[]string{"--pps", "10", "--algo", "leaky"}, "--algo:"},
+		{[]string{"--pps", "10", "--src-prefix4", "33"}, "--src-prefix4:"},
+		{[]string{"--pps", "10", "--burst", "0.5"}, "--burst:"},
+		{[]string{"--bitrate", "1mbit", "--algo", "sliding-window"}, "sliding-window"},
+		{[]string{"--pps", "10", "--malformed", "maybe"}, "--malformed:"},
+	} {
+		for _, cmd := range []string{"packetshaper: ", "packetshaper replay: "} {
+			args := tc.args
+			if cmd == "packetshaper replay: " {
+				args = append(append([]string{"replay"}, tc.args...), "x.pcap")
+			}
+			var out, errb bytes.Buffer
+			code := run(args, &out, &errb)
+			msg := errb.String()
+			if code != 2 || !strings.HasPrefix(msg, cmd) || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, tc.want) {
+				t.Errorf("run(%q) = %d, stderr %q; want 2 and one line mentioning %q", args, code, msg, tc.want)
+			}
+		}
+	}
+}
+
+// TestCheck: check prints a good file as understood, every default filled
+// in, in a form that parses back to the same policy; a bad file gives
+// exit 2 and one line naming the file, line and column.
+func TestCheck(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", testdata + "/policy-mix.toml"}, &out, &errb); code != 0 {
+		t.Fatalf("check: %d %s", code, errb.String())
+	}
+	for _, want := range []string{`name = "dns"`, `algo = "token-bucket"`, `max-flows = 65536`, `mode = "shadow"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out.String())
+		}
+	}
+	f, err := policy.Parse("check-output", out.Bytes())
+	if err != nil {
+		t.Fatalf("check's output does not parse back: %v", err)
+	}
+	orig, err := policy.Load(testdata + "/policy-mix.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var again bytes.Buffer
+	if err := f.Format(&again); err != nil || again.String() != out.String() {
+		t.Errorf("check's output is not a fixed point (err %v):\n%s\nthen\n%s", err, out.String(), again.String())
+	}
+	if len(f.Rules) != len(orig.Rules) {
+		t.Errorf("check output has %d rules, the file %d", len(f.Rules), len(orig.Rules))
+	}
+	bad := writeFile(t, "bad.toml", "[[rule]]\nname = \"a\"\nmatch = { src = [\"10.0.0.0/33\"] }\npps = 1\n")
+	out.Reset()
+	errb.Reset()
+	code := run([]string{"check", bad}, &out, &errb)
+	if msg := errb.String(); code != 2 || !strings.HasPrefix(msg, "packetshaper check: "+bad+":3:") || strings.Count(msg, "\n") != 1 {
+		t.Errorf("check of a bad file: %d, %q; want 2 and one line at line 3", code, msg)
+	}
+	if code := run([]string{"check"}, &out, &errb); code != 2 {
+		t.Errorf("check without a file: %d, want 2", code)
+	}
+}
+
+// TestPolicyMixRules replays testdata/policy-mix.pcapng through
+// testdata/policy-mix.toml and checks each rule's counts against what the
+// rule says, computed here from the capture independently of the engine:
+// the allowlist passes all its packets, the interface rule drops all of
+// eth1's, the DNS rule gives its /24 one bucket of burst 2 at 10/s, the
+// shadow rule accepts everything and counts what a bucket of 5/s would drop,
+// the catch-all gives each flow 20 per aligned second; and ports hidden by
+// fragmentation never reach the allowlist.
+func TestPolicyMixRules(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"replay", "--json", "--policy", testdata + "/policy-mix.toml", testdata + "/policy-mix.pcapng"}, &out, &errb); code != 0 {
+		t.Fatalf("replay: %d %s", code, errb.String())
+	}
+	var rep jsonReport
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]jsonRule{}
+	for _, r := range rep.Rules {
+		got[r.Name] = r
+	}
+	// Classify the capture by hand.
+	f, err := os.Open(testdata + "/policy-mix.pcapng")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rd, err := replay.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type counts struct{ packets, accepted float64 }
+	want := map[string]*counts{"mgmt": {}, "lab": {}, "dns": {}, "web-trial": {}, "rest": {}}
+	var shadow float64
+	dnsBucket := newTestBucket(10, 2)
+	webBuckets := map[string]*testBucket{}
+	restWindows := map[string]float64{}
+	for {
+		data, ci, lt, err := rd.Next()
+		if err != nil {
+			break
+		}
+		ip, _ := replay.Decap(lt, data)
+		now := replay.Nanos(&ci)
+		v6 := ip[0]>>4 == 6
+		var src string
+		var proto byte
+		var l4 []byte
+		frag := false
+		if v6 {
+			src, proto, l4 = net.IP(ip[8:24]).String(), ip[6], ip[40:]
+		} else {
+			src, proto, l4 = net.IP(ip[12:16]).String(), ip[9], ip[20:]
+			frag = ip[6]&0x1f != 0 || ip[7] != 0
+		}
+		dport := -1
+		if !frag {
+			dport = int(l4[2])<<8 | int(l4[3])
+		}
+		mgmtSrc := strings.HasPrefix(src, "10.9.") || strings.HasPrefix(src, "fd00:9:")
+		switch {
+		case mgmtSrc && proto == 6 && (dport == 22 || dport >= 8000 && dport <= 8100):
+			want["mgmt"].packets++
+			want["mgmt"].accepted++
+		case ci.InterfaceIndex == 1:
+			want["lab"].packets++
+		case proto == 17 && dport == 53:
+			want["dns"].packets++
+			if dnsBucket.allow(now) {
+				want["dns"].accepted++
+			}
+		case proto == 6 && (dport == 80 || dport == 443 || frag): // hidden ports: limit rules match
+			want["web-trial"].packets++
+			want["web-trial"].accepted++
+			key := fmt.Sprint(src, dport)
+			if webBuckets[key] == nil {
+				webBuckets[key] = newTestBucket(5, 5)
+			}
+			if !webBuckets[key].allow(now) {
+				shadow++
+			}
+		default:
+			want["rest"].packets++
+			w := fmt.Sprint(src, l4[0:2], now/1e9)
+			if restWindows[w] < 20 {
+				restWindows[w]++
+				want["rest"].accepted++
+			}
+		}
+	}
+	for name, w := range want {
+		g := got[name]
+		if float64(g.Packets) != w.packets || float64(g.Accepted) != w.accepted || g.Dropped != g.Packets-g.Accepted {
+			t.Errorf("rule %s: %+v; want packets %.0f accepted %.0f", name, g, w.packets, w.accepted)
+		}
+	}
+	if w := want["lab"].packets; w == 0 || want["mgmt"].packets == 0 || shadow == 0 {
+		t.Fatalf("the capture lacks a class: %+v shadow %v", want, shadow)
+	}
+	if g := got["web-trial"].ShadowDropped; float64(g) != shadow {
+		t.Errorf("web-trial shadow_dropped %d, want %.0f", g, shadow)
+	}
+	if rep.NoPorts == 0 || rep.Unmatched != 0 {
+		t.Errorf("no_ports %d (want > 0: the fragments), unmatched %d (want 0)", rep.NoPorts, rep.Unmatched)
+	}
+	for _, pf := range rep.PerFlow {
+		if pf.Rule == "" {
+			t.Errorf("per_flow entry without a rule: %+v", pf)
+		}
+	}
+}
+
+// testBucket is an ideal token bucket, full at its first packet.
+type testBucket struct {
+	rate, burst, tokens float64
+	last                int64
+	started             bool
+}
+
+func newTestBucket(rate, burst float64) *testBucket { return &testBucket{rate: rate, burst: burst} }
+
+func (b *testBucket) allow(ns int64) bool {
+	if !b.started {
+		b.tokens, b.last, b.started = b.burst, ns, true
+	}
+	b.tokens = min(b.burst, b.tokens+b.rate*float64(ns-b.last)/1e9)
+	b.last = ns
+	if b.tokens >= 1-1e-9 {
+		b.tokens--
+		return true
+	}
+	return false
+}
+
+// TestWorkerReload: a pending engine made by Engine.Reload takes over at
+// the next batch; a rule whose settings did not change keeps its flows'
+// state, a changed one starts afresh; the snapshot's counters go on.
+func TestWorkerReload(t *testing.T) {
+	compile := func(text string) shaper.Policy {
+		t.Helper()
+		f, err := policy.Parse("p.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.Compile(policy.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Policy()
+	}
+	const a = "[[rule]]\nname = \"a\"\nmatch = { sport = [\"1000\"], proto = [\"udp\"] }\npps = 0.001\nburst = 2\n"
+	b := func(burst int) string {
+		return fmt.Sprintf("[[rule]]\nname = \"b\"\nmatch = { sport = [\"1001\"], proto = [\"udp\"] }\npps = 0.001\nburst = %d\n", burst)
+	}
+	eng, err := shaper.NewPolicy(compile(a + b(2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(0, eng)
+	batch := func() ([]nfq.Packet, []nfq.Verdict) {
+		var bs []nfq.Packet
+		for i := 0; i < 4; i++ {
+			for f := 0; f < 2; f++ {
+				d := udp4(uint16(1000 + f))
+				bs = append(bs, nfq.Packet{Data: d, Len: len(d)})
+			}
+		}
+		return bs, make([]nfq.Verdict, len(bs))
+	}
+	drops := func(v []nfq.Verdict) (n int) {
+		for _, x := range v {
+			if x.Action == nfq.Drop {
+				n++
+			}
+		}
+		return n
+	}
+	now := int64(1e18)
+	bt, v := batch()
+	w.decide(bt, v, now)
+	if d := drops(v); d != 4 { // burst 2 each: 2 of 4 pass per flow
+		t.Fatalf("first batch: %d drops, want 4", d)
+	}
+	// b's burst changes: a keeps its empty bucket, b starts afresh.
+	next, kept, err := w.cur.Load().Reload(compile(a + b(3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0] != "a" {
+		t.Errorf("kept %v, want [a]", kept)
+	}
+	w.pending.Store(next)
+	now += int64(time.Millisecond)
+	bt, v = batch()
+	w.decide(bt, v, now)
+	if w.eng != next || w.pending.Load() != nil || w.cur.Load() != next {
+		t.Fatal("the pending engine did not take over at the batch")
+	}
+	if d := drops(v); d != 4+1 { // a: all 4 dropped; b: 3 of 4 pass
+		t.Errorf("batch after the reload: %d drops, want 5", d)
+	}
+	s := w.snap.Load()
+	if s.Packets != 16 || len(s.rules) != 2 || s.rules[0].Packets != 8 || s.rules[1].Packets != 4 {
+		t.Errorf("snapshot after the reload: %+v", s)
+	}
+	// No allocation per batch when nothing is pending.
+	if allocs := testing.AllocsPerRun(50, func() {
+		now += int64(time.Microsecond)
+		clear(v)
+		w.decide(bt, v, now)
+	}); allocs != 0 {
+		t.Errorf("decide: %v allocations, want 0", allocs)
+	}
+}
+
+// syncBuffer is a log destination the test reads while runLive writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitLog waits up to 5 s for the log to contain n lines with substring.
+func waitLog(log *syncBuffer, substring string, n int) error {
+	for i := 0; i < 250; i++ {
+		if strings.Count(log.String(), substring) >= n {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("no %q in the log after 5 s", substring)
+}
+
+// netnsUDP puts the calling goroutine's thread (locked for good) in a new
+// network namespace where UDP to 127.0.0.1:9000 goes to NFQUEUE queue,
+// and returns a receiver counting what arrives per source address (by its
+// last byte) and the namespace's fd for other goroutines to join.
+func netnsUDP(t *testing.T, queue int) (received *[256]atomic.Int64, nsFd int) {
+	enterTestNetns(t, "--queue-num", strconv.Itoa(queue))
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rx.Close() })
+	received = new([256]atomic.Int64)
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			_, from, err := rx.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			received[from.IP.To4()[3]].Add(1)
+		}
+	}()
+	nsFd, err = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(nsFd) })
+	return received, nsFd
+}
+
+// runLiveDriven runs runLive(args) on the calling goroutine (in the
+// namespace) while drive runs on another goroutine in the same namespace,
+// once the queue is bound; after drive, runLive gets SIGTERM. It returns
+// runLive's exit status and log.
+func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *syncBuffer) error) (int, string) {
+	log := &syncBuffer{}
+	driverErr := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread joins the namespace
+		if err := unix.Setns(nsFd, unix.CLONE_NEWNET); err != nil {
+			driverErr <- err
+			return
+		}
+		// "shaping" is logged once the queues are bound; SIGHUP and
+		// SIGTERM are caught from before that.
+		err := waitLog(log, `msg=shaping`, 1)
+		if err == nil {
+			err = drive(log)
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		}
+		driverErr <- err
+	}()
+	// Whatever goes wrong, runLive gets a SIGTERM after 30 s.
+	var running atomic.Bool
+	running.Store(true)
+	watchdog := time.AfterFunc(30*time.Second, func() {
+		if running.Load() {
+			syscall.Kill(os.Getpid(), syscall.SIGTERM)
+		}
+	})
+	defer watchdog.Stop()
+	code := runLive(args, io.Discard, log)
+	running.Store(false)
+	if err := <-driverErr; err != nil {
+		t.Fatalf("driver: %v\nlog:\n%s", err, log.String())
+	}
+	return code, log.String()
+}
+
+// TestReloadInNetns: SIGHUP with the same rule file keeps every flow's
+// state (no fresh burst) through a real queue; a changed rule starts afresh
+// with its new burst; a bad file then logs one error naming the file, line
+// and column and keeps the previous policy and the flows' state.
+func TestReloadInNetns(t *testing.T) {
+	received, nsFd := netnsUDP(t, 5)
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	write := func(s string) error { return os.WriteFile(pol, []byte(s), 0o644) }
+	rule := func(burst int) string {
+		return fmt.Sprintf("[[rule]]\nname = \"r\"\npps = 0.001\nburst = %d\n", burst)
+	}
+	if err := write(rule(5)); err != nil {
+		t.Fatal(err)
+	}
+	const perFlow = 30
+	// send sends perFlow packets from each of 127.0.0.first..+n-1 port
+	// 40000 (round robin) and waits for the receiver to settle; it returns
+	// what arrived per source.
+	send := func(first, n int) ([]int64, error) {
+		before := make([]int64, n)
+		var txs []*net.UDPConn
+		for i := 0; i < n; i++ {
+			before[i] = received[first+i].Load()
+			// A fixed source port: the same 5-tuple, the same flow, every time.
+			tx, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, byte(first+i)), Port: 40000}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
+			if err != nil {
+				return nil, err
+			}
+			defer tx.Close()
+			txs = append(txs, tx)
+		}
+		for i := 0; i < perFlow; i++ {
+			for _, tx := range txs {
+				if _, err := tx.Write([]byte("x")); err != nil {
+					return nil, err
+				}
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		got := make([]int64, n)
+		for i := range got {
+			got[i] = received[first+i].Load() - before[i]
+		}
+		return got, nil
+	}
+	check := func(phase string, got []int64, want int64) error {
+		for i, g := range got {
+			if g != want {
+				return fmt.Errorf("%s: flow %d received %d of %d packets, want %d (all: %v)", phase, i, g, perFlow, want, got)
+			}
+		}
+		return nil
+	}
+	code, log := runLiveDriven(t, nsFd, []string{"--queue", "5", "--policy", pol, "--stats-interval", "0"}, func(log *syncBuffer) error {
+		got, err := send(10, 4)
+		if err != nil {
+			return err
+		}
+		if err := check("burst 5", got, 5); err != nil {
+			return err
+		}
+		// The same file: the flows keep their empty buckets.
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		if err := waitLog(log, "kept_state=r\n", 1); err != nil {
+			return err
+		}
+		if got, err = send(10, 4); err != nil {
+			return err
+		}
+		if err := check("after an unchanged reload", got, 0); err != nil {
+			return err
+		}
+		// A changed rule: fresh flows with burst 20.
+		if err := write(rule(20)); err != nil {
+			return err
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		if err := waitLog(log, "msg=reloaded", 2); err != nil {
+			return err
+		}
+		if got, err = send(10, 4); err != nil {
+			return err
+		}
+		if err := check("after reload to burst 20", got, 20); err != nil {
+			return err
+		}
+		if err := write(rule(50) + "algo = \"leaky\"\n"); err != nil {
+			return err
+		}
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		if err := waitLog(log, `level=ERROR`, 1); err != nil {
+			return err
+		}
+		// Old flows keep their empty buckets, new flows get burst 20,
+		// not 50.
+		if got, err = send(10, 4); err != nil {
+			return err
+		}
+		if err := check("old flows after a bad reload", got, 0); err != nil {
+			return err
+		}
+		if got, err = send(20, 4); err != nil {
+			return err
+		}
+		return check("new flows after a bad reload", got, 20)
+	})
+	if code != 0 {
+		t.Fatalf("runLive = %d, want 0\nlog:\n%s", code, log)
+	}
+	if n := strings.Count(log, "msg=reloaded"); n != 2 {
+		t.Errorf("%d reloaded lines, want 2:\n%s", n, log)
+	}
+	if !strings.Contains(log, "kept_state=\"\"") && !strings.Contains(log, "kept_state=\n") {
+		t.Errorf("the changing reload should keep no rule's state:\n%s", log)
+	}
+	var errLine string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "level=ERROR") {
+			errLine = l
+		}
+	}
+	if !strings.Contains(errLine, pol+":5:") || !strings.Contains(errLine, "leaky") || !strings.Contains(errLine, "keeping the previous policy") {
+		t.Errorf("the bad reload's log line does not name the file, the line and the problem: %q", errLine)
+	}
+	lines := strings.Split(strings.TrimSpace(log), "\n")
+	last := lines[len(lines)-1]
+	got := map[string]int64{}
+	for _, m := range statRe.FindAllStringSubmatch(last, -1) {
+		got[m[1]], _ = strconv.ParseInt(m[2], 10, 64)
+	}
+	// 4 flows × 4 rounds + 4 new flows; accepted 5 + 0 + 20 + 0 per old
+	// flow, 20 per new one; the table holds all 8.
+	const packets, accepted = 5 * 4 * perFlow, 4*(5+0+20+0) + 4*20
+	want := map[string]int64{"packets": packets, "accepted": accepted, "dropped": packets - accepted, "flows": 8}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("final stats %s = %d, want %d\n%s", k, got[k], v, last)
+		}
+	}
+}
+
+// TestSIGHUPWithoutPolicy: without --policy, SIGHUP is logged and the
+// shaper goes on (it would otherwise kill the process: here, the test).
+func TestSIGHUPWithoutPolicy(t *testing.T) {
+	received, nsFd := netnsUDP(t, 6)
+	code, log := runLiveDriven(t, nsFd, []string{"--queue", "6", "--pps", "0.001", "--burst", "2", "--stats-interval", "0"}, func(log *syncBuffer) error {
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		if err := waitLog(log, "nothing to reload", 1); err != nil {
+			return err
+		}
+		tx, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 30)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
+		if err != nil {
+			return err
+		}
+		defer tx.Close()
+		for i := 0; i < 10; i++ {
+			if _, err := tx.Write([]byte("x")); err != nil {
+				return err
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		if n := received[30].Load(); n != 2 {
+			return fmt.Errorf("after SIGHUP: received %d of 10, want 2 (burst 2: still shaping)", n)
+		}
+		return nil
+	})
+	if code != 0 {
+		t.Fatalf("runLive = %d, want 0\nlog:\n%s", code, log)
+	}
+	if !strings.Contains(log, "level=WARN") || strings.Contains(log, "msg=reloaded") {
+		t.Errorf("log:\n%s", log)
+	}
+}
