@@ -104,13 +104,13 @@ type FlowSummary struct {
 // files share the engine, the record index and the outputs. Not safe for
 // concurrent use.
 type Replayer struct {
-	eng      *shaper.Engine
-	opts     Options
-	meta     shaper.Meta
-	dec      shaper.Decision
+	eng  *shaper.Engine
+	opts Options
+	meta shaper.Meta
+	dec  shaper.Decision
 	// ifIDs caches IfaceID per pcapng interface index of the file being
 	// replayed (-1: not looked up yet).
-	ifIDs []int64
+	ifIDs    []int64
 	verdicts *bufio.Writer
 	acc, drp pcapOut
 	index    uint64 // records so far, over all files
