@@ -28,10 +28,11 @@ type Options struct {
 // Compiled is a File made ready for the engine. It is immutable; its
 // classifier is safe for concurrent use.
 type Compiled struct {
-	rules    []shaper.Rule
-	cls      *classifier
-	ifaces   map[string]uint32
-	warnings []string
+	rules     []shaper.Rule
+	cls       *classifier
+	ifaces    map[string]uint32
+	warnings  []string
+	metaRules []string
 }
 
 // Compile checks f (as Validate) and compiles its rules and match tables.
@@ -48,6 +49,9 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 		s := &specs[i]
 		s.rule.Match = s.match.canonical()
 		c.rules = append(c.rules, s.rule)
+		if m := &s.match; m.hasMark || m.iif != nil || m.oif != nil || m.queue != nil {
+			c.metaRules = append(c.metaRules, s.rule.Name)
+		}
 		for _, names := range [][]string{s.match.iif, s.match.oif} {
 			for _, name := range names {
 				if _, ok := c.ifaces[name]; ok {
@@ -108,6 +112,12 @@ func (c *Compiled) Policy() shaper.Policy {
 // in replay the id Compile gave. 0 if no rule names it (or, live, it does
 // not exist).
 func (c *Compiled) IfaceID(name string) uint32 { return c.ifaces[name] }
+
+// MetaRules names the rules whose match looks beyond the packet's headers:
+// at its mark, interfaces or queue. The packets of one 5-tuple can then
+// meet different rules, which matters to what sees only the 5-tuple (the
+// kernel offload of --offload).
+func (c *Compiled) MetaRules() []string { return slices.Clone(c.metaRules) }
 
 // Warnings lists what Compile let through but the user should know: each
 // interface a rule names that does not exist, and the rules after one that

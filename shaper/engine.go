@@ -110,7 +110,7 @@ func (c *Config) LimiterConfig() LimiterConfig {
 // Check reports what is wrong with c, if anything: the error New or
 // NewPolicy would return for a rule limited by c.
 func (c *Config) Check() error {
-	_, err := newLimitState(*c)
+	_, err := checkLimit(*c)
 	return err
 }
 
@@ -404,6 +404,24 @@ func newRuleState(r Rule) (*ruleState, error) {
 
 // newLimitState checks c and makes the state of a rule limited by it.
 func newLimitState(c Config) (*ruleState, error) {
+	lim, err := checkLimit(c)
+	if err != nil {
+		return nil, err
+	}
+	timeout := c.FlowTimeout
+	if timeout == 0 {
+		timeout = DefaultFlowTimeout
+	}
+	return &ruleState{
+		lim:   lim,
+		key:   c.Key,
+		bytes: c.Bytes,
+		table: flows.NewTable[flow](c.MaxFlows, timeout),
+	}, nil
+}
+
+// checkLimit checks c and returns its limiter; it allocates no flow table.
+func checkLimit(c Config) (*Limiter, error) {
 	if c.Bytes && c.Algorithm == SlidingWindow {
 		return nil, fmt.Errorf("shaper: sliding-window counts packets; with a bit rate use sliding-window-counter, fixed-window or token-bucket")
 	}
@@ -436,16 +454,7 @@ func newLimitState(c Config) (*ruleState, error) {
 		return nil, fmt.Errorf("shaper: sliding-window keeps %d timestamps (8 bytes each) for each of up to %d flows: %.1f GiB, over the %d GiB cap; lower max flows or the limit, or use sliding-window-counter",
 			lim.limit, maxFlows, float64(maxFlows)*float64(lim.limit)*8/(1<<30), MaxLogBytes>>30)
 	}
-	timeout := c.FlowTimeout
-	if timeout == 0 {
-		timeout = DefaultFlowTimeout
-	}
-	return &ruleState{
-		lim:   lim,
-		key:   c.Key,
-		bytes: c.Bytes,
-		table: flows.NewTable[flow](c.MaxFlows, timeout),
-	}, nil
+	return lim, nil
 }
 
 // Decide decodes pkt, which starts at the IP header, and returns its verdict

@@ -308,6 +308,9 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	for _, w := range comp.Warnings() {
 		log.Warn(w)
 	}
+	if err := offloadable(f.offload, comp); err != nil {
+		return usage("%v", err)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -451,6 +454,17 @@ loop:
 	return 0
 }
 
+// offloadable refuses --offload with a policy whose rules match on a
+// packet's mark, interfaces or queue: the kernel drops an offloaded flow by
+// its 5-tuple alone, and would drop packets of that 5-tuple that such a
+// rule tells apart (and might accept).
+func offloadable(offload bool, c *policy.Compiled) error {
+	if r := c.MetaRules(); offload && len(r) > 0 {
+		return fmt.Errorf("--offload: rule %q matches on mark, interface or queue, which the kernel's offload (by 5-tuple alone) cannot tell apart; drop --offload or those match keys", r[0])
+	}
+	return nil
+}
+
 // ifIndex resolves an interface name in packetshaper's network namespace.
 func ifIndex(name string) (uint32, bool) {
 	i, err := net.InterfaceByName(name)
@@ -480,6 +494,9 @@ func reload(log *slog.Logger, src *policySource, globals func(shaper.Policy) sha
 		return
 	}
 	comp, err := src.load()
+	if err == nil {
+		err = offloadable(ws[0].off != nil, comp)
+	}
 	if err == nil {
 		engs := make([]*shaper.Engine, len(ws))
 		var kept []string

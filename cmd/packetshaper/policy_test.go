@@ -101,6 +101,18 @@ func TestPolicyStartupErrors(t *testing.T) {
 	}
 }
 
+// TestOffloadRefusesMetaRules: --offload with a rule that matches on mark,
+// interface or queue is a usage error (the kernel offloads by 5-tuple
+// alone).
+func TestOffloadRefusesMetaRules(t *testing.T) {
+	pol := writeFile(t, "meta.toml", "[[rule]]\nname = \"marked\"\nmatch = { mark = \"0x1/0x1\" }\naction = \"accept\"\n\n[[rule]]\nname = \"rest\"\npps = 10\n")
+	var out, errb bytes.Buffer
+	code := run([]string{"--policy", pol, "--offload"}, &out, &errb)
+	if msg := errb.String(); code != 2 || !strings.Contains(msg, `--offload: rule "marked" matches on mark`) || strings.Count(msg, "\n") != 1 {
+		t.Errorf("--offload with a mark rule: %d, %q", code, msg)
+	}
+}
+
 // TestCheck: check prints a good file as understood, every default filled
 // in, in a form that parses back to the same policy; a bad file gives
 // exit 2 and one line naming the file, line and column.
