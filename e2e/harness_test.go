@@ -438,8 +438,9 @@ type sendResult struct {
 		Windows map[string]uint64 `json:"windows"`
 		TimesUs []int64           `json:"times_us"`
 	} `json:"flows"`
-	Sent   uint64 `json:"sent"`
-	Errors uint64 `json:"errors"`
+	Sent    uint64  `json:"sent"`
+	Errors  uint64  `json:"errors"`
+	Seconds float64 `json:"seconds"`
 }
 
 type recvResult struct {
