@@ -25,16 +25,20 @@ import "time"
 //     caller's clock or the capture says. A flow's last-seen time never moves
 //     backwards.
 //
-// Memory: an entry per flow (the key, two times, list links and V) and two
-// 8-byte index slots. Entries are reused, so a table at its cap allocates
-// nothing more. Not safe for concurrent use.
+// Memory: an entry per flow (the key, two times, list links and V),
+// allocated in chunks of 4096 entries as the table grows and never moved or
+// copied, and two 8-byte index slots per flow at the cap (the index doubles
+// as it grows: what it leaves behind adds up to less than its final size).
+// Entries are reused, so a table at its cap allocates nothing more. Not safe
+// for concurrent use.
 type Table[V any] struct {
 	max     int
 	timeout int64
 	gran    int64
 
-	idx  index
-	ents []entry[V]
+	idx    index
+	chunks [][]entry[V] // entry i is chunks[i>>chunkBits][i&chunkMask]
+	n      int32        // entries handed out from chunks
 	// LRU list through ents: head is the most recently used.
 	head, tail int32
 	// free lists slots of expired flows, chained through next.
@@ -51,7 +55,12 @@ type entry[V any] struct {
 	val        V
 }
 
-const none = -1
+const (
+	none      = -1
+	chunkBits = 12
+	chunkLen  = 1 << chunkBits
+	chunkMask = chunkLen - 1
+)
 
 // DefaultMaxFlows is what NewTable uses for max <= 0.
 const DefaultMaxFlows = 65536
@@ -77,17 +86,24 @@ func NewTable[V any](max int, timeout int64) *Table[V] {
 		max = DefaultMaxFlows
 	}
 	max = min(max, MaxMaxFlows)
-	hint := min(max, 1<<12)
-	return &Table[V]{
+	hint := min(max, chunkLen)
+	t := &Table[V]{
 		max:     max,
 		timeout: timeout,
 		gran:    granularity(timeout),
 		idx:     newIndex(hint, max),
-		ents:    make([]entry[V], 0, hint),
+		chunks:  make([][]entry[V], 1, (max+chunkLen-1)/chunkLen),
 		head:    none,
 		tail:    none,
 		free:    none,
 	}
+	t.chunks[0] = make([]entry[V], hint)
+	return t
+}
+
+// ent returns entry i.
+func (t *Table[V]) ent(i int32) *entry[V] {
+	return &t.chunks[uint32(i)>>chunkBits][uint32(i)&chunkMask]
 }
 
 // lookup returns k's index slot and whether k is there; if not, the slot is
@@ -100,7 +116,7 @@ func (t *Table[V]) lookup(k *Key, h uint64) (slot uint64, ok bool) {
 		if s == 0 {
 			return i, false
 		}
-		if s>>32 == tg && t.ents[int32(s&0xffffffff)-1].key == *k {
+		if s>>32 == tg && t.ent(int32(s&0xffffffff)-1).key == *k {
 			return i, true
 		}
 	}
@@ -119,7 +135,7 @@ func (t *Table[V]) Get(k *Key, now int64) (v *V, fresh bool) {
 	slot, ok := t.lookup(k, h)
 	if ok {
 		i := int32(t.idx.slots[slot]&0xffffffff) - 1
-		e := &t.ents[i]
+		e := t.ent(i)
 		if t.timeout > 0 && now-e.last > t.timeout {
 			t.expired++
 			fresh = true
@@ -140,7 +156,7 @@ func (t *Table[V]) Get(k *Key, now int64) (v *V, fresh bool) {
 	// alloc may have removed keys, and grow moved everything: look again.
 	slot, _ = t.lookup(k, h)
 	t.idx.put(slot, h, i)
-	e := &t.ents[i]
+	e := t.ent(i)
 	e.key, e.last, e.moved = *k, now, now
 	t.pushFront(i)
 	return &e.val, true
@@ -151,22 +167,25 @@ func (t *Table[V]) Get(k *Key, now int64) (v *V, fresh bool) {
 func (t *Table[V]) alloc(now int64) int32 {
 	// Reclaim a couple of idle flows from the LRU end each time a flow is
 	// created: bounded work per packet, and idle flows go before live ones.
-	for n := 0; n < 2 && t.tail != none && t.timeout > 0 && now-t.ents[t.tail].last > t.timeout; n++ {
+	for n := 0; n < 2 && t.tail != none && t.timeout > 0 && now-t.ent(t.tail).last > t.timeout; n++ {
 		i := t.tail
 		t.remove(i)
 		t.expired++
-		t.ents[i].next = t.free
+		t.ent(i).next = t.free
 		t.free = i
 	}
 	if t.free != none {
 		i := t.free
-		t.free = t.ents[i].next
+		t.free = t.ent(i).next
 		return i
 	}
-	if len(t.ents) < t.max {
-		var zero entry[V]
-		t.ents = append(t.ents, zero)
-		return int32(len(t.ents) - 1)
+	if int(t.n) < t.max {
+		i := t.n
+		if c := int(i >> chunkBits); c == len(t.chunks) {
+			t.chunks = append(t.chunks, make([]entry[V], min(chunkLen, t.max-int(i))))
+		}
+		t.n++
+		return i
 	}
 	i := t.tail
 	t.remove(i)
@@ -176,7 +195,7 @@ func (t *Table[V]) alloc(now int64) int32 {
 
 // remove takes entry i out of the index and the LRU list.
 func (t *Table[V]) remove(i int32) {
-	e := &t.ents[i]
+	e := t.ent(i)
 	if slot, ok := t.lookup(&e.key, t.idx.hash(&e.key)); ok {
 		t.idx.del(slot)
 	}
@@ -184,24 +203,24 @@ func (t *Table[V]) remove(i int32) {
 }
 
 func (t *Table[V]) unlink(i int32) {
-	e := &t.ents[i]
+	e := t.ent(i)
 	if e.prev != none {
-		t.ents[e.prev].next = e.next
+		t.ent(e.prev).next = e.next
 	} else {
 		t.head = e.next
 	}
 	if e.next != none {
-		t.ents[e.next].prev = e.prev
+		t.ent(e.next).prev = e.prev
 	} else {
 		t.tail = e.prev
 	}
 }
 
 func (t *Table[V]) pushFront(i int32) {
-	e := &t.ents[i]
+	e := t.ent(i)
 	e.prev, e.next = none, t.head
 	if t.head != none {
-		t.ents[t.head].prev = i
+		t.ent(t.head).prev = i
 	}
 	t.head = i
 	if t.tail == none {
@@ -233,8 +252,8 @@ func (t *Table[V]) Expired() uint64 { return t.expired }
 // the granularity), until fn
 // returns false. fn must not call Get.
 func (t *Table[V]) Range(fn func(k Key, last int64, v *V) bool) {
-	for i := t.head; i != none; i = t.ents[i].next {
-		e := &t.ents[i]
+	for i := t.head; i != none; i = t.ent(i).next {
+		e := t.ent(i)
 		if !fn(e.key, e.last, &e.val) {
 			return
 		}
