@@ -43,11 +43,11 @@ import "math/bits"
 //   - Main evicts only while it holds more than Max-s flows, which only a
 //     flow entering main brings about: one that moves up from small (it had
 //     a second packet) or returns through the ghost. So flows that send one
-//     packet, however many, never push out a flow that sent two: under such
-//     a flood a flow in main stays until it goes idle. (The exception is a
-//     new key matching a fingerprint in the ghost by chance: about one new
-//     flow in 2^32, which senders cannot choose because the hash is seeded,
-//     and which costs one step of the hand.)
+//     packet, however many, never push out a flow that had a second packet
+//     while held: under such a flood a flow in main stays until it goes
+//     idle. (The exception is a new key matching a fingerprint in the ghost
+//     by chance, about one new flow in 2^31, which senders cannot choose
+//     because the hash is seeded; each costs one step of the hand.)
 //   - A flow in main is evicted only when the hand finds it with its counter
 //     at 0, that is when it had no packet since the hand last passed it (or
 //     since it entered main). Between two passes the hand takes as many
