@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 )
 
-// index maps a Key to its entry's position in Table.ents. It is an
+// index maps a Key to its entry's position in a Table. It is an
 // open-addressing hash table with linear probing and backward-shift
 // deletion, sized to a power of two at most half full.
 //
@@ -66,6 +66,21 @@ func tag(h uint64) uint64 { return h & 0xffffffff }
 func (x *index) put(slot, h uint64, pos int32) {
 	x.slots[slot] = tag(h)<<32 | uint64(pos+1)
 	x.n++
+}
+
+// remove deletes the slot holding position pos for a key of hash h, if
+// any: it compares positions, not keys.
+func (x *index) remove(h uint64, pos int32) {
+	want := tag(h)<<32 | uint64(pos+1)
+	for i := tag(h) & x.mask; ; i = (i + 1) & x.mask {
+		switch x.slots[i] {
+		case want:
+			x.del(i)
+			return
+		case 0:
+			return
+		}
+	}
 }
 
 // del empties slot i and shifts later entries of its probe run back, so

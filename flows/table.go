@@ -1,57 +1,136 @@
 package flows
 
-import "time"
+import "math/bits"
 
 // Table is a bounded map from Key to per-flow state V, with idle expiry and
-// least-recently-used eviction. It is what keeps packetshaper's memory
-// bounded whatever the traffic.
+// S3-FIFO eviction (Yang et al., "FIFO queues are all you need for cache
+// eviction", SOSP 2023). It is what keeps packetshaper's memory bounded
+// whatever the traffic, without letting a flood of new flows push out the
+// flows that keep sending.
+//
+// Flows sit in one of two FIFO queues: small, where new flows enter, of at
+// most s = max(1, Max/10) flows, and main, for flows seen again. Each flow
+// has a counter of 0 to 3: a packet of a held flow adds one and moves
+// nothing. When a flow is created in a full table (and no idle flow could
+// be reclaimed, below), one flow is evicted:
+//   - while small holds s flows, its oldest flow leaves it: if it had a
+//     packet since it entered, it moves to main's head with its counter at
+//     0; if not, it is evicted and its key's fingerprint goes into the
+//     ghost, a direct-mapped array of 32-bit fingerprints (Max slots
+//     rounded up to a power of two);
+//   - once small holds fewer, the clock hand takes main's tail: a flow with
+//     counter > 0 goes back to main's head with the counter less one, one
+//     with 0 is evicted.
+//
+// A new flow whose key is in the ghost enters main. While the table is not
+// full, a flow entering a small of s flows moves small's oldest on to main
+// whatever its counter, so that small always holds the newest flows that
+// entered it.
 //
 // Contract:
 //   - At most Max flows are held. A packet of a new flow when the table is
-//     full evicts the least recently used flow (counted in Evictions); it
-//     never fails and never refuses the new flow. The evicted flow's state
-//     is forgotten: if it comes back it starts afresh, as a new flow would.
-//     (Kernel hashlimit instead fails to match when its table is full, and
-//     nft meters stop adding; both silently stop limiting new flows. We
-//     prefer limiting the newest flows correctly and forgetting the oldest.)
-//   - "Least recently used" is exact to within Granularity: a flow moves to
-//     the front of the LRU order on its first packet after Granularity has
-//     passed since its last move, not on every packet, which saves the
-//     per-packet list writes (two cache misses at a million flows).
+//     full evicts a flow (counted in Evictions); it never fails and never
+//     refuses the new flow. The evicted flow's state is forgotten: if it
+//     comes back it starts afresh, as a new flow would. (Kernel hashlimit
+//     instead fails to match when its table is full, and nft meters stop
+//     adding; both silently stop limiting new flows.)
+//   - A new flow is evicted from small only after about s more flows have
+//     been created, and only if it sent no second packet in that time; with
+//     one, it moves to main. If it was evicted and its next packet finds its
+//     fingerprint still in the ghost (after k more evictions from small it
+//     is there with probability about e^(-k/slots)), it starts afresh once,
+//     in main.
+//   - Main evicts only while it holds more than Max-s flows, which only a
+//     flow entering main brings about: one that moves up from small (it had
+//     a second packet) or returns through the ghost. So flows that send one
+//     packet, however many, never push out a flow that had a second packet
+//     while held: under such a flood a flow in main stays until it goes
+//     idle. (The exception is a new key matching a fingerprint in the ghost
+//     by chance, about one new flow in 2^31, which senders cannot choose
+//     because the hash is seeded; each costs one step of the hand.)
+//   - A flow in main is evicted only when the hand finds it with its counter
+//     at 0, that is when it had no packet since the hand last passed it (or
+//     since it entered main). Between two passes the hand takes as many
+//     steps as main holds flows, at least Max-s-1 when the table is full,
+//     and each step is paid for by a packet that is not its flow's first:
+//     an eviction by a flow entering main (its second packet in small, or
+//     its return through the ghost), a reinsertion by a packet to a flow in
+//     main (a flow banks up to three). So a flow that sends at least once
+//     per Max-s such packets of other flows is never evicted: against
+//     spoofed sources that send two packets each to reach main, at least
+//     once per Max-s sources (every 100 ms for Max = 10000 against 90 000
+//     sources a second).
 //   - A flow not seen for more than Timeout nanoseconds is idle: it is
-//     treated as new on its next packet (counted in Expired), and idle flows
-//     at the LRU end are reclaimed before any live flow is evicted.
+//     treated as new on its next packet (counted in Expired; it keeps its
+//     place, its counter back at 0). Up to two idle flows at the queues'
+//     tails are reclaimed each time a flow is created, and an idle flow that
+//     eviction comes across is reclaimed rather than moved (both counted in
+//     Expired): idle flows at the tails go before any live flow is evicted.
+//     An idle flow deeper in a queue waits for its turn at the tail.
+//   - Cost: a packet of a held flow reads an index slot and its entry and
+//     writes the entry; no queue moves. Creating a flow costs O(1)
+//     amortized: each step of the hand that does not evict uses up a
+//     counter, that is an earlier packet. One call may take up to 3×Max
+//     steps, after every flow in main had three packets: those packets
+//     paid for it.
 //   - Time is an argument: now is nanoseconds since the Unix epoch, as the
 //     caller's clock or the capture says. A flow's last-seen time never moves
 //     backwards.
 //
-// Memory: an entry per flow (the key, two times, list links and V) and two
-// 8-byte index slots. Entries are reused, so a table at its cap allocates
+// Memory: an entry per flow (the key, the last-seen time, a queue link and
+// the counter in 56 bytes, then V), allocated in chunks of 4096 entries as
+// the table grows and never moved or copied; two 8-byte index slots per
+// flow at the cap (the index doubles as it grows: what it leaves behind
+// adds up to less than its final size); 4 to 8 bytes of ghost per flow,
+// allocated when the table first fills. A table at its cap allocates
 // nothing more. Not safe for concurrent use.
 type Table[V any] struct {
 	max     int
 	timeout int64
-	gran    int64
+	sTarget int // small's target size
 
-	idx  index
-	ents []entry[V]
-	// LRU list through ents: head is the most recently used.
-	head, tail int32
-	// free lists slots of expired flows, chained through next.
+	idx    index
+	chunks [][]entry[V] // entry i is chunks[i>>chunkBits][i&chunkMask]
+	n      int32        // entries handed out from chunks
+	small  fifo
+	main   fifo
+	// free lists slots of reclaimed idle flows, chained through next.
 	free int32
+
+	// ghost holds fingerprints of keys evicted from small, at a position
+	// taken from their hash; 0 is empty. Nil until the table first fills.
+	ghost []uint32
+	gmask uint64
 
 	evictions, expired uint64
 }
 
 type entry[V any] struct {
-	key        Key
-	last       int64 // newest packet time
-	moved      int64 // when it last moved to the LRU front
-	prev, next int32
-	val        V
+	key  Key
+	last int64 // newest packet time
+	// next is the next newer entry in its queue (none at the head), or the
+	// next free slot.
+	next int32
+	// freq counts packets since the flow entered its queue or the hand
+	// last passed it, up to maxFreq.
+	freq uint8
+	val  V
 }
 
-const none = -1
+// fifo is a queue of entries linked from its tail (oldest) towards its
+// head (newest).
+type fifo struct {
+	head, tail int32
+	n          int
+}
+
+const (
+	none      = -1
+	maxFreq   = 3
+	chunkBits = 12
+	chunkLen  = 1 << chunkBits
+	chunkMask = chunkLen - 1
+)
 
 // DefaultMaxFlows is what NewTable uses for max <= 0.
 const DefaultMaxFlows = 65536
@@ -59,49 +138,48 @@ const DefaultMaxFlows = 65536
 // MaxMaxFlows is the largest cap a table takes.
 const MaxMaxFlows = 1 << 30
 
-// Granularity is how stale the LRU order may be: Timeout/64, at most one
-// second (one second when there is no timeout).
-func granularity(timeout int64) int64 {
-	g := int64(time.Second)
-	if timeout > 0 {
-		g = min(g, timeout/64)
+// NewTable returns a table of at most maxFlows flows (DefaultMaxFlows if
+// maxFlows <= 0, at most MaxMaxFlows) that expires flows idle for more than
+// timeout nanoseconds (never, if timeout <= 0).
+func NewTable[V any](maxFlows int, timeout int64) *Table[V] {
+	if maxFlows <= 0 {
+		maxFlows = DefaultMaxFlows
 	}
-	return g
-}
-
-// NewTable returns a table of at most max flows (DefaultMaxFlows if max <=
-// 0, at most MaxMaxFlows) that expires flows idle for more than timeout
-// nanoseconds (never, if timeout <= 0).
-func NewTable[V any](max int, timeout int64) *Table[V] {
-	if max <= 0 {
-		max = DefaultMaxFlows
-	}
-	max = min(max, MaxMaxFlows)
-	hint := min(max, 1<<12)
-	return &Table[V]{
-		max:     max,
+	maxFlows = min(maxFlows, MaxMaxFlows)
+	hint := min(maxFlows, chunkLen)
+	nchunks := (maxFlows + chunkLen - 1) / chunkLen
+	t := &Table[V]{
+		max:     maxFlows,
 		timeout: timeout,
-		gran:    granularity(timeout),
-		idx:     newIndex(hint, max),
-		ents:    make([]entry[V], 0, hint),
-		head:    none,
-		tail:    none,
+		sTarget: max(1, maxFlows/10),
+		idx:     newIndex(hint, maxFlows),
+		chunks:  make([][]entry[V], 1, nchunks),
+		small:   fifo{none, none, 0},
+		main:    fifo{none, none, 0},
 		free:    none,
 	}
+	t.chunks[0] = make([]entry[V], hint)
+	return t
 }
 
-// lookup returns k's index slot and whether k is there; if not, the slot is
-// the empty one where it goes.
-func (t *Table[V]) lookup(k *Key, h uint64) (slot uint64, ok bool) {
+// ent returns entry i.
+func (t *Table[V]) ent(i int32) *entry[V] {
+	return &t.chunks[uint32(i)>>chunkBits][uint32(i)&chunkMask]
+}
+
+// lookup returns k's index slot and entry, or, if k is absent, the empty
+// slot where it goes and nil.
+func (t *Table[V]) lookup(k *Key, h uint64) (uint64, *entry[V]) {
 	x := &t.idx
-	tg := tag(h)
-	for i := tg & x.mask; ; i = (i + 1) & x.mask {
+	for i := h & x.mask; ; i = (i + 1) & x.mask {
 		s := x.slots[i]
 		if s == 0 {
-			return i, false
+			return i, nil
 		}
-		if s>>32 == tg && t.ents[int32(s&0xffffffff)-1].key == *k {
-			return i, true
+		if uint32(s>>32) == uint32(h) {
+			if e := t.ent(int32(s) - 1); e.key == *k {
+				return i, e
+			}
 		}
 	}
 }
@@ -116,105 +194,197 @@ func (t *Table[V]) lookup(k *Key, h uint64) (slot uint64, ok bool) {
 // The returned pointer is valid until the next call to Get.
 func (t *Table[V]) Get(k *Key, now int64) (v *V, fresh bool) {
 	h := t.idx.hash(k)
-	slot, ok := t.lookup(k, h)
-	if ok {
-		i := int32(t.idx.slots[slot]&0xffffffff) - 1
-		e := &t.ents[i]
+	// lookup, written out: the compiler does not inline it.
+	x := &t.idx
+	for i := h & x.mask; ; i = (i + 1) & x.mask {
+		s := x.slots[i]
+		if s == 0 {
+			return t.insert(k, h, now), true
+		}
+		if uint32(s>>32) != uint32(h) {
+			continue
+		}
+		e := t.ent(int32(s) - 1)
+		if e.key != *k {
+			continue
+		}
 		if t.timeout > 0 && now-e.last > t.timeout {
 			t.expired++
+			e.freq = 0
 			fresh = true
+		} else if e.freq < maxFreq {
+			e.freq++
 		}
 		if now > e.last {
 			e.last = now
-			if now-e.moved >= t.gran {
-				e.moved = now
-				t.touch(i)
-			}
 		}
 		return &e.val, fresh
 	}
+}
+
+// insert adds flow k, of hash h, at time now.
+func (t *Table[V]) insert(k *Key, h uint64, now int64) *V {
+	// Look in the ghost before alloc, which may write over the fingerprint.
+	q := &t.small
+	if t.ghostTake(h) {
+		q = &t.main
+	}
 	i := t.alloc(now)
+	if q == &t.small && t.small.n >= t.sTarget {
+		// There was room, and small is at its target: its oldest flow
+		// moves on to main, as it would were the table full (but is not
+		// evicted if it had no second packet: there is room for both).
+		// So small is a FIFO of the newest flows whether the table is full
+		// or not. (If small took every flow until the table filled, the
+		// first eviction would move most of them to main at once, with no
+		// packets to their credit, and the hand would pass over them in
+		// the same call.)
+		j, e := t.pop(&t.small)
+		e.freq = 0
+		t.push(&t.main, j, e)
+	}
 	if t.idx.full() {
 		t.idx.grow()
 	}
 	// alloc may have removed keys, and grow moved everything: look again.
-	slot, _ = t.lookup(k, h)
+	slot, _ := t.lookup(k, h)
 	t.idx.put(slot, h, i)
-	e := &t.ents[i]
-	e.key, e.last, e.moved = *k, now, now
-	t.pushFront(i)
-	return &e.val, true
+	e := t.ent(i)
+	e.key, e.last, e.freq = *k, now, 0
+	t.push(q, i, e)
+	return &e.val
 }
 
-// alloc returns a slot for a new flow: a free one, a new one while under
-// the cap, else the least recently used flow's.
+// idle reports whether e has not been seen for more than the timeout.
+func (t *Table[V]) idle(e *entry[V], now int64) bool {
+	return t.timeout > 0 && now-e.last > t.timeout
+}
+
+// alloc returns a slot for a new flow: a reclaimed idle one, a new one
+// while under the cap, else an evicted flow's.
 func (t *Table[V]) alloc(now int64) int32 {
-	// Reclaim a couple of idle flows from the LRU end each time a flow is
-	// created: bounded work per packet, and idle flows go before live ones.
-	for n := 0; n < 2 && t.tail != none && t.timeout > 0 && now-t.ents[t.tail].last > t.timeout; n++ {
-		i := t.tail
-		t.remove(i)
+	// Reclaim a couple of idle flows from the queues' tails each time a
+	// flow is created: bounded work per packet, and idle flows go before
+	// live ones.
+	for n := 0; n < 2 && t.timeout > 0; n++ {
+		q := &t.small
+		if q.n == 0 || !t.idle(t.ent(q.tail), now) {
+			q = &t.main
+			if q.n == 0 || !t.idle(t.ent(q.tail), now) {
+				break
+			}
+		}
+		i, e := t.pop(q)
+		t.drop(i, e)
 		t.expired++
-		t.ents[i].next = t.free
+		e.next = t.free
 		t.free = i
 	}
 	if t.free != none {
 		i := t.free
-		t.free = t.ents[i].next
+		t.free = t.ent(i).next
 		return i
 	}
-	if len(t.ents) < t.max {
-		var zero entry[V]
-		t.ents = append(t.ents, zero)
-		return int32(len(t.ents) - 1)
+	if int(t.n) < t.max {
+		i := t.n
+		if c := int(i >> chunkBits); c == len(t.chunks) {
+			t.chunks = append(t.chunks, make([]entry[V], min(chunkLen, t.max-int(i))))
+		}
+		t.n++
+		return i
 	}
-	i := t.tail
-	t.remove(i)
-	t.evictions++
-	return i
+	return t.evict(now)
 }
 
-// remove takes entry i out of the index and the LRU list.
-func (t *Table[V]) remove(i int32) {
-	e := &t.ents[i]
-	if slot, ok := t.lookup(&e.key, t.idx.hash(&e.key)); ok {
-		t.idx.del(slot)
+// evict frees a slot in a full table, as the type's comment says.
+func (t *Table[V]) evict(now int64) int32 {
+	if t.ghost == nil {
+		g := 1 << bits.Len(uint(t.max-1))
+		t.ghost = make([]uint32, g)
+		t.gmask = uint64(g - 1)
 	}
-	t.unlink(i)
+	for {
+		if t.small.n >= t.sTarget {
+			i, e := t.pop(&t.small)
+			switch {
+			case t.idle(e, now):
+				t.drop(i, e)
+				t.expired++
+				return i
+			case e.freq > 0:
+				e.freq = 0
+				t.push(&t.main, i, e)
+				continue
+			}
+			t.ghostPut(t.drop(i, e))
+			t.evictions++
+			return i
+		}
+		// The table is full and small below its target: main is not empty.
+		i, e := t.pop(&t.main)
+		switch {
+		case t.idle(e, now):
+			t.drop(i, e)
+			t.expired++
+			return i
+		case e.freq > 0:
+			e.freq--
+			t.push(&t.main, i, e)
+			continue
+		}
+		t.drop(i, e)
+		t.evictions++
+		return i
+	}
 }
 
-func (t *Table[V]) unlink(i int32) {
-	e := &t.ents[i]
-	if e.prev != none {
-		t.ents[e.prev].next = e.next
+// drop takes entry i, e, out of the index and returns its key's hash.
+func (t *Table[V]) drop(i int32, e *entry[V]) uint64 {
+	h := t.idx.hash(&e.key)
+	t.idx.remove(h, i)
+	return h
+}
+
+// push adds entry i, e, at q's head.
+func (t *Table[V]) push(q *fifo, i int32, e *entry[V]) {
+	e.next = none
+	if q.head != none {
+		t.ent(q.head).next = i
 	} else {
-		t.head = e.next
+		q.tail = i
 	}
-	if e.next != none {
-		t.ents[e.next].prev = e.prev
-	} else {
-		t.tail = e.prev
-	}
+	q.head = i
+	q.n++
 }
 
-func (t *Table[V]) pushFront(i int32) {
-	e := &t.ents[i]
-	e.prev, e.next = none, t.head
-	if t.head != none {
-		t.ents[t.head].prev = i
+// pop takes the entry at q's tail; q must not be empty.
+func (t *Table[V]) pop(q *fifo) (int32, *entry[V]) {
+	i := q.tail
+	e := t.ent(i)
+	q.tail = e.next
+	if q.tail == none {
+		q.head = none
 	}
-	t.head = i
-	if t.tail == none {
-		t.tail = i
-	}
+	q.n--
+	return i, e
 }
 
-func (t *Table[V]) touch(i int32) {
-	if t.head == i {
-		return
+// The ghost's position for a key comes from the high half of its hash, the
+// fingerprint from the low half (with the low bit set: 0 is empty).
+
+func (t *Table[V]) ghostPut(h uint64) { t.ghost[(h>>32)&t.gmask] = uint32(h) | 1 }
+
+// ghostTake reports whether h's fingerprint is in the ghost, and removes it.
+func (t *Table[V]) ghostTake(h uint64) bool {
+	if t.ghost == nil {
+		return false
 	}
-	t.unlink(i)
-	t.pushFront(i)
+	p := &t.ghost[(h>>32)&t.gmask]
+	if *p != uint32(h)|1 {
+		return false
+	}
+	*p = 0
+	return true
 }
 
 // Len is the number of flows held, idle ones not yet reclaimed included.
@@ -226,17 +396,22 @@ func (t *Table[V]) Max() int { return t.max }
 // Evictions counts live flows evicted because the table was full.
 func (t *Table[V]) Evictions() uint64 { return t.evictions }
 
-// Expired counts flows that were found idle for longer than the timeout.
+// Expired counts flows that were found idle for longer than the timeout:
+// on their next packet, or when reclaimed.
 func (t *Table[V]) Expired() uint64 { return t.expired }
 
-// Range calls fn for each flow held, most recently used first (to within
-// the granularity), until fn
-// returns false. fn must not call Get.
+// Range calls fn for each flow held, until fn returns false, in the order
+// in which they would come up for eviction within each queue: the small
+// queue from its oldest flow to its newest, then the main queue from its
+// tail (the next under the clock hand) to its head. Idle flows not yet
+// reclaimed are included; last tells them apart. fn must not call Get.
 func (t *Table[V]) Range(fn func(k Key, last int64, v *V) bool) {
-	for i := t.head; i != none; i = t.ents[i].next {
-		e := &t.ents[i]
-		if !fn(e.key, e.last, &e.val) {
-			return
+	for _, q := range [2]*fifo{&t.small, &t.main} {
+		for i := q.tail; i != none; i = t.ent(i).next {
+			e := t.ent(i)
+			if !fn(e.key, e.last, &e.val) {
+				return
+			}
 		}
 	}
 }

@@ -1,5 +1,0 @@
-package flows
-
-import "unsafe"
-
-func sizeof[T any](v T) uintptr { return unsafe.Sizeof(v) }
