@@ -21,9 +21,9 @@ import (
 type index struct {
 	slots []uint64 // 0 = empty; else hash32<<32 | position+1
 	mask  uint64
+	seed  [3]uint64
 	limit int // slot count will not grow past this
 	n     int
-	seed  [3]uint64
 }
 
 func newIndex(hint, maxEntries int) index {

@@ -1,6 +1,7 @@
 package flows
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -22,6 +23,15 @@ type Key struct {
 	// Mode is the KeyConfig mode that made the key; it says which of the
 	// other fields are part of the identity (String uses it).
 	Mode Mode
+}
+
+// equal is k == *o, in five word compares: the compiler's generic 40-byte
+// comparison calls memequal, which cost the flow table's lookup 15 %.
+func (k *Key) equal(o *Key) bool {
+	le := binary.LittleEndian
+	return le.Uint64(k.Src[0:]) == le.Uint64(o.Src[0:]) && le.Uint64(k.Src[8:]) == le.Uint64(o.Src[8:]) &&
+		le.Uint64(k.Dst[0:]) == le.Uint64(o.Dst[0:]) && le.Uint64(k.Dst[8:]) == le.Uint64(o.Dst[8:]) &&
+		k.SrcPort == o.SrcPort && k.DstPort == o.DstPort && k.Proto == o.Proto && k.Family == o.Family && k.Mode == o.Mode
 }
 
 // Mode chooses which packet fields make up a flow's identity, as iptables

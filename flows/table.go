@@ -1,6 +1,9 @@
 package flows
 
-import "math/bits"
+import (
+	"math/bits"
+	"unsafe"
+)
 
 // Table is a bounded map from Key to per-flow state V, with idle expiry and
 // S3-FIFO eviction (Yang et al., "FIFO queues are all you need for cache
@@ -85,15 +88,16 @@ import "math/bits"
 // allocated when the table first fills. A table at its cap allocates
 // nothing more. Not safe for concurrent use.
 type Table[V any] struct {
-	max     int
+	// What a hit reads comes first, to share cache lines.
+	idx     index
+	chunks  [][]entry[V] // entry i is chunks[i>>chunkBits][i&chunkMask]
 	timeout int64
-	sTarget int // small's target size
 
-	idx    index
-	chunks [][]entry[V] // entry i is chunks[i>>chunkBits][i&chunkMask]
-	n      int32        // entries handed out from chunks
-	small  fifo
-	main   fifo
+	max     int
+	sTarget int   // small's target size
+	n       int32 // entries handed out from chunks
+	small   fifo
+	main    fifo
 	// free lists slots of reclaimed idle flows, chained through next.
 	free int32
 
@@ -130,6 +134,8 @@ const (
 	chunkBits = 12
 	chunkLen  = 1 << chunkBits
 	chunkMask = chunkLen - 1
+	// firstChunk is the first chunk's starting length.
+	firstChunk = 64
 )
 
 // DefaultMaxFlows is what NewTable uses for max <= 0.
@@ -146,7 +152,11 @@ func NewTable[V any](maxFlows int, timeout int64) *Table[V] {
 		maxFlows = DefaultMaxFlows
 	}
 	maxFlows = min(maxFlows, MaxMaxFlows)
-	hint := min(maxFlows, chunkLen)
+	// The first chunk starts small and doubles up to a full chunk (a
+	// policy's many rules each have a table, mostly small ones); copying
+	// it costs at most a chunk once. Later chunks are whole and never
+	// copied.
+	hint := min(maxFlows, firstChunk)
 	nchunks := (maxFlows + chunkLen - 1) / chunkLen
 	t := &Table[V]{
 		max:     maxFlows,
@@ -177,7 +187,7 @@ func (t *Table[V]) lookup(k *Key, h uint64) (uint64, *entry[V]) {
 			return i, nil
 		}
 		if uint32(s>>32) == uint32(h) {
-			if e := t.ent(int32(s) - 1); e.key == *k {
+			if e := t.ent(int32(s) - 1); e.key.equal(k) {
 				return i, e
 			}
 		}
@@ -205,7 +215,7 @@ func (t *Table[V]) Get(k *Key, now int64) (v *V, fresh bool) {
 			continue
 		}
 		e := t.ent(int32(s) - 1)
-		if e.key != *k {
+		if !e.key.equal(k) {
 			continue
 		}
 		if t.timeout > 0 && now-e.last > t.timeout {
@@ -289,6 +299,13 @@ func (t *Table[V]) alloc(now int64) int32 {
 		i := t.n
 		if c := int(i >> chunkBits); c == len(t.chunks) {
 			t.chunks = append(t.chunks, make([]entry[V], min(chunkLen, t.max-int(i))))
+		} else if c == 0 && int(i) == len(t.chunks[0]) {
+			// Entries are reached by index, never kept by pointer
+			// across calls (Get's pointer is valid until the next
+			// one), so the first chunk may move.
+			grown := make([]entry[V], min(2*len(t.chunks[0]), chunkLen, t.max))
+			copy(grown, t.chunks[0])
+			t.chunks[0] = grown
 		}
 		t.n++
 		return i
@@ -389,6 +406,14 @@ func (t *Table[V]) ghostTake(h uint64) bool {
 
 // Len is the number of flows held, idle ones not yet reclaimed included.
 func (t *Table[V]) Len() int { return t.idx.n }
+
+// MaxBytes is what the table takes when full: its entries, its index at
+// its largest and its ghost. A per-flow state holding buffers (a
+// sliding-window log) adds those.
+func (t *Table[V]) MaxBytes() uint64 {
+	var e entry[V]
+	return uint64(t.max)*uint64(unsafe.Sizeof(e)) + uint64(t.idx.limit)*8 + uint64(1<<bits.Len(uint(t.max-1)))*4
+}
 
 // Max is the table's cap.
 func (t *Table[V]) Max() int { return t.max }

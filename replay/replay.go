@@ -14,6 +14,8 @@ package replay
 
 import (
 	"bufio"
+	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -311,29 +313,109 @@ func (r *Replayer) Rules() []RuleSummary {
 	return rs
 }
 
-// Flows returns the flows in the engine's table, most drops first, then
-// most packets, then by Flow: a deterministic order. At most max flows
-// (all if max <= 0).
+// flowRec is a flow as the report sorts it: no name yet, so that sorting
+// a million flows costs 80 bytes each, not a formatted string each.
+type flowRec struct {
+	dropped, packets, accepted uint64
+	rule                       int
+	key                        flows.Key
+}
+
+// before is the report's order: most drops first, then most packets, then
+// by rule and key bytes: deterministic.
+func (a *flowRec) before(b *flowRec) bool {
+	if a.dropped != b.dropped {
+		return a.dropped > b.dropped
+	}
+	if a.packets != b.packets {
+		return a.packets > b.packets
+	}
+	if a.rule != b.rule {
+		return a.rule < b.rule
+	}
+	return compareKeys(&a.key, &b.key) < 0
+}
+
+// compareKeys orders keys by their fields, a total order.
+func compareKeys(a, b *flows.Key) int {
+	if c := bytes.Compare(a.Src[:], b.Src[:]); c != 0 {
+		return c
+	}
+	if c := bytes.Compare(a.Dst[:], b.Dst[:]); c != 0 {
+		return c
+	}
+	return cmp.Or(cmp.Compare(a.SrcPort, b.SrcPort), cmp.Compare(a.DstPort, b.DstPort),
+		cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Family, b.Family), cmp.Compare(a.Mode, b.Mode))
+}
+
+func (r *Replayer) summary(f *flowRec) FlowSummary {
+	return FlowSummary{Rule: f.rule, Key: f.key, Flow: r.eng.FlowName(f.rule, f.key), Packets: f.packets, Accepted: f.accepted, Dropped: f.dropped}
+}
+
+// Flows returns the max flows (max > 0) of the engine's tables that come
+// first in the report's order: most drops first, then most packets, then by
+// rule and key. It keeps only max of them while it looks, so a top-10 of a
+// million flows takes no memory to speak of.
 func (r *Replayer) Flows(max int) []FlowSummary {
-	var fs []FlowSummary
+	if max <= 0 {
+		var fs []FlowSummary
+		r.EachFlow(func(f FlowSummary) { fs = append(fs, f) })
+		return fs
+	}
+	// A heap of the best max so far, worst on top.
+	h := make([]flowRec, 0, max)
+	worse := func(i, j int) bool { return h[j].before(&h[i]) }
+	down := func(i int) {
+		for {
+			l := 2*i + 1
+			if l >= len(h) {
+				return
+			}
+			if l+1 < len(h) && worse(l+1, l) {
+				l++
+			}
+			if !worse(l, i) {
+				return
+			}
+			h[i], h[l] = h[l], h[i]
+			i = l
+		}
+	}
 	r.eng.Flows(func(rule int, k flows.Key, s shaper.FlowStats) bool {
-		fs = append(fs, FlowSummary{Rule: rule, Key: k, Flow: r.eng.FlowName(rule, k), Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped})
+		f := flowRec{s.Dropped, s.Packets, s.Accepted, rule, k}
+		switch {
+		case len(h) < max:
+			h = append(h, f)
+			for i := len(h) - 1; i > 0 && worse(i, (i-1)/2); i = (i - 1) / 2 {
+				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
+			}
+		case f.before(&h[0]):
+			h[0] = f
+			down(0)
+		}
 		return true
 	})
-	sort.Slice(fs, func(i, j int) bool {
-		a, b := &fs[i], &fs[j]
-		if a.Dropped != b.Dropped {
-			return a.Dropped > b.Dropped
-		}
-		if a.Packets != b.Packets {
-			return a.Packets > b.Packets
-		}
-		return a.Flow < b.Flow
-	})
-	if max > 0 && len(fs) > max {
-		fs = fs[:max]
+	sort.Slice(h, func(i, j int) bool { return h[i].before(&h[j]) })
+	fs := make([]FlowSummary, len(h))
+	for i := range h {
+		fs[i] = r.summary(&h[i])
 	}
 	return fs
+}
+
+// EachFlow calls fn for every flow in the engine's tables, in the report's
+// order (see Flows). It holds 80 bytes per flow while it runs and names
+// one flow at a time, for a report that streams them out.
+func (r *Replayer) EachFlow(fn func(FlowSummary)) {
+	all := make([]flowRec, 0, r.eng.Stats().Flows)
+	r.eng.Flows(func(rule int, k flows.Key, s shaper.FlowStats) bool {
+		all = append(all, flowRec{s.Dropped, s.Packets, s.Accepted, rule, k})
+		return true
+	})
+	sort.Slice(all, func(i, j int) bool { return all[i].before(&all[j]) })
+	for i := range all {
+		fn(r.summary(&all[i]))
+	}
 }
 
 // pcapOut writes records to a pcap file whose header (and so link type) is

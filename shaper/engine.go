@@ -266,10 +266,12 @@ type flow struct {
 // counters, with the limiter they go with. It outlives an Engine when
 // Reload keeps the rule; only the goroutine deciding packets touches it.
 type ruleState struct {
-	lim   *Limiter // nil unless ActionLimit
-	key   flows.KeyConfig
+	// The fields a packet reads come first, the limiter by value: one
+	// pointer less to chase per packet when rules take turns.
+	table *flows.Table[flow] // nil unless ActionLimit
+	lim   Limiter
 	bytes bool
-	table *flows.Table[flow]
+	key   flows.KeyConfig
 	stats RuleStats
 }
 
@@ -280,6 +282,15 @@ type engineRule struct {
 	st *ruleState
 }
 
+// hotRule is what DecidePacket needs of a rule, packed so that with many
+// rules taking turns their settings stay in a few cache lines.
+type hotRule struct {
+	st             *ruleState
+	action         Action
+	shadow, markEx bool
+	mark, mask     uint32
+}
+
 // offloadBuf is how many offload reports wait for TakeOffloads.
 const offloadBuf = 64
 
@@ -288,6 +299,7 @@ const offloadBuf = 64
 // Flows from the goroutine that calls Decide.
 type Engine struct {
 	rules     []engineRule
+	hot       []hotRule // rules[i]'s per-packet settings
 	cls       Classifier
 	malformed Verdict
 	offAfter  uint32
@@ -381,6 +393,7 @@ func build(p Policy, old *Engine) (*Engine, error) {
 		}
 		used[rs] = true
 		e.rules = append(e.rules, engineRule{Rule: r, st: rs})
+		e.hot = append(e.hot, hotRule{st: rs, action: r.Action, shadow: r.Shadow, markEx: r.MarkExceeded, mark: r.Mark, mask: r.MarkMask})
 	}
 	return e, nil
 }
@@ -413,7 +426,7 @@ func newLimitState(c Config) (*ruleState, error) {
 		timeout = DefaultFlowTimeout
 	}
 	return &ruleState{
-		lim:   lim,
+		lim:   *lim,
 		key:   c.Key,
 		bytes: c.Bytes,
 		table: flows.NewTable[flow](c.MaxFlows, timeout),
@@ -495,7 +508,7 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		if m == nil {
 			m = &noMeta
 		}
-		if ri = e.cls.Classify(p, m); ri < 0 || ri >= len(e.rules) {
+		if ri = e.cls.Classify(p, m); ri < 0 || ri >= len(e.hot) {
 			e.stats.Unmatched++
 			e.stats.Accepted++
 			d.Verdict, d.Rule, d.Key = Accept, -1, flows.Key{}
@@ -503,10 +516,10 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		}
 	}
 	d.Rule = ri
-	r := &e.rules[ri]
+	r := &e.hot[ri]
 	rs := r.st
 	rs.stats.Packets++
-	switch r.Action {
+	switch r.action {
 	case ActionAccept:
 		d.Verdict, d.Key = Accept, flows.Key{}
 		rs.stats.Accepted++
@@ -541,12 +554,12 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	// Over the limit.
 	f.stats.Dropped++
 	switch {
-	case r.Shadow:
+	case r.shadow:
 		rs.stats.ShadowDropped++
 		rs.stats.Accepted++
 		e.stats.Accepted++
 		d.Verdict = Accept
-	case r.MarkExceeded:
+	case r.markEx:
 		rs.stats.Marked++
 		rs.stats.Accepted++
 		e.stats.Accepted++
@@ -555,7 +568,7 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		if m != nil {
 			mark = m.Mark
 		}
-		d.Mark = mark&^r.MarkMask | r.Mark
+		d.Mark = mark&^r.mask | r.mark
 	default:
 		rs.stats.Dropped++
 		e.stats.Dropped++
@@ -613,6 +626,21 @@ func (e *Engine) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// MaxBytes is the most the flow tables can take, full (sliding-window
+// logs: limit × 8 bytes per flow more).
+func (e *Engine) MaxBytes() uint64 {
+	var n uint64
+	for _, r := range e.rules {
+		if t := r.st.table; t != nil {
+			n += t.MaxBytes()
+			if r.st.lim.algo == SlidingWindow {
+				n += uint64(t.Max()) * uint64(r.st.lim.limit) * 8
+			}
+		}
+	}
+	return n
 }
 
 // NumRules is the number of rules.

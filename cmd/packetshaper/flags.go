@@ -46,7 +46,7 @@ func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
 	fs.IntVar(&l.srcPrefix6, "src-prefix6", 128, "IPv6 source prefix length (64 = one limit per /64)")
 	fs.IntVar(&l.dstPrefix6, "dst-prefix6", 128, "IPv6 destination prefix length")
 	fs.BoolVar(&l.symmetric, "symmetric", false, "count both directions of a conversation as one flow")
-	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap; when full, a flow seen once is evicted before any that keeps sending (see README, Flow table)")
+	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap (about 180 bytes per flow); when full, a flow seen once is evicted before any that keeps sending (see README, Flow table)")
 	fs.DurationVar(&l.flowTimeout, "flow-timeout", time.Duration(shaper.DefaultFlowTimeout), "forget a flow after this long without packets")
 	return l
 }

@@ -405,7 +405,8 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		mode = "fail-closed"
 	}
 	log.Info("shaping", "queues", f.queue, "policy", src.describe(), "rules", ruleNames(ws[0].eng),
-		"queue_maxlen", f.maxLen, "copy_range", f.copyRange, "mode", mode, "offload", f.offload)
+		"queue_maxlen", f.maxLen, "copy_range", f.copyRange, "mode", mode, "offload", f.offload,
+		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20)))
 
 	start := time.Now()
 	errs := make(chan error, len(ws))

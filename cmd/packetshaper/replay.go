@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -213,7 +216,9 @@ type jsonReport struct {
 	LastNs     int64      `json:"last_ns"`
 	DurationNs int64      `json:"duration_ns"`
 	Rules      []jsonRule `json:"rules"`
-	PerFlow    []jsonFlow `json:"per_flow"`
+	// PerFlow is written by writeJSON after the rest, one flow at a
+	// time; here for readers of the report (tests).
+	PerFlow []jsonFlow `json:"per_flow,omitempty"`
 }
 
 type jsonRule struct {
@@ -242,20 +247,57 @@ func writeJSON(w io.Writer, r *replay.Replayer) error {
 		NoPorts: s.NoPorts, Unmatched: s.Unmatched, NonIP: s.NonIP,
 		Flows: s.Flows, FlowsSeen: s.FlowsSeen, Evictions: s.Evictions, Expired: s.Expired,
 		FirstNs: s.First, LastNs: s.Last, DurationNs: int64(s.Duration()),
-		Rules: []jsonRule{}, PerFlow: []jsonFlow{},
+		Rules: []jsonRule{},
 	}
 	rules := r.Rules()
 	for _, ru := range rules {
 		rep.Rules = append(rep.Rules, jsonRule{Name: ru.Name, Packets: ru.Packets, Accepted: ru.Accepted, Dropped: ru.Dropped,
 			ShadowDropped: ru.ShadowDropped, Marked: ru.Marked, Flows: ru.Flows, Evictions: ru.Evictions})
 	}
-	for _, f := range r.Flows(0) {
-		rep.PerFlow = append(rep.PerFlow, jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped})
-	}
-	enc := json.NewEncoder(w)
+	// Everything but per_flow, which is streamed after it: a million
+	// flows never make a million strings at once. Naming each flow makes
+	// garbage, which the collector would let grow as large as the live
+	// heap (the tables) before collecting: collect early meanwhile.
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
+	var head bytes.Buffer
+	enc := json.NewEncoder(&head)
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false) // "udp a:1 > b:2", not "\u003e"
-	return enc.Encode(rep)
+	if err := enc.Encode(rep); err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.Write(bytes.TrimSuffix(head.Bytes(), []byte("\n}\n")))
+	bw.WriteString(",\n  \"per_flow\": [")
+	var one bytes.Buffer
+	fenc := json.NewEncoder(&one)
+	fenc.SetIndent("    ", "  ")
+	fenc.SetEscapeHTML(false)
+	n := 0
+	var err error
+	r.EachFlow(func(f replay.FlowSummary) {
+		if err != nil {
+			return
+		}
+		one.Reset()
+		if err = fenc.Encode(jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped}); err != nil {
+			return
+		}
+		if n > 0 {
+			bw.WriteByte(',')
+		}
+		bw.WriteString("\n    ")
+		bw.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
+		n++
+	})
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		bw.WriteString("\n  ")
+	}
+	bw.WriteString("]\n}\n")
+	return bw.Flush()
 }
 
 func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Duration, top int) {
