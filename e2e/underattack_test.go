@@ -21,7 +21,7 @@ import (
 // last line of log that has it.
 func logInt(t *testing.T, log, name string) uint64 {
 	t.Helper()
-	m := regexp.MustCompile(`(?:^|\s)` + regexp.QuoteMeta(name) + `=(\d+)`).FindAllStringSubmatch(log, -1)
+	m := regexp.MustCompile(`(?:^|\s)`+regexp.QuoteMeta(name)+`=(\d+)`).FindAllStringSubmatch(log, -1)
 	if m == nil {
 		t.Fatalf("no %s= in packetshaper's log:\n%s", name, indent(log))
 	}
