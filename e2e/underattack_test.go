@@ -340,3 +340,49 @@ func TestOffloadFlood(t *testing.T) {
 		})
 	}
 }
+
+// vmHWM reads a process's peak RSS (VmHWM) in bytes.
+func vmHWM(t *testing.T, pid int) uint64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`VmHWM:\s+(\d+) kB`).FindSubmatch(b)
+	if m == nil {
+		t.Fatalf("no VmHWM in /proc/%d/status", pid)
+	}
+	n, _ := strconv.ParseUint(string(m[1]), 10, 64)
+	return n << 10
+}
+
+// Live memory, as the README states it: a process's peak RSS is about
+// liveRSSFixed plus tableBytesPerFlow per flow in its tables (×1.1).
+const (
+	liveRSSFixed      = 24 << 20
+	tableBytesPerFlow = 180
+)
+
+// TestLiveMemory fills a --max-flows 1000000 table with a random-source
+// flood (a new flow per packet) and checks the shaper's peak RSS against
+// the README's figure for the flows it held.
+func TestLiveMemory(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	tp.rules("add", "--queue", "0", "--proto", "udp", "--family", "ipv4")
+	sh := tp.startShaper("--queue", "0", "--pps", "100", "--max-flows", "1000000", "--stats-interval", "1s")
+	fr := floodDone(tp.startFlood(floodSpec{Port: 9001, Duration: 9 * time.Second, Size: 18}))
+	time.Sleep(1200 * time.Millisecond) // a stats line after the flood
+	hwm := vmHWM(t, sh.cmd.Process.Pid)
+	log := tp.stopShaper(sh)
+	flowsHeld := logInt(t, log, "flows")
+	bound := uint64(liveRSSFixed + tableBytesPerFlow*float64(flowsHeld)*1.1)
+	t.Logf("flood %d packets (%.0f/s); %d flows held, peak RSS %.1f MiB (%.0f bytes per flow over the fixed part), bound %.1f MiB",
+		fr.Sent, fr.PPS(), flowsHeld, float64(hwm)/(1<<20), (float64(hwm)-liveRSSFixed)/float64(flowsHeld), float64(bound)/(1<<20))
+	if flowsHeld < 300000 {
+		t.Errorf("only %d flows held: the flood did not fill the table enough to measure", flowsHeld)
+	}
+	if hwm > bound {
+		t.Errorf("peak RSS %.1f MiB with %d flows, the README's figures allow %.1f MiB", float64(hwm)/(1<<20), flowsHeld, float64(bound)/(1<<20))
+	}
+}
