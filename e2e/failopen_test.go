@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -163,4 +165,37 @@ func checkStatsLog(t *testing.T, log string) {
 		}
 	}
 	t.Logf("%d periodic stats lines; final: %s", len(periodic), final[0])
+}
+
+// TestFailClosedStop: with --fail-closed a stopped packetshaper's full
+// queue drops what does not fit, nothing passes unlimited, and the final
+// stats count every such drop as queue_drops (read before the unbind).
+func TestFailClosedStop(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+	const maxlen = 64
+	sh := tp.startShaper("--queue", "0", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", fmt.Sprint(maxlen), "--fail-closed")
+	rc := tp.startRecv(":9000", "--duration", "30s")
+	sh.signal(syscall.SIGSTOP)
+	t.Cleanup(func() { _ = sh.cmd.Process.Signal(syscall.SIGCONT) })
+	s := tp.send("--dst", tp.IPB+":9000", "--flows", "2", "--pps", "500", "--duration", "2s")
+	time.Sleep(300 * time.Millisecond)
+	sh.signal(syscall.SIGCONT)
+	time.Sleep(time.Second)
+	r := stopRecv(rc)
+	log := tp.stopShaper(sh)
+	if r.Total != maxlen {
+		t.Errorf("received %d, want the %d packets the queue held (the rest dropped, none passed unlimited)", r.Total, maxlen)
+	}
+	qd := regexp.MustCompile(`final stats.*\squeue_drops=(\d+)`).FindStringSubmatch(log)
+	if qd == nil {
+		t.Fatalf("no queue_drops in the final stats:\n%s", indent(log))
+	}
+	if n, _ := strconv.ParseUint(qd[1], 10, 64); n != s.Sent-maxlen {
+		t.Errorf("final queue_drops = %d, want sent %d - held %d = %d", n, s.Sent, maxlen, s.Sent-maxlen)
+	}
+	if fo := regexp.MustCompile(`final stats.*failopen_passed=0\s`).MatchString(log); !fo {
+		t.Errorf("fail-closed: failopen_passed should be 0:\n%s", indent(log))
+	}
 }
