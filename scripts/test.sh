@@ -44,8 +44,8 @@ echo "== go test"
 # running side by side on a 2-core machine would disturb them.
 go test -p 1 -count=1 -timeout 20m ./...
 
-echo "== go test -race (the packages with goroutines: live command, nfq, offload)"
-go test -race -p 1 -count=1 -timeout 10m ./cmd/packetshaper ./nfq ./offload
+echo "== go test -race (the packages with goroutines or shared state: live command, nfq, offload, policy)"
+go test -race -p 1 -count=1 -timeout 15m ./cmd/packetshaper ./nfq ./offload ./policy
 
 FUZZTIME=${FUZZTIME:-10s}
 if [ "$FUZZTIME" != 0 ]; then
