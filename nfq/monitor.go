@@ -326,8 +326,15 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 					contrib = min(sec, est/q.rate)
 				}
 				if est >= 1 {
-					// Reported with the end of the episode: now, if
-					// the reader has drained the queue already.
+					// The start is seen only now, after the stall:
+					// say so at once (at most once a second); the
+					// end is reported with its count, now if the
+					// reader has drained the queue already.
+					if !q.active && !q.startLogged && !q.failClosed && c.log != nil && now-q.lastLog >= failOpenLogEvery {
+						c.log.Warn(fmt.Sprintf("nfq: queue %d filled while packetshaper was stalled for %.1fs: packets passed without a verdict (fail-open)", q.num, sec),
+							"queue", q.num, "queue_maxlen", q.maxLen)
+						q.lastLog, q.startLogged = now, true
+					}
 					q.stall += sec
 					if !full {
 						q.pendingEnd, c.wantSet = true, true

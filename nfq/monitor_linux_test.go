@@ -302,8 +302,13 @@ func TestMonitorStall(t *testing.T) {
 	pc.checkEstimate(t, "estimating monitor", esPassed, truth, stopped, resumed.Add(300*time.Millisecond))
 	pc.checkSecs(t, "exact monitor", exSecs, maxLen, stopped, resumed)
 	pc.checkSecs(t, "estimating monitor", esSecs, maxLen, stopped, resumed)
-	if c := strings.Count(out, "while packetshaper was stalled"); c != 2 {
-		t.Errorf("%d log lines about the stall, want 2 (one per monitor)", c)
+	// Per monitor, a warning that the queue filled during the stall (seen
+	// on resuming) and one that fail-open ended, with the count.
+	if c := strings.Count(out, "filled while packetshaper was stalled"); c != 2 {
+		t.Errorf("%d start warnings about the stall, want 2 (one per monitor)", c)
+	}
+	if c := strings.Count(out, "fail-open ended:"); c != 2 {
+		t.Errorf("%d end warnings about the stall, want 2 (one per monitor)", c)
 	}
 }
 

@@ -89,11 +89,13 @@ func (l *limiterFlags) file() *policy.File {
 // into the flag's words: "--burst: must be at least 1".
 func flagError(err error) error {
 	var pe *policy.Error
-	if errors.As(err, &pe) && pe.Field != "" {
-		if pe.Field == "pps" && strings.Contains(pe.Msg, "no rate") {
+	if errors.As(err, &pe) {
+		if strings.HasPrefix(pe.Msg, "no limit given") {
 			return errors.New("no limit given: set --pps N or --bitrate RATE (or --policy FILE)")
 		}
-		return fmt.Errorf("--%s: %s", pe.Field, pe.Msg)
+		if pe.Field != "" {
+			return fmt.Errorf("--%s: %s", pe.Field, pe.Msg)
+		}
 	}
 	return err
 }
