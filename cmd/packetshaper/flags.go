@@ -153,8 +153,8 @@ func (p *policyFlags) source(opts policy.Options) (*policySource, error) {
 	return s, nil
 }
 
-// load reads (for a file) and compiles the policy.
-func (s *policySource) load() (*policy.Compiled, error) {
+// Load reads (for a file) and compiles the policy (daemon.Source).
+func (s *policySource) Load() (*policy.Compiled, error) {
 	f := s.flags
 	if s.file != "" {
 		var err error
@@ -172,8 +172,11 @@ func (s *policySource) load() (*policy.Compiled, error) {
 	return c, nil
 }
 
-// describe names the source for logs.
-func (s *policySource) describe() string {
+// Reloadable reports whether the policy comes from a file (daemon.Source).
+func (s *policySource) Reloadable() bool { return s.file != "" }
+
+// Describe names the source for logs (daemon.Source).
+func (s *policySource) Describe() string {
 	if s.file != "" {
 		return s.file
 	}

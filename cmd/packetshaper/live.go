@@ -8,21 +8,16 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/daemon"
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/offload"
 	"github.com/packetshaper/packetshaper/policy"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 const liveUsage = `Usage: packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [live flags]
@@ -125,106 +120,6 @@ func checkLoopback(addr string) error {
 	return nil
 }
 
-// offloader is what a worker hands the flows to drop in the kernel to
-// (offload.Offloader); Add must not block or allocate.
-type offloader interface{ Add(k flows.Key) }
-
-// worker is one queue with its own engine. The engine is used only by the
-// queue's Run goroutine; what the logger and the metrics need from it is
-// copied into an immutable snapshot there, at most every snapEvery (and
-// when the queue is idle), and published with an atomic store.
-//
-// A reload (SIGHUP) stores a new engine in pending, made by Engine.Reload
-// from the current one so that unchanged rules share its state; decide swaps
-// it in at the start of its next batch, on the queue's goroutine, so the
-// per-packet path takes no lock: one atomic load per batch.
-type worker struct {
-	queue   uint16
-	q       *nfq.Queue
-	eng     *shaper.Engine                // Run's goroutine only
-	cur     atomic.Pointer[shaper.Engine] // eng, for Reload on another goroutine
-	pending atomic.Pointer[shaper.Engine]
-	off     offloader // nil without --offload
-
-	meta shaper.Meta
-	dec  shaper.Decision
-
-	lastSnap int64
-	snap     atomic.Pointer[snapshot]
-}
-
-// snapshot is what a worker's engine had counted at one time.
-type snapshot struct {
-	shaper.Stats
-	rules []ruleSnap
-}
-
-type ruleSnap struct {
-	name string
-	shaper.RuleStats
-}
-
-const snapEvery = int64(100 * time.Millisecond)
-
-func newWorker(queue uint16, eng *shaper.Engine) *worker {
-	w := &worker{queue: queue, eng: eng}
-	w.meta.Queue = queue
-	w.cur.Store(eng)
-	w.snapshot(0)
-	return w
-}
-
-// decide is the nfq.Handler: the engine decides, nfq answers. It does not
-// allocate, but to publish a snapshot (every snapEvery).
-func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
-	if w.pending.Load() != nil {
-		w.swap(now)
-	}
-	for i := range batch {
-		p := &batch[i]
-		w.meta.Mark, w.meta.InIf, w.meta.OutIf = p.Mark, p.InDev, p.OutDev
-		w.eng.DecidePacket(p.Data, &w.meta, now, &w.dec)
-		switch {
-		case w.dec.Verdict == shaper.Drop:
-			verdicts[i].Action = nfq.Drop
-		case w.dec.SetMark:
-			verdicts[i].SetMark, verdicts[i].Mark = true, w.dec.Mark
-		}
-	}
-	if w.off != nil {
-		w.eng.TakeOffloads(w.off.Add)
-	}
-	if now-w.lastSnap >= snapEvery {
-		w.snapshot(now)
-	}
-}
-
-// idle is nfq's Idle hook: counters stay current when no traffic flows.
-func (w *worker) idle(now int64) {
-	if w.pending.Load() != nil {
-		w.swap(now)
-	}
-	if now-w.lastSnap >= snapEvery {
-		w.snapshot(now)
-	}
-}
-
-// swap replaces the engine with the pending one (see worker).
-func (w *worker) swap(now int64) {
-	w.eng = w.pending.Swap(nil)
-	w.cur.Store(w.eng)
-	w.lastSnap = now - snapEvery // the snapshot follows at this batch's end
-}
-
-func (w *worker) snapshot(now int64) {
-	s := &snapshot{Stats: w.eng.Stats(), rules: make([]ruleSnap, w.eng.NumRules())}
-	for i := range s.rules {
-		s.rules[i] = ruleSnap{name: w.eng.Rule(i).Name, RuleStats: w.eng.RuleStats(i)}
-	}
-	w.snap.Store(s)
-	w.lastSnap = now
-}
-
 // runLive is the root command: exit status 0 after a clean stop, 1 when the
 // queue cannot be bound or fails, 2 on bad usage.
 func runLive(args []string, stdout, stderr io.Writer) int {
@@ -258,7 +153,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return usage("%v", err)
 	}
-	comp, err := src.load()
+	comp, err := src.Load()
 	if err != nil {
 		return usage("%v", oneLine(err.Error()))
 	}
@@ -298,38 +193,9 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			return usage("%v", err)
 		}
 	}
-	globals := func(p shaper.Policy) shaper.Policy {
-		p.Malformed = src.malformed
-		if f.offload {
-			p.OffloadAfter = uint32(f.offloadAfter)
-		}
-		return p
-	}
-	for _, w := range comp.Warnings() {
-		log.Warn(w)
-	}
-	if err := offloadable(f.offload, comp); err != nil {
-		return usage("%v", err)
-	}
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-
-	logf := func(format string, a ...any) { log.Warn(fmt.Sprintf(format, a...)) }
-	var ws []*worker
-	defer func() {
-		for _, w := range ws {
-			w.q.Close()
-		}
-	}()
-	for _, qn := range queues {
-		eng, err := shaper.NewPolicy(globals(comp.Policy()))
-		if err != nil {
-			return usage("%v", trimPkg(err))
-		}
-		w := newWorker(qn, eng)
-		q, err := nfq.Open(nfq.Config{
-			Queue:            qn,
+	cfg := daemon.Config{
+		Queues: queues,
+		Queue: nfq.Config{
 			MaxQueueLen:      uint32(f.maxLen),
 			CopyRange:        uint32(f.copyRange),
 			FailClosed:       f.failClosed,
@@ -337,133 +203,30 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			BatchSize:        f.batch,
 			Latency:          f.latency,
 			RealtimePriority: f.rtPrio,
-			Idle:             w.idle,
-			Logf:             logf,
-		})
-		if err != nil {
-			fmt.Fprintln(stderr, "packetshaper:", oneLine(err.Error()))
-			return 1
-		}
-		w.q = q
-		ws = append(ws, w)
+		},
+		Malformed:      src.malformed,
+		Offload:        f.offload,
+		OffloadAfter:   uint32(f.offloadAfter),
+		OffloadTimeout: f.offloadTimeout,
+		StatsEvery:     f.statsEvery,
+		MetricsAddr:    f.metricsAddr,
+		Log:            log,
+	}
+	if err := daemon.Check(&cfg, comp); err != nil {
+		return usage("%v", err)
 	}
 
-	// Startup hint: rules that send to queues nobody serves.
-	if rules, err := nfq.QueueRules(); err == nil {
-		bound, _ := nfq.BoundQueues()
-		for _, u := range nfq.UnservedQueues(rules, bound) {
-			log.Warn(u.String())
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := daemon.Run(ctx, cfg, src, comp, hup); err != nil {
+		var ue daemon.UsageError
+		if errors.As(err, &ue) {
+			return usage("%v", err)
 		}
-	}
-	qs := make([]*nfq.Queue, len(ws))
-	for i, w := range ws {
-		qs[i] = w.q
-	}
-	mon, err := nfq.NewMonitor(qs, nfq.MonitorConfig{Logger: log})
-	if err != nil {
 		fmt.Fprintln(stderr, "packetshaper:", oneLine(err.Error()))
 		return 1
 	}
-	defer mon.Close() // after the queues' Run returned (deferred later, run earlier)
-
-	var off *offload.Offloader
-	if f.offload {
-		if off, err = offload.Open(offload.Config{Timeout: f.offloadTimeout, Logf: logf}); err != nil {
-			fmt.Fprintln(stderr, "packetshaper: --offload:", oneLine(err.Error()))
-			return 1
-		}
-		// Closed after the queues have stopped (deferred after them, so
-		// run before): every element still live is deleted.
-		defer func() {
-			if err := off.Close(); err != nil {
-				log.Warn("offload: removing the offloaded flows: " + oneLine(err.Error()))
-			}
-		}()
-		for _, w := range ws {
-			w.off = off
-		}
-	}
-
-	if f.metricsAddr != "" {
-		ln, err := net.Listen("tcp", f.metricsAddr)
-		if err != nil {
-			fmt.Fprintln(stderr, "packetshaper: --metrics-addr:", oneLine(err.Error()))
-			return 1
-		}
-		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(rw http.ResponseWriter, _ *http.Request) {
-			rw.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			writeMetrics(rw, ws, mon, off)
-		})
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
-		defer srv.Close()
-	}
-
-	mode := "fail-open"
-	if f.failClosed {
-		mode = "fail-closed"
-	}
-	log.Info("shaping", "queues", f.queue, "policy", src.describe(), "rules", ruleNames(ws[0].eng),
-		"queue_maxlen", f.maxLen, "copy_range", f.copyRange, "mode", mode, "offload", f.offload,
-		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20)))
-
-	start := time.Now()
-	errs := make(chan error, len(ws))
-	var wg sync.WaitGroup
-	runCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	go mon.Run(runCtx)
-	for _, w := range ws {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := w.q.Run(runCtx, w.decide)
-			w.snapshot(time.Now().UnixNano()) // Run has returned: the engine is ours
-			if err != nil {
-				errs <- err
-				cancel() // one queue failing stops all
-			}
-		}()
-	}
-	finished := make(chan struct{})
-	go func() { wg.Wait(); close(finished) }()
-
-	var tick <-chan time.Time
-	if f.statsEvery > 0 {
-		t := time.NewTicker(f.statsEvery)
-		defer t.Stop()
-		tick = t.C
-	}
-loop:
-	for {
-		select {
-		case <-tick:
-			logStats(log, "stats", ws, mon, off, time.Since(start), f.latency)
-		case <-hup:
-			reload(log, src, globals, ws)
-		case <-finished:
-			break loop
-		}
-	}
-	logStats(log, "final stats", ws, mon, off, time.Since(start), f.latency)
-	close(errs)
-	if err := <-errs; err != nil {
-		log.Error(oneLine(err.Error()))
-		return 1
-	}
 	return 0
-}
-
-// offloadable refuses --offload with a policy whose rules match on a
-// packet's mark, interfaces or queue: the kernel drops an offloaded flow by
-// its 5-tuple alone, and would drop packets of that 5-tuple that such a
-// rule tells apart (and might accept).
-func offloadable(offload bool, c *policy.Compiled) error {
-	if r := c.MetaRules(); offload && len(r) > 0 {
-		return fmt.Errorf("--offload: rule %q matches on mark, interface or queue, which the kernel's offload (by 5-tuple alone) cannot tell apart; drop --offload or those match keys", r[0])
-	}
-	return nil
 }
 
 // ifIndex resolves an interface name in packetshaper's network namespace.
@@ -473,49 +236,4 @@ func ifIndex(name string) (uint32, bool) {
 		return 0, false
 	}
 	return uint32(i.Index), true
-}
-
-func ruleNames(e *shaper.Engine) string {
-	var names []string
-	for i := 0; i < e.NumRules(); i++ {
-		names = append(names, e.Rule(i).Name)
-	}
-	return strings.Join(names, ",")
-}
-
-// reload re-reads the policy on SIGHUP and hands each worker a new engine
-// made by Engine.Reload from its current one, which the worker's own
-// goroutine swaps in at its next batch (worker.decide). Rules whose name,
-// match, key and limiter settings are unchanged keep their flows and limiter
-// state, so a reload never grants a fresh burst; changed and new rules start
-// empty; counters go on. A bad file changes nothing.
-func reload(log *slog.Logger, src *policySource, globals func(shaper.Policy) shaper.Policy, ws []*worker) {
-	if src.file == "" {
-		log.Warn("SIGHUP: no --policy file, nothing to reload")
-		return
-	}
-	comp, err := src.load()
-	if err == nil {
-		err = offloadable(ws[0].off != nil, comp)
-	}
-	if err == nil {
-		engs := make([]*shaper.Engine, len(ws))
-		var kept []string
-		for i, w := range ws {
-			if engs[i], kept, err = w.cur.Load().Reload(globals(comp.Policy())); err != nil {
-				break
-			}
-		}
-		if err == nil {
-			for i, w := range ws {
-				w.pending.Store(engs[i])
-			}
-			for _, wmsg := range comp.Warnings() {
-				log.Warn(wmsg)
-			}
-			log.Info("reloaded", "policy", src.file, "rules", ruleNames(engs[0]), "kept_state", strings.Join(kept, ","))
-			return
-		}
-	}
-	log.Error("reload failed, keeping the previous policy", "err", oneLine(err.Error()))
 }

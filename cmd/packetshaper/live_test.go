@@ -19,9 +19,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 func TestParseQueues(t *testing.T) {
@@ -97,34 +94,6 @@ func udp4(sport uint16) []byte {
 	binary.BigEndian.PutUint16(p[20:], sport)
 	binary.BigEndian.PutUint16(p[22:], 9000)
 	return p
-}
-
-func TestDecideDoesNotAllocate(t *testing.T) {
-	eng, err := shaper.New(shaper.Config{Rate: 10, Burst: 5})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &worker{eng: eng}
-	batch := make([]nfq.Packet, 64)
-	for i := range batch {
-		d := udp4(uint16(1000 + i%8))
-		batch[i] = nfq.Packet{ID: uint32(i + 1), Data: d, Len: len(d)}
-	}
-	v := make([]nfq.Verdict, len(batch))
-	now := int64(1e18)
-	w.decide(batch, v, now) // the flows enter the table
-	allocs := testing.AllocsPerRun(100, func() {
-		now += int64(time.Millisecond)
-		clear(v)
-		w.decide(batch, v, now)
-	})
-	if allocs != 0 {
-		t.Errorf("decide of a 64-packet batch: %v allocations, want 0", allocs)
-	}
-	// 8 flows, burst 5: the first batch accepted 5 of each flow's 8.
-	if s := eng.Stats(); s.Flows != 8 {
-		t.Errorf("flows = %d, want 8", s.Flows)
-	}
 }
 
 var statRe = regexp.MustCompile(`(?:^|\s)(packets|accepted|dropped|flows)=(\d+)`)

@@ -82,7 +82,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "packetshaper replay:", err)
 		return 2
 	}
-	comp, err := src.load()
+	comp, err := src.Load()
 	if err != nil {
 		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
 		return 2
