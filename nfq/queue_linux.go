@@ -10,13 +10,13 @@ package nfq
 // (nfq/PERFORMANCE.md) that is ~22 µs of CPU per packet against ~6 µs for
 // libnetfilter_queue, and the queue overflows at 45k packets/s.
 //
-// So this file talks to the kernel itself with golang.org/x/sys/unix: a
-// blocking netlink socket read on a locked OS thread with recvmmsg into
-// buffers allocated once, messages parsed in place (wire.go), and one write
-// of NFQNL_MSG_VERDICT_BATCH messages per batch. Setup is a single
-// NFQNL_MSG_CONFIG message, so go-nfqueue would add nothing there either.
-// BenchmarkConsumers (baseline_linux_test.go) runs go-nfqueue's naive
-// consumer beside this loop on one setup, in one run.
+// So this file talks to the kernel itself with golang.org/x/sys/unix:
+// non-blocking recvmmsg into buffers allocated once, messages parsed in
+// place (wire.go), one write of NFQNL_MSG_VERDICT_BATCH messages per batch,
+// and, when the socket is empty, a wait in the runtime's netpoller (see
+// Run). Setup is a single NFQNL_MSG_CONFIG message, so go-nfqueue would add
+// nothing there either. BenchmarkConsumers (baseline_linux_test.go) runs
+// go-nfqueue's naive consumer beside this loop on one setup, in one run.
 
 import (
 	"bufio"
@@ -28,14 +28,16 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// recvTimeout is how long one blocking read waits before Run looks at its
-// context again; it bounds how late Run notices a cancellation.
+// recvTimeout bounds each blocking read of Open's configuration requests.
+// Run does not read blocking: it waits in the netpoller, and a
+// cancellation wakes it at once.
 const recvTimeout = 100 * time.Millisecond
 
 // maxFailures is how many unexpected receive errors in a row make Run give
@@ -70,6 +72,14 @@ type Queue struct {
 	bufs  [][]byte
 	iovs  []unix.Iovec
 	mmsgs []mmsghdr
+
+	// The socket as an *os.File, registered with the runtime's netpoller
+	// by Run (nil before); it then owns fd, and Close closes it.
+	file   *os.File
+	rc     syscall.RawConn
+	readFn func(fd uintptr) bool // reads a batch into got, false if none: made once, so waiting allocates nothing
+	got    int                   // datagrams read by readFn
+	gotErr unix.Errno            // or its error
 
 	lastLog     int64  // when ENOBUFS was last logged (ns)
 	unlogged    uint64 // ENOBUFS not yet logged
@@ -240,10 +250,11 @@ func (q *Queue) request(m configMsg) error {
 }
 
 // Run reads packets and answers them until ctx is cancelled, calling fn for
-// each batch from a goroutine locked to its OS thread. Batches are read with
-// one recvmmsg and answered with one write, as soon as the socket has no
-// more to give or BatchSize packets have been read; the clock is read once
-// per batch.
+// each batch from Run's goroutine. Batches are read with one recvmmsg and
+// answered with one write, as soon as the socket has no more to give or
+// BatchSize packets have been read; the clock is read once per batch. When
+// the socket is empty, Run's goroutine waits in the runtime's netpoller,
+// like a net.Conn read, and holds no thread.
 //
 // When ctx is cancelled, Run sets the kernel queue's length to 0, so that
 // new packets bypass it (accepted, or dropped with FailClosed) instead of
@@ -258,8 +269,13 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	if q.unbound {
 		return errors.New("nfq: Run on a closed queue")
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if err := q.startPoll(); err != nil {
+		q.unbind()
+		return fmt.Errorf("nfq: queue %d: %w", q.cfg.Queue, err)
+	}
+	// A cancellation ends the wait at once: a read deadline in the past.
+	stopWake := context.AfterFunc(ctx, func() { q.file.SetReadDeadline(time.Unix(1, 0)) })
+	defer stopWake()
 
 	// The engine's clock: nanoseconds since the Unix epoch as of now, then
 	// advanced by the monotonic clock. A wall-clock step (NTP, date -s)
@@ -282,11 +298,13 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 			default:
 			}
 		}
-		flags := unix.MSG_WAITFORONE
+		var n int
+		var errno unix.Errno
 		if stopping {
-			flags = unix.MSG_DONTWAIT
+			n, errno = q.recvmmsg()
+		} else {
+			n, errno = q.receive()
 		}
-		n, errno := q.recvmmsg(flags)
 		if errno != 0 {
 			switch errno {
 			case unix.EAGAIN, unix.EINTR:
@@ -387,13 +405,82 @@ func setProcessRealtime(prio int) error {
 	return nil
 }
 
-// recvmmsg reads up to BatchSize datagrams. With MSG_WAITFORONE it blocks
-// (up to recvTimeout) for the first one only and then takes what is there.
-// It is a plain blocking syscall on the locked thread: cheaper than parking
-// the goroutine in the netpoller and waking it for every batch.
-func (q *Queue) recvmmsg(flags int) (int, unix.Errno) {
-	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(q.fd),
-		uintptr(unsafe.Pointer(&q.mmsgs[0])), uintptr(len(q.mmsgs)), uintptr(flags), 0, 0)
+// Why Run waits in the netpoller.
+//
+// Run used to block in recvmmsg (MSG_WAITFORONE, SO_RCVTIMEO 100 ms) on a
+// locked thread, through syscall.Syscall6. At moderate load (20k packets/s
+// in batches of a few packets) that cost about twice the CPU per packet of
+// the C consumer (nfq/PERFORMANCE.md, "Moderate load"), and half of it was
+// the runtime's system monitor (sysmon), not the reader. A goroutine
+// blocked in a system call keeps its P, so sysmon never sleeps for long; it
+// takes the P after 20 µs of a call when no other P is idle (GOMAXPROCS=1,
+// e.g. a consumer pinned to one core), and, as of Go 1.26, in any case at
+// the first call after 10 ms without the goroutine being rescheduled (a
+// reader that never parks is never rescheduled). Each time, the return from
+// the call takes the slow path, and sysmon goes back to polling every
+// 20 µs for a millisecond or more: thousands of wake-ups a second, several
+// futex calls per batch (strace).
+//
+// Waiting in the netpoller instead, as the C consumer waits in poll(2): the
+// goroutine parks, its thread sleeps in epoll_wait holding no P, and with
+// every P idle sysmon sleeps until something happens. A packet wakes that
+// thread, which runs the goroutine again (it is not locked to a thread: a
+// locked one would be handed between two threads at every wait). The reads
+// and the verdict write do not wait (the socket is non-blocking; a write
+// to the kernel is processed in the call), so they are raw system calls,
+// without the runtime's bookkeeping for calls that may block.
+//
+// Blocking in recvmmsg through RawSyscall6 was measured too: about as cheap
+// per batch, but the runtime then sees the goroutine always running, so
+// sysmon never sleeps and preempts it with a signal every 10 ms (5-10 ms of
+// CPU a second with no traffic; the C consumer 0.5), a stop-the-world
+// waits for that signal, and each queue holds a P for good, which starves
+// the process's other goroutines when there are as many queues as Ps.
+//
+// Not done: skipping the read that finds the socket empty before each wait
+// (one recvmmsg, about 0.6 µs here, per wake-up) when the last read
+// returned fewer than BatchSize datagrams. The kernel also ends a recvmmsg
+// early on an error such as ENOBUFS, keeps that error for the next call
+// and signals nothing, so the datagrams behind it could wait for the next
+// packet to arrive.
+
+// startPoll makes the socket non-blocking and registers it with the
+// runtime's netpoller; from then on q.file owns q.fd.
+func (q *Queue) startPoll() error {
+	if err := unix.SetNonblock(q.fd, true); err != nil {
+		return fmt.Errorf("non-blocking socket: %w", err)
+	}
+	q.file = os.NewFile(uintptr(q.fd), "nfqueue")
+	rc, err := q.file.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("netpoller: %w", err)
+	}
+	q.rc = rc
+	q.readFn = func(uintptr) bool {
+		q.got, q.gotErr = q.recvmmsg()
+		return q.gotErr != unix.EAGAIN
+	}
+	return nil
+}
+
+// receive reads the next batch, waiting in the netpoller while the socket
+// is empty. It returns EAGAIN when the wait was ended by Run's cancellation
+// (a read deadline in the past), EBADF if the socket is gone.
+func (q *Queue) receive() (int, unix.Errno) {
+	if err := q.rc.Read(q.readFn); err != nil {
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return 0, unix.EAGAIN
+		}
+		return 0, unix.EBADF
+	}
+	return q.got, q.gotErr
+}
+
+// recvmmsg reads up to BatchSize datagrams without waiting: what the
+// socket holds, or EAGAIN if it is empty.
+func (q *Queue) recvmmsg() (int, unix.Errno) {
+	r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(q.fd),
+		uintptr(unsafe.Pointer(&q.mmsgs[0])), uintptr(len(q.mmsgs)), unix.MSG_DONTWAIT, 0, 0)
 	if e != 0 {
 		return 0, e
 	}
@@ -457,10 +544,11 @@ func (q *Queue) writeRetry(b []byte) error {
 }
 
 // write sends verdict messages; the kernel processes them before write
-// returns.
+// returns, without waiting for anything but memory, so it is a raw system
+// call (see "Why Run waits in the netpoller").
 func (q *Queue) write(b []byte) error {
 	for {
-		_, _, e := unix.Syscall(unix.SYS_WRITE, uintptr(q.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		_, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(q.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 		if e == unix.EINTR {
 			continue
 		}
@@ -525,7 +613,11 @@ func (q *Queue) unbind() {
 func (q *Queue) Close() error {
 	q.closeOnce.Do(func() {
 		q.unbind()
-		q.closeErr = unix.Close(q.fd)
+		if q.file != nil {
+			q.closeErr = q.file.Close()
+		} else {
+			q.closeErr = unix.Close(q.fd)
+		}
 	})
 	return q.closeErr
 }
