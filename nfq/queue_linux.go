@@ -451,6 +451,11 @@ func (q *Queue) startPoll() error {
 		return fmt.Errorf("non-blocking socket: %w", err)
 	}
 	q.file = os.NewFile(uintptr(q.fd), "nfqueue")
+	// Only a file in the netpoller takes deadlines: this fails if the
+	// socket could not be added to it.
+	if err := q.file.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("netpoller: %w", err)
+	}
 	rc, err := q.file.SyscallConn()
 	if err != nil {
 		return fmt.Errorf("netpoller: %w", err)
@@ -465,15 +470,24 @@ func (q *Queue) startPoll() error {
 
 // receive reads the next batch, waiting in the netpoller while the socket
 // is empty. It returns EAGAIN when the wait was ended by Run's cancellation
-// (a read deadline in the past), EBADF if the socket is gone.
+// (a read deadline in the past).
 func (q *Queue) receive() (int, unix.Errno) {
-	if err := q.rc.Read(q.readFn); err != nil {
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			return 0, unix.EAGAIN
-		}
-		return 0, unix.EBADF
+	err := q.rc.Read(q.readFn)
+	if err == nil {
+		return q.got, q.gotErr
 	}
-	return q.got, q.gotErr
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return 0, unix.EAGAIN
+	}
+	// The netpoller refuses to wait after an error event with nothing to
+	// read (EPOLLERR alone), or the socket was closed: a read says which
+	// (the socket's error, EBADF). If it finds nothing either, wait a
+	// little rather than spin until the next event clears the state.
+	n, errno := q.recvmmsg()
+	if errno == unix.EAGAIN {
+		time.Sleep(time.Millisecond)
+	}
+	return n, errno
 }
 
 // recvmmsg reads up to BatchSize datagrams without waiting: what the
