@@ -75,11 +75,18 @@ type Queue struct {
 
 	// The socket as an *os.File, registered with the runtime's netpoller
 	// by Run (nil before); it then owns fd, and Close closes it.
-	file   *os.File
-	rc     syscall.RawConn
-	readFn func(fd uintptr) bool // reads a batch into got, false if none: made once, so waiting allocates nothing
-	got    int                   // datagrams read by readFn
-	gotErr unix.Errno            // or its error
+	file    *os.File
+	rc      syscall.RawConn
+	serveFn func(fd uintptr) bool // q.serve, made once so that waiting allocates nothing
+
+	// Run's state, for serve
+	fn       Handler
+	done     <-chan struct{}
+	base     time.Time
+	baseNs   int64
+	drained  bool  // the last read emptied the socket: wait before reading again
+	failures int   // unexpected receive errors in a row
+	runErr   error // why serve gave up
 
 	lastLog     int64  // when ENOBUFS was last logged (ns)
 	unlogged    uint64 // ENOBUFS not yet logged
@@ -281,81 +288,151 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	// advanced by the monotonic clock. A wall-clock step (NTP, date -s)
 	// after start moves neither the windows nor the buckets: a step back
 	// would otherwise freeze every flow's refill until the clock caught up.
-	base := time.Now()
-	baseNs := base.UnixNano()
+	q.base = time.Now()
+	q.baseNs = q.base.UnixNano()
+	q.fn, q.done = fn, ctx.Done()
 
-	done := ctx.Done()
-	stopping := false
-	var stopBy int64
-	failures := 0 // unexpected receive errors in a row
+	// Serve until cancelled: serve reads and answers batches, and returns
+	// to the netpoller to wait, inside one read call.
 	for {
-		if !stopping {
-			select {
-			case <-done:
-				stopping = true
-				stopBy = time.Now().UnixNano() + int64(stopDrainTimeout)
-				q.closeIntake()
-			default:
-			}
+		err := q.rc.Read(q.serveFn)
+		if q.runErr != nil {
+			return q.runErr
 		}
-		var n int
-		var errno unix.Errno
-		if stopping {
-			n, errno = q.recvmmsg()
-		} else {
-			n, errno = q.receive()
+		select {
+		case <-q.done:
+			return q.stop()
+		default:
 		}
-		if errno != 0 {
-			switch errno {
-			case unix.EAGAIN, unix.EINTR:
-				if stopping && errno == unix.EAGAIN {
-					return q.finish()
-				}
+		if err != nil {
+			// The netpoller refuses to wait after an error event with
+			// nothing to read (EPOLLERR alone), or the socket was closed:
+			// a read says which (the socket's error, EBADF). If it finds
+			// nothing either, wait a little rather than spin until the
+			// next event clears the state.
+			n, errno := q.recvmmsg()
+			if errno == unix.EAGAIN {
+				time.Sleep(time.Millisecond)
 				continue
-			case unix.ENOBUFS:
-				q.overrun()
-				continue
-			case unix.EBADF, unix.ENOTSOCK:
-				return fmt.Errorf("nfq: queue %d: receive: %w", q.cfg.Queue, errno)
 			}
-			q.stats.errors.Add(1)
-			if failures++; failures == maxFailures {
-				q.unbind()
-				return fmt.Errorf("nfq: queue %d: receive failed %d times in a row: %w", q.cfg.Queue, failures, errno)
-			}
-			continue
-		}
-		failures = 0
-		now := baseNs + int64(time.Since(base))
-		b := q.b
-		for i := 0; i < n; i++ {
-			d := q.bufs[i][:q.mmsgs[i].len]
-			for len(d) > 0 {
-				d = d[b.addDatagram(d):]
-				if b.full() {
-					if err := q.answer(fn, now); err != nil {
-						return err
-					}
-				}
-			}
-		}
-		if len(b.pkts) > 0 {
-			if err := q.answer(fn, now); err != nil {
+			if err := q.handle(n, errno); err != nil {
 				return err
 			}
 		}
-		if b.nlErrors != q.seenNlError {
-			q.stats.errors.Add(b.nlErrors - q.seenNlError)
-			q.seenNlError = b.nlErrors
+	}
+}
+
+// serve is Run's read callback (syscall.RawConn.Read): it reads and
+// answers batches while the socket has some, and returns false to wait in
+// the netpoller until the socket is readable again, true to return to Run
+// (cancelled, or failed: runErr).
+//
+// A read that returns fewer than BatchSize datagrams found the socket
+// empty, so serve waits at once instead of reading again only to get
+// EAGAIN: one system call less per wake-up. No wake-up is lost: a packet
+// queued after that read is announced to the netpoller, which either
+// wakes the wait or, if the wait has not begun, makes it return at once
+// (all inside one Read, whose readiness state is reset only when Read
+// starts). The one other way a read ends early is an error after some
+// datagrams; the kernel keeps it for the next read without a new event,
+// but for this socket that error is an overrun (ENOBUFS), which the kernel
+// checks before every datagram, so it was raised during the read, after
+// the wait that preceded it, and the overrun's own event is still to be
+// delivered.
+func (q *Queue) serve(uintptr) bool {
+	for {
+		select {
+		case <-q.done:
+			return true
+		default:
 		}
-		if b.lost != q.seenLost {
-			q.stats.lost.Add(b.lost - q.seenLost)
-			q.seenLost = b.lost
+		if q.drained {
+			q.drained = false
+			return false
 		}
-		if stopping && now > stopBy {
+		n, errno := q.recvmmsg()
+		if errno == unix.EAGAIN {
+			return false
+		}
+		q.drained = errno == 0 && n < len(q.mmsgs)
+		if err := q.handle(n, errno); err != nil {
+			q.runErr = err
+			return true
+		}
+	}
+}
+
+// stop sets the kernel queue's length to 0 and answers what is still in
+// the socket, for at most stopDrainTimeout, then unbinds the queue.
+func (q *Queue) stop() error {
+	stopBy := time.Now().UnixNano() + int64(stopDrainTimeout)
+	q.closeIntake()
+	for {
+		n, errno := q.recvmmsg()
+		if errno == unix.EAGAIN {
+			return q.finish()
+		}
+		if err := q.handle(n, errno); err != nil {
+			return err
+		}
+		if q.now() > stopBy {
 			return q.finish()
 		}
 	}
+}
+
+// now is the engine's clock (see Run).
+func (q *Queue) now() int64 { return q.baseNs + int64(time.Since(q.base)) }
+
+// handle answers the n datagrams that a read returned, or deals with its
+// error. It returns an error only when Run must stop: the socket is gone,
+// reads keep failing, or verdicts cannot be sent.
+func (q *Queue) handle(n int, errno unix.Errno) error {
+	if errno != 0 {
+		switch errno {
+		case unix.EAGAIN, unix.EINTR:
+			return nil
+		case unix.ENOBUFS:
+			q.overrun()
+			return nil
+		case unix.EBADF, unix.ENOTSOCK:
+			return fmt.Errorf("nfq: queue %d: receive: %w", q.cfg.Queue, errno)
+		}
+		q.stats.errors.Add(1)
+		if q.failures++; q.failures == maxFailures {
+			q.unbind()
+			return fmt.Errorf("nfq: queue %d: receive failed %d times in a row: %w", q.cfg.Queue, q.failures, errno)
+		}
+		return nil
+	}
+	q.failures = 0
+	now := q.now()
+	b := q.b
+	for i := 0; i < n; i++ {
+		d := q.bufs[i][:q.mmsgs[i].len]
+		for len(d) > 0 {
+			d = d[b.addDatagram(d):]
+			if b.full() {
+				if err := q.answer(q.fn, now); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if len(b.pkts) > 0 {
+		if err := q.answer(q.fn, now); err != nil {
+			return err
+		}
+	}
+	if b.nlErrors != q.seenNlError {
+		q.stats.errors.Add(b.nlErrors - q.seenNlError)
+		q.seenNlError = b.nlErrors
+	}
+	if b.lost != q.seenLost {
+		q.stats.lost.Add(b.lost - q.seenLost)
+		q.seenLost = b.lost
+	}
+	return nil
 }
 
 // setProcessRealtime puts every thread of the process under SCHED_FIFO at
@@ -437,13 +514,6 @@ func setProcessRealtime(prio int) error {
 // waits for that signal, and each queue holds a P for good, which starves
 // the process's other goroutines when there are as many queues as Ps.
 //
-// Not done: skipping the read that finds the socket empty before each wait
-// (one recvmmsg, about 0.6 µs here, per wake-up) when the last read
-// returned fewer than BatchSize datagrams. The kernel also ends a recvmmsg
-// early on an error such as ENOBUFS, keeps that error for the next call
-// and signals nothing, so the datagrams behind it could wait for the next
-// packet to arrive.
-
 // startPoll makes the socket non-blocking and registers it with the
 // runtime's netpoller; from then on q.file owns q.fd.
 func (q *Queue) startPoll() error {
@@ -461,33 +531,8 @@ func (q *Queue) startPoll() error {
 		return fmt.Errorf("netpoller: %w", err)
 	}
 	q.rc = rc
-	q.readFn = func(uintptr) bool {
-		q.got, q.gotErr = q.recvmmsg()
-		return q.gotErr != unix.EAGAIN
-	}
+	q.serveFn = q.serve
 	return nil
-}
-
-// receive reads the next batch, waiting in the netpoller while the socket
-// is empty. It returns EAGAIN when the wait was ended by Run's cancellation
-// (a read deadline in the past).
-func (q *Queue) receive() (int, unix.Errno) {
-	err := q.rc.Read(q.readFn)
-	if err == nil {
-		return q.got, q.gotErr
-	}
-	if errors.Is(err, os.ErrDeadlineExceeded) {
-		return 0, unix.EAGAIN
-	}
-	// The netpoller refuses to wait after an error event with nothing to
-	// read (EPOLLERR alone), or the socket was closed: a read says which
-	// (the socket's error, EBADF). If it finds nothing either, wait a
-	// little rather than spin until the next event clears the state.
-	n, errno := q.recvmmsg()
-	if errno == unix.EAGAIN {
-		time.Sleep(time.Millisecond)
-	}
-	return n, errno
 }
 
 // recvmmsg reads up to BatchSize datagrams without waiting: what the
