@@ -110,9 +110,9 @@ type Config struct {
 	// default) leaves the scheduling policy alone.
 	RealtimePriority int
 	// Idle, if not nil, is called from Run's goroutine with the engine's
-	// clock (as a Handler's now) when a receive has waited recvTimeout
-	// (100 ms) without a packet: a Handler's state can be looked at, or
-	// timers served, also when no traffic flows.
+	// clock (as a Handler's now) every 100 ms (idleEvery), between
+	// batches, whether packets flow or not: a Handler's state can be
+	// looked at, or timers served, also when no traffic flows.
 	Idle func(now int64)
 	// Logf, if not nil, is called (from Run's goroutine, at most once per
 	// second) when the kernel reports that the socket's receive buffer

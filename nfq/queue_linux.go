@@ -10,13 +10,13 @@ package nfq
 // (nfq/PERFORMANCE.md) that is ~22 µs of CPU per packet against ~6 µs for
 // libnetfilter_queue, and the queue overflows at 45k packets/s.
 //
-// So this file talks to the kernel itself with golang.org/x/sys/unix: a
-// blocking netlink socket read on a locked OS thread with recvmmsg into
-// buffers allocated once, messages parsed in place (wire.go), and one write
-// of NFQNL_MSG_VERDICT_BATCH messages per batch. Setup is a single
-// NFQNL_MSG_CONFIG message, so go-nfqueue would add nothing there either.
-// BenchmarkConsumers (baseline_linux_test.go) runs go-nfqueue's naive
-// consumer beside this loop on one setup, in one run.
+// So this file talks to the kernel itself with golang.org/x/sys/unix:
+// non-blocking recvmmsg into buffers allocated once, messages parsed in
+// place (wire.go), one write of NFQNL_MSG_VERDICT_BATCH messages per batch,
+// and, when the socket is empty, a wait in the runtime's netpoller (see
+// Run). Setup is a single NFQNL_MSG_CONFIG message, so go-nfqueue would add
+// nothing there either. BenchmarkConsumers (baseline_linux_test.go) runs
+// go-nfqueue's naive consumer beside this loop on one setup, in one run.
 
 import (
 	"context"
@@ -27,14 +27,20 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// recvTimeout is how long one blocking read waits before Run looks at its
-// context again; it bounds how late Run notices a cancellation.
+// idleEvery is how often Run calls Config.Idle (also while packets flow:
+// the wait for them is what it bounds).
+const idleEvery = 100 * time.Millisecond
+
+// recvTimeout bounds each blocking read of Open's configuration requests.
+// Run does not read blocking: it waits in the netpoller, and a
+// cancellation wakes it at once.
 const recvTimeout = 100 * time.Millisecond
 
 // maxFailures is how many unexpected receive errors in a row make Run give
@@ -82,6 +88,21 @@ type Queue struct {
 	bufs  [][]byte
 	iovs  []unix.Iovec
 	mmsgs []mmsghdr
+
+	// The socket as an *os.File, registered with the runtime's netpoller
+	// by Run (nil before); it then owns fd, and Close closes it.
+	file    *os.File
+	rc      syscall.RawConn
+	serveFn func(fd uintptr) bool // q.serve, made once so that waiting allocates nothing
+
+	// Run's state, for serve
+	fn       Handler
+	done     <-chan struct{}
+	base     time.Time
+	baseNs   int64
+	drained  bool  // the last read emptied the socket: wait before reading again
+	failures int   // unexpected receive errors in a row
+	runErr   error // why serve gave up
 
 	lastLog     int64  // when ENOBUFS was last logged (ns)
 	unlogged    uint64 // ENOBUFS not yet logged
@@ -255,10 +276,11 @@ func (q *Queue) request(m configMsg) error {
 }
 
 // Run reads packets and answers them until ctx is cancelled, calling fn for
-// each batch from a goroutine locked to its OS thread. Batches are read with
-// one recvmmsg and answered with one write, as soon as the socket has no
-// more to give or BatchSize packets have been read; the clock is read once
-// per batch.
+// each batch from Run's goroutine. Batches are read with one recvmmsg and
+// answered with one write, as soon as the socket has no more to give or
+// BatchSize packets have been read; the clock is read once per batch. When
+// the socket is empty, Run's goroutine waits in the runtime's netpoller,
+// like a net.Conn read, and holds no thread.
 //
 // When ctx is cancelled, Run lets a Monitor of the queue take its last
 // reading; sets the kernel queue's length to 0, so that new packets bypass
@@ -275,90 +297,179 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	if q.unbound {
 		return errors.New("nfq: Run on a closed queue")
 	}
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	if err := q.startPoll(); err != nil {
+		q.unbind()
+		return fmt.Errorf("nfq: queue %d: %w", q.cfg.Queue, err)
+	}
+	// A cancellation ends the wait at once: a read deadline in the past.
+	stopWake := context.AfterFunc(ctx, func() { q.file.SetReadDeadline(time.Unix(1, 0)) })
+	defer stopWake()
 
 	// The engine's clock: nanoseconds since the Unix epoch as of now, then
 	// advanced by the monotonic clock. A wall-clock step (NTP, date -s)
 	// after start moves neither the windows nor the buckets: a step back
 	// would otherwise freeze every flow's refill until the clock caught up.
-	base := time.Now()
-	baseNs := base.UnixNano()
+	q.base = time.Now()
+	q.baseNs = q.base.UnixNano()
+	q.fn, q.done = fn, ctx.Done()
 
-	done := ctx.Done()
-	stopping := false
-	var stopBy int64
-	failures := 0 // unexpected receive errors in a row
+	// Serve until cancelled: serve reads and answers batches, and returns
+	// to the netpoller to wait, inside one read call. With an Idle hook,
+	// the wait ends every idleEvery to call it.
 	for {
-		if !stopping {
+		if q.cfg.Idle != nil {
+			q.file.SetReadDeadline(time.Now().Add(idleEvery))
+			// A cancellation between the last check and this deadline
+			// would be overwritten by it: look again.
 			select {
-			case <-done:
-				stopping = true
-				q.stopping()
-				stopBy = time.Now().UnixNano() + int64(stopDrainTimeout)
-				q.closeIntake()
+			case <-q.done:
+				return q.stop()
 			default:
 			}
 		}
-		flags := unix.MSG_WAITFORONE
-		if stopping {
-			flags = unix.MSG_DONTWAIT
+		err := q.rc.Read(q.serveFn)
+		if q.runErr != nil {
+			return q.runErr
 		}
-		n, errno := q.recvmmsg(flags)
-		if errno != 0 {
-			switch errno {
-			case unix.EAGAIN, unix.EINTR:
-				if stopping && errno == unix.EAGAIN {
-					return q.finish()
-				}
-				if errno == unix.EAGAIN && q.cfg.Idle != nil {
-					q.cfg.Idle(baseNs + int64(time.Since(base)))
-				}
-				continue
-			case unix.ENOBUFS:
-				q.overrun()
-				continue
-			case unix.EBADF, unix.ENOTSOCK:
-				return fmt.Errorf("nfq: queue %d: receive: %w", q.cfg.Queue, errno)
-			}
-			q.stats.errors.Add(1)
-			if failures++; failures == maxFailures {
-				q.unbind()
-				return fmt.Errorf("nfq: queue %d: receive failed %d times in a row: %w", q.cfg.Queue, failures, errno)
-			}
+		select {
+		case <-q.done:
+			return q.stop()
+		default:
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			q.cfg.Idle(q.now())
 			continue
 		}
-		failures = 0
-		now := baseNs + int64(time.Since(base))
-		b := q.b
-		for i := 0; i < n; i++ {
-			d := q.bufs[i][:q.mmsgs[i].len]
-			for len(d) > 0 {
-				d = d[b.addDatagram(d):]
-				if b.full() {
-					if err := q.answer(fn, now); err != nil {
-						return err
-					}
-				}
+		if err != nil {
+			// The netpoller refuses to wait after an error event with
+			// nothing to read (EPOLLERR alone), or the socket was closed:
+			// a read says which (the socket's error, EBADF). If it finds
+			// nothing either, wait a little rather than spin until the
+			// next event clears the state.
+			n, errno := q.recvmmsg()
+			if errno == unix.EAGAIN {
+				time.Sleep(time.Millisecond)
+				continue
 			}
-		}
-		if len(b.pkts) > 0 {
-			if err := q.answer(fn, now); err != nil {
+			if err := q.handle(n, errno); err != nil {
 				return err
 			}
 		}
-		if b.nlErrors != q.seenNlError {
-			q.stats.errors.Add(b.nlErrors - q.seenNlError)
-			q.seenNlError = b.nlErrors
+	}
+}
+
+// serve is Run's read callback (syscall.RawConn.Read): it reads and
+// answers batches while the socket has some, and returns false to wait in
+// the netpoller until the socket is readable again, true to return to Run
+// (cancelled, or failed: runErr).
+//
+// A read that returns fewer than BatchSize datagrams found the socket
+// empty, so serve waits at once instead of reading again only to get
+// EAGAIN: one system call less per wake-up. No wake-up is lost: a packet
+// queued after that read is announced to the netpoller, which either
+// wakes the wait or, if the wait has not begun, makes it return at once
+// (all inside one Read, whose readiness state is reset only when Read
+// starts). The one other way a read ends early is an error after some
+// datagrams; the kernel keeps it for the next read without a new event,
+// but for this socket that error is an overrun (ENOBUFS), which the kernel
+// checks before every datagram, so it was raised during the read, after
+// the wait that preceded it, and the overrun's own event is still to be
+// delivered.
+func (q *Queue) serve(uintptr) bool {
+	for {
+		select {
+		case <-q.done:
+			return true
+		default:
 		}
-		if b.lost != q.seenLost {
-			q.stats.lost.Add(b.lost - q.seenLost)
-			q.seenLost = b.lost
+		if q.drained {
+			q.drained = false
+			return false
 		}
-		if stopping && now > stopBy {
+		n, errno := q.recvmmsg()
+		if errno == unix.EAGAIN {
+			return false
+		}
+		q.drained = errno == 0 && n < len(q.mmsgs)
+		if err := q.handle(n, errno); err != nil {
+			q.runErr = err
+			return true
+		}
+	}
+}
+
+// stop sets the kernel queue's length to 0 and answers what is still in
+// the socket, for at most stopDrainTimeout, then unbinds the queue.
+func (q *Queue) stop() error {
+	stopBy := time.Now().UnixNano() + int64(stopDrainTimeout)
+	q.stopping() // a Monitor's last reading, while the queue takes packets
+	q.closeIntake()
+	for {
+		n, errno := q.recvmmsg()
+		if errno == unix.EAGAIN {
+			return q.finish()
+		}
+		if err := q.handle(n, errno); err != nil {
+			return err
+		}
+		if q.now() > stopBy {
 			return q.finish()
 		}
 	}
+}
+
+// now is the engine's clock (see Run).
+func (q *Queue) now() int64 { return q.baseNs + int64(time.Since(q.base)) }
+
+// handle answers the n datagrams that a read returned, or deals with its
+// error. It returns an error only when Run must stop: the socket is gone,
+// reads keep failing, or verdicts cannot be sent.
+func (q *Queue) handle(n int, errno unix.Errno) error {
+	if errno != 0 {
+		switch errno {
+		case unix.EAGAIN, unix.EINTR:
+			return nil
+		case unix.ENOBUFS:
+			q.overrun()
+			return nil
+		case unix.EBADF, unix.ENOTSOCK:
+			return fmt.Errorf("nfq: queue %d: receive: %w", q.cfg.Queue, errno)
+		}
+		q.stats.errors.Add(1)
+		if q.failures++; q.failures == maxFailures {
+			q.unbind()
+			return fmt.Errorf("nfq: queue %d: receive failed %d times in a row: %w", q.cfg.Queue, q.failures, errno)
+		}
+		return nil
+	}
+	q.failures = 0
+	now := q.now()
+	b := q.b
+	for i := 0; i < n; i++ {
+		d := q.bufs[i][:q.mmsgs[i].len]
+		for len(d) > 0 {
+			d = d[b.addDatagram(d):]
+			if b.full() {
+				if err := q.answer(q.fn, now); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if len(b.pkts) > 0 {
+		if err := q.answer(q.fn, now); err != nil {
+			return err
+		}
+	}
+	if b.nlErrors != q.seenNlError {
+		q.stats.errors.Add(b.nlErrors - q.seenNlError)
+		q.seenNlError = b.nlErrors
+	}
+	if b.lost != q.seenLost {
+		q.stats.lost.Add(b.lost - q.seenLost)
+		q.seenLost = b.lost
+	}
+	return nil
 }
 
 // setProcessRealtime puts every thread of the process under SCHED_FIFO at
@@ -408,13 +519,64 @@ func setProcessRealtime(prio int) error {
 	return nil
 }
 
-// recvmmsg reads up to BatchSize datagrams. With MSG_WAITFORONE it blocks
-// (up to recvTimeout) for the first one only and then takes what is there.
-// It is a plain blocking syscall on the locked thread: cheaper than parking
-// the goroutine in the netpoller and waking it for every batch.
-func (q *Queue) recvmmsg(flags int) (int, unix.Errno) {
-	r, _, e := unix.Syscall6(unix.SYS_RECVMMSG, uintptr(q.fd),
-		uintptr(unsafe.Pointer(&q.mmsgs[0])), uintptr(len(q.mmsgs)), uintptr(flags), 0, 0)
+// Why Run waits in the netpoller.
+//
+// Run used to block in recvmmsg (MSG_WAITFORONE, SO_RCVTIMEO 100 ms) on a
+// locked thread, through syscall.Syscall6. At moderate load (20k packets/s
+// in batches of a few packets) that cost about twice the CPU per packet of
+// the C consumer (nfq/PERFORMANCE.md, "Moderate load"), and half of it was
+// the runtime's system monitor (sysmon), not the reader. A goroutine
+// blocked in a system call keeps its P, so sysmon never sleeps for long; it
+// takes the P after 20 µs of a call when no other P is idle (GOMAXPROCS=1,
+// e.g. a consumer pinned to one core), and, as of Go 1.26, in any case at
+// the first call after 10 ms without the goroutine being rescheduled (a
+// reader that never parks is never rescheduled). Each time, the return from
+// the call takes the slow path, and sysmon goes back to polling every
+// 20 µs for a millisecond or more: thousands of wake-ups a second, several
+// futex calls per batch (strace).
+//
+// Waiting in the netpoller instead, as the C consumer waits in poll(2): the
+// goroutine parks, its thread sleeps in epoll_wait holding no P, and with
+// every P idle sysmon sleeps until something happens. A packet wakes that
+// thread, which runs the goroutine again (it is not locked to a thread: a
+// locked one would be handed between two threads at every wait). The reads
+// and the verdict write do not wait (the socket is non-blocking; a write
+// to the kernel is processed in the call), so they are raw system calls,
+// without the runtime's bookkeeping for calls that may block.
+//
+// Blocking in recvmmsg through RawSyscall6 was measured too: about as cheap
+// per batch, but the runtime then sees the goroutine always running, so
+// sysmon never sleeps and preempts it with a signal every 10 ms (5-6 ms of
+// CPU a second with no traffic; the C consumer 0.5), a stop-the-world
+// waits for that signal, and each queue holds a P for good, which starves
+// the process's other goroutines when there are as many queues as Ps.
+
+// startPoll makes the socket non-blocking and registers it with the
+// runtime's netpoller; from then on q.file owns q.fd.
+func (q *Queue) startPoll() error {
+	if err := unix.SetNonblock(q.fd, true); err != nil {
+		return fmt.Errorf("non-blocking socket: %w", err)
+	}
+	q.file = os.NewFile(uintptr(q.fd), "nfqueue")
+	// Only a file in the netpoller takes deadlines: this fails if the
+	// socket could not be added to it.
+	if err := q.file.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("netpoller: %w", err)
+	}
+	rc, err := q.file.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("netpoller: %w", err)
+	}
+	q.rc = rc
+	q.serveFn = q.serve
+	return nil
+}
+
+// recvmmsg reads up to BatchSize datagrams without waiting: what the
+// socket holds, or EAGAIN if it is empty.
+func (q *Queue) recvmmsg() (int, unix.Errno) {
+	r, _, e := unix.RawSyscall6(unix.SYS_RECVMMSG, uintptr(q.fd),
+		uintptr(unsafe.Pointer(&q.mmsgs[0])), uintptr(len(q.mmsgs)), unix.MSG_DONTWAIT, 0, 0)
 	if e != 0 {
 		return 0, e
 	}
@@ -478,10 +640,11 @@ func (q *Queue) writeRetry(b []byte) error {
 }
 
 // write sends verdict messages; the kernel processes them before write
-// returns.
+// returns, without waiting for anything but memory, so it is a raw system
+// call (see "Why Run waits in the netpoller").
 func (q *Queue) write(b []byte) error {
 	for {
-		_, _, e := unix.Syscall(unix.SYS_WRITE, uintptr(q.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+		_, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(q.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 		if e == unix.EINTR {
 			continue
 		}
@@ -577,7 +740,11 @@ func (q *Queue) unbind() {
 func (q *Queue) Close() error {
 	q.closeOnce.Do(func() {
 		q.unbind()
-		q.closeErr = unix.Close(q.fd)
+		if q.file != nil {
+			q.closeErr = q.file.Close()
+		} else {
+			q.closeErr = unix.Close(q.fd)
+		}
 		if q.proc != nil {
 			q.proc.close()
 		}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"strings"
 	"sync"
@@ -665,6 +666,65 @@ func TestSurvivesENOBUFS(t *testing.T) {
 	t.Logf("stalled: %d passed; stats %+v; log %q", stalled, s, logLine.Load())
 }
 
+// TestIdleRunParks: with no traffic, Run's goroutine is parked in the
+// runtime's netpoller, like a net.Conn read: neither inside a system call
+// nor running (a blocking recvmmsg, through Syscall6 or RawSyscall6), which
+// keep the runtime's system monitor awake and cost CPU at moderate load
+// ("Why Run waits in the netpoller"). The next packet wakes it, and a
+// cancellation ends the wait at once.
+func TestIdleRunParks(t *testing.T) {
+	const queue = 13
+	newNetns(t, queue)
+	p := newUDPPair(t)
+	q := openQueue(t, Config{Queue: queue})
+	// The fewest running and in system calls before Run, over a few
+	// samples: other goroutines come and go.
+	before := goroutineStates()
+	for i := 0; i < 5; i++ {
+		time.Sleep(5 * time.Millisecond)
+		s := goroutineStates()
+		before[1], before[2] = min(before[1], s[1]), min(before[2], s[2])
+	}
+	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+	var during [3]uint64
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		time.Sleep(20 * time.Millisecond)
+		during = goroutineStates()
+		parked := during[0] > before[0] && during[1] <= before[1] && during[2] <= before[2]
+		if parked || time.Now().After(deadline) {
+			if !parked {
+				t.Errorf("idle Run: goroutines waiting/running/in a system call = %v, before Run %v; want one more waiting, no more running or in a system call", during, before)
+			}
+			break
+		}
+	}
+	p.send(t, 1, 16)
+	if got := p.waitCount(1, 2*time.Second); got != 1 {
+		t.Errorf("after the idle wait: received %d of 1 packets", got)
+	}
+	took, err := stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took > 500*time.Millisecond {
+		t.Errorf("idle Run returned %v after cancel, want at once", took)
+	}
+	t.Logf("goroutines waiting/running/in a system call: %v before Run, %v while idle; Run returned %v after cancel", before, during, took)
+}
+
+// goroutineStates returns the process's goroutines waiting, running and
+// not in Go (in a system call).
+func goroutineStates() [3]uint64 {
+	s := []metrics.Sample{
+		{Name: "/sched/goroutines/waiting:goroutines"},
+		{Name: "/sched/goroutines/running:goroutines"},
+		{Name: "/sched/goroutines/not-in-go:goroutines"},
+	}
+	metrics.Read(s)
+	return [3]uint64{s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64()}
+}
+
 // BenchmarkQueueLoopback is the whole live path on a real kernel: UDP sent
 // over lo, queued by iptables, read, answered ACCEPT and received. allocs/op
 // counts every allocation of the process per packet (sender, receiver and
@@ -767,7 +827,7 @@ func TestIdle(t *testing.T) {
 	time.Sleep(550 * time.Millisecond)
 	stop()
 	if n := calls.Load(); n < 3 || n > 6 {
-		t.Errorf("Idle called %d times in 550 ms, want about 5 (every %v)", n, recvTimeout)
+		t.Errorf("Idle called %d times in 550 ms, want about 5 (every %v)", n, idleEvery)
 	}
 	if backwards.Load() {
 		t.Error("Idle's clock went backwards")

@@ -12,9 +12,13 @@
 #   queues  one queue against two (--queue 0-1) at the same offered rates,
 #           with RPS on the receiving veth and --queue-balance 0:1
 #           --queue-cpu-fanout (root; see "Two queues" below)
+#   moderate  consumer CPU per packet at fixed offered rates (small batches)
+#           and at full speed: packetshaper beside the C consumer, each
+#           timed exactly (root; see "Moderate load" below)
 #
-#   sudo ./scripts/bench.sh                       # all four, about 4-7 minutes
+#   sudo ./scripts/bench.sh                       # all five, about 7-10 minutes
 #   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 1.5 minutes
+#   sudo PARTS=moderate ./scripts/bench.sh        # CPU per packet only, about 3 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #
@@ -58,18 +62,32 @@
 #   of packetshaper's two busiest threads (from /proc/PID/task/*/stat, read by
 #   the wrapper when it is stopped).
 #
+# Moderate load (PARTS=moderate)
+#   At each rate of MODERATE_RATES (0 = as fast as the sender can), the C
+#   consumer of run.sh (nfq_accept -m per, libnetfilter_queue, one verdict
+#   per packet) and packetshaper (accept-all, as ps_accept), interleaved.
+#   run.sh's own CPU figure comes from clock ticks rounded to whole percent
+#   (2 µs/pkt at 5000 pps), so each consumer runs under a wrapper (written
+#   to OUT/bin) that takes its exact CPU time from wait4 (user + system)
+#   minus what it had used when its queue was bound (its start-up); divided
+#   by the packets it says it answered. MODERATE_BEFORE=BINARY adds a third
+#   consumer, another packetshaper build (e.g. an older commit), run the
+#   same way.
+#
 # Only packets that went through the consumer count: every consumer runs
 # fail-closed (packetshaper with --fail-closed), so a full queue drops instead
 # of bypassing, and "via consumer" (the queue's id_sequence, or the consumer's
 # own packets= count) is shown beside "delivered".
 #
-# Environment (defaults): PARTS=engine,replay,live,queues
+# Environment (defaults): PARTS=engine,replay,live,queues,moderate
 #   engine: ENGINE_COUNT=3 (go test -count)
 #   replay: REPLAY_PACKETS=1000000 REPLAY_FLOWS=10000 REPLAY_RUNS=3
 #   live:   REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000 LIMITED_PPS=1000
 #           SIZE=64 PS_ARGS="" (extra packetshaper flags for the ps_ cases)
 #   queues: QUEUE_RATES="150000 200000 300000 0" QUEUE_CPUS=0,1 (and REPS, DUR,
 #           FLOWS, SIZE, PS_ARGS as above)
+#   moderate: MODERATE_RATES="5000 20000 50000 0" MODERATE_DUR=4
+#           MODERATE_BEFORE="" (and REPS, FLOWS, SIZE, PS_ARGS as above)
 #   OUT=/tmp/packetshaper-bench/<time> (report: OUT/bench.md)
 set -u -o pipefail
 
@@ -84,9 +102,12 @@ LIMITED_PPS=${LIMITED_PPS:-1000}
 SIZE=${SIZE:-64}
 PS_ARGS=${PS_ARGS:-}
 OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
-PARTS=${PARTS:-engine,replay,live,queues}
+PARTS=${PARTS:-engine,replay,live,queues,moderate}
 QUEUE_RATES=${QUEUE_RATES:-150000 200000 300000 0}
 QUEUE_CPUS=${QUEUE_CPUS:-0,1}
+MODERATE_RATES=${MODERATE_RATES:-5000 20000 50000 0}
+MODERATE_DUR=${MODERATE_DUR:-4}
+MODERATE_BEFORE=${MODERATE_BEFORE:-}
 ENGINE_COUNT=${ENGINE_COUNT:-3}
 REPLAY_PACKETS=${REPLAY_PACKETS:-1000000}
 REPLAY_FLOWS=${REPLAY_FLOWS:-10000}
@@ -101,11 +122,11 @@ case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""
 between() { [ "${!1}" -ge "$2" ] && [ "${!1}" -le "$3" ]; }
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 for p in ${PARTS//,/ }; do
-	case "$p" in engine | replay | live | queues) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues)" ;; esac
+	case "$p" in engine | replay | live | queues | moderate) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate)" ;; esac
 done
-[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues)"
-if want live || want queues; then
-	[ "$(id -u)" = 0 ] || die "the live and queues parts must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
+[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate)"
+if want live || want queues || want moderate; then
+	[ "$(id -u)" = 0 ] || die "the live, queues and moderate parts must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
 	[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh, or PARTS=engine,replay)"
 fi
 if want replay; then
@@ -137,6 +158,20 @@ if want queues; then
 		for ((i = lo; i <= hi; i++)); do mask=$((mask | (1 << i))); done
 	done
 	mask=$(printf '%x' "$mask")
+fi
+
+if want moderate; then
+	[ -n "${MODERATE_RATES// /}" ] || die "MODERATE_RATES is empty (want packets/s values, 0 = as fast as possible)"
+	for r in $MODERATE_RATES; do
+		case "$r" in *[!0-9]*) die "MODERATE_RATES='$MODERATE_RATES': '$r' is not a whole number of packets/s" ;; esac
+		[ "$r" -le 10000000 ] || die "MODERATE_RATES: $r packets/s is more than 10000000"
+	done
+	case "$MODERATE_DUR" in '' | *[!0-9]*) die "MODERATE_DUR='$MODERATE_DUR': want a whole number of seconds" ;; esac
+	between MODERATE_DUR 1 60 || die "MODERATE_DUR=$MODERATE_DUR: want 1..60"
+	if [ -n "$MODERATE_BEFORE" ]; then
+		[ -x "$MODERATE_BEFORE" ] || die "MODERATE_BEFORE=$MODERATE_BEFORE: not an executable"
+		MODERATE_BEFORE=$(cd "$(dirname "$MODERATE_BEFORE")" && pwd)/$(basename "$MODERATE_BEFORE")
+	fi
 fi
 
 mkdir -p "$OUT" || die "cannot create $OUT"
@@ -196,7 +231,7 @@ finish() {
 	log "done in $((SECONDS - t0)) s (report: $OUT/bench.md)"
 	exit 0
 }
-want live || want queues || finish
+want live || want queues || want moderate || finish
 
 # ---------------------------------------------------------------- live setup
 ID=$(printf '%04x' $((RANDOM % 65536)))
@@ -431,6 +466,143 @@ if want queues; then
 		echo "RPS on the receiving veth: rps_cpus=$mask; two queues: --queue-balance 0:1 --queue-cpu-fanout --queue-bypass; consumers on CPUs $QUEUE_CPUS, sender on core 0"
 		echo "REPS=$REPS DUR=$DUR s SIZE=$SIZE B FLOWS=$FLOWS QUEUE_RATES=\"$QUEUE_RATES\" (max = as fast as the sender can); packetshaper: $PSQ --queue 0 | --queue 0-1"
 		echo "raw rows: $QDIR/runs.csv"
+		echo
+	} >>"$OUT/bench.md"
+fi
+
+# ---------------------------------------------------------------- moderate
+if want moderate; then
+	CWRAP=$BIN/cpu-wrap.sh
+	cat >"$CWRAP" <<-'EOF'
+		#!/bin/bash
+		# cpu-wrap.sh QUEUE CMD...: written by scripts/bench.sh and run by run.sh
+		# as the consumer, inside the receiving namespace. It runs CMD, notes the
+		# CPU time CMD has used when queue QUEUE is bound (its start-up), passes
+		# TERM and INT on, and when CMD has exited logs its CPU time since then:
+		# user + system from wait4 (bash's times), exact, unlike clock ticks.
+		# (In a few runs in a hundred times saw nothing of the child; then the
+		# CPU time its threads had when the TERM came, from schedstat, is used.)
+		set -u
+		queue=$1
+		shift
+		"$@" &
+		pid=$!
+		# cputime: CPU time of CMD's threads so far in µs, builtins only
+		cputime() {
+			local f ns rest sum=0
+			for f in /proc/"$pid"/task/*/schedstat; do
+				read -r ns rest <"$f" 2>/dev/null && sum=$((sum + ns))
+			done
+			echo $((sum / 1000))
+		}
+		atterm=0
+		trap 'atterm=$(cputime); kill -TERM "$pid" 2>/dev/null' TERM INT
+		startup=
+		for _ in $(seq 400); do
+			if awk -v q="$queue" '$1==q{f=1} END{exit !f}' /proc/net/netfilter/nfnetlink_queue 2>/dev/null; then
+				startup=$(cputime)
+				break
+			fi
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 0.025
+		done
+		wait "$pid"
+		rc=$?
+		while kill -0 "$pid" 2>/dev/null; do wait "$pid"; rc=$?; done
+		# The second line of times: user and system time of the waited-for
+		# children. Into a file: in a pipe or $(...) it would be a subshell's.
+		tf=${0%/*}/cpu-wrap.$$.times
+		times >"$tf"
+		total=$(awk 'NR==2 {n=split($1 " " $2, t, " "); for (i=1;i<=n;i++) { split(t[i], a, /[ms]/); us+=(a[1]*60+a[2])*1e6 } printf "%d", us}' "$tf")
+		rm -f "$tf"
+		[ "${total:-0}" -gt "$atterm" ] || total=$atterm
+		echo "cpu-wrap: startup_us=${startup:-?} cpu_us=$((total - ${startup:-0}))" >&2
+		exit "$rc"
+	EOF
+	MDIR=$OUT/moderate
+	mkdir -p "$MDIR"
+	C_CONS="$BIN/nfq_accept -q 0 -m per -t $((MODERATE_DUR + 40))"
+	PS_M="$PS --pps 1000000000 --burst 1000000000 --stats-interval 0"
+	labels="c_per packetshaper"
+	[ -n "$MODERATE_BEFORE" ] && labels="$labels before"
+	# run.sh builds nfq_accept on its first run; build it now for C_CONS.
+	BIN=$BIN bash "$NFQBENCH" build >"$MDIR/build.log" 2>&1 || { tail -20 "$MDIR/build.log" >&2; die "run.sh build failed (log: $MDIR/build.log)"; }
+	RUN_DIR=$MDIR
+	for rep in $(seq "$REPS"); do
+		for rate in $MODERATE_RATES; do
+			RUN_PPS=$rate
+			for l in $labels; do
+				case $l in
+				c_per) cons=$C_CONS ;;
+				packetshaper) cons=$PS_M ;;
+				before) cons="$MODERATE_BEFORE ${PS_M#"$BIN/packetshaper "}" ;;
+				esac
+				DUR=$MODERATE_DUR run "$l-$rate" "$FLOWS" custom "bash $CWRAP 0 $cons"
+			done
+		done
+	done
+	unset RUN_DIR RUN_PPS
+
+	# One row per run: label, rate, run.sh's row, and from the consumer's log
+	# its packets (C: packets=, packetshaper: final stats packets=), batches
+	# and exact CPU.
+	{
+		echo "label,rate,sent_pps,delivered_pps,secs,consumer_pkts,batches,cpu_us,tick_cpu_pct,bg_busy_pct"
+		for d in "$MDIR"/*-r*/; do
+			label=$(basename "$d")
+			label=${label%-r*}
+			clog=$(find "$d/logs" -name '*.consumer.log' | head -1)
+			line=$(grep -E '^packets=|final stats' "$clog" | tail -1)
+			pk=$(sed -n 's/.*\bpackets=\([0-9]*\).*/\1/p' <<<"$line")
+			bt=$(sed -n 's/.*\bbatches=\([0-9]*\).*/\1/p' <<<"$line")
+			cu=$(sed -n 's/.*cpu-wrap: startup_us=[0-9?]* cpu_us=\([0-9-]*\).*/\1/p' "$clog" | tail -1)
+			tail -n +2 "$d/runs.csv" | awk -F, -v OFS=, -v l="${label%-*}" -v r="${label##*-}" -v pk="$pk" -v bt="$bt" -v cu="$cu" \
+				'$5!="ERR" {print l, r, $7, $9, $6, pk, bt, cu, $16, $19}'
+		done
+	} >"$MDIR/runs.csv"
+
+	{
+	printf "## Moderate load: consumer CPU per packet at fixed offered rates (median of %d runs)\n\n" "$REPS"
+	awk -F, -v rates="$MODERATE_RATES" -v labels="$labels" -v reps="$REPS" '
+	NR==1 {next}
+	$6>0 && $8>0 {
+		k=$1 SUBSEP $2; n[k]++; i=n[k]
+		us[k,i]=$8/$6; dp[k,i]=$4; sp[k,i]=$3; bg[k,i]=$10
+		tk[k,i]=($10!="" ? ($9/100.0)*$5*1e6/$6 : 0)
+		if ($7>0) { pb[k,i]=$6/$7; hasb[k]=1 }
+	}
+	function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
+		for(i=2;i<=m;i++){t=v[i]; for(j=i-1;j>=1 && v[j]>t;j--) v[j+1]=v[j]; v[j+1]=t}
+		return (m%2) ? v[(m+1)/2] : (v[m/2]+v[m/2+1])/2 }
+	function mn(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]<r) r=a[k,i]; return r}
+	function mx(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]>r) r=a[k,i]; return r}
+	function cell(l,r,  k,m) { k=l SUBSEP r; m=n[k]; if (!m) return "ERROR"
+		return sprintf("**%.2f** (%.2f–%.2f)", med(us,k,m), mn(us,k,m), mx(us,k,m)) }
+	END {
+		nl=split(labels, L, " "); before=(nl>2)
+		printf "| offered pps | C (c_per) µs/pkt: **median** (min–max) | packetshaper µs/pkt | packetshaper / C |"
+		if (before) printf " before µs/pkt | before / C |"
+		print " delivered pps C / packetshaper | packetshaper packets per batch | run.sh tick µs/pkt C / packetshaper | bg load % |"
+		printf "|---:|---|---|---:|"; if (before) printf "---|---:|"; print "---|---:|---|---:|"
+		nr=split(rates, R, " ")
+		for (r=1;r<=nr;r++) { rt=R[r]; c="c_per" SUBSEP rt; p="packetshaper" SUBSEP rt; b="before" SUBSEP rt
+			mc=(n[c] ? med(us,c,n[c]) : 0); mp=(n[p] ? med(us,p,n[p]) : 0); mb=(n[b] ? med(us,b,n[b]) : 0)
+			printf "| %s | %s | %s | %s |", (rt>0 ? rt : "max"), cell("c_per",rt), cell("packetshaper",rt), (mc>0 && mp>0 ? sprintf("**%.2f**", mp/mc) : "-")
+			if (before) printf " %s | %s |", cell("before",rt), (mc>0 && mb>0 ? sprintf("%.2f", mb/mc) : "-")
+			printf " %.0f / %.0f | %s | %s / %s | %.0f |\n", (n[c] ? med(dp,c,n[c]) : 0), (n[p] ? med(dp,p,n[p]) : 0),
+				(hasb[p] ? sprintf("%.1f", med(pb,p,n[p])) : "-"),
+				(n[c] ? sprintf("%.1f", med(tk,c,n[c])) : "-"), (n[p] ? sprintf("%.1f", med(tk,p,n[p])) : "-"),
+				(n[p] ? med(bg,p,n[p]) : 0)
+			for (l=1;l<=nl;l++) { k=L[l] SUBSEP rt; if (n[k] < reps) short=short " " L[l] "@" rt "(" n[k]+0 ")" }
+		}
+		if (short != "") print "\nfewer runs than asked for:" short
+		print "\ntarget: packetshaper / C <= 1 at 20000 pps"
+	}' "$MDIR/runs.csv"
+		echo
+		echo "µs/pkt: the consumer's CPU time (user + system, from wait4, after its start-up) / the packets it answered; the run.sh column is its clock-tick figure, rounded to whole percent of a core."
+		echo "REPS=$REPS MODERATE_DUR=$MODERATE_DUR s SIZE=$SIZE B FLOWS=$FLOWS MODERATE_RATES=\"$MODERATE_RATES\" (max = as fast as the sender can); sender on core 0, consumer on core 1"
+		echo "C: $C_CONS; packetshaper: $PS_M${MODERATE_BEFORE:+; before: $MODERATE_BEFORE}"
+		echo "raw rows: $MDIR/runs.csv"
 		echo
 	} >>"$OUT/bench.md"
 fi
