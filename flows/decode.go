@@ -21,7 +21,10 @@ import "encoding/binary"
 // non-first fragment (offset > 0) decodes with Fragment and NoPorts, so in
 // 5-tuple mode it counts against the flow (src, dst, proto, 0, 0) — the
 // address+protocol flow — and never against a port-keyed flow whose ports
-// it cannot show.
+// it cannot show. An IPv6 non-first fragment's protocol is ProtoUnknown:
+// only the first fragment's next header counts in reassembly. (An IPv4
+// fragment's protocol is in its own header and part of the reassembly key,
+// so it is kept.)
 //
 // IPv6 extension headers (hop-by-hop, routing, fragment, destination
 // options, AH: those the kernel's ipv6_ext_hdr walks) are followed for as
@@ -150,7 +153,14 @@ func (p *Packet) decode6(b []byte) {
 			offset := binary.BigEndian.Uint16(rest[2:4]) >> 3
 			next, rest = rest[0], rest[8:]
 			if offset != 0 {
-				p.Proto = next
+				// A later fragment's next header means nothing: the
+				// kernel reassembles by (source, destination, id) and
+				// takes the protocol from the first fragment, so a
+				// sender can write any value here. Trusting it would let
+				// later fragments claim a protocol that an accept rule
+				// lets through (ICMPv6, say) while their datagram is
+				// UDP. The protocol is unknown.
+				p.Proto = ProtoUnknown
 				p.Fragment = true
 				p.NoPorts = true
 				return

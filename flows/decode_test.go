@@ -63,7 +63,7 @@ func TestDecode(t *testing.T) {
 		{"ipv6 first fragment has ports", ext6(t, []uint8{0, 44}, 1000, 2000, 0),
 			Packet{Class: IPv6, Proto: ProtoUDP, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), SrcPort: 1000, DstPort: 2000, Length: 40 + 24 + 12}},
 		{"ipv6 later fragment has none", ext6(t, []uint8{60, 44}, 1000, 2000, 100),
-			Packet{Class: IPv6, Proto: ProtoUDP, Fragment: true, NoPorts: true, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), Length: 40 + 24 + 27}},
+			Packet{Class: IPv6, Proto: ProtoUnknown, Fragment: true, NoPorts: true, Src: addr("2001:db8::1"), Dst: addr("2001:db8::2"), Length: 40 + 24 + 27}},
 		{"ipv4 first fragment has ports", frag4(t, 0, []byte{0x13, 0x88, 0x23, 0x28, 0, 100, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8}),
 			Packet{Class: IPv4, Proto: ProtoUDP, Src: addr("192.0.2.1"), Dst: addr("192.0.2.2"), SrcPort: 5000, DstPort: 9000, Length: 36}},
 		{"ipv4 later fragment has none", frag4(t, 2, []byte{0x13, 0x88, 0x23, 0x28, 0, 100, 0, 0}),
@@ -179,6 +179,14 @@ func TestDecodeNoPorts(t *testing.T) {
 		{"ipv4 icmp echo cut before the identifier", icmp4Echo(t, "10.0.0.1", "10.0.0.2", 1, 1)[:26], IPv4, ProtoICMP},
 		{"ipv4 total length ends before the ports, padding after", mod(func(b []byte) []byte { b[2], b[3] = 0, 22; return b }), IPv4, ProtoUDP},
 		{"ipv6 extension header past the end", ext6(t, []uint8{0, 43}, 1, 2, 0)[:40+20], IPv6, ProtoUnknown},
+		// The review's attack: later fragments of a UDP datagram that
+		// claim ICMPv6 in their fragment header (the kernel ignores it)
+		// must not be taken for ICMPv6.
+		{"ipv6 later fragment claiming icmpv6", func() []byte {
+			b := ext6(t, []uint8{44}, 1, 2, 100)
+			b[40] = ProtoICMPv6
+			return b
+		}(), IPv6, ProtoUnknown},
 		{"ipv6 destination options longer than the copy range", bigOpt, IPv6, ProtoUnknown},
 		{"ipv6 payload length ends before the ports, padding after", func() []byte {
 			b := udp6(t, "2001:db8::1", "2001:db8::2", 1, 2)

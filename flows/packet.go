@@ -42,8 +42,9 @@ const (
 	// ProtoUnknown (255, reserved by IANA) stands for the protocol of an
 	// IPv6 packet whose extension header chain could not be walked to its
 	// end (cut by the copy range or the capture, or running past the
-	// packet): such packets of an address pair share one flow, whatever
-	// the chain.
+	// packet), and of an IPv6 non-first fragment (whose fragment header's
+	// next header the kernel ignores): such packets of an address pair
+	// share one flow, whatever they claim.
 	ProtoUnknown = 255
 )
 

@@ -43,6 +43,9 @@ type classifier struct {
 
 	useProto bool
 	proto    [256]int32
+	// protoFrag is the protocol class of an IPv6 later fragment, whose
+	// protocol is unknown (see builder.fragDim).
+	protoFrag int32
 
 	sport, dport    portDim
 	iif, oif, queue valueDim
@@ -85,7 +88,11 @@ func (c *classifier) Classify(p *flows.Packet, m *shaper.Meta) int {
 		n++
 	}
 	if c.useProto {
-		offs[n] = c.proto[p.Proto]
+		if p.Fragment && p.Proto == flows.ProtoUnknown {
+			offs[n] = c.protoFrag
+		} else {
+			offs[n] = c.proto[p.Proto]
+		}
 		n++
 	}
 	if c.sport.on || c.dport.on {
@@ -93,7 +100,8 @@ func (c *classifier) Classify(p *flows.Packet, m *shaper.Meta) int {
 		// are hidden (a fragment, a header cut short, an extension
 		// header chain not walked to its end) the packet is in the
 		// "unknown" class: it meets the port constraints of the rules
-		// that limit or drop, and not those of accept rules.
+		// that limit or drop, and not those of accept rules; a later
+		// fragment meets only those of limit rules (builder.fragDim).
 		known, unknown := hasPorts(p.Proto), false
 		if p.NoPorts && (known || p.Proto == flows.ProtoUnknown) {
 			known, unknown = false, true
@@ -109,6 +117,8 @@ func (c *classifier) Classify(p *flows.Packet, m *shaper.Meta) int {
 					port = p.DstPort
 				}
 				offs[n] = d.lookup(port)
+			case unknown && p.Fragment:
+				offs[n] = d.frag
 			case unknown:
 				offs[n] = d.unknown
 			default:
@@ -238,8 +248,8 @@ func (s *prefixSet) lookup6(a *[16]byte) int32 {
 type portDim struct {
 	on bool
 	// none: the protocol has no ports. unknown: it may have, but they
-	// could not be read.
-	none, unknown int32
+	// could not be read; frag: the same for a non-first fragment.
+	none, unknown, frag int32
 	bounds        []uint16 // interval starts, ascending; bounds[0] == 0
 	offs          []int32  // class of each interval
 	table         []uint16 // port -> interval, with many intervals

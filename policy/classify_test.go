@@ -89,6 +89,8 @@ func pkt(s string) *flows.Packet {
 			p.NoPorts, p.SrcPort, p.DstPort = true, 0, 0
 		case "unknown":
 			p.NoPorts, p.SrcPort, p.DstPort, p.Proto = true, 0, 0, flows.ProtoUnknown
+		case "fragment":
+			p.Fragment, p.NoPorts, p.SrcPort, p.DstPort = true, true, 0, 0
 		}
 	}
 	return p
@@ -457,15 +459,15 @@ func bigPolicy(n, k int) string {
 func ref(specs []ruleSpec, ifaces map[string]uint32, p *flows.Packet, m *shaper.Meta) int {
 	for i := range specs {
 		s := &specs[i].match
-		accept := specs[i].rule.Action == shaper.ActionAccept
-		if refMatch(s, accept, ifaces, p, m) {
+		if refMatch(s, specs[i].rule.Action, ifaces, p, m) {
 			return i
 		}
 	}
 	return -1
 }
 
-func refMatch(s *matchSpec, accept bool, ifaces map[string]uint32, p *flows.Packet, m *shaper.Meta) bool {
+func refMatch(s *matchSpec, action shaper.Action, ifaces map[string]uint32, p *flows.Packet, m *shaper.Meta) bool {
+	accept := action == shaper.ActionAccept
 	fam := uint8(4)
 	if p.Class == flows.IPv6 {
 		fam = 6
@@ -493,8 +495,15 @@ func refMatch(s *matchSpec, accept bool, ifaces map[string]uint32, p *flows.Pack
 	if !in(s.src, addr(p.Src)) || !in(s.dst, addr(p.Dst)) {
 		return false
 	}
+	// What an unknown value meets: the constraints of limit and drop
+	// rules, but for a later fragment only those of limit rules (its
+	// datagram's first fragment shows the headers to drop rules).
+	meetsUnknown := !accept
+	if p.Fragment {
+		meetsUnknown = action == shaper.ActionLimit
+	}
 	protoUnknown := p.Proto == flows.ProtoUnknown
-	if s.proto != nil && !slices.Contains(s.proto, p.Proto) && !(protoUnknown && !accept) {
+	if s.proto != nil && !slices.Contains(s.proto, p.Proto) && !(protoUnknown && meetsUnknown) {
 		return false
 	}
 	portsUnknown := p.NoPorts && (hasPorts(p.Proto) || protoUnknown)
@@ -503,7 +512,7 @@ func refMatch(s *matchSpec, accept bool, ifaces map[string]uint32, p *flows.Pack
 			return true
 		}
 		if portsUnknown {
-			return !accept
+			return meetsUnknown
 		}
 		if !hasPorts(p.Proto) {
 			return false
@@ -714,7 +723,64 @@ func randomPacket(rng *rand.Rand) (*flows.Packet, *shaper.Meta) {
 	p.SrcPort, p.DstPort = port(), port()
 	if rng.IntN(5) == 0 || p.Proto == 255 {
 		p.NoPorts, p.SrcPort, p.DstPort = true, 0, 0
+		// A later fragment, half of the time (an IPv6 one has an
+		// unknown protocol, as the decoder makes it).
+		if rng.IntN(2) == 0 {
+			p.Fragment = true
+			if p.Class == flows.IPv6 {
+				p.Proto = flows.ProtoUnknown
+			}
+		}
 	}
 	m := &shaper.Meta{Mark: uint32(rng.IntN(4)), Queue: uint16(rng.IntN(5)), InIf: uint32(rng.IntN(4)), OutIf: uint32(rng.IntN(4))}
 	return p, m
+}
+
+// TestClassifyFragments: a later fragment meets the unknown-port and
+// unknown-protocol constraints of limit rules only. A narrow drop rule must
+// not take every fragment of every datagram (the first fragment, which
+// shows the ports, meets it or not), and an IPv6 later fragment, whose
+// protocol is unknown, never reaches an accept rule (the review's ICMPv6
+// allowlist trick). A first fragment cut before its ports is not a later
+// fragment: drop rules take it conservatively, and without it the datagram
+// never reassembles.
+func TestClassifyFragments(t *testing.T) {
+	c := mustCompile(t, `
+[[rule]]
+name   = "netbios"
+match  = { proto = ["udp"], dport = ["137-139"] }
+action = "drop"
+
+[[rule]]
+name   = "icmp6"
+match  = { proto = ["icmpv6"] }
+action = "accept"
+
+[[rule]]
+name  = "udp-limit"
+match = { proto = ["udp"], dport = ["4500"] }
+pps   = 100
+
+[[rule]]
+name = "rest"
+pps  = 10
+`, Options{})
+	pol := c.Policy()
+	for _, tc := range []struct{ pkt, want string }{
+		{"udp 10.0.0.1:5000 > 10.0.0.2:137", "netbios"},
+		{"udp 10.0.0.1 > 10.0.0.2 fragment", "udp-limit"},
+		{"udp 10.0.0.1 > 10.0.0.2 noports", "netbios"},
+		{"255 fd00::1 > fd00::2 fragment", "udp-limit"},
+		{"icmpv6 fd00::1 > fd00::2", "icmp6"},
+		{"tcp 10.0.0.1 > 10.0.0.2 fragment", "rest"},
+	} {
+		p := pkt(tc.pkt)
+		got := ""
+		if i := pol.Classifier.Classify(p, &shaper.Meta{}); i >= 0 {
+			got = pol.Rules[i].Name
+		}
+		if got != tc.want {
+			t.Errorf("Classify(%s) = %q, want %q", tc.pkt, got, tc.want)
+		}
+	}
 }

@@ -309,6 +309,17 @@ func (b *builder) dim(has func(m *matchSpec) bool) (free, unknown []uint64, used
 	return free, unknown, used
 }
 
+// fragDim is dim's unknown class for a non-first fragment: only the limit
+// rules that constrain the dimension add to the free ones. Drop rules need
+// not: the datagram's first fragment shows the real headers, and if a drop
+// rule takes it, the datagram never reassembles; letting drop rules take
+// every later fragment would drop every fragmented datagram of every port
+// for one narrow drop rule.
+func (b *builder) fragDim(has func(m *matchSpec) bool) []uint64 {
+	f := b.rulesWhere(func(s *ruleSpec) bool { return !has(&s.match) || s.rule.Action == shaper.ActionLimit })
+	return f
+}
+
 func build(specs []ruleSpec, ifaces map[string]uint32) *classifier {
 	b := &builder{specs: specs, words: (len(specs) + 63) / 64, seen: map[string]int32{}}
 	c := &classifier{words: b.words}
@@ -329,6 +340,7 @@ func build(specs []ruleSpec, ifaces map[string]uint32) *classifier {
 
 	if free, unknown, used := b.dim(func(m *matchSpec) bool { return m.proto != nil }); used {
 		c.useProto = true
+		c.protoFrag = b.intern(b.fragDim(func(m *matchSpec) bool { return m.proto != nil }))
 		for v := range 256 {
 			if v == flows.ProtoUnknown {
 				// The protocol could not be found: limit and drop
@@ -486,7 +498,8 @@ func (b *builder) portDim(get func(m *matchSpec) []portRange) portDim {
 	if !used {
 		return portDim{}
 	}
-	d := portDim{on: true, none: b.intern(free), unknown: b.intern(unknown)}
+	d := portDim{on: true, none: b.intern(free), unknown: b.intern(unknown),
+		frag: b.intern(b.fragDim(func(m *matchSpec) bool { return get(m) != nil }))}
 	starts := []int{0}
 	for i := range b.specs {
 		for _, r := range get(&b.specs[i].match) {
