@@ -211,6 +211,10 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		defer t.Stop()
 		tick = t.C
 	}
+	// Interface names are resolved to indexes at compile: look for
+	// interfaces re-created (a new index), come or gone.
+	ifTick := time.NewTicker(ifaceCheckEvery)
+	defer ifTick.Stop()
 	latency := cfg.Queue.Latency
 loop:
 	for {
@@ -218,7 +222,32 @@ loop:
 		case <-tick:
 			logStats(log, "stats", ws, mon, off, time.Since(start), latency)
 		case <-hup:
-			reload(log, &cfg, src, ws)
+			if !src.Reloadable() {
+				log.Warn("SIGHUP: no --policy file, nothing to reload")
+				continue
+			}
+			next, err := src.Load()
+			if err == nil {
+				err = install(log, &cfg, next, ws, off, "reloaded", src.Describe())
+			}
+			if err != nil {
+				log.Error("reload failed, keeping the previous policy", "err", oneLine(err.Error()))
+				continue
+			}
+			comp = next
+		case <-ifTick.C:
+			if !comp.InterfacesChanged() {
+				continue
+			}
+			next, err := comp.Recompile()
+			if err == nil {
+				err = install(log, &cfg, next, ws, off, "interfaces changed: rules recompiled", src.Describe())
+			}
+			if err != nil {
+				log.Error("interfaces changed, recompiling the policy failed: keeping the previous one", "err", oneLine(err.Error()))
+				continue
+			}
+			comp = next
 		case <-finished:
 			break loop
 		}
@@ -244,41 +273,51 @@ func ruleNames(e *shaper.Engine) string {
 	return strings.Join(names, ",")
 }
 
-// reload re-reads the policy on SIGHUP and hands each worker a new engine
-// made by Engine.Reload from its current one, which the worker's own
-// goroutine swaps in at its next batch (worker.decide). Rules whose name,
-// match, key and limiter settings are unchanged keep their flows and limiter
-// state, so a reload never grants a fresh burst; changed and new rules start
-// empty; counters go on. A bad file changes nothing.
-func reload(log *slog.Logger, cfg *Config, src Source, ws []*worker) {
-	if !src.Reloadable() {
-		log.Warn("SIGHUP: no --policy file, nothing to reload")
-		return
+// ifaceCheckEvery is how often the daemon looks whether an interface the
+// rules name changed its index.
+const ifaceCheckEvery = 2 * time.Second
+
+// install hands each worker a new engine for comp, made by Engine.Reload
+// from its latest one, which the worker's own goroutine swaps in at its next
+// batch (worker.decide) — a reload on SIGHUP, or a recompile after an
+// interface changed. Rules whose name, match, key and limiter settings are
+// unchanged keep their flows and limiter state, so it never grants a fresh
+// burst; changed and new rules start empty; counters go on. On error
+// nothing changes. With --offload, the flows in the kernel are released:
+// the new rules may not drop them (they come back to the shaper, which
+// offloads them again if its rules drop them in a row).
+func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker, off *offload.Offloader, msg, what string) error {
+	if err := offloadable(cfg.Offload, comp); err != nil {
+		return err
 	}
-	comp, err := src.Load()
-	if err == nil {
-		err = offloadable(cfg.Offload, comp)
+	// Check it whole before handing anything over.
+	if _, err := shaper.NewPolicy(cfg.policy(comp)); err != nil {
+		return errors.New(trimPkg(err))
 	}
-	if err == nil {
-		engs := make([]*shaper.Engine, len(ws))
-		var kept []string
-		for i, w := range ws {
-			if engs[i], kept, err = w.cur.Load().Reload(cfg.policy(comp)); err != nil {
-				break
-			}
+	var kept []string
+	for _, w := range ws {
+		k, err := w.install(func(base *shaper.Engine) (*shaper.Engine, []string, error) {
+			return base.Reload(cfg.policy(comp))
+		})
+		if err != nil {
+			return err
 		}
-		if err == nil {
-			for i, w := range ws {
-				w.pending.Store(engs[i])
-			}
-			for _, wmsg := range comp.Warnings() {
-				log.Warn(wmsg)
-			}
-			log.Info("reloaded", "policy", src.Describe(), "rules", ruleNames(engs[0]), "kept_state", strings.Join(kept, ","))
-			return
+		kept = k
+	}
+	for _, wmsg := range comp.Warnings() {
+		log.Warn(wmsg)
+	}
+	if off != nil {
+		if err := off.Clear(); err != nil {
+			log.Warn("offload: releasing the offloaded flows after the reload: " + oneLine(err.Error()))
 		}
 	}
-	log.Error("reload failed, keeping the previous policy", "err", oneLine(err.Error()))
+	var names []string
+	for _, r := range comp.Policy().Rules {
+		names = append(names, r.Name)
+	}
+	log.Info(msg, "policy", what, "rules", strings.Join(names, ","), "kept_state", strings.Join(kept, ","))
+	return nil
 }
 
 // oneLine keeps an error message on one line.

@@ -95,9 +95,34 @@ func (w *worker) idle(now int64) {
 
 // swap replaces the engine with the pending one (see worker).
 func (w *worker) swap(now int64) {
+	old := w.eng
 	w.eng = w.pending.Swap(nil)
+	w.eng.Retire(old) // the evictions of retired rules still count
 	w.cur.Store(w.eng)
 	w.lastSnap = now - snapEvery // the snapshot follows at this batch's end
+}
+
+// install hands the worker an engine made from its latest one (the pending
+// one, if a reload has not been swapped in yet, else the current one) by
+// make: so that two reloads in quick succession chain, the second built on
+// the first, whatever the worker swaps meanwhile. It returns make's result.
+func (w *worker) install(make func(base *shaper.Engine) (*shaper.Engine, []string, error)) ([]string, error) {
+	for {
+		pend := w.pending.Load()
+		base := pend
+		if base == nil {
+			base = w.cur.Load()
+		}
+		ne, kept, err := make(base)
+		if err != nil {
+			return nil, err
+		}
+		// Fails if the worker swapped pend in meanwhile: build again
+		// from it (now current).
+		if w.pending.CompareAndSwap(pend, ne) {
+			return kept, nil
+		}
+	}
 }
 
 func (w *worker) snapshot(now int64) {

@@ -40,6 +40,7 @@ type Offloader struct {
 	ch     chan flows.Key
 	stop   chan struct{}
 	done   chan error
+	clear  chan chan error // Clear's requests to the background goroutine
 	closed sync.Once
 	shut   atomic.Bool
 	err    error
@@ -115,6 +116,7 @@ func Open(c Config) (*Offloader, error) {
 	o.conn = conn
 	o.ch = make(chan flows.Key, buf)
 	o.stop = make(chan struct{})
+	o.clear = make(chan chan error)
 	o.done = make(chan error, 1)
 	o.live = map[flows.Key]entry{}
 	o.seen = map[flows.Key]struct{}{}
@@ -184,6 +186,23 @@ func (o *Offloader) Close() error {
 	return o.err
 }
 
+// Clear deletes every element it added that has not expired, and goes on
+// (a reload whose rules no longer drop some of the offloaded flows: they come
+// back to the shaper, which offloads them again if its new rules drop them
+// in a row). It waits for the deletion; safe from any goroutine.
+func (o *Offloader) Clear() error {
+	if o == nil || o.shut.Load() {
+		return nil
+	}
+	reply := make(chan error, 1)
+	select {
+	case o.clear <- reply:
+		return <-reply
+	case <-o.stop:
+		return nil
+	}
+}
+
 // KernelDrops sums the counters of the drop rules in the offload table's
 // chains: packets and bytes dropped in the kernel since the rules were added,
 // by every process using the table. It asks the kernel (a few netlink
@@ -237,6 +256,14 @@ func (o *Offloader) run() {
 		case <-o.stop:
 			o.done <- o.cleanup()
 			return
+		case reply := <-o.clear:
+			err := o.cleanup()
+			for k := range o.live {
+				delete(o.live, k)
+			}
+			o.perSet = [numSets]int{}
+			o.c.active.Store(0)
+			reply <- err
 		case now := <-tick.C:
 			o.expire(now)
 		case k := <-o.ch:

@@ -517,3 +517,33 @@ func TestAddConcurrent(t *testing.T) {
 		t.Errorf("elements left after Close:\n%.500s", l)
 	}
 }
+
+// TestClear: Clear deletes the live elements and the Offloader goes on: a
+// flow reported again is offloaded again.
+func TestClear(t *testing.T) {
+	newNetns(t)
+	rules(t, "add", "--queue", "0", "--chain", "OUTPUT", "--offload")
+	o := open(t, Config{Timeout: time.Minute})
+	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000))
+	waitStats(t, o, "the element", func(s Stats) bool { return s.Offloaded == 1 })
+	if err := o.Clear(); err != nil {
+		t.Fatalf("Clear: %v", err)
+	}
+	if l := listSet(t, "ports4"); strings.Contains(l, "elements =") {
+		t.Errorf("set ports4 after Clear:\n%s", l)
+	}
+	if s := o.Stats(); s.Active != 0 {
+		t.Errorf("Active after Clear: %d", s.Active)
+	}
+	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000))
+	waitStats(t, o, "the element again", func(s Stats) bool { return s.Offloaded == 2 })
+	if l := listSet(t, "ports4"); !strings.Contains(l, "127.0.0.1") {
+		t.Errorf("set ports4 after a new Add:\n%s", l)
+	}
+	if err := o.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Clear(); err != nil {
+		t.Errorf("Clear after Close: %v", err)
+	}
+}

@@ -33,6 +33,7 @@ func (o *Offloader) Stats() Stats {
 }
 func (o *Offloader) Timeout() time.Duration { return 0 }
 func (o *Offloader) Close() error           { return nil }
+func (o *Offloader) Clear() error           { return nil }
 func (o *Offloader) KernelDrops() (packets, bytes uint64, err error) {
 	return 0, 0, errors.New("offload: not implemented on " + runtime.GOOS)
 }

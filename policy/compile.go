@@ -28,6 +28,8 @@ type Options struct {
 // Compiled is a File made ready for the engine. It is immutable; its
 // classifier is safe for concurrent use.
 type Compiled struct {
+	file      *File
+	opts      Options
 	rules     []shaper.Rule
 	cls       *classifier
 	ifaces    map[string]uint32
@@ -44,7 +46,7 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Compiled{ifaces: map[string]uint32{}}
+	c := &Compiled{file: f, opts: o, ifaces: map[string]uint32{}}
 	for i := range specs {
 		s := &specs[i]
 		s.rule.Match = s.match.canonical()
@@ -112,6 +114,31 @@ func (c *Compiled) Policy() shaper.Policy {
 // in replay the id Compile gave. 0 if no rule names it (or, live, it does
 // not exist).
 func (c *Compiled) IfaceID(name string) uint32 { return c.ifaces[name] }
+
+// InterfacesChanged reports whether an interface the rules name has
+// another index now than at Compile (re-created, renamed, or come or gone):
+// then Recompile gives a classifier that matches it again. Always false
+// without Options.IfIndex (replay's ids do not change).
+func (c *Compiled) InterfacesChanged() bool {
+	if c.opts.IfIndex == nil {
+		return false
+	}
+	for name, id := range c.ifaces {
+		now, ok := c.opts.IfIndex(name)
+		if !ok {
+			now = 0
+		}
+		if now != id {
+			return true
+		}
+	}
+	return false
+}
+
+// Recompile compiles the same file again, resolving interface names anew.
+// Rules keep their Match text (names, not indexes), so an engine reloaded
+// with the result keeps every rule's state.
+func (c *Compiled) Recompile() (*Compiled, error) { return c.file.Compile(c.opts) }
 
 // MetaRules names the rules whose match looks beyond the packet's headers:
 // at its mark, interfaces or queue. The packets of one 5-tuple can then

@@ -231,7 +231,8 @@ type Stats struct {
 	// whose ports could not be read (keyed by address and protocol, and
 	// limited). Unmatched: packets no rule matched (accepted).
 	Malformed, NoPorts, Unmatched uint64
-	// Flows, Evictions and Expired are summed over the rules' tables.
+	// Flows are summed over the rules' tables; Evictions and Expired too,
+	// plus those of the rules that reloads retired (they never go down).
 	Flows, Evictions, Expired uint64
 	// Offloads counts flows reported to TakeOffloads; OffloadsLost, those
 	// that found its buffer full.
@@ -626,6 +627,26 @@ func (e *Engine) Stats() Stats {
 		}
 	}
 	return s
+}
+
+// Retire folds into the counters e shares with old (see Reload) the
+// evictions and expirations of old's rules that e does not keep, so that
+// the engine-wide counts never go down when a reload changes or removes a
+// rule. Call it once, on the deciding goroutine, when e replaces old.
+func (e *Engine) Retire(old *Engine) {
+	if old == nil || old.stats != e.stats {
+		return
+	}
+	kept := map[*ruleState]bool{}
+	for _, r := range e.rules {
+		kept[r.st] = true
+	}
+	for _, r := range old.rules {
+		if t := r.st.table; t != nil && !kept[r.st] {
+			e.stats.Evictions += t.Evictions()
+			e.stats.Expired += t.Expired()
+		}
+	}
 }
 
 // MaxBytes is the most the flow tables can take, full (sliding-window

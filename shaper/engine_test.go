@@ -424,3 +424,27 @@ func TestPolicyNoAllocs(t *testing.T) {
 		t.Errorf("%v allocs per DecidePacket", n)
 	}
 }
+
+// TestRetireKeepsCounts: evictions of a rule that a reload changes still
+// count in the engine's totals (counters never go down).
+func TestRetireKeepsCounts(t *testing.T) {
+	pol := func(rate float64) Policy {
+		return Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: rate, MaxFlows: 10}}}}
+	}
+	e := mustPolicy(t, pol(1))
+	for i := 0; i < 100; i++ {
+		e.Decide(udp(i, 1, 8), t0)
+	}
+	before := e.Stats().Evictions
+	if before == 0 {
+		t.Fatal("no evictions")
+	}
+	e2, kept, err := e.Reload(pol(2))
+	if err != nil || len(kept) != 0 {
+		t.Fatalf("reload: %v, kept %v", err, kept)
+	}
+	e2.Retire(e)
+	if got := e2.Stats().Evictions; got != before {
+		t.Errorf("evictions after the rule changed: %d, want %d (never down)", got, before)
+	}
+}
