@@ -25,7 +25,9 @@
 #     nothing of the package is left, conffiles included.
 #
 # Every step that fails stops the script with a line saying what, and exit
-# status 1.
+# status 1. It installs and purges the package packetshaper: if one is
+# installed and looks in use (a conffile changed, the unit enabled), it
+# refuses unless PACKETSHAPER_TEST_PURGE=1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
@@ -73,6 +75,17 @@ commit=$(git rev-parse HEAD)
 echo "$PROG: $deb: version $version"
 
 if dpkg-query -W -f='${Status}' packetshaper 2>/dev/null | grep -q 'installed\|config-files'; then
+	# Purged below: refuse when it looks in use (a changed conffile, the
+	# unit enabled), unless told.
+	inuse=""
+	while read -r f sum _; do
+		[ -n "$f" ] && [ -f "$f" ] && [ "$(md5sum <"$f" | cut -d' ' -f1)" != "$sum" ] && inuse="$inuse $f changed;"
+	done < <(dpkg-query -W -f='${Conffiles}' packetshaper)
+	[ -z "$(find /etc/systemd/system -name 'packetshaper*' 2>/dev/null)" ] || inuse="$inuse the unit is enabled;"
+	if [ -n "$inuse" ] && [ "${PACKETSHAPER_TEST_PURGE:-0}" != 1 ]; then
+		inuse=${inuse# }
+		fail "packetshaper is installed and looks in use (${inuse%;}): this test purges it; PACKETSHAPER_TEST_PURGE=1 to let it"
+	fi
 	echo "$PROG: packetshaper is installed (an earlier run?): purging it first"
 	apt purge packetshaper >/dev/null || fail "apt-get purge packetshaper (the earlier one) failed"
 fi
