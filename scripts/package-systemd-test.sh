@@ -116,6 +116,33 @@ rules=$(packetshaper-rules list)
 bound && bad "queue 0 still bound after stop" || ok "queue 0 unbound"
 journalctl -u packetshaper.service --no-pager | grep -q 'msg="final stats"' && ok "final stats logged" || bad "no final stats in the journal"
 [ "$(systemctl show -p Result --value packetshaper.service)" = success ] || bad "Result=$(systemctl show -p Result --value packetshaper.service) after stop"
+
+# --rt-priority with the README's drop-in: LimitRTPRIO=1 (SCHED_FIFO without
+# CAP_SYS_NICE) where systemd can raise that limit (it needs
+# CAP_SYS_RESOURCE, which some machines' root lacks: then systemd quietly
+# keeps the hard limit, 0), else the README's other one, CAP_SYS_NICE.
+mkdir -p /etc/systemd/system/packetshaper.service.d
+if prlimit --rtprio=1:1 true 2>/dev/null; then
+	rt=LimitRTPRIO=1
+else
+	rt=$'AmbientCapabilities=CAP_NET_ADMIN CAP_SYS_NICE\nCapabilityBoundingSet=CAP_NET_ADMIN CAP_SYS_NICE'
+	echo "note: RLIMIT_RTPRIO cannot be raised here (no CAP_SYS_RESOURCE): --rt-priority with CAP_SYS_NICE instead"
+fi
+printf '%s\n' '[Service]' 'RestrictRealtime=no' "$rt" 'SystemCallFilter=' \
+	'SystemCallFilter=@system-service' 'SystemCallFilter=~@privileged' >/etc/systemd/system/packetshaper.service.d/rt-priority.conf
+sed -i 's|^PACKETSHAPER_OPTS="|PACKETSHAPER_OPTS="--rt-priority 1 |' /etc/default/packetshaper
+systemctl daemon-reload
+systemctl start packetshaper.service || bad "systemctl start with --rt-priority 1"
+waitfor 10 bound || bad "queue 0 not bound with --rt-priority 1"
+pid=$(mainpid)
+if [ "$pid" != 0 ] && systemctl is-active -q packetshaper.service; then
+	pol=$(chrt -p "$pid" | sed -n 's/.*scheduling policy: //p')
+	[ "$pol" = SCHED_FIFO ] && ok "--rt-priority 1 with the drop-in (${rt%%$'\n'*}): $pol, CapEff $(awk '/^CapEff/ { print $2 }' "/proc/$pid/status")" || bad "--rt-priority 1 with the drop-in: policy '$pol'"
+else
+	bad "packetshaper.service with --rt-priority 1 did not stay up"
+	journalctl -u packetshaper.service --no-pager | tail -3
+fi
+systemctl stop packetshaper.service || bad "systemctl stop (--rt-priority)"
 finish
 INSIDE
 chmod 755 "$work/inside.sh"
