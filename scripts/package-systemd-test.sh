@@ -3,7 +3,7 @@
 # machines whose PID 1 is not systemd (CI's). Called by package-test.sh with
 # the package installed:
 #
-#   sudo ./scripts/package-systemd-test.sh [WORKDIR]
+#   sudo ./scripts/package-systemd-test.sh [WORKDIR [DEB]]
 #
 # Boots a container with systemd-nspawn: systemd as its PID 1, its own
 # network namespace (only lo), its root a throwaway overlay of this machine's
@@ -11,9 +11,12 @@
 # the host). /etc/default/packetshaper and the policy are replaced there by
 # the test's: queue 0, UDP to port 9000, 100 packets/s per flow, burst 5,
 # metrics on 127.0.0.1:9464. Inside, as systemd.run's command, the checks of
-# inside() below run; their log, the unit's journal and the container's
-# console are in WORKDIR (kept on failure) and printed on failure. Exit
-# status 0 when every check passed.
+# inside.sh below run; given DEB (the package the host has installed), also
+# the maintainer scripts with systemd running: dpkg -r stops and disables a
+# running service, dpkg -i makes systemd see the unit without starting it,
+# a reinstall restarts a running one. Their log, the unit's journal and the
+# container's console are in WORKDIR, and printed on failure. Exit status 0
+# when every check passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
@@ -30,6 +33,10 @@ rm -f "$work"/{result,inside.log,journal.txt,console.log}
 
 # The traffic generator, from this tree.
 go build -o "$work/psend" ./cmd/psend
+rm -f "$work/packetshaper.deb"
+if [ -n "${2:-}" ]; then
+	cp "$2" "$work/packetshaper.deb"
+fi
 
 # ---------------------------------------------------------------- inside
 # The checks, run in the container as root by systemd.run (a oneshot
@@ -143,6 +150,33 @@ else
 	journalctl -u packetshaper.service --no-pager | tail -3
 fi
 systemctl stop packetshaper.service || bad "systemctl stop (--rt-priority)"
+rm -r /etc/systemd/system/packetshaper.service.d
+sed -i 's|--rt-priority 1 ||' /etc/default/packetshaper
+systemctl daemon-reload
+
+# The maintainer scripts with systemd running.
+[ -f /out/packetshaper.deb ] || { echo "no package given: maintainer scripts not tested"; finish; }
+systemctl enable --now packetshaper.service 2>/dev/null || bad "systemctl enable --now"
+waitfor 10 bound || bad "queue 0 not bound after enable --now"
+dpkg -r packetshaper >/out/dpkg-r.log 2>&1 || bad "dpkg -r: $(cat /out/dpkg-r.log)"
+systemctl is-active -q packetshaper.service && bad "still active after dpkg -r" || ok "dpkg -r stopped the service"
+bound && bad "queue 0 still bound after dpkg -r" || ok "dpkg -r: queue unbound"
+[ -z "$(packetshaper-rules list 2>/dev/null)" ] || bad "rules left after dpkg -r"
+[ -z "$(find /etc/systemd/system -name 'packetshaper*')" ] && ok "dpkg -r: no enablement link left" || bad "links left after dpkg -r: $(find /etc/systemd/system -name 'packetshaper*')"
+ls=$(systemctl show -p LoadState --value packetshaper.service)
+[ "$ls" = not-found ] && ok "dpkg -r: systemd forgot the unit" || bad "after dpkg -r the unit is $ls, want not-found"
+dpkg -i /out/packetshaper.deb >/out/dpkg-i.log 2>&1 || bad "dpkg -i: $(cat /out/dpkg-i.log)"
+ls=$(systemctl show -p LoadState --value packetshaper.service)
+[ "$ls" = loaded ] && ok "dpkg -i: systemd sees the unit" || bad "after dpkg -i the unit is $ls, want loaded"
+st=$(systemctl is-enabled packetshaper.service 2>/dev/null; systemctl is-active packetshaper.service 2>/dev/null)
+[ "$(echo $st)" = "disabled inactive" ] && ok "dpkg -i: neither enabled nor started" || bad "after dpkg -i: $(echo $st), want disabled inactive"
+systemctl start packetshaper.service || bad "systemctl start after dpkg -i"
+waitfor 10 bound || bad "queue 0 not bound after dpkg -i and start"
+pid=$(mainpid)
+dpkg -i /out/packetshaper.deb >/out/dpkg-i2.log 2>&1 || bad "dpkg -i (again): $(cat /out/dpkg-i2.log)"
+waitfor 10 sh -c 'p=$(systemctl show -p MainPID --value packetshaper.service); [ "$p" != 0 ] && [ "$p" != '"$pid"' ]' &&
+	ok "an upgrade restarted the running service" || bad "the service was not restarted by the upgrade (main pid $(mainpid), was $pid)"
+systemctl stop packetshaper.service
 finish
 INSIDE
 chmod 755 "$work/inside.sh"

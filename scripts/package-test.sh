@@ -20,7 +20,10 @@
 #     CAP_NET_ADMIN only, no_new_privs, a seccomp filter), UDP traffic is
 #     limited per flow, /metrics answers, systemctl reload re-reads the
 #     policy, SIGKILL brings a restart, systemctl stop removes the rules and
-#     unbinds the queue. Nothing of it touches this machine's network.
+#     unbinds the queue, --rt-priority works with the README's drop-in; the
+#     maintainer scripts with systemd running (dpkg -r stops and disables,
+#     dpkg -i neither enables nor starts, an upgrade restarts). Nothing of it
+#     touches this machine's network.
 #  5. apt-get remove (an enabled unit leaves no link behind), then purge:
 #     nothing of the package is left, conffiles included.
 #
@@ -33,7 +36,11 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
 export DEBIAN_FRONTEND=noninteractive
 PROG=package-test.sh
-fail() { echo "$PROG: FAIL: $*" >&2; exit 1; }
+fail() {
+	echo "$PROG: FAIL: $*" >&2
+	[ -z "${work:-}" ] || { trap - EXIT; echo "$PROG: its files are kept in $work" >&2; }
+	exit 1
+}
 step() { echo "== $PROG: $*"; }
 apt() { apt-get -o DPkg::Lock::Timeout=600 -y -q "$@"; }
 
@@ -122,7 +129,7 @@ echo "$PROG: packetshaper check /etc/packetshaper/policy.toml: ok"
 
 # ---------------------------------------------------------------- 4
 step "systemd runs the unit (a container booted with systemd-nspawn)"
-./scripts/package-systemd-test.sh "$work/nspawn" || fail "the unit under systemd (scripts/package-systemd-test.sh)"
+./scripts/package-systemd-test.sh "$work/nspawn" "$deb" || fail "the unit under systemd (scripts/package-systemd-test.sh)"
 
 # ---------------------------------------------------------------- 5
 step "apt-get remove, then purge"
