@@ -107,6 +107,15 @@ func testLimit(t *testing.T, algo, family string) {
 	}
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", family)
 	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--algo", algo)
+	sendLimited(t, tp, sh, algo, dst)
+}
+
+// sendLimited sends the limiting traffic to dst through the packetshaper sh
+// (limiting with algo at limRate and limBurst), stops it, and checks each
+// flow's count against what the algorithm should let through, and that
+// every packet was decided by packetshaper (none bypassed it).
+func sendLimited(t *testing.T, tp *topo, sh *proc, algo, dst string) {
+	t.Helper()
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	args := limitSendArgs(dst)
 	if algo == "fixed-window" {

@@ -7,13 +7,15 @@
 # go vet and every test: unit, property, golden, fuzz seed corpora, the race
 # detector over the concurrent packages, and the end-to-end tests that run the real binary against the real kernel in
 # network namespaces they create (those need root; as another user they skip
-# and say so). Then each fuzz target runs for a few seconds (FUZZTIME, 0 to
+# and say so). Then, as root, scripts/package-test.sh: the systemd unit's
+# exposure, the .deb built, installed, run by systemd in a container, removed
+# and purged. Then each fuzz target runs for a few seconds (FUZZTIME, 0 to
 # skip). Exits non-zero when anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 
-need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3)
+need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 systemd systemd-container procps git)
 if [ "$(id -u)" = 0 ]; then
 	missing=()
 	for p in "${need[@]}"; do
@@ -46,6 +48,13 @@ go test -p 1 -count=1 -timeout 20m ./...
 
 echo "== go test -race (the packages with goroutines or shared state: live command, nfq, offload, policy)"
 go test -race -p 1 -count=1 -timeout 15m ./cmd/packetshaper ./nfq ./offload ./policy
+
+echo "== the systemd unit and the Debian package (scripts/package-test.sh)"
+if [ "$(id -u)" = 0 ]; then
+	./scripts/package-test.sh
+else
+	echo "test.sh: not root: skipping scripts/package-test.sh (it installs the package and boots a container)"
+fi
 
 FUZZTIME=${FUZZTIME:-10s}
 if [ "$FUZZTIME" != 0 ]; then

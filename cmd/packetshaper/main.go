@@ -13,13 +13,48 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 
 	"github.com/packetshaper/packetshaper/policy"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version and commit are set at build time (scripts/package.sh):
+//
+//	go build -ldflags "-X main.version=0.1.0 -X main.commit=$(git rev-parse HEAD)"
+//
+// Without -X main.commit, the commit comes from the build's VCS stamp
+// (debug.ReadBuildInfo's vcs.revision, when go build ran in a git checkout
+// without -buildvcs=false).
+var (
+	version = "dev"
+	commit  = ""
+)
+
+// versionLine is what "packetshaper --version" prints: the version, the
+// commit ("unknown" when the build recorded none, "-dirty" when built from a
+// modified tree and stamped by go build) and the Go version.
+func versionLine() string {
+	c, dirty := commit, false
+	if bi, ok := debug.ReadBuildInfo(); ok && c == "" {
+		for _, s := range bi.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				c = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+	}
+	switch {
+	case c == "":
+		c = "unknown"
+	case dirty:
+		c += "-dirty"
+	}
+	return fmt.Sprintf("packetshaper %s (commit %s, %s)", version, c, runtime.Version())
+}
 
 const synopsis = `packetshaper — per-flow packet shaper for Linux (NFQUEUE) and for captures
 
@@ -27,7 +62,7 @@ Usage:
   packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [live flags]   shape live traffic from NFQUEUE (root)
   packetshaper replay [--policy FILE | limiter flags] [replay flags] FILE...  replay pcap/pcapng captures offline
   packetshaper check FILE                                                     validate a rule file, print it with defaults
-  packetshaper version
+  packetshaper --version                                                      print the version and commit
 
 Run "packetshaper --help" or "packetshaper replay --help" for the flags.
 `
@@ -44,7 +79,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		case "check":
 			return runCheck(args[1:], stdout, stderr)
 		case "version", "--version":
-			fmt.Fprintln(stdout, "packetshaper", version)
+			fmt.Fprintln(stdout, versionLine())
 			return 0
 		case "help":
 			fmt.Fprint(stdout, synopsis)

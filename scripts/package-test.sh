@@ -1,0 +1,153 @@
+#!/usr/bin/env bash
+# package-test.sh: tests the systemd unit and the Debian package, as root on
+# a Debian machine (scripts/test.sh runs it after go test; it installs the
+# tools this needs):
+#
+#   sudo ./scripts/package-test.sh
+#
+#  1. dist/packetshaper.service: systemd-analyze security --offline=true
+#     rates it at most 2.0.
+#  2. scripts/package.sh builds the .deb; apt-get installs it (a packetshaper
+#     already installed is purged first); every file is where it belongs,
+#     the two conffiles are conffiles.
+#  3. The installed unit: systemd-analyze verify says nothing, security still
+#     at most 2.0; packetshaper --version names the package's version and
+#     this commit; packetshaper check accepts /etc/packetshaper/policy.toml.
+#  4. systemd itself runs the unit: a container (systemd-nspawn, systemd as
+#     its PID 1, its own network namespace) boots an overlay of this machine's
+#     root with the package installed, and inside it: systemctl start (the
+#     queue rule is added, the queue bound by a dynamic user with
+#     CAP_NET_ADMIN only, no_new_privs, a seccomp filter), UDP traffic is
+#     limited per flow, /metrics answers, systemctl reload re-reads the
+#     policy, SIGKILL brings a restart, systemctl stop removes the rules and
+#     unbinds the queue, --rt-priority works with the README's drop-in; the
+#     maintainer scripts with systemd running (dpkg -r stops and disables,
+#     dpkg -i neither enables nor starts, an upgrade restarts). Nothing of it
+#     touches this machine's network.
+#  5. apt-get remove (an enabled unit leaves no link behind), then purge:
+#     nothing of the package is left, conffiles included.
+#
+# Every step that fails stops the script with a line saying what, and exit
+# status 1. It installs and purges the package packetshaper: if one is
+# installed and looks in use (a conffile changed, the unit enabled), it
+# refuses unless PACKETSHAPER_TEST_PURGE=1.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export PATH="$PATH:/usr/local/go/bin:/usr/sbin:/sbin"
+export DEBIAN_FRONTEND=noninteractive
+PROG=package-test.sh
+fail() {
+	echo "$PROG: FAIL: $*" >&2
+	[ -z "${work:-}" ] || { trap - EXIT; echo "$PROG: its files are kept in $work" >&2; }
+	exit 1
+}
+step() { echo "== $PROG: $*"; }
+apt() { apt-get -o DPkg::Lock::Timeout=600 -y -q "$@"; }
+
+[ "$(id -u)" = 0 ] || fail "must run as root (installs and removes the package, boots a container)"
+for tool in systemd-analyze systemd-nspawn apt-get dpkg-deb go git unshare; do
+	command -v "$tool" >/dev/null || fail "$tool not found (apt-get install systemd systemd-container; Go in /usr/local/go)"
+done
+
+UNIT=/usr/lib/systemd/system/packetshaper.service
+MAXSCORE=2.0
+work=$(mktemp -d /tmp/packetshaper-pkgtest.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# exposure FILE: checks systemd-analyze security's rating of FILE.
+exposure() {
+	local out score
+	out=$(systemd-analyze security --offline=true --no-pager "$1" 2>&1) || fail "systemd-analyze security --offline=true $1 failed:"$'\n'"$out"
+	score=$(sed -n 's/.*Overall exposure level for [^:]*: \([0-9.]*\).*/\1/p' <<<"$out")
+	[ -n "$score" ] || fail "systemd-analyze security $1: no exposure level in its output:"$'\n'"$out"
+	awk -v s="$score" -v m="$MAXSCORE" 'BEGIN { exit !(s <= m) }' ||
+		fail "$1: exposure $score, want at most $MAXSCORE:"$'\n'"$(grep '✗' <<<"$out")"
+	echo "$PROG: $1: exposure $score (at most $MAXSCORE): ok"
+}
+
+# ---------------------------------------------------------------- 1
+step "the unit's exposure (systemd-analyze security --offline=true)"
+exposure dist/packetshaper.service
+
+# ---------------------------------------------------------------- 2
+step "build the package (scripts/package.sh)"
+deb=$(./scripts/package.sh --out "$work" | tail -1)
+[ -f "$deb" ] || fail "scripts/package.sh did not leave a .deb (got '$deb')"
+case "$(basename "$deb")" in
+packetshaper_*_amd64.deb) ;;
+*) fail "package name $(basename "$deb"): want packetshaper_VERSION_amd64.deb" ;;
+esac
+version=$(dpkg-deb -f "$deb" Version)
+commit=$(git rev-parse HEAD)
+echo "$PROG: $deb: version $version"
+
+if dpkg-query -W -f='${Status}' packetshaper 2>/dev/null | grep -q 'installed\|config-files'; then
+	# Purged below: refuse when it looks in use (a changed conffile, the
+	# unit enabled), unless told.
+	inuse=""
+	while read -r f sum _; do
+		[ -n "$f" ] && [ -f "$f" ] && [ "$(md5sum <"$f" | cut -d' ' -f1)" != "$sum" ] && inuse="$inuse $f changed;"
+	done < <(dpkg-query -W -f='${Conffiles}' packetshaper)
+	[ -z "$(find /etc/systemd/system -name 'packetshaper*' 2>/dev/null)" ] || inuse="$inuse the unit is enabled;"
+	if [ -n "$inuse" ] && [ "${PACKETSHAPER_TEST_PURGE:-0}" != 1 ]; then
+		inuse=${inuse# }
+		fail "packetshaper is installed and looks in use (${inuse%;}): this test purges it; PACKETSHAPER_TEST_PURGE=1 to let it"
+	fi
+	echo "$PROG: packetshaper is installed (an earlier run?): purging it first"
+	apt purge packetshaper >/dev/null || fail "apt-get purge packetshaper (the earlier one) failed"
+fi
+
+step "apt-get install $deb"
+apt install "$(realpath "$deb")" >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "apt-get install failed"; }
+dpkg-query -W -f='${Status}' packetshaper | grep -q 'install ok installed' || fail "packetshaper is not installed after apt-get install"
+files=(/usr/bin/packetshaper /usr/sbin/packetshaper-rules "$UNIT" /etc/default/packetshaper /etc/packetshaper/policy.toml
+	/usr/share/doc/packetshaper/README.md /usr/share/doc/packetshaper/copyright)
+for f in "${files[@]}"; do
+	[ -f "$f" ] || fail "$f is missing after install"
+	dpkg -S "$f" >/dev/null 2>&1 || fail "$f is not the package's (dpkg -S)"
+done
+[ -x /usr/bin/packetshaper ] && [ -x /usr/sbin/packetshaper-rules ] || fail "the binary or packetshaper-rules is not executable"
+conffiles=$(dpkg-query -W -f='${Conffiles}' packetshaper | awk 'NF { print $1 }' | sort | tr '\n' ' ')
+[ "$conffiles" = "/etc/default/packetshaper /etc/packetshaper/policy.toml " ] || fail "conffiles are '$conffiles', want /etc/default/packetshaper /etc/packetshaper/policy.toml"
+echo "$PROG: installed: ${files[*]}; conffiles: $conffiles"
+
+# ---------------------------------------------------------------- 3
+step "the installed unit (systemd-analyze verify, security)"
+out=$(systemd-analyze verify "$UNIT" 2>&1) || fail "systemd-analyze verify $UNIT:"$'\n'"$out"
+[ -z "$out" ] || fail "systemd-analyze verify $UNIT complains:"$'\n'"$out"
+echo "$PROG: systemd-analyze verify $UNIT: ok"
+exposure "$UNIT"
+
+step "the installed binary"
+v=$(packetshaper --version) || fail "packetshaper --version failed"
+echo "$PROG: $v"
+[ "$v" = "packetshaper $version (commit $commit$(case $version in *.dirty) echo -dirty ;; esac), $(go env GOVERSION))" ] ||
+	fail "packetshaper --version says '$v'; want version $version and commit $commit"
+packetshaper check /etc/packetshaper/policy.toml >"$work/check.out" 2>&1 || { cat "$work/check.out"; fail "packetshaper check /etc/packetshaper/policy.toml failed"; }
+grep -q '^\[\[rule\]\]' "$work/check.out" || fail "packetshaper check printed no rule"
+echo "$PROG: packetshaper check /etc/packetshaper/policy.toml: ok"
+
+# ---------------------------------------------------------------- 4
+step "systemd runs the unit (a container booted with systemd-nspawn)"
+./scripts/package-systemd-test.sh "$work/nspawn" "$deb" || fail "the unit under systemd (scripts/package-systemd-test.sh)"
+
+# ---------------------------------------------------------------- 5
+step "apt-get remove, then purge"
+systemctl enable packetshaper.service >/dev/null 2>&1 || fail "systemctl enable packetshaper.service (offline) failed"
+apt remove packetshaper >"$work/remove.log" 2>&1 || { cat "$work/remove.log"; fail "apt-get remove packetshaper failed"; }
+dpkg-query -W -f='${Status}' packetshaper | grep -q 'config-files' || fail "after remove: status '$(dpkg-query -W -f='${Status}' packetshaper)', want config-files"
+for f in /usr/bin/packetshaper /usr/sbin/packetshaper-rules "$UNIT" /usr/share/doc/packetshaper; do
+	[ ! -e "$f" ] || fail "$f is left after apt-get remove"
+done
+left=$(find /etc/systemd/system -name 'packetshaper*' 2>/dev/null)
+[ -z "$left" ] || fail "links to the removed unit are left: $left"
+[ -f /etc/default/packetshaper ] && [ -f /etc/packetshaper/policy.toml ] || fail "remove (not purge) must keep the conffiles"
+echo "$PROG: removed: binary, unit, rules script and docs gone, conffiles kept, no enablement link left"
+apt purge packetshaper >"$work/purge.log" 2>&1 || { cat "$work/purge.log"; fail "apt-get purge packetshaper failed"; }
+! dpkg-query -W packetshaper >/dev/null 2>&1 || fail "dpkg still knows packetshaper after purge: $(dpkg-query -W -f='${Status}' packetshaper)"
+! dpkg -L packetshaper >/dev/null 2>&1 || fail "dpkg -L packetshaper still lists files after purge"
+for f in /etc/default/packetshaper /etc/packetshaper /var/lib/dpkg/info/packetshaper.list; do
+	[ ! -e "$f" ] || fail "$f is left after apt-get purge"
+done
+echo "$PROG: purged: nothing of packetshaper is left"
+echo "$PROG: all passed"
