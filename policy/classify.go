@@ -250,9 +250,9 @@ type portDim struct {
 	// none: the protocol has no ports. unknown: it may have, but they
 	// could not be read; frag: the same for a non-first fragment.
 	none, unknown, frag int32
-	bounds        []uint16 // interval starts, ascending; bounds[0] == 0
-	offs          []int32  // class of each interval
-	table         []uint16 // port -> interval, with many intervals
+	bounds              []uint16 // interval starts, ascending; bounds[0] == 0
+	offs                []int32  // class of each interval
+	table               []uint16 // port -> interval, with many intervals
 }
 
 func (d *portDim) lookup(port uint16) int32 {
