@@ -117,6 +117,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 			return UsageError{errors.New(trimPkg(err))}
 		}
 		w := newWorker(qn, eng)
+		w.failClosed = cfg.Queue.FailClosed
 		qc := cfg.Queue
 		qc.Queue, qc.Idle, qc.Logf = qn, w.idle, logf
 		q, err := nfq.Open(qc)

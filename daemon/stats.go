@@ -86,7 +86,16 @@ func logStats(log *slog.Logger, msg string, ws []*worker, mon *nfq.Monitor, off 
 		"errors", t.Errors, "batches", t.Batches, "verdict_msgs", t.VerdictMsgs,
 		"secs", fmt.Sprintf("%.3f", elapsed.Seconds()),
 	}
-	fo := mon.Total()
+	var fo nfq.FailOpenStats
+	for _, w := range ws {
+		f := w.failOpen(mon)
+		fo.Secs += f.Secs
+		fo.Passed += f.Passed
+		fo.Exact = fo.Exact || f.Exact
+	}
+	if len(ws) > 0 {
+		fo.Exact = mon.Total().Exact
+	}
 	attrs = append(attrs, "failopen_secs", fmt.Sprintf("%.3f", fo.Secs), "failopen_passed", fo.Passed, "failopen_exact", fo.Exact)
 	if off != nil {
 		ost := off.Stats()
@@ -149,14 +158,14 @@ func writeMetrics(w io.Writer, ws []*worker, mon *nfq.Monitor, off *offload.Offl
 		name, typ, help string
 		get             func(nfq.FailOpenStats) string
 	}{
-		{"packetshaper_failopen_passed_total", "counter", "Packets the kernel let through without a verdict because the queue was full (fail-open).", func(f nfq.FailOpenStats) string { return fmt.Sprint(f.Passed) }},
+		{"packetshaper_failopen_passed_total", "counter", "Packets the kernel let through without a verdict (fail-open): the queue was full, or the socket's receive buffer was (lost).", func(f nfq.FailOpenStats) string { return fmt.Sprint(f.Passed) }},
 		{"packetshaper_failopen_seconds_total", "counter", "Time the queue was full, to within 0.1 s.", func(f nfq.FailOpenStats) string { return fmt.Sprintf("%.3f", f.Secs) }},
 		{"packetshaper_failopen_exact", "gauge", "1 if failopen_passed is exact (from the queueing rules' counters), 0 if estimated from the arrival rate.", func(f nfq.FailOpenStats) string { return boolMetric(f.Exact) }},
 		{"packetshaper_failopen_active", "gauge", "1 while the queue is full.", func(f nfq.FailOpenStats) string { return boolMetric(f.Active) }},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
 		for _, wk := range ws {
-			fmt.Fprintf(w, "%s{queue=\"%d\"} %s\n", m.name, wk.queue, m.get(mon.Stats(wk.queue)))
+			fmt.Fprintf(w, "%s{queue=\"%d\"} %s\n", m.name, wk.queue, m.get(wk.failOpen(mon)))
 		}
 	}
 	if off != nil {

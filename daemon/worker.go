@@ -29,6 +29,8 @@ type worker struct {
 	cur     atomic.Pointer[shaper.Engine] // eng, for Reload on another goroutine
 	pending atomic.Pointer[shaper.Engine]
 	off     offloader // nil without --offload
+	// failClosed: the queue drops what does not fit (nothing passes).
+	failClosed bool
 
 	meta shaper.Meta
 	dec  shaper.Decision
@@ -100,6 +102,18 @@ func (w *worker) swap(now int64) {
 	w.eng.Retire(old) // the evictions of retired rules still count
 	w.cur.Store(w.eng)
 	w.lastSnap = now - snapEvery // the snapshot follows at this batch's end
+}
+
+// failOpen is the queue's fail-open count: the Monitor's (the queue was
+// full) plus, unless fail-closed, the packets the kernel could not deliver
+// to the socket (lost): with fail-open it accepts those without a verdict
+// too.
+func (w *worker) failOpen(mon *nfq.Monitor) nfq.FailOpenStats {
+	f := mon.Stats(w.queue)
+	if !w.failClosed {
+		f.Passed += w.q.Stats().Lost
+	}
+	return f
 }
 
 // install hands the worker an engine made from its latest one (the pending

@@ -168,7 +168,8 @@ func NewTable[V any](maxFlows int, timeout int64) *Table[V] {
 		main:    fifo{none, none, 0},
 		free:    none,
 	}
-	t.chunks[0] = make([]entry[V], hint)
+	// The first chunk comes with the first flow: a policy of thousands
+	// of rules pays for the tables its traffic uses.
 	return t
 }
 
@@ -303,7 +304,7 @@ func (t *Table[V]) alloc(now int64) int32 {
 			// Entries are reached by index, never kept by pointer
 			// across calls (Get's pointer is valid until the next
 			// one), so the first chunk may move.
-			grown := make([]entry[V], min(2*len(t.chunks[0]), chunkLen, t.max))
+			grown := make([]entry[V], min(max(2*len(t.chunks[0]), firstChunk), chunkLen, t.max))
 			copy(grown, t.chunks[0])
 			t.chunks[0] = grown
 		}

@@ -136,12 +136,19 @@ func (rr *ruleReader) read(full bool) ([]QueueRule, error) {
 }
 
 // queueRule recognises a rule sending to NFQUEUE from its expressions: a
-// queue statement or an xt NFQUEUE target, and a counter before it (one
-// after it never runs: queueing ends the rule).
+// queue statement or an xt NFQUEUE target, and a counter right before it
+// (as iptables-nft and "... counter queue" write it). A counter with a
+// match after it ("counter tcp dport 80 queue") counts packets the match
+// then turns away, which would inflate the fail-open count: not used. One
+// after the queue never runs: queueing ends the rule.
 func queueRule(exprs []expr.Any) (QueueRule, bool) {
 	var r QueueRule
 	for _, e := range exprs {
 		switch e := e.(type) {
+		default:
+			// Anything between a counter and the queue statement may
+			// turn packets away after they were counted.
+			r.HasCounter, r.Packets = false, 0
 		case *expr.Counter:
 			r.HasCounter, r.Packets = true, e.Packets
 		case *expr.Target:

@@ -2,6 +2,7 @@ package nfq
 
 import (
 	"fmt"
+	"github.com/google/nftables/expr"
 	"slices"
 	"testing"
 	"time"
@@ -88,5 +89,29 @@ func TestQueueRules(t *testing.T) {
 	}
 	if len(hints) > 1 && hints[1] != fmt.Sprintf("rule %s sends to queues 3-5, which nobody serves: its packets are dropped (no bypass)", rules[2]) {
 		t.Errorf("hint %q", hints[1])
+	}
+}
+
+// TestQueueRuleCounterPlace: only a counter right before the queue
+// statement counts the packets the rule queues; one with a match between
+// counts packets the match turns away (found by review: it inflated the
+// "exact" fail-open count).
+func TestQueueRuleCounterPlace(t *testing.T) {
+	q := &expr.Queue{Num: 3, Total: 1}
+	c := &expr.Counter{Packets: 42}
+	m := &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{6}}
+	for _, tc := range []struct {
+		name  string
+		exprs []expr.Any
+		has   bool
+	}{
+		{"match counter queue", []expr.Any{m, c, q}, true},
+		{"counter match queue", []expr.Any{c, m, q}, false},
+		{"no counter", []expr.Any{m, q}, false},
+	} {
+		r, ok := queueRule(tc.exprs)
+		if !ok || r.HasCounter != tc.has || (tc.has && r.Packets != 42) || r.Queue != 3 {
+			t.Errorf("%s: %+v, %v; want HasCounter %v", tc.name, r, ok, tc.has)
+		}
 	}
 }

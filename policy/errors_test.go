@@ -2,11 +2,13 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // errorCases are rule files Parse must refuse, with the one line it must
@@ -299,5 +301,29 @@ func TestValidateInCode(t *testing.T) {
 	var e *Error
 	if !errors.As(f.Validate(), &e) || e.Field != "burst" || e.Msg != "must be at least 1, not 0.5" {
 		t.Errorf("Validate: %#v", e)
+	}
+}
+
+// TestMatchBytesCap: a file whose match tables would compile to more than
+// MaxMatchBytes is refused at once, in one line, before compiling.
+func TestMatchBytesCap(t *testing.T) {
+	var b strings.Builder
+	for i := 0; i < 4000; i++ {
+		fmt.Fprintf(&b, "[[rule]]\nname = \"r%d\"\nmatch = { dport = [", i)
+		for j := 0; j < 60; j++ {
+			if j > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, "%d", 1000+j)
+		}
+		b.WriteString("], proto = [\"udp\"] }\npps = 10\n\n")
+	}
+	t0 := time.Now()
+	_, err := Parse("big.toml", []byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "MiB compiled") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("Parse of 4000 rules × 60 ports: %v", err)
+	}
+	if d := time.Since(t0); d > 20*time.Second {
+		t.Errorf("refusing took %v", d)
 	}
 }

@@ -20,7 +20,13 @@ const MaxFileSize = 16 << 20
 
 // MaxMatchItems caps the items (addresses, ports, protocols, names, queues)
 // of all the match tables of a file together.
-const MaxMatchItems = 1 << 20
+const MaxMatchItems = 1 << 18
+
+// MaxMatchBytes caps the compiled match tables: each item of a match list
+// may take a set of the rules (a bit per rule) in the classifier. A file
+// whose items × rules / 8 exceed it is refused at load, so that a reload
+// never spends seconds and gigabytes compiling.
+const MaxMatchBytes = 64 << 20
 
 // File is a parsed rule file: its rules, in the order they are tried.
 type File struct {

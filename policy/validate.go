@@ -91,6 +91,12 @@ func (f *File) check() ([]ruleSpec, error) {
 	if err := errs.first(); err != nil {
 		return nil, err
 	}
+	// The classifier keeps up to a rule set (a bit per rule, in words)
+	// per item: bound what compiling may take.
+	if words := (len(f.Rules) + 63) / 64; items*(words+1)*8 > MaxMatchBytes {
+		return nil, &Error{File: f.Name, Msg: fmt.Sprintf("the match tables would take up to %d MiB compiled (%d items × %d rules), over %d MiB: use fewer rules or fewer addresses per rule",
+			items*(words+1)*8>>20, items, len(f.Rules), MaxMatchBytes>>20)}
+	}
 	return specs, nil
 }
 

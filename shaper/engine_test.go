@@ -2,7 +2,9 @@ package shaper
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
+	"runtime"
 	"testing"
 	"time"
 
@@ -447,4 +449,27 @@ func TestRetireKeepsCounts(t *testing.T) {
 	if got := e2.Stats().Evictions; got != before {
 		t.Errorf("evictions after the rule changed: %d, want %d (never down)", got, before)
 	}
+}
+
+// TestEmptyRuleCost: a limiting rule no packet has reached costs little (its
+// flow table's first entries come with its first flow), so a policy of
+// thousands of rules does not take megabytes per queue before traffic.
+func TestEmptyRuleCost(t *testing.T) {
+	const n = 4096
+	rules := make([]Rule, n)
+	for i := range rules {
+		rules[i] = Rule{Name: fmt.Sprint("r", i), Limit: Config{Rate: 10}}
+	}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	e := mustPolicy(t, Policy{Rules: rules, Classifier: ruleByDport{}})
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	per := float64(after.HeapAlloc-before.HeapAlloc) / n
+	t.Logf("%.0f bytes per empty limiting rule", per)
+	if per > 4096 {
+		t.Errorf("%.0f bytes per empty limiting rule, want under 4 KiB", per)
+	}
+	runtime.KeepAlive(e)
 }

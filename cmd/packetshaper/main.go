@@ -94,13 +94,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 // or 2 with the one-line error.
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	if len(args) != 1 || strings.HasPrefix(args[0], "-") && args[0] != "-" {
-		fmt.Fprintln(stderr, "usage: packetshaper check FILE   (validates a --policy rule file and prints it with every default filled in)")
+		fmt.Fprintln(stderr, "usage: packetshaper check FILE   (validates a --policy rule file and prints it with every default filled in; - reads standard input)")
 		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
 			return 0
 		}
 		return 2
 	}
-	f, err := policy.Load(args[0])
+	var f *policy.File
+	var err error
+	if args[0] == "-" {
+		var data []byte
+		if data, err = io.ReadAll(io.LimitReader(os.Stdin, policy.MaxFileSize+1)); err == nil {
+			f, err = policy.Parse("stdin", data)
+		}
+	} else {
+		f, err = policy.Load(args[0])
+	}
 	if err == nil {
 		var c *policy.Compiled
 		if c, err = f.Compile(policy.Options{}); err == nil {
