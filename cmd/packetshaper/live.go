@@ -176,8 +176,8 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return usage("--stats-interval must not be negative, not %v", f.statsEvery)
 	case f.offload && (f.offloadAfter < 1 || f.offloadAfter > 1<<31):
 		return usage("--offload-after must be between 1 and %d, not %d", 1<<31, f.offloadAfter)
-	case f.offload && f.offloadTimeout < time.Second/10:
-		return usage("--offload-timeout must be at least 100ms, not %v", f.offloadTimeout)
+	case f.offload && (f.offloadTimeout < time.Second/10 || f.offloadTimeout > time.Minute):
+		return usage("--offload-timeout must be between 100ms and 1m, not %v", f.offloadTimeout)
 	}
 	var log *slog.Logger
 	switch f.logFormat {
