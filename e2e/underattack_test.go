@@ -55,7 +55,10 @@ func TestChurnFlood(t *testing.T) {
 			needShaper(t)
 			tp := newTopo(t)
 			tp.rules("add", "--queue", "0", "--proto", "udp", "--family", "ipv4")
-			sh := tp.startShaper("--queue", "0", "--pps", "100", "--burst", fmt.Sprint(burst), "--max-flows", "10000")
+			// A long queue: the test is about the flow table, and a
+			// loaded machine's scheduling hiccups must not overflow the
+			// queue (checked below: failopen_passed must stay 0).
+			sh := tp.startShaper("--queue", "0", "--pps", "100", "--burst", fmt.Sprint(burst), "--max-flows", "10000", "--queue-maxlen", "65536")
 			rc := tp.startRecv(":9000", "--duration", "40s", "--idle", "3s")
 			// The flood goes to a port nobody listens on (the receiver must
 			// not drown), through the same queue, rule and flow table.
@@ -279,7 +282,11 @@ func TestOffloadFlood(t *testing.T) {
 				tp.must(tp.B, args...)
 			}
 			add := []string{"add", "--queue", "0", "--proto", "udp", "--family", "ipv4"}
-			args := []string{"--queue", "0", "--pps", "100", "--burst", "5", "--stats-interval", "1s"}
+			// A long queue (the flood still overflows it without
+			// --offload: it comes at five times what the shaper takes),
+			// so that a loaded machine's hiccups do not overflow it
+			// before the offload takes the flood away.
+			args := []string{"--queue", "0", "--pps", "100", "--burst", "5", "--stats-interval", "1s", "--queue-maxlen", "65536"}
 			if withOffload {
 				add = append(add, "--offload")
 				args = append(args, "--offload", "--offload-after", "100", "--offload-timeout", "1s")
