@@ -31,7 +31,7 @@ const (
 	// TimelineMaxCells bounds a Timeline's counters (8 bytes each): a
 	// policy with very many rules gets fewer, wider buckets (at least
 	// timelineMinBuckets).
-	TimelineMaxCells = 2 << 20
+	TimelineMaxCells   = 2 << 20
 	timelineMinBuckets = 60
 )
 
