@@ -341,6 +341,9 @@ type RuleSummary struct {
 	shaper.RuleStats
 }
 
+// Rule returns the engine's rule i, as it runs it.
+func (r *Replayer) Rule(i int) shaper.Rule { return r.eng.Rule(i) }
+
 // Rules returns each rule's counts, in the policy's order.
 func (r *Replayer) Rules() []RuleSummary {
 	rs := make([]RuleSummary, r.eng.NumRules())
