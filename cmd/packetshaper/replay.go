@@ -17,6 +17,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
+	"github.com/packetshaper/packetshaper/report"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -60,7 +61,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records")
 	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
 	writeDrop := fs.String("write-dropped", "", "write the dropped packets to pcap `FILE` (pcapng if it ends in .pcapng)")
-	top := fs.Int("top", 10, "how many flows the summary lists (most drops first)")
+	reportPath := fs.String("report", "", "write an HTML report to `FILE`: packets offered, accepted and dropped per second over capture time, in total and per rule, the top flows by drops and the settings (one self-contained file)")
+	top := fs.Int("top", 10, "how many flows the summary (and --report) lists (most drops first)")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -82,7 +84,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "packetshaper replay:", err)
 		return 2
 	}
-	comp, err := src.Load()
+	polFile, comp, err := src.loadFile()
 	if err != nil {
 		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
 		return 2
@@ -110,7 +112,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	// anything is replayed or any output created (damage inside a capture
 	// is reported after the packets before it).
 	var inputs []os.FileInfo
-	for _, name := range files {
+	capFiles := make([]report.File, len(files))
+	for i, name := range files {
+		capFiles[i] = report.File{Name: name, Size: -1}
 		if name == "-" {
 			continue
 		}
@@ -121,6 +125,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		if st, err := f.Stat(); err == nil {
 			inputs = append(inputs, st)
+			capFiles[i].Size = st.Size()
 		}
 		f.Close()
 	}
@@ -129,8 +134,10 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		DroppedNg:  strings.HasSuffix(*writeDrop, ".pcapng"),
 		IfaceID:    comp.IfaceID,
 		Queue:      uint16(*queue),
+		Timeline:   *reportPath != "",
 	}
 	var outs []*os.File
+	var reportOut io.Writer
 	for _, o := range []struct {
 		flag, path string
 		dst        *io.Writer
@@ -138,6 +145,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		{"--verdicts", *verdicts, &opts.Verdicts},
 		{"--write-accepted", *writeAcc, &opts.Accepted},
 		{"--write-dropped", *writeDrop, &opts.Dropped},
+		{"--report", *reportPath, &reportOut},
 	} {
 		if o.path == "" {
 			continue
@@ -176,6 +184,18 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	bar.clear()
 	if err := r.Flush(); err != nil && failed == nil {
 		failed = err
+	}
+	if reportOut != nil {
+		in := report.Input{
+			Args: args, Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
+			Queue: uint16(*queue), Malformed: src.malformed, Top: *top,
+		}
+		if failed != nil {
+			in.Err = oneLine(failed.Error())
+		}
+		if err := report.Write(reportOut, r, in); err != nil && failed == nil {
+			failed = fmt.Errorf("--report: %v", err)
+		}
 	}
 	for _, f := range outs {
 		if err := f.Close(); err != nil && failed == nil {
