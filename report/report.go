@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -27,8 +28,8 @@ import (
 // Input is what the page shows beside the Replayer's counts: how the
 // replay was run.
 type Input struct {
-	// Args are the replay command's arguments as given (shown as the
-	// command line).
+	// Args are the replay command's arguments (shown as the command
+	// line).
 	Args []string
 	// Policy is the policy replayed, shown as `packetshaper check` prints
 	// it, whole and per rule; nil shows the engine's rules only.
@@ -155,7 +156,7 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		p.Top = 10
 	}
 	if len(in.Files) == 1 {
-		p.Title += ": " + in.Files[0].Name
+		p.Title += ": " + filepath.Base(in.Files[0].Name)
 	}
 	for _, f := range in.Files {
 		size := "unknown"
@@ -181,7 +182,10 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		{"no_ports", num(s.NoPorts)},
 		{"unmatched", num(s.Unmatched)},
 		{"non_ip", num(s.NonIP)},
-		{"flows", fmt.Sprintf("%d at the end, %d seen, %d evicted, %d expired", s.Flows, s.FlowsSeen, s.Evictions, s.Expired)},
+		{"flows at the end", num(s.Flows)},
+		{"flows seen", num(s.FlowsSeen)},
+		{"evicted", num(s.Evictions)},
+		{"expired", num(s.Expired)},
 	}
 
 	all := make([]int, tl.Rows())

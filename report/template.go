@@ -56,7 +56,11 @@ svg .line.unmatched { stroke: var(--unmatched); } svg .line.malformed { stroke: 
 svg .hover rect { fill: transparent; }
 svg .hover rect:hover { fill: rgba(29, 35, 41, 0.08); }
 svg .empty { font-size: 13px; text-anchor: middle; }
-.grid2 { display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 18px 24px; }
+.stats { display: flex; flex-wrap: wrap; gap: 8px; margin: 8px 0; }
+.stat { background: var(--panel); border-radius: 4px; padding: 6px 12px; min-width: 84px; }
+.stat .v { font-size: 17px; font-weight: 600; font-variant-numeric: tabular-nums; }
+.stat .k { font-size: 12px; color: var(--muted); }
+.grid2 { margin-top: 16px;  display: grid; grid-template-columns: repeat(auto-fill, minmax(460px, 1fr)); gap: 18px 24px; }
 .card { border: 1px solid var(--line); border-radius: 6px; padding: 10px 12px; }
 .card table.kv { font-size: 13px; }
 details summary { cursor: pointer; color: var(--muted); font-size: 13px; }
@@ -74,7 +78,7 @@ footer { margin-top: 32px; color: var(--muted); font-size: 12.5px; }
 <section id="totals">
 <h2>All traffic</h2>
 {{template "chart" .Total}}
-<table class="kv">{{range .Totals}}<tr><th>{{.K}}</th><td>{{.V}}</td></tr>{{end}}</table>
+<div class="stats">{{range .Totals}}<div class="stat"><div class="v">{{.V}}</div><div class="k">{{.K}}</div></div>{{end}}</div>
 </section>
 
 <section id="rules">
@@ -104,7 +108,7 @@ footer { margin-top: 32px; color: var(--muted); font-size: 12.5px; }
 <section id="flows">
 <h2>Top flows by drops</h2>
 {{if .NoFlows}}<p class="muted">No flow is in the flow tables (no limit rule matched a packet).</p>{{else}}
-<p class="muted">The {{.Top}} flows with the most drops (then the most packets) among those in the rules' flow tables at the end of the capture; evicted and expired flows count in the totals only.{{if not .AnyDrops}} No flow had drops.{{end}}</p>
+<p class="muted">At most {{.Top}} flows (--top): those with the most drops, then the most packets, among the flows in the rules' tables at the end of the capture; evicted and expired flows count in the totals only.{{if not .AnyDrops}} No flow had drops.{{end}}</p>
 <table class="list">
 <tr><th class="n">#</th><th>rule</th><th>flow</th><th class="n">packets</th><th class="n">accepted</th><th class="n">dropped</th><th class="n">drop %</th></tr>
 {{range .Flows}}<tr><td class="n">{{.Rank}}</td><td><a href="#{{.RuleAnchor}}">{{.Rule}}</a></td><td><code>{{.Flow}}</code></td><td class="n">{{num .Packets}}</td><td class="n">{{num .Accepted}}</td><td class="n{{if .Dropped}} drop{{end}}">{{num .Dropped}}</td><td class="n">{{.DropPct}}</td></tr>
