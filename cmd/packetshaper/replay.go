@@ -39,6 +39,12 @@ only, so memory stays bounded by the tables, not by the capture. In a pcapng
 capture, the interface a packet was captured on stands for both its iif and
 its oif.
 
+--report FILE also writes one self-contained HTML page (no script, nothing
+fetched): packets offered, accepted and dropped per second over capture
+time, in total and per rule (shadow drops, marks), unmatched and non-IP
+traffic, the top flows by drops, the policy and the captures. It holds no
+wall-clock time: the same replay writes the same bytes.
+
 On a damaged capture, what was read before the damage is reported, then a
 one-line error names the file, the packet and the problem; exit status 1.
 
@@ -187,7 +193,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	if reportOut != nil {
 		in := report.Input{
-			Args: args, Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
+			Args: settingArgs(fs), Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
 			Queue: uint16(*queue), Malformed: src.malformed, Top: *top,
 		}
 		if failed != nil {
@@ -215,6 +221,28 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// outputFlags are replay's flags that choose outputs, not what is
+// replayed or how.
+var outputFlags = map[string]bool{"json": true, "verdicts": true, "write-accepted": true, "write-dropped": true, "report": true, "progress": true, "top": true}
+
+// settingArgs is the command line that replays what fs (parsed) replays,
+// outputs left out, flags in name order: the report's "command", the
+// same whatever the outputs' names.
+func settingArgs(fs *flag.FlagSet) []string {
+	var args []string
+	fs.Visit(func(f *flag.Flag) {
+		if outputFlags[f.Name] {
+			return
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			args = append(args, "--"+f.Name+"="+f.Value.String())
+			return
+		}
+		args = append(args, "--"+f.Name, f.Value.String())
+	})
+	return append(args, fs.Args()...)
 }
 
 // jsonReport is --json's object. Field order is fixed, and nothing in it
