@@ -56,7 +56,20 @@ type Options struct {
 	// Queue is the NFQUEUE number the packets are taken to come from, for
 	// rules that match queues.
 	Queue uint16
+	// Timeline, if true, counts packets per rule over capture time
+	// (Replayer.Timeline), for a report: at most TimelineMaxBuckets
+	// buckets of at least TimelineMinWidth, allocated once.
+	Timeline bool
 }
+
+// A Replayer's Timeline has one row per rule of the engine, in the
+// policy's order, then these rows, numbered from NumRules.
+const (
+	RowUnmatched = iota // IP packets no rule matched
+	RowMalformed        // records whose IP header is invalid
+	RowNonIP            // records that carry no IP packet
+	ExtraRows           // how many rows follow the rules'
+)
 
 // ProgressEvery is how many records pass between Progress calls.
 const ProgressEvery = 1 << 16
@@ -115,6 +128,8 @@ type Replayer struct {
 	ifIDs    []int64
 	verdicts *bufio.Writer
 	acc, drp pcapOut
+	tl       *Timeline // nil without Options.Timeline
+	nRules   int
 	index    uint64 // records so far, over all files
 	nonIP    uint64
 	first    int64
@@ -126,6 +141,10 @@ type Replayer struct {
 func New(eng *shaper.Engine, o Options) *Replayer {
 	r := &Replayer{eng: eng, opts: o}
 	r.meta.Queue = o.Queue
+	r.nRules = eng.NumRules()
+	if o.Timeline {
+		r.tl = NewTimeline(r.nRules+ExtraRows, TimelineMinWidth, TimelineMaxBuckets)
+	}
 	if o.Verdicts != nil {
 		r.verdicts = bufio.NewWriterSize(o.Verdicts, 64<<10)
 	}
@@ -229,8 +248,21 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 	if ip, ok := Decap(lt, data); ok {
 		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
 		v = r.dec.Verdict
+		if r.tl != nil {
+			row := r.dec.Rule
+			if row < 0 {
+				row = r.nRules + RowUnmatched
+				if r.dec.Malformed {
+					row = r.nRules + RowMalformed
+				}
+			}
+			r.tl.add(now, row, v == shaper.Drop, r.dec.Exceeded, r.dec.SetMark)
+		}
 	} else {
 		r.nonIP++
+		if r.tl != nil {
+			r.tl.add(now, r.nRules+RowNonIP, false, false, false)
+		}
 	}
 	if r.verdicts != nil {
 		if r.verdicts.Available() < 32 {
@@ -278,6 +310,11 @@ func (r *Replayer) Flush() error {
 	return errors.Join(errs...)
 }
 
+// Timeline returns the per-rule counts over capture time so far (see
+// Options.Timeline), or nil. It is the Replayer's: read it, do not keep it
+// while replaying goes on.
+func (r *Replayer) Timeline() *Timeline { return r.tl }
+
 // Summary returns the counts so far.
 func (r *Replayer) Summary() Summary {
 	st := r.eng.Stats()
@@ -303,6 +340,9 @@ type RuleSummary struct {
 	Name string
 	shaper.RuleStats
 }
+
+// Rule returns the engine's rule i, as it runs it.
+func (r *Replayer) Rule(i int) shaper.Rule { return r.eng.Rule(i) }
 
 // Rules returns each rule's counts, in the policy's order.
 func (r *Replayer) Rules() []RuleSummary {

@@ -504,7 +504,8 @@ func TestStream(t *testing.T) {
 // BenchmarkReplay replays a 1,000,000-packet, 10,000-flow Ethernet capture
 // (small UDP packets) from a file in the page cache, with every output
 // off, and reports packets/s. The "read" sub-benchmark only reads the
-// records (pcapgo), as a baseline measured in the same run.
+// records (pcapgo), as a baseline measured in the same run;
+// "replay+timeline" adds what --report collects per packet.
 func BenchmarkReplay(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "bench.pcap")
 	if err := os.WriteFile(path, manyFlows(b, 1_000_000, 10_000), 0o644); err != nil {
@@ -528,6 +529,18 @@ func BenchmarkReplay(b *testing.B) {
 		for b.Loop() {
 			eng, _ := shaper.New(shaper.Config{Rate: 10})
 			r := New(eng, Options{})
+			if err := r.ReplayFile(path); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+	})
+	b.Run("replay+timeline", func(b *testing.B) {
+		// What --report adds: the per-rule counts over capture time.
+		b.ReportAllocs()
+		for b.Loop() {
+			eng, _ := shaper.New(shaper.Config{Rate: 10})
+			r := New(eng, Options{Timeline: true})
 			if err := r.ReplayFile(path); err != nil {
 				b.Fatal(err)
 			}

@@ -7,15 +7,17 @@
 # go vet and every test: unit, property, golden, fuzz seed corpora, the race
 # detector over the concurrent packages, and the end-to-end tests that run the real binary against the real kernel in
 # network namespaces they create (those need root; as another user they skip
-# and say so). Then, as root, scripts/package-test.sh: the systemd unit's
-# exposure, the .deb built, installed, run by systemd in a container, removed
-# and purged. Then each fuzz target runs for a few seconds (FUZZTIME, 0 to
+# and say so), and the replay report in headless Chromium. Then, as root,
+# scripts/package-test.sh: the systemd unit's exposure, the .deb built,
+# installed, run by systemd in a container, removed and purged. Then each
+# fuzz target runs for a few seconds (FUZZTIME, 0 to
 # skip). Exits non-zero when anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 
-need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 systemd systemd-container procps git)
+# chromium (and a font for it): TestReportInBrowser opens replay --report's page.
+need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 systemd systemd-container procps git chromium fonts-dejavu-core)
 if [ "$(id -u)" = 0 ]; then
 	missing=()
 	for p in "${need[@]}"; do

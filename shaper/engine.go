@@ -220,6 +220,14 @@ type Decision struct {
 	// Key is the flow the packet counted against when Rule limits (its
 	// Limit.Key's key), zero otherwise.
 	Key flows.Key
+	// Exceeded: the packet was over its rule's limit. It was dropped
+	// (Verdict Drop), or accepted by a shadow rule (a shadow drop) or
+	// with a new mark (SetMark).
+	Exceeded bool
+	// Malformed: the IP header is invalid (Rule is -1, Verdict the
+	// policy's Malformed verdict). A Rule of -1 otherwise means that no
+	// rule matched.
+	Malformed bool
 }
 
 // Stats counts what an Engine has decided. Packets = Accepted + Dropped;
@@ -494,10 +502,10 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	p := &e.pkt
 	p.Decode(pkt)
 	e.stats.Packets++
-	d.SetMark = false
+	d.SetMark, d.Exceeded, d.Malformed = false, false, false
 	if p.Class == flows.Malformed {
 		e.stats.Malformed++
-		d.Verdict, d.Rule, d.Key = e.malformed, -1, flows.Key{}
+		d.Verdict, d.Rule, d.Key, d.Malformed = e.malformed, -1, flows.Key{}, true
 		e.count(e.malformed)
 		return
 	}
@@ -554,6 +562,7 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	}
 	// Over the limit.
 	f.stats.Dropped++
+	d.Exceeded = true
 	switch {
 	case r.shadow:
 		rs.stats.ShadowDropped++

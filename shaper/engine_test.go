@@ -73,11 +73,15 @@ func TestEngineMalformed(t *testing.T) {
 		}
 		var d Decision
 		e.DecidePacket([]byte{0x45, 0, 0}, nil, t0, &d)
-		if d.Verdict != v || d.Rule != -1 {
+		if d.Verdict != v || d.Rule != -1 || !d.Malformed || d.Exceeded {
 			t.Errorf("Malformed=%v: %+v", v, d)
 		}
 		if s := e.Stats(); s.Malformed != 1 || s.Packets != 1 || s.Flows != 0 {
 			t.Errorf("Stats %+v", s)
+		}
+		e.DecidePacket(udp(1, 1, 8), nil, t0, &d)
+		if d.Malformed || d.Rule != 0 {
+			t.Errorf("Malformed=%v: a good packet after a malformed one: %+v", v, d)
 		}
 	}
 }
@@ -242,11 +246,16 @@ func TestPolicyActions(t *testing.T) {
 		{443, 0xf1, Accept, true, 0xf1, 4},
 		{9999, 0, Accept, false, 0, -1}, // unmatched
 	}
+	// Over the limit: the limit rule's drop, the shadow drop, the marks.
+	exceeded := map[int]bool{6: true, 9: true, 12: true, 13: true}
+	var d Decision // reused: every field is rewritten
 	for i, s := range steps {
-		var d Decision
 		e.DecidePacket(udpTo(1, 1000, s.dport), &Meta{Mark: s.mark}, t0, &d)
 		if d.Verdict != s.want || d.SetMark != s.setMark || (s.setMark && d.Mark != s.newMark) || d.Rule != s.rule {
 			t.Errorf("step %d: dport %d: %+v, want verdict %v setMark %v mark %#x rule %d", i, s.dport, d, s.want, s.setMark, s.newMark, s.rule)
+		}
+		if d.Exceeded != exceeded[i] || d.Malformed {
+			t.Errorf("step %d: dport %d: Exceeded %v Malformed %v, want %v false", i, s.dport, d.Exceeded, d.Malformed, exceeded[i])
 		}
 	}
 	want := []RuleStats{

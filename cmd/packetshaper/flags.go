@@ -155,21 +155,28 @@ func (p *policyFlags) source(opts policy.Options) (*policySource, error) {
 
 // Load reads (for a file) and compiles the policy (daemon.Source).
 func (s *policySource) Load() (*policy.Compiled, error) {
+	_, c, err := s.loadFile()
+	return c, err
+}
+
+// loadFile is Load that also returns the rule file as read (without
+// --policy, the one-rule file the flags make).
+func (s *policySource) loadFile() (*policy.File, *policy.Compiled, error) {
 	f := s.flags
 	if s.file != "" {
 		var err error
 		if f, err = policy.Load(s.file); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	c, err := f.Compile(s.opts)
 	if err != nil {
 		if s.file == "" {
-			return nil, flagError(err)
+			return nil, nil, flagError(err)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return c, nil
+	return f, c, nil
 }
 
 // Reloadable reports whether the policy comes from a file (daemon.Source).

@@ -17,6 +17,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
+	"github.com/packetshaper/packetshaper/report"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -37,6 +38,12 @@ still in the tables at the end: evicted or expired flows count in the totals
 only, so memory stays bounded by the tables, not by the capture. In a pcapng
 capture, the interface a packet was captured on stands for both its iif and
 its oif.
+
+--report FILE also writes one self-contained HTML page (no script, nothing
+fetched): packets offered, accepted and dropped per second over capture
+time, in total and per rule (shadow drops, marks), unmatched and non-IP
+traffic, the top flows by drops, the policy and the captures. It holds no
+wall-clock time: the same replay writes the same bytes.
 
 On a damaged capture, what was read before the damage is reported, then a
 one-line error names the file, the packet and the problem; exit status 1.
@@ -60,7 +67,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records")
 	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
 	writeDrop := fs.String("write-dropped", "", "write the dropped packets to pcap `FILE` (pcapng if it ends in .pcapng)")
-	top := fs.Int("top", 10, "how many flows the summary lists (most drops first)")
+	reportPath := fs.String("report", "", "write an HTML report to `FILE`: packets offered, accepted and dropped per second over capture time, in total and per rule, the top flows by drops and the settings (one self-contained file)")
+	top := fs.Int("top", 10, "how many flows the summary (and --report) lists (most drops first)")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -82,7 +90,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "packetshaper replay:", err)
 		return 2
 	}
-	comp, err := src.Load()
+	polFile, comp, err := src.loadFile()
 	if err != nil {
 		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
 		return 2
@@ -110,7 +118,9 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	// anything is replayed or any output created (damage inside a capture
 	// is reported after the packets before it).
 	var inputs []os.FileInfo
-	for _, name := range files {
+	capFiles := make([]report.File, len(files))
+	for i, name := range files {
+		capFiles[i] = report.File{Name: name, Size: -1}
 		if name == "-" {
 			continue
 		}
@@ -121,6 +131,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		}
 		if st, err := f.Stat(); err == nil {
 			inputs = append(inputs, st)
+			capFiles[i].Size = st.Size()
 		}
 		f.Close()
 	}
@@ -129,8 +140,10 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		DroppedNg:  strings.HasSuffix(*writeDrop, ".pcapng"),
 		IfaceID:    comp.IfaceID,
 		Queue:      uint16(*queue),
+		Timeline:   *reportPath != "",
 	}
 	var outs []*os.File
+	var reportOut io.Writer
 	for _, o := range []struct {
 		flag, path string
 		dst        *io.Writer
@@ -138,6 +151,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		{"--verdicts", *verdicts, &opts.Verdicts},
 		{"--write-accepted", *writeAcc, &opts.Accepted},
 		{"--write-dropped", *writeDrop, &opts.Dropped},
+		{"--report", *reportPath, &reportOut},
 	} {
 		if o.path == "" {
 			continue
@@ -177,6 +191,18 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if err := r.Flush(); err != nil && failed == nil {
 		failed = err
 	}
+	if reportOut != nil {
+		in := report.Input{
+			Args: settingArgs(fs), Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
+			Queue: uint16(*queue), Malformed: src.malformed, Top: *top,
+		}
+		if failed != nil {
+			in.Err = oneLine(failed.Error())
+		}
+		if err := report.Write(reportOut, r, in); err != nil && failed == nil {
+			failed = fmt.Errorf("--report: %v", err)
+		}
+	}
 	for _, f := range outs {
 		if err := f.Close(); err != nil && failed == nil {
 			failed = err
@@ -195,6 +221,28 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// outputFlags are replay's flags that choose outputs, not what is
+// replayed or how.
+var outputFlags = map[string]bool{"json": true, "verdicts": true, "write-accepted": true, "write-dropped": true, "report": true, "progress": true, "top": true}
+
+// settingArgs is the command line that replays what fs (parsed) replays,
+// outputs left out, flags in name order: the report's "command", the
+// same whatever the outputs' names.
+func settingArgs(fs *flag.FlagSet) []string {
+	var args []string
+	fs.Visit(func(f *flag.Flag) {
+		if outputFlags[f.Name] {
+			return
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			args = append(args, "--"+f.Name+"="+f.Value.String())
+			return
+		}
+		args = append(args, "--"+f.Name, f.Value.String())
+	})
+	return append(args, fs.Args()...)
 }
 
 // jsonReport is --json's object. Field order is fixed, and nothing in it
