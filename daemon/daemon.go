@@ -7,7 +7,6 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -65,7 +64,7 @@ func (e UsageError) Unwrap() error { return e.error }
 // for it, and --offload is not combined with rules matching on metadata.
 func Check(cfg *Config, c *policy.Compiled) error {
 	if _, err := shaper.NewPolicy(cfg.policy(c)); err != nil {
-		return UsageError{errors.New(trimPkg(err))}
+		return UsageError{err}
 	}
 	return offloadable(cfg.Offload, c)
 }
@@ -114,7 +113,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	for _, qn := range cfg.Queues {
 		eng, err := shaper.NewPolicy(cfg.policy(comp))
 		if err != nil {
-			return UsageError{errors.New(trimPkg(err))}
+			return UsageError{err}
 		}
 		w := newWorker(qn, eng)
 		w.failClosed = cfg.Queue.FailClosed
@@ -293,7 +292,7 @@ func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker,
 	}
 	// Check it whole before handing anything over.
 	if _, err := shaper.NewPolicy(cfg.policy(comp)); err != nil {
-		return errors.New(trimPkg(err))
+		return err
 	}
 	var kept []string
 	for _, w := range ws {
@@ -326,13 +325,3 @@ func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
 
-// trimPkg drops the "shaper: " / "flows: " prefix that package errors carry.
-func trimPkg(err error) string {
-	s := err.Error()
-	for _, p := range []string{"shaper: ", "flows: "} {
-		if len(s) > len(p) && s[:len(p)] == p {
-			return s[len(p):]
-		}
-	}
-	return s
-}

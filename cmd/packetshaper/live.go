@@ -213,7 +213,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		Log:            log,
 	}
 	if err := daemon.Check(&cfg, comp); err != nil {
-		return usage("%v", err)
+		return usage("%s", trimPkg(err))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -221,7 +221,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	if err := daemon.Run(ctx, cfg, src, comp, hup); err != nil {
 		var ue daemon.UsageError
 		if errors.As(err, &ue) {
-			return usage("%v", err)
+			return usage("%s", trimPkg(err))
 		}
 		fmt.Fprintln(stderr, "packetshaper:", oneLine(err.Error()))
 		return 1

@@ -83,18 +83,6 @@ func TestCheckLoopback(t *testing.T) {
 	}
 }
 
-// udp4 returns an IPv4/UDP packet from 10.0.0.1:sport to 10.0.0.2:9000.
-func udp4(sport uint16) []byte {
-	p := make([]byte, 28+16)
-	p[0] = 0x45
-	binary.BigEndian.PutUint16(p[2:], uint16(len(p)))
-	p[8] = 64
-	p[9] = 17
-	copy(p[12:], []byte{10, 0, 0, 1, 10, 0, 0, 2})
-	binary.BigEndian.PutUint16(p[20:], sport)
-	binary.BigEndian.PutUint16(p[22:], 9000)
-	return p
-}
 
 var statRe = regexp.MustCompile(`(?:^|\s)(packets|accepted|dropped|flows)=(\d+)`)
 
