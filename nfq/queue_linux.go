@@ -90,6 +90,12 @@ type Queue struct {
 
 	latency latencyHist
 
+	// Wake-ups: wake asks Run to call Idle; waitTid is the thread of Run
+	// while it waits for packets (0 otherwise), which Wake signals.
+	pid     int
+	wake    atomic.Bool
+	waitTid atomic.Int32
+
 	stats struct {
 		packets, accepted, dropped, batches, verdictMsgs, enobufs, lost, errors atomic.Uint64
 	}
@@ -122,7 +128,7 @@ func Open(c Config) (*Queue, error) {
 		}
 		return nil, fmt.Errorf("nfq: queue %d: netlink socket: %w", cfg.Queue, err)
 	}
-	q := &Queue{cfg: cfg, fd: fd, unbound: true}
+	q := &Queue{cfg: cfg, fd: fd, unbound: true, pid: unix.Getpid()}
 	fail := func(err error) (*Queue, error) {
 		unix.Close(fd)
 		return nil, err
@@ -285,6 +291,7 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	base := time.Now()
 	baseNs := base.UnixNano()
 
+	tid := int32(unix.Gettid())
 	done := ctx.Done()
 	stopping := false
 	var stopBy int64
@@ -301,17 +308,32 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 			}
 		}
 		flags := unix.MSG_WAITFORONE
+		waking := !stopping && q.cfg.Idle != nil
+		if waking {
+			// Published before wake is read, as Wake stores wake
+			// before it reads waitTid: either this read sees the
+			// wake-up, or Wake sees the thread and interrupts the
+			// receive (but for the instant before it blocks: Wake).
+			q.waitTid.Store(tid)
+			if q.wake.Load() {
+				flags = unix.MSG_DONTWAIT
+			}
+		}
 		if stopping {
 			flags = unix.MSG_DONTWAIT
 		}
 		n, errno := q.recvmmsg(flags)
+		if waking {
+			q.waitTid.Store(0)
+		}
 		if errno != 0 {
 			switch errno {
 			case unix.EAGAIN, unix.EINTR:
 				if stopping && errno == unix.EAGAIN {
 					return q.finish()
 				}
-				if errno == unix.EAGAIN && q.cfg.Idle != nil {
+				if waking && (errno == unix.EAGAIN || q.wake.Load()) {
+					q.wake.Store(false)
 					q.cfg.Idle(baseNs + int64(time.Since(base)))
 				}
 				continue
@@ -445,11 +467,14 @@ func (q *Queue) answer(fn Handler, now int64) error {
 	}
 	if q.cfg.Latency {
 		sent := time.Now().UnixNano()
+		var sum int64
 		for i := range b.pkts {
 			if ts := b.pkts[i].Timestamp; ts != 0 {
 				q.latency.add(sent - ts)
+				sum += max(sent-ts, 0)
 			}
 		}
+		q.latency.addSum(sum)
 	}
 	n := uint64(len(b.pkts))
 	q.stats.packets.Add(n)
@@ -588,6 +613,37 @@ func (q *Queue) Close() error {
 // Latency returns the verdict latencies measured so far (Config.Latency).
 // It is safe to call concurrently with Run.
 func (q *Queue) Latency() LatencyStats { return q.latency.stats() }
+
+// LatencyHistogram returns the verdict latencies measured so far
+// (Config.Latency) as a cumulative histogram over bounds, which must be
+// ascending. It is safe to call concurrently with Run.
+func (q *Queue) LatencyHistogram(bounds []time.Duration) LatencyHistogram {
+	return q.latency.histogram(bounds)
+}
+
+// PortID is the netlink port of the queue's socket: the kernel's table of
+// queues (KernelStats) names it for a queue bound by this Queue.
+func (q *Queue) PortID() uint32 { return q.portID }
+
+// Wake makes Run call Config.Idle soon, from any goroutine: at once if Run
+// is waiting for packets (the wait is interrupted), else as soon as the
+// socket has no packet ready. Wake-ups made before Idle runs are answered
+// by one call. For a Handler with work to do between batches (copying out
+// flows for a listing) that should wait neither for traffic nor for the
+// receive timeout. Without Config.Idle it does nothing.
+//
+// Run's wait is interrupted with a signal to its thread (SIGURG, which the
+// Go runtime uses and ignores when unasked; a receive with a timeout is not
+// restarted after a signal). In the instant between Run looking for a
+// wake-up and entering the wait, a signal comes too early: the wake-up is
+// then answered when the wait ends, within the receive timeout (100 ms).
+// A caller that waits for Idle's work should call Wake again after a while.
+func (q *Queue) Wake() {
+	q.wake.Store(true)
+	if tid := q.waitTid.Load(); tid != 0 {
+		_ = unix.Tgkill(q.pid, int(tid), unix.SIGURG)
+	}
+}
 
 // Stats returns the queue's counters. It is safe to call concurrently with Run.
 func (q *Queue) Stats() Stats {
