@@ -10,6 +10,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -145,14 +146,21 @@ func runFlows(args []string, stdout, stderr io.Writer) int {
 	defer out.Flush()
 	var print func(*control.Flow) error
 	var tw *tabwriter.Writer
+	header := func() {}
 	if c.json {
-		enc := json.NewEncoder(out)
-		enc.SetEscapeHTML(false)
-		print = func(f *control.Flow) error { return enc.Encode(f) }
+		var line []byte
+		print = func(f *control.Flow) error {
+			line = append(f.AppendJSON(line[:0]), '\n')
+			_, err := out.Write(line)
+			return err
+		}
 	} else {
 		tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
-		fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tLEFT\tIDLE")
+		// The header with the first line, or at the end: not before an
+		// error.
+		header = sync.OnceFunc(func() { fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tLEFT\tIDLE") })
 		print = func(f *control.Flow) error {
+			header()
 			idle := fmtSecs(f.IdleSecs)
 			if f.Expired {
 				idle += " (expired)"
@@ -170,7 +178,7 @@ func runFlows(args []string, stdout, stderr io.Writer) int {
 	}
 	if _, err := control.ListFlows(path, req, emit); err != nil {
 		if tw != nil {
-			tw.Flush()
+			tw.Flush() // the flows received, if any
 		}
 		out.Flush()
 		return fail(1, "%s", oneLine(err.Error()))
@@ -185,6 +193,7 @@ func runFlows(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if tw != nil {
+		header()
 		tw.Flush()
 	}
 	if err := out.Flush(); err != nil {

@@ -2,6 +2,7 @@ package control
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -22,7 +23,7 @@ const (
 
 // dial connects to the control socket at path and sends req. Its errors
 // are one line and say what to do.
-func dial(path string, req Request) (net.Conn, *bufio.Reader, error) {
+func dial(path string, req Request) (net.Conn, *reader, error) {
 	c, err := net.DialTimeout("unix", path, dialTimeout)
 	if err != nil {
 		switch {
@@ -41,22 +42,45 @@ func dial(path string, req Request) (net.Conn, *bufio.Reader, error) {
 		c.Close()
 		return nil, nil, fmt.Errorf("%s: sending the request: %w", path, unwrapOp(err))
 	}
-	return c, bufio.NewReaderSize(c, 64<<10), nil
+	return c, &reader{c: c, r: bufio.NewReaderSize(c, 64<<10)}, nil
 }
 
-// next reads one answer line.
-func next(c net.Conn, r *bufio.Reader, a *answer) error {
-	c.SetReadDeadline(time.Now().Add(lineTimeout))
-	line, err := r.ReadBytes('\n')
-	if err != nil {
-		if errors.Is(err, io.EOF) && len(line) == 0 {
-			return io.ErrUnexpectedEOF
-		}
-		if errors.Is(err, io.EOF) {
-			return io.ErrUnexpectedEOF
-		}
-		return unwrapOp(err)
+// reader reads answer lines.
+type reader struct {
+	c    net.Conn
+	r    *bufio.Reader
+	last time.Time // of the last read deadline set
+}
+
+// line reads one answer line; the slice is the reader's until the next.
+func (r *reader) line() ([]byte, error) {
+	// The deadline moves on at most every second, not at every line.
+	if now := time.Now(); now.Sub(r.last) > time.Second {
+		r.c.SetReadDeadline(now.Add(lineTimeout))
+		r.last = now
 	}
+	line, err := r.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		// A line longer than the buffer (a status with thousands of
+		// rules): gather it.
+		buf := append([]byte(nil), line...)
+		for errors.Is(err, bufio.ErrBufferFull) {
+			line, err = r.r.ReadSlice('\n')
+			buf = append(buf, line...)
+		}
+		line = buf
+	}
+	if err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, io.ErrUnexpectedEOF
+		}
+		return nil, unwrapOp(err)
+	}
+	return line, nil
+}
+
+// decode decodes an answer line into a.
+func decode(line []byte, a *answer) error {
 	*a = answer{}
 	if err := json.Unmarshal(line, a); err != nil {
 		return fmt.Errorf("bad answer line: %v", err)
@@ -65,6 +89,15 @@ func next(c net.Conn, r *bufio.Reader, a *answer) error {
 		return &ServerError{*a.Error}
 	}
 	return nil
+}
+
+// next reads and decodes one answer line.
+func (r *reader) next(a *answer) error {
+	line, err := r.line()
+	if err != nil {
+		return err
+	}
+	return decode(line, a)
 }
 
 // ServerError is an error the server answered.
@@ -81,7 +114,7 @@ func GetStatus(path string) (*Status, error) {
 	}
 	defer c.Close()
 	var a answer
-	if err := next(c, r, &a); err != nil {
+	if err := r.next(&a); err != nil {
 		return nil, fmt.Errorf("status: %w", err)
 	}
 	if a.Status == nil {
@@ -105,8 +138,24 @@ func ListFlows(path string, req Request, fn func(*Flow) error) (*End, error) {
 	}
 	defer c.Close()
 	var a answer
+	var f Flow
 	for {
-		if err := next(c, r, &a); err != nil {
+		line, err := r.line()
+		if err == nil {
+			// The flow lines, nearly all of them, the short way.
+			if body, ok := bytes.CutPrefix(line, []byte(flowPrefix)); ok && bytes.HasSuffix(body, []byte(flowSuffix)) {
+				f = Flow{}
+				if err := f.UnmarshalJSON(body[:len(body)-len(flowSuffix)]); err != nil {
+					return nil, fmt.Errorf("flows: bad flow line: %v", err)
+				}
+				if err := fn(&f); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			err = decode(line, &a)
+		}
+		if err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return nil, errors.New("flows: the listing was cut short (packetshaper stopped?)")
 			}

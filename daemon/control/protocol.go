@@ -198,6 +198,12 @@ type Rule struct {
 	Expired       uint64 `json:"expired"`
 }
 
+// A flow's answer line is flowPrefix, the Flow (AppendJSON), flowSuffix.
+const (
+	flowPrefix = `{"flow":`
+	flowSuffix = "}\n"
+)
+
 // answer is one answer line: exactly one member is set.
 type answer struct {
 	Status *Status `json:"status,omitempty"`

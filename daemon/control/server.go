@@ -120,7 +120,8 @@ const (
 
 // Serve answers connections on ln until ctx is cancelled or ln fails, then
 // closes ln and waits for the connections being served (their listings are
-// cancelled). logf, if not nil, gets a line for each request that failed.
+// cancelled). logf, if not nil, gets a line for each answer that could not
+// be sent (errors that the client is told are its business).
 func Serve(ctx context.Context, ln net.Listener, h Handler, logf func(format string, args ...any)) {
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -215,14 +216,15 @@ func serveFlows(ctx context.Context, c net.Conn, h Handler, req *Request) error 
 	defer cancel()
 	t0 := time.Now()
 	bw := bufio.NewWriterSize(deadlineWriter{c}, writeBuffer)
-	enc := json.NewEncoder(bw)
-	enc.SetEscapeHTML(false)
 	var end End
-	var a answer
+	var line []byte
+	var writeErr error // the client is gone (or stuck)
 	send := func(f *Flow) error {
-		a.Flow = f
 		end.Flows++
-		return enc.Encode(&a)
+		line = append(line[:0], flowPrefix...)
+		line = append(f.AppendJSON(line), flowSuffix...)
+		_, writeErr = bw.Write(line)
+		return writeErr
 	}
 	var top *topFlows
 	emit := send
@@ -242,17 +244,24 @@ func serveFlows(ctx context.Context, c net.Conn, h Handler, req *Request) error 
 		}
 	}
 	if err != nil {
-		bw.Flush()
-		if e := writeAnswer(c, answer{Error: ptr(err.Error())}); e != nil {
-			return fmt.Errorf("flows: %v (client gone: %v)", err, e)
+		// The client is told (a rule it misspelt, a stop): nothing to
+		// log, unless it cannot be told.
+		if writeErr != nil {
+			return nil // a client that left mid-listing (| head): its business
 		}
-		return fmt.Errorf("flows: %v", err)
+		bw.Flush()
+		if e := writeAnswer(c, answer{Error: ptr(err.Error())}); e != nil && ctx.Err() == nil {
+			return fmt.Errorf("flows: %v (and the client could not be told: %v)", err, unwrapOp(e))
+		}
+		return nil
 	}
 	end.Secs = time.Since(t0).Seconds()
-	if err := enc.Encode(answer{End: &end}); err != nil {
-		return err
+	b, _ := json.Marshal(answer{End: &end})
+	if _, err := bw.Write(append(b, '\n')); err != nil {
+		return nil // gone at the last moment
 	}
-	return bw.Flush()
+	bw.Flush()
+	return nil
 }
 
 // topFlows keeps the n flows first in an order: a heap whose root is the
