@@ -105,7 +105,7 @@ func newCollector(d *state) *collector {
 	// The kernel's view of the queue.
 	q("packetshaper_queue_bound", "1 if the kernel lists the queue as bound to packetshaper's socket.", gauge, func(s *queueSample) float64 { return b2f(s.bound) })
 	q("packetshaper_queue_packets", "Packets the kernel holds in the queue waiting for a verdict (queued).", gauge, func(s *queueSample) float64 { return float64(s.kernel.QueueTotal) })
-	q("packetshaper_queue_max_packets", "The queue's length: beyond it packets pass without a verdict (fail-open) or are dropped (fail-closed).", gauge, func(*queueSample) float64 { return float64(d.cfg.Queue.MaxQueueLen) })
+	q("packetshaper_queue_max_packets", "The queue's length: beyond it packets pass without a verdict (fail-open) or are dropped (fail-closed).", gauge, func(*queueSample) float64 { return float64(d.maxQueueLen()) })
 	q("packetshaper_queue_drops_total", "Packets the kernel dropped because the queue was full (fail-closed; queue_drops).", counter, func(s *queueSample) float64 { return float64(s.kernel.QueueDropped) })
 	q("packetshaper_socket_drops_total", "Packets the kernel could not send to the socket (socket_drops).", counter, func(s *queueSample) float64 { return float64(s.kernel.UserDropped) })
 	// Fail-open.

@@ -87,6 +87,14 @@ func (d *state) loadedAt() time.Time {
 	return d.loaded
 }
 
+// maxQueueLen is the queues' length, as nfq resolves it.
+func (d *state) maxQueueLen() uint32 {
+	if n := d.cfg.Queue.MaxQueueLen; n > 0 {
+		return n
+	}
+	return nfq.DefaultMaxQueueLen
+}
+
 // sample reads one queue's counters now.
 func (d *state) sample(w *worker) queueSample {
 	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load()}
@@ -123,7 +131,7 @@ func (d *state) Status() control.Status {
 	for _, w := range d.ws {
 		s := d.sample(w)
 		q := control.Queue{
-			Queue: w.queue, Bound: s.bound, Queued: s.kernel.QueueTotal, MaxLen: d.cfg.Queue.MaxQueueLen,
+			Queue: w.queue, Bound: s.bound, Queued: s.kernel.QueueTotal, MaxLen: d.maxQueueLen(),
 			Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped,
 			QueueDrops: s.kernel.QueueDropped, SocketDrops: s.kernel.UserDropped, Lost: s.Lost, Errors: s.Errors,
 			FailOpenPassed: s.failOpen.Passed, FailOpenSecs: s.failOpen.Secs, FailOpenExact: s.failOpen.Exact, FailOpenActive: s.failOpen.Active,
