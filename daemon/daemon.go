@@ -1,8 +1,8 @@
 // Package daemon is the running shaper: one worker per NFQUEUE queue, each
 // with its own engine, the fail-open monitor, the kernel offload, reloads on
-// SIGHUP, the stats log and the metrics endpoint. The command
-// (cmd/packetshaper) parses flags and wires a Config and a policy Source to
-// Run.
+// SIGHUP, the stats log, the metrics endpoint and the control socket
+// (package daemon/control). The command (cmd/packetshaper) parses flags and
+// wires a Config and a policy Source to Run.
 package daemon
 
 import (
@@ -16,6 +16,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/packetshaper/packetshaper/daemon/control"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/offload"
 	"github.com/packetshaper/packetshaper/policy"
@@ -48,8 +51,21 @@ type Config struct {
 	// StatsEvery is the period of the stats log line (0: only the final
 	// one).
 	StatsEvery time.Duration
-	// MetricsAddr, if not empty, serves Prometheus metrics there.
+	// MetricsAddr, if not empty, serves Prometheus metrics there
+	// (http://MetricsAddr/metrics), on any address it names.
 	MetricsAddr string
+	// Collectors are served with the daemon's metrics (a global limiter's,
+	// say).
+	Collectors []prometheus.Collector
+	// ControlSocket, if not empty, is the path of the control socket
+	// (package daemon/control), created mode 0600 and removed at stop.
+	// If ControlSocketOptional, a path Run cannot use (another process
+	// answers on it, no permission) is logged and the daemon runs without
+	// one (for a default path); otherwise it is an error.
+	ControlSocket         string
+	ControlSocketOptional bool
+	// Version is reported in packetshaper_build_info and the status.
+	Version string
 	// Log receives every log line.
 	Log *slog.Logger
 }
@@ -104,9 +120,10 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		log.Warn(w)
 	}
 	var ws []*worker
+	var qs []*nfq.Queue
 	defer func() {
-		for _, w := range ws {
-			w.q.Close()
+		for _, q := range qs {
+			q.Close()
 		}
 	}()
 	logf := func(format string, a ...any) { log.Warn(fmt.Sprintf(format, a...)) }
@@ -123,8 +140,9 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		if err != nil {
 			return err
 		}
-		w.q = q
+		w.q, w.wake = q, q.Wake
 		ws = append(ws, w)
+		qs = append(qs, q)
 	}
 
 	// Startup hint: rules that send to queues nobody serves.
@@ -133,10 +151,6 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		for _, u := range nfq.UnservedQueues(rules, bound) {
 			log.Warn(u.String())
 		}
-	}
-	qs := make([]*nfq.Queue, len(ws))
-	for i, w := range ws {
-		qs[i] = w.q
 	}
 	mon, err := nfq.NewMonitor(qs, nfq.MonitorConfig{Logger: log})
 	if err != nil {
@@ -161,19 +175,41 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		}
 	}
 
+	start := time.Now()
+	d := &state{cfg: &cfg, ws: ws, mon: mon, off: off, policy: src.Describe(), start: start, loaded: start}
 	if cfg.MetricsAddr != "" {
+		h, err := metricsHandler(d)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
 		ln, err := net.Listen("tcp", cfg.MetricsAddr)
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 		mux := http.NewServeMux()
-		mux.HandleFunc("/metrics", func(rw http.ResponseWriter, _ *http.Request) {
-			rw.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			writeMetrics(rw, ws, mon, off)
-		})
+		mux.Handle("/metrics", h)
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
 		defer srv.Close()
+	}
+	if cfg.ControlSocket != "" {
+		ln, err := control.Listen(cfg.ControlSocket)
+		switch {
+		case err != nil && cfg.ControlSocketOptional:
+			log.Warn("no control socket (packetshaper status and flows will not reach this process): " + oneLine(err.Error()) + "; give each process its own --control-socket")
+		case err != nil:
+			return fmt.Errorf("--control-socket: %s", strings.TrimPrefix(oneLine(err.Error()), "control socket: "))
+		default:
+			ctx, cancel := context.WithCancel(context.Background())
+			served := make(chan struct{})
+			go func() {
+				control.Serve(ctx, ln, d, logf)
+				close(served)
+			}()
+			// After the queues have stopped (deferred earlier, so run
+			// later): listings in progress end, the file goes.
+			defer func() { cancel(); <-served }()
+		}
 	}
 
 	mode := "fail-open"
@@ -184,7 +220,6 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		"queue_maxlen", cfg.Queue.MaxQueueLen, "copy_range", cfg.Queue.CopyRange, "mode", mode, "offload", cfg.Offload,
 		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20)))
 
-	start := time.Now()
 	errs := make(chan error, len(ws))
 	var wg sync.WaitGroup
 	runCtx, cancel := context.WithCancel(ctx)
@@ -196,6 +231,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 			defer wg.Done()
 			err := w.q.Run(runCtx, w.decide)
 			w.snapshot(time.Now().UnixNano()) // Run has returned: the engine is ours
+			close(w.stopped)
 			if err != nil {
 				errs <- err
 				cancel() // one queue failing stops all
@@ -224,16 +260,20 @@ loop:
 		case <-hup:
 			if !src.Reloadable() {
 				log.Warn("SIGHUP: no --policy file, nothing to reload")
+				d.reloaded(reloadRecord{at: time.Now(), err: "no --policy file, nothing to reload"})
 				continue
 			}
 			next, err := src.Load()
+			var kept []string
 			if err == nil {
-				err = install(log, &cfg, next, ws, off, "reloaded", src.Describe())
+				kept, err = install(log, &cfg, next, ws, off, "reloaded", src.Describe())
 			}
 			if err != nil {
 				log.Error("reload failed, keeping the previous policy", "err", oneLine(err.Error()))
+				d.reloaded(reloadRecord{at: time.Now(), err: oneLine(err.Error())})
 				continue
 			}
+			d.reloaded(reloadRecord{at: time.Now(), ok: true, kept: kept})
 			comp = next
 		case <-ifTick.C:
 			if !comp.InterfacesChanged() {
@@ -241,7 +281,7 @@ loop:
 			}
 			next, err := comp.Recompile()
 			if err == nil {
-				err = install(log, &cfg, next, ws, off, "interfaces changed: rules recompiled", src.Describe())
+				_, err = install(log, &cfg, next, ws, off, "interfaces changed: rules recompiled", src.Describe())
 			}
 			if err != nil {
 				log.Error("interfaces changed, recompiling the policy failed: keeping the previous one", "err", oneLine(err.Error()))
@@ -286,21 +326,20 @@ const ifaceCheckEvery = 2 * time.Second
 // nothing changes. With --offload, the flows in the kernel are released:
 // the new rules may not drop them (they come back to the shaper, which
 // offloads them again if its rules drop them in a row).
-func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker, off *offload.Offloader, msg, what string) error {
+func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker, off *offload.Offloader, msg, what string) (kept []string, err error) {
 	if err := offloadable(cfg.Offload, comp); err != nil {
-		return err
+		return nil, err
 	}
 	// Check it whole before handing anything over.
 	if _, err := shaper.NewPolicy(cfg.policy(comp)); err != nil {
-		return err
+		return nil, err
 	}
-	var kept []string
 	for _, w := range ws {
 		k, err := w.install(func(base *shaper.Engine) (*shaper.Engine, []string, error) {
 			return base.Reload(cfg.policy(comp))
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 		kept = k
 	}
@@ -317,11 +356,10 @@ func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker,
 		names = append(names, r.Name)
 	}
 	log.Info(msg, "policy", what, "rules", strings.Join(names, ","), "kept_state", strings.Join(kept, ","))
-	return nil
+	return kept, nil
 }
 
 // oneLine keeps an error message on one line.
 func oneLine(s string) string {
 	return strings.Join(strings.Fields(s), " ")
 }
-

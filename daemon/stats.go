@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"fmt"
-	"io"
 	"log/slog"
 	"strings"
 	"time"
@@ -75,7 +74,7 @@ func sum(ws []*worker) totals {
 	return t
 }
 
-func logStats(log *slog.Logger, msg string, ws []*worker, mon *nfq.Monitor, off *offload.Offloader, elapsed time.Duration, latency bool) {
+func logStats(log *slog.Logger, msg string, ws []*worker, mon failOpen, off *offload.Offloader, elapsed time.Duration, latency bool) {
 	t := sum(ws)
 	attrs := []any{
 		"packets", t.Packets, "accepted", t.Accepted, "dropped", t.Dropped,
@@ -86,15 +85,11 @@ func logStats(log *slog.Logger, msg string, ws []*worker, mon *nfq.Monitor, off 
 		"errors", t.Errors, "batches", t.Batches, "verdict_msgs", t.VerdictMsgs,
 		"secs", fmt.Sprintf("%.3f", elapsed.Seconds()),
 	}
-	var fo nfq.FailOpenStats
-	for _, w := range ws {
-		f := w.failOpen(mon)
-		fo.Secs += f.Secs
-		fo.Passed += f.Passed
-		fo.Exact = fo.Exact || f.Exact
-	}
-	if len(ws) > 0 {
-		fo.Exact = mon.Total().Exact
+	fo := mon.Total()
+	if !failClosed(ws) {
+		// Fail-open accepts also what the kernel could not deliver to
+		// a full socket (lost).
+		fo.Passed += t.Lost
 	}
 	attrs = append(attrs, "failopen_secs", fmt.Sprintf("%.3f", fo.Secs), "failopen_passed", fo.Passed, "failopen_exact", fo.Exact)
 	if off != nil {
@@ -129,86 +124,5 @@ func logStats(log *slog.Logger, msg string, ws []*worker, mon *nfq.Monitor, off 
 	log.Info(msg, attrs...)
 }
 
-// writeMetrics writes the counters in the Prometheus text format.
-func writeMetrics(w io.Writer, ws []*worker, mon *nfq.Monitor, off *offload.Offloader) {
-	type metric struct {
-		name, typ, help string
-		get             func(*worker, nfq.Stats, *snapshot) uint64
-	}
-	for _, m := range []metric{
-		{"packetshaper_packets_total", "counter", "Packets decided.", func(_ *worker, s nfq.Stats, _ *snapshot) uint64 { return s.Packets }},
-		{"packetshaper_accepted_total", "counter", "Packets accepted.", func(_ *worker, s nfq.Stats, _ *snapshot) uint64 { return s.Accepted }},
-		{"packetshaper_dropped_total", "counter", "Packets dropped.", func(_ *worker, s nfq.Stats, _ *snapshot) uint64 { return s.Dropped }},
-		{"packetshaper_malformed_total", "counter", "Packets whose IP header is invalid.", func(_ *worker, _ nfq.Stats, e *snapshot) uint64 { return e.Malformed }},
-		{"packetshaper_no_ports_total", "counter", "Packets whose ports could not be read, limited by address and protocol.", func(_ *worker, _ nfq.Stats, e *snapshot) uint64 { return e.NoPorts }},
-		{"packetshaper_unmatched_total", "counter", "Packets no rule matched (accepted).", func(_ *worker, _ nfq.Stats, e *snapshot) uint64 { return e.Unmatched }},
-		{"packetshaper_flows", "gauge", "Flows in the flow tables.", func(_ *worker, _ nfq.Stats, e *snapshot) uint64 { return e.Flows }},
-		{"packetshaper_flow_evictions_total", "counter", "Flows evicted from a full table.", func(_ *worker, _ nfq.Stats, e *snapshot) uint64 { return e.Evictions }},
-		{"packetshaper_offload_reports_total", "counter", "Flows reported for offload by the engine.", func(_ *worker, _ nfq.Stats, e *snapshot) uint64 { return e.Offloads }},
-		{"packetshaper_lost_total", "counter", "Packets queued by the kernel that never reached packetshaper (socket buffer full).", func(_ *worker, s nfq.Stats, _ *snapshot) uint64 { return s.Lost }},
-		{"packetshaper_enobufs_total", "counter", "Socket receive buffer overruns.", func(_ *worker, s nfq.Stats, _ *snapshot) uint64 { return s.ENOBUFS }},
-		{"packetshaper_errors_total", "counter", "Receive and verdict errors.", func(_ *worker, s nfq.Stats, _ *snapshot) uint64 { return s.Errors }},
-	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
-		for _, wk := range ws {
-			fmt.Fprintf(w, "%s{queue=\"%d\"} %d\n", m.name, wk.queue, m.get(wk, wk.q.Stats(), wk.snap.Load()))
-		}
-	}
-	for _, m := range []struct {
-		name, typ, help string
-		get             func(nfq.FailOpenStats) string
-	}{
-		{"packetshaper_failopen_passed_total", "counter", "Packets the kernel let through without a verdict (fail-open): the queue was full, or the socket's receive buffer was (lost).", func(f nfq.FailOpenStats) string { return fmt.Sprint(f.Passed) }},
-		{"packetshaper_failopen_seconds_total", "counter", "Time the queue was full, to within 0.1 s.", func(f nfq.FailOpenStats) string { return fmt.Sprintf("%.3f", f.Secs) }},
-		{"packetshaper_failopen_exact", "gauge", "1 if failopen_passed is exact (from the queueing rules' counters), 0 if estimated from the arrival rate.", func(f nfq.FailOpenStats) string { return boolMetric(f.Exact) }},
-		{"packetshaper_failopen_active", "gauge", "1 while the queue is full.", func(f nfq.FailOpenStats) string { return boolMetric(f.Active) }},
-	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
-		for _, wk := range ws {
-			fmt.Fprintf(w, "%s{queue=\"%d\"} %s\n", m.name, wk.queue, m.get(wk.failOpen(mon)))
-		}
-	}
-	if off != nil {
-		ost := off.Stats()
-		kd, _, _ := off.KernelDrops()
-		for _, m := range []struct {
-			name, typ, help string
-			v               uint64
-		}{
-			{"packetshaper_offloaded_total", "counter", "Flows put in the kernel offload sets.", ost.Offloaded},
-			{"packetshaper_offload_active", "gauge", "Offloaded flows not yet expired.", ost.Active},
-			{"packetshaper_offload_kernel_drops_total", "counter", "Packets the kernel offload rules dropped (all processes using the table).", kd},
-			{"packetshaper_offload_errors_total", "counter", "Failed offload requests.", ost.Errors},
-		} {
-			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %d\n", m.name, m.help, m.name, m.typ, m.name, m.v)
-		}
-	}
-	type ruleMetric struct {
-		name, typ, help string
-		get             func(*ruleSnap) uint64
-	}
-	for _, m := range []ruleMetric{
-		{"packetshaper_rule_packets_total", "counter", "Packets a rule decided.", func(r *ruleSnap) uint64 { return r.Packets }},
-		{"packetshaper_rule_accepted_total", "counter", "Packets a rule accepted.", func(r *ruleSnap) uint64 { return r.Accepted }},
-		{"packetshaper_rule_dropped_total", "counter", "Packets a rule dropped.", func(r *ruleSnap) uint64 { return r.Dropped }},
-		{"packetshaper_rule_shadow_dropped_total", "counter", "Packets a shadow rule accepted that it would have dropped.", func(r *ruleSnap) uint64 { return r.ShadowDropped }},
-		{"packetshaper_rule_marked_total", "counter", "Packets over a rule's limit accepted with a new mark.", func(r *ruleSnap) uint64 { return r.Marked }},
-		{"packetshaper_rule_flows", "gauge", "Flows in a rule's table.", func(r *ruleSnap) uint64 { return r.Flows }},
-		{"packetshaper_rule_flow_evictions_total", "counter", "Flows evicted from a rule's full table.", func(r *ruleSnap) uint64 { return r.Evictions }},
-	} {
-		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
-		for _, wk := range ws {
-			sn := wk.snap.Load()
-			for i := range sn.rules {
-				fmt.Fprintf(w, "%s{queue=\"%d\",rule=%q} %d\n", m.name, wk.queue, sn.rules[i].name, m.get(&sn.rules[i]))
-			}
-		}
-	}
-}
-
-func boolMetric(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
+// failClosed reports whether the queues drop what does not fit.
+func failClosed(ws []*worker) bool { return len(ws) > 0 && ws[0].failClosed }

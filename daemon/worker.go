@@ -24,7 +24,7 @@ type offloader interface{ Add(k flows.Key) }
 // per-packet path takes no lock: one atomic load per batch.
 type worker struct {
 	queue   uint16
-	q       *nfq.Queue
+	q       nfqQueue
 	eng     *shaper.Engine                // Run's goroutine only
 	cur     atomic.Pointer[shaper.Engine] // eng, for Reload on another goroutine
 	pending atomic.Pointer[shaper.Engine]
@@ -37,6 +37,15 @@ type worker struct {
 
 	lastSnap int64
 	snap     atomic.Pointer[snapshot]
+
+	// Flow listings (listing.go): the one in progress, the turn of the
+	// server's listings, and wake, which has the queue's goroutine call
+	// idle soon (nfq.Queue.Wake; a no-op without a queue).
+	listing  atomic.Pointer[listing]
+	listTurn chan struct{}
+	wake     func()
+	// stopped is closed when the queue's Run has returned.
+	stopped chan struct{}
 }
 
 // snapshot is what a worker's engine had counted at one time.
@@ -47,13 +56,14 @@ type snapshot struct {
 
 type ruleSnap struct {
 	name string
+	rule shaper.Rule // its settings
 	shaper.RuleStats
 }
 
 const snapEvery = int64(100 * time.Millisecond)
 
 func newWorker(queue uint16, eng *shaper.Engine) *worker {
-	w := &worker{queue: queue, eng: eng}
+	w := &worker{queue: queue, eng: eng, listTurn: make(chan struct{}, 1), wake: func() {}, stopped: make(chan struct{})}
 	w.meta.Queue = queue
 	w.cur.Store(eng)
 	w.snapshot(0)
@@ -61,7 +71,8 @@ func newWorker(queue uint16, eng *shaper.Engine) *worker {
 }
 
 // decide is the nfq.Handler: the engine decides, nfq answers. It does not
-// allocate, but to publish a snapshot (every snapEvery).
+// allocate, but to publish a snapshot (every snapEvery) and to copy out a
+// chunk of a flow listing (while one is asked for).
 func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 	if w.pending.Load() != nil {
 		w.swap(now)
@@ -83,15 +94,22 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 	if now-w.lastSnap >= snapEvery {
 		w.snapshot(now)
 	}
+	if w.listing.Load() != nil {
+		w.list(now, 1)
+	}
 }
 
-// idle is nfq's Idle hook: counters stay current when no traffic flows.
+// idle is nfq's Idle hook: counters stay current when no traffic flows,
+// and a flow listing goes on (the server wakes the queue for it).
 func (w *worker) idle(now int64) {
 	if w.pending.Load() != nil {
 		w.swap(now)
 	}
 	if now-w.lastSnap >= snapEvery {
 		w.snapshot(now)
+	}
+	if w.listing.Load() != nil {
+		w.list(now, listBufs)
 	}
 }
 
@@ -102,18 +120,6 @@ func (w *worker) swap(now int64) {
 	w.eng.Retire(old) // the evictions of retired rules still count
 	w.cur.Store(w.eng)
 	w.lastSnap = now - snapEvery // the snapshot follows at this batch's end
-}
-
-// failOpen is the queue's fail-open count: the Monitor's (the queue was
-// full) plus, unless fail-closed, the packets the kernel could not deliver
-// to the socket (lost): with fail-open it accepts those without a verdict
-// too.
-func (w *worker) failOpen(mon *nfq.Monitor) nfq.FailOpenStats {
-	f := mon.Stats(w.queue)
-	if !w.failClosed {
-		f.Passed += w.q.Stats().Lost
-	}
-	return f
 }
 
 // install hands the worker an engine made from its latest one (the pending
@@ -142,7 +148,8 @@ func (w *worker) install(make func(base *shaper.Engine) (*shaper.Engine, []strin
 func (w *worker) snapshot(now int64) {
 	s := &snapshot{Stats: w.eng.Stats(), rules: make([]ruleSnap, w.eng.NumRules())}
 	for i := range s.rules {
-		s.rules[i] = ruleSnap{name: w.eng.Rule(i).Name, RuleStats: w.eng.RuleStats(i)}
+		r := w.eng.Rule(i)
+		s.rules[i] = ruleSnap{name: r.Name, rule: r, RuleStats: w.eng.RuleStats(i)}
 	}
 	w.snap.Store(s)
 	w.lastSnap = now

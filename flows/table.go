@@ -116,7 +116,7 @@ type entry[V any] struct {
 	// next free slot.
 	next int32
 	// freq counts packets since the flow entered its queue or the hand
-	// last passed it, up to maxFreq.
+	// last passed it, up to maxFreq; freed marks a slot on the free list.
 	freq uint8
 	val  V
 }
@@ -131,6 +131,7 @@ type fifo struct {
 const (
 	none      = -1
 	maxFreq   = 3
+	freed     = 0xff // freq of a slot on the free list (At skips it)
 	chunkBits = 12
 	chunkLen  = 1 << chunkBits
 	chunkMask = chunkLen - 1
@@ -288,7 +289,7 @@ func (t *Table[V]) alloc(now int64) int32 {
 		i, e := t.pop(q)
 		t.drop(i, e)
 		t.expired++
-		e.next = t.free
+		e.next, e.freq = t.free, freed
 		t.free = i
 	}
 	if t.free != none {
@@ -425,6 +426,33 @@ func (t *Table[V]) Evictions() uint64 { return t.evictions }
 // Expired counts flows that were found idle for longer than the timeout:
 // on their next packet, or when reclaimed.
 func (t *Table[V]) Expired() uint64 { return t.expired }
+
+// Timeout is the idle time after which a flow is treated as new (0 or
+// less: never).
+func (t *Table[V]) Timeout() int64 { return t.timeout }
+
+// Slots is the number of entry slots handed out so far, the bound of At's
+// index: it only grows, up to Max.
+func (t *Table[V]) Slots() int { return int(t.n) }
+
+// At returns the flow held in entry slot i, 0 <= i < Slots(): its key, the
+// time of its newest packet and its state; ok is false when the slot holds
+// no flow (it is on the free list, after its idle flow was reclaimed).
+//
+// A held flow never moves to another slot, so a listing can visit the
+// slots from a cursor in several steps, with calls to Get in between (the
+// packets of a live table), and see every flow held all along exactly once.
+// A flow created meanwhile may or may not be seen; one evicted and created
+// again may be seen twice, in two slots, starting afresh in the second.
+// Idle flows not yet reclaimed are included, as in Range. The pointers are
+// valid until the next call to Get. It does not allocate.
+func (t *Table[V]) At(i int) (k *Key, last int64, v *V, ok bool) {
+	e := t.ent(int32(i))
+	if e.freq == freed {
+		return nil, 0, nil, false
+	}
+	return &e.key, e.last, &e.val, true
+}
 
 // Range calls fn for each flow held, until fn returns false, in the order
 // in which they would come up for eviction within each queue: the small

@@ -544,8 +544,15 @@ func checkTable[V any](t *testing.T, tb *Table[V]) {
 	walk("small", tb.small.tail, tb.small.n)
 	walk("main", tb.main.tail, tb.main.n)
 	walk("free", tb.free, -1)
-	if len(seen) != int(tb.n) {
-		t.Fatalf("%d entries handed out, %d in queues and free list", tb.n, len(seen))
+	if len(seen) != int(tb.n) || tb.Slots() != int(tb.n) {
+		t.Fatalf("%d entries handed out (Slots %d), %d in queues and free list", tb.n, tb.Slots(), len(seen))
+	}
+	// At tells held slots from free ones.
+	for i := range tb.Slots() {
+		k, _, _, ok := tb.At(i)
+		if held := seen[int32(i)] != "free"; ok != held || ok && k != &tb.ent(int32(i)).key {
+			t.Fatalf("At(%d) = %v, %v; entry is in %s", i, k, ok, seen[int32(i)])
+		}
 	}
 	if tb.small.n+tb.main.n != tb.Len() || tb.Len() > tb.max {
 		t.Fatalf("small %d + main %d != Len %d (max %d)", tb.small.n, tb.main.n, tb.Len(), tb.max)
@@ -566,6 +573,60 @@ func checkTable[V any](t *testing.T, tb *Table[V]) {
 	}
 	if n != tb.idx.n {
 		t.Fatalf("index holds %d, counts %d", n, tb.idx.n)
+	}
+}
+
+// TestTableAtCursor lists a table from a cursor a few slots at a time,
+// with packets between the steps that create, evict and reclaim flows:
+// every flow held all along is seen exactly once, with its current state,
+// and nothing is seen that was not held when its slot was visited.
+func TestTableAtCursor(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct {
+		max     int
+		timeout int64
+	}{{100, 0}, {100, 50}, {chunkLen + 100, 0}, {chunkLen + 100, 500}} {
+		tb := NewTable[int](tc.max, tc.timeout)
+		now := int64(0)
+		get := func(key Key) {
+			v, _ := tb.Get(&key, now)
+			*v = int(key.Src[3]) | int(key.Src[2])<<8 | int(key.Src[1])<<16
+		}
+		for i := range tc.max {
+			get(k(i))
+		}
+		// Between steps, the first half of the flows sends (so they are
+		// held all along) and new flows come, evicting others or, idle,
+		// being reclaimed.
+		steady := tc.max / 2
+		seen := map[Key]int{}
+		for cur := 0; cur < tb.Slots(); {
+			for i := cur; i < min(cur+7, tb.Slots()); i++ {
+				if key, _, v, ok := tb.At(i); ok {
+					seen[*key]++
+					if want := int(key.Src[3]) | int(key.Src[2])<<8 | int(key.Src[1])<<16; *v != want {
+						t.Fatalf("max %d: slot %d holds %v with state %d, want %d", tc.max, i, *key, *v, want)
+					}
+					if _, e := tb.lookup(key, tb.idx.hash(key)); e == nil {
+						t.Fatalf("max %d: At(%d) = %v, not in the table", tc.max, i, *key)
+					}
+				}
+			}
+			cur += 7
+			now += 10
+			for i := range steady {
+				get(k(i))
+			}
+			for range 5 {
+				get(k(tc.max + r.IntN(10*tc.max)))
+			}
+		}
+		for i := range steady {
+			if n := seen[k(i)]; n != 1 {
+				t.Errorf("max %d timeout %d: flow %d held all along seen %d times, want 1", tc.max, tc.timeout, i, n)
+			}
+		}
+		checkTable(t, tb)
 	}
 }
 

@@ -111,8 +111,9 @@ type Config struct {
 	RealtimePriority int
 	// Idle, if not nil, is called from Run's goroutine with the engine's
 	// clock (as a Handler's now) every 100 ms (idleEvery), between
-	// batches, whether packets flow or not: a Handler's state can be
-	// looked at, or timers served, also when no traffic flows.
+	// batches, whether packets flow or not, and soon after a call to
+	// Queue.Wake: a Handler's state can be looked at, or timers served,
+	// also when no traffic flows.
 	Idle func(now int64)
 	// Logf, if not nil, is called (from Run's goroutine, at most once per
 	// second) when the kernel reports that the socket's receive buffer
@@ -227,11 +228,25 @@ type LatencyStats struct {
 	P50, P99, Max time.Duration
 }
 
+// LatencyHistogram is the verdict latencies measured with Config.Latency
+// as a cumulative histogram over bounds chosen by the caller
+// (Queue.LatencyHistogram).
+type LatencyHistogram struct {
+	Count uint64        // packets measured
+	Sum   time.Duration // their latencies added up
+	// Cumulative[i] counts the packets whose latency is known to be at
+	// most the i-th bound. Latencies are kept to the microsecond below
+	// 1024 µs and to 1/16 above, so one less than a microsecond (or 1/16)
+	// under a bound may be counted only at the next bound.
+	Cumulative []uint64
+}
+
 // latencyHist is a log-linear histogram of durations: 1 µs buckets up to
 // 1024 µs, then 16 buckets per power of two, up to about 67 s.
 type latencyHist struct {
 	buckets [latBuckets]atomic.Uint64
 	max     atomic.Int64
+	sum     atomic.Int64 // ns, added once per batch (addSum)
 }
 
 const (
@@ -265,6 +280,28 @@ func (h *latencyHist) add(ns int64) {
 	if ns > h.max.Load() {
 		h.max.Store(ns) // one writer: Run's goroutine
 	}
+}
+
+// addSum adds the latencies of a batch (ns) to the sum.
+func (h *latencyHist) addSum(ns int64) { h.sum.Add(ns) }
+
+// histogram folds the buckets into bounds, which must be ascending: a
+// bucket counts towards a bound when all of it lies at or below it.
+func (h *latencyHist) histogram(bounds []time.Duration) LatencyHistogram {
+	cum := make([]uint64, len(bounds))
+	var n uint64
+	j := 0
+	for b := range h.buckets {
+		// Bucket b holds latencies shorter than latUpper(b)+1 µs.
+		for last := (latUpper(b)+1)*1000 - 1; j < len(bounds) && int64(bounds[j]) < last; j++ {
+			cum[j] = n
+		}
+		n += h.buckets[b].Load()
+	}
+	for ; j < len(bounds); j++ {
+		cum[j] = n
+	}
+	return LatencyHistogram{Count: n, Sum: time.Duration(h.sum.Load()), Cumulative: cum}
 }
 
 func (h *latencyHist) stats() LatencyStats {

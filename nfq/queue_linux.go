@@ -111,6 +111,9 @@ type Queue struct {
 
 	latency latencyHist
 
+	// wake asks Run to call Idle (Wake).
+	wake atomic.Bool
+
 	stats struct {
 		packets, accepted, dropped, batches, verdictMsgs, enobufs, lost, errors atomic.Uint64
 	}
@@ -319,12 +322,17 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	for {
 		if q.cfg.Idle != nil {
 			q.file.SetReadDeadline(time.Now().Add(idleEvery))
-			// A cancellation between the last check and this deadline
-			// would be overwritten by it: look again.
+			// A cancellation or a Wake between the last check and this
+			// deadline would be overwritten by it: look again. (Both
+			// store their flag before their past deadline: a flag not
+			// seen here comes with a deadline set after this one.)
 			select {
 			case <-q.done:
 				return q.stop()
 			default:
+			}
+			if q.wake.Swap(false) {
+				q.cfg.Idle(q.now())
 			}
 		}
 		err := q.rc.Read(q.serveFn)
@@ -337,6 +345,7 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 		default:
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
+			q.wake.Store(false)
 			q.cfg.Idle(q.now())
 			continue
 		}
@@ -607,11 +616,14 @@ func (q *Queue) answer(fn Handler, now int64) error {
 	}
 	if q.cfg.Latency {
 		sent := time.Now().UnixNano()
+		var sum int64
 		for i := range b.pkts {
 			if ts := b.pkts[i].Timestamp; ts != 0 {
 				q.latency.add(sent - ts)
+				sum += max(sent-ts, 0)
 			}
 		}
+		q.latency.addSum(sum)
 	}
 	n := uint64(len(b.pkts))
 	q.stats.packets.Add(n)
@@ -755,6 +767,36 @@ func (q *Queue) Close() error {
 // Latency returns the verdict latencies measured so far (Config.Latency).
 // It is safe to call concurrently with Run.
 func (q *Queue) Latency() LatencyStats { return q.latency.stats() }
+
+// LatencyHistogram returns the verdict latencies measured so far
+// (Config.Latency) as a cumulative histogram over bounds, which must be
+// ascending. It is safe to call concurrently with Run.
+func (q *Queue) LatencyHistogram(bounds []time.Duration) LatencyHistogram {
+	return q.latency.histogram(bounds)
+}
+
+// PortID is the netlink port of the queue's socket: the kernel's table of
+// queues (KernelStats) names it for a queue bound by this Queue.
+func (q *Queue) PortID() uint32 { return q.portID }
+
+// Wake makes Run call Config.Idle soon, from any goroutine: at once if Run
+// is waiting for packets (the wait is ended), else as soon as the current
+// batches are answered. Wake-ups made before Idle runs are answered
+// by one call. For a Handler with work to do between batches (copying out
+// flows for a listing) that should wait neither for traffic nor for the
+// receive timeout. Without Config.Idle it does nothing.
+//
+// Run's wait in the netpoller is ended by a read deadline in the past; Run
+// looks at the wake-up again after setting its next deadline, so none is
+// lost.
+func (q *Queue) Wake() {
+	q.wake.Store(true)
+	if q.cfg.Idle != nil && q.file != nil {
+		// Ends Run's wait in the netpoller at once (as a cancellation
+		// does); Run sets its next deadline after looking at wake.
+		q.file.SetReadDeadline(time.Unix(1, 0))
+	}
+}
 
 // Stats returns the queue's counters. It is safe to call concurrently with Run.
 func (q *Queue) Stats() Stats {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/metrics"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -831,5 +832,43 @@ func TestIdle(t *testing.T) {
 	}
 	if backwards.Load() {
 		t.Error("Idle's clock went backwards")
+	}
+}
+
+// TestWake: Wake interrupts Run's wait for packets, which calls Idle within
+// a millisecond or so rather than at the end of its 100 ms receive timeout.
+func TestWake(t *testing.T) {
+	const queue = 6
+	newNetns(t, queue)
+	idle := make(chan time.Time, 16)
+	q := openQueue(t, Config{Queue: queue, Idle: func(int64) { idle <- time.Now() }})
+	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+	defer stop()
+	var delays []time.Duration
+	late := 0
+	for range 40 {
+		time.Sleep(20 * time.Millisecond) // Run is waiting in its receive
+		for len(idle) > 0 {
+			<-idle // timeouts' calls
+		}
+		t0 := time.Now()
+		q.Wake()
+		select {
+		case t1 := <-idle:
+			d := t1.Sub(t0)
+			delays = append(delays, d)
+			if d > 10*time.Millisecond {
+				late++
+			}
+		case <-time.After(time.Second):
+			t.Fatal("no Idle within 1 s of Wake")
+		}
+	}
+	slices.Sort(delays)
+	t.Logf("Wake to Idle: median %v, max %v", delays[len(delays)/2], delays[len(delays)-1])
+	// One late wake-up may be the race that Wake documents, or a timeout
+	// that came first.
+	if late > 2 || delays[len(delays)/2] > 2*time.Millisecond {
+		t.Errorf("Wake to Idle: median %v, %d of %d over 10 ms; want prompt", delays[len(delays)/2], late, len(delays))
 	}
 }

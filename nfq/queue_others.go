@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"time"
 )
 
 // Queue is one bound NFQUEUE queue; NFQUEUE exists only on Linux.
@@ -21,3 +22,8 @@ func (q *Queue) Close() error                              { return nil }
 func (q *Queue) Stats() Stats                              { return Stats{} }
 func (q *Queue) KernelStats() (KernelStats, error)         { return KernelStats{}, ErrNotBound }
 func (q *Queue) Latency() LatencyStats                     { return LatencyStats{} }
+func (q *Queue) PortID() uint32                            { return 0 }
+func (q *Queue) Wake()                                     {}
+func (q *Queue) LatencyHistogram(bounds []time.Duration) LatencyHistogram {
+	return LatencyHistogram{Cumulative: make([]uint64, len(bounds))}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -399,6 +400,15 @@ func TestLatencyHistogram(t *testing.T) {
 		h.add(i * 1000) // 1..1000 µs
 	}
 	h.add(5e6) // one 5 ms outlier
+	h.addSum(500500 * 1000)
+	h.addSum(5e6)
+	hist := h.histogram([]time.Duration{0, time.Microsecond, 10 * time.Microsecond, 999*time.Microsecond + 999, time.Millisecond,
+		4 * time.Millisecond, 5 * time.Millisecond, 5*time.Millisecond + 200*time.Microsecond, time.Second})
+	// A latency of 10 µs is kept as [10, 11) µs: known to be at most 10 µs
+	// only at 11 µs. The 5 ms outlier is kept as [4864, 5120) µs.
+	if want := []uint64{0, 0, 9, 999, 999, 1000, 1000, 1001, 1001}; !slices.Equal(hist.Cumulative, want) || hist.Count != 1001 || hist.Sum != 505500*time.Microsecond {
+		t.Errorf("histogram = %+v, want count 1001, sum 505.5ms, cumulative %v", hist, want)
+	}
 	s := h.stats()
 	if s.Count != 1001 || s.P50 != 502*time.Microsecond || s.P99 != 992*time.Microsecond || s.Max != 5*time.Millisecond {
 		t.Errorf("stats = %+v; want Count 1001, P50 502µs, P99 992µs (bucket upper bounds), Max 5ms", s)

@@ -695,6 +695,61 @@ func (e *Engine) RuleStats(i int) RuleStats {
 // prefix lengths ("src 10.1.2.0/24"). Not for the per-packet path.
 func (e *Engine) FlowName(i int, k flows.Key) string { return e.rules[i].st.key.Format(k) }
 
+// FlowInfo is one flow as a listing shows it (AppendFlows).
+type FlowInfo struct {
+	// Rule is the index of the rule whose table holds the flow; Key is
+	// the flow's key, made by that rule's Limit.Key (FlowName formats it).
+	Rule int
+	Key  flows.Key
+	FlowStats
+	// Last is the time of the flow's newest packet, ns since the Unix
+	// epoch.
+	Last int64
+	// Expired: the flow has been idle for longer than the rule's flow
+	// timeout; its next packet starts it afresh, and Left is then a fresh
+	// flow's (Limiter.Capacity).
+	Expired bool
+	// Left is what the flow's limiter would accept now (Limiter.Left), in
+	// the rule's cost units: packets, or bytes with Limit.Bytes.
+	Left float64
+}
+
+// AppendFlows appends to dst the flows held in rule i's table, looking at
+// at most max of its entry slots from slot from on (flows.Table.At), and
+// returns the slot to go on from, or -1 when none is left. A rule without
+// a table (accept, drop) has none. Called again and again between batches
+// of packets, from 0 until it returns -1, it lists every flow held all
+// along exactly once, and does not stall the packets for long: the time a
+// call takes is bounded by max. now (the engine's clock) sets Left and
+// Expired. It allocates only when dst must grow. Call it from the
+// goroutine that decides packets.
+func (e *Engine) AppendFlows(dst []FlowInfo, i, from, max int, now int64) ([]FlowInfo, int) {
+	rs := e.rules[i].st
+	t := rs.table
+	if t == nil {
+		return dst, -1
+	}
+	end := min(from+max, t.Slots())
+	timeout := t.Timeout()
+	for s := from; s < end; s++ {
+		k, last, f, ok := t.At(s)
+		if !ok {
+			continue
+		}
+		fi := FlowInfo{Rule: i, Key: *k, FlowStats: f.stats, Last: last}
+		if timeout > 0 && now-last > timeout {
+			fi.Expired, fi.Left = true, rs.lim.Capacity()
+		} else {
+			fi.Left = rs.lim.Left(&f.state, now)
+		}
+		dst = append(dst, fi)
+	}
+	if end >= t.Slots() {
+		return dst, -1
+	}
+	return dst, end
+}
+
 // Flows calls fn for each flow in the rules' tables, rule by rule, until fn
 // returns false. Flows that were evicted or expired are not included.
 func (e *Engine) Flows(fn func(rule int, k flows.Key, s FlowStats) bool) {

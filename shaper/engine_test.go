@@ -139,6 +139,80 @@ func TestEngineFlowExpiryResets(t *testing.T) {
 	}
 }
 
+// TestAppendFlows lists an engine's flows a few slots at a time, with
+// packets in between, and checks each flow's counters, what is left of its
+// bucket, and that an idle one shows as expired with a full bucket.
+func TestAppendFlows(t *testing.T) {
+	e := mustNew(t, Config{Rate: 10, Burst: 4, FlowTimeout: 10 * sec})
+	const n = 50
+	for i := range n {
+		for range i % 7 { // flow i sends i%7 packets
+			e.Decide(udp(i, 1000, 0), t0)
+		}
+	}
+	now := t0 + 50*ms // half a token back
+	var got []FlowInfo
+	steps := 0
+	for from := 0; from >= 0; steps++ {
+		got, from = e.AppendFlows(got, 0, from, 4, now)
+		e.Decide(udp(1000+steps, 1000, 0), now) // a new flow between steps
+	}
+	if steps < n/4 {
+		t.Errorf("listed in %d steps of 4 slots, want at least %d", steps, n/4)
+	}
+	byKey := map[flows.Key]FlowInfo{}
+	for _, f := range got {
+		if _, dup := byKey[f.Key]; dup {
+			t.Errorf("flow %v listed twice", f.Key)
+		}
+		byKey[f.Key] = f
+	}
+	var kc flows.KeyConfig
+	for i := range n {
+		sent := uint64(i % 7)
+		if sent == 0 {
+			continue
+		}
+		f, ok := byKey[kc.Key(decoded(udp(i, 1000, 0)))]
+		acc := min(sent, 4)
+		want := FlowStats{Packets: sent, Accepted: acc, Dropped: sent - acc}
+		wantLeft := float64(4-acc) + 0.5
+		if !ok || f.FlowStats != want || f.Rule != 0 || f.Last != t0 || f.Expired || math.Abs(f.Left-min(wantLeft, 4)) > 1e-9 {
+			t.Errorf("flow %d: %+v (listed %v), want %+v, left %v", i, f, ok, want, min(wantLeft, 4))
+		}
+	}
+	// Past the timeout: expired, a fresh flow's bucket.
+	got, next := e.AppendFlows(got[:0], 0, 0, 1<<20, t0+11*sec)
+	if next != -1 || len(got) < n {
+		t.Fatalf("one call over every slot: next %d, %d flows", next, len(got))
+	}
+	for _, f := range got {
+		if f.Last == t0 && (!f.Expired || f.Left != 4) {
+			t.Errorf("idle flow %v: expired %v, left %v; want true, 4", f.Key, f.Expired, f.Left)
+		}
+	}
+	// No allocation when dst has room.
+	buf := make([]FlowInfo, 0, 1<<10)
+	if a := testing.AllocsPerRun(20, func() { e.AppendFlows(buf, 0, 0, 1<<10, now) }); a != 0 {
+		t.Errorf("AppendFlows into a large enough dst: %v allocations", a)
+	}
+	// A rule without a table has no flows.
+	acc, err := NewPolicy(Policy{Rules: []Rule{{Name: "a", Action: ActionAccept}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fl, next := acc.AppendFlows(nil, 0, 0, 10, now); len(fl) != 0 || next != -1 {
+		t.Errorf("accept rule: %d flows, next %d", len(fl), next)
+	}
+}
+
+// decoded decodes a packet.
+func decoded(b []byte) *flows.Packet {
+	var p flows.Packet
+	p.Decode(b)
+	return &p
+}
+
 func TestEngineConfigErrors(t *testing.T) {
 	for _, c := range []Config{
 		{},

@@ -258,6 +258,87 @@ func (l *Limiter) Allow(s *State, now int64, cost int64) bool {
 	return false
 }
 
+// Capacity is what a fresh flow may send at once, in cost units: the token
+// bucket's burst, or a window's limit.
+func (l *Limiter) Capacity() float64 {
+	if l.algo == TokenBucket {
+		return float64(l.burstN) / nano
+	}
+	return float64(l.limit)
+}
+
+// Left reports what s would accept at now without charging anything, in
+// cost units: the tokens in the bucket (fractions included), or what is
+// left of the window's limit (for the sliding-window counter, the limit
+// less its estimate, at least 0). Like Allow, it takes a now older than
+// the newest time s has seen as that time. It does not modify s or
+// allocate: for listings, not for the per-packet path.
+func (l *Limiter) Left(s *State, now int64) float64 {
+	if now < s.last {
+		now = s.last
+	}
+	switch l.algo {
+	case TokenBucket:
+		tokens := s.tokens
+		if elapsed := now - s.last; elapsed > 0 {
+			add := float64(elapsed) * l.perNs
+			if space := l.burstN - tokens; add >= float64(space) {
+				tokens = l.burstN
+			} else {
+				tokens += int64(add)
+			}
+		}
+		return float64(tokens) / nano
+	case FixedWindow:
+		if floorDiv(now, l.window) != s.win {
+			return float64(l.limit)
+		}
+		return float64(l.limit - s.cur)
+	case SlidingWindow:
+		// The log is in time order from head: binary search for the
+		// first timestamp inside [now-window, now].
+		cut := now - l.window
+		if cut > now {
+			cut = math.MinInt64
+		}
+		at := func(i int32) int64 {
+			j := int64(s.head) + int64(i)
+			if j >= l.limit {
+				j -= l.limit
+			}
+			return s.log[j]
+		}
+		lo, hi := int32(0), s.n
+		for lo < hi {
+			m := lo + (hi-lo)/2
+			if at(m) < cut {
+				lo = m + 1
+			} else {
+				hi = m
+			}
+		}
+		return float64(l.limit - int64(s.n-lo))
+	case SlidingWindowCounter:
+		prev, cur := s.prev, s.cur
+		w := floorDiv(now, l.window)
+		if w != s.win {
+			if w == s.win+1 {
+				prev = cur
+			} else {
+				prev = 0
+			}
+			cur = 0
+		}
+		est := float64(cur)
+		if prev > 0 {
+			left := l.window - (now - w*l.window)
+			est += float64(prev) * float64(left) / float64(l.window)
+		}
+		return max(0, float64(l.limit)-est)
+	}
+	return 0
+}
+
 func floorDiv(a, b int64) int64 {
 	if b <= 0 {
 		return 0

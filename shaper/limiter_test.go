@@ -1,7 +1,10 @@
 package shaper
 
 import (
+	"math"
 	"math/rand/v2"
+	"reflect"
+	"slices"
 	"testing"
 	"time"
 )
@@ -288,6 +291,93 @@ func TestTimeBackwardsNeverGrants(t *testing.T) {
 			newest = max(newest, tt)
 			if got, want := l.Allow(&a, tt, 1), l.Allow(&b, newest, 1); got != want {
 				t.Fatalf("%v step %d: Allow(%d) = %v, with clamped time %v", algo, i, tt-t0, got, want)
+			}
+		}
+	}
+}
+
+// TestLeftSteps walks each algorithm through steps, checking Left after
+// each: what is left of the burst or the window's limit.
+func TestLeftSteps(t *testing.T) {
+	type lstep struct {
+		t     int64 // offset from t0
+		allow int64 // cost to Allow first (0: none)
+		left  float64
+	}
+	for _, tc := range []struct {
+		c     LimiterConfig
+		steps []lstep
+	}{
+		{LimiterConfig{Algorithm: TokenBucket, Rate: 10, Burst: 3}, []lstep{
+			{0, 0, 3}, {0, 1, 2}, {0, 2, 0}, {50 * ms, 0, 0.5}, {-sec, 0, 0} /* clamped to the last Allow */, {100 * ms, 1, 0}, {10 * sec, 0, 3},
+		}},
+		{LimiterConfig{Algorithm: FixedWindow, Rate: 3, Window: sec}, []lstep{
+			{0, 0, 3}, {0, 2, 1}, {999 * ms, 1, 0}, {1000 * ms, 0, 3}, {1000 * ms, 1, 2},
+		}},
+		{LimiterConfig{Algorithm: SlidingWindow, Rate: 3, Window: sec}, []lstep{
+			{0, 1, 2}, {100 * ms, 1, 1}, {200 * ms, 1, 0}, {1000 * ms, 0, 0}, {1000*ms + 1, 0, 1},
+			{1100*ms + 1, 0, 2}, {1200*ms + 1, 0, 3}, {1200*ms + 1, 1, 2},
+		}},
+		{LimiterConfig{Algorithm: SlidingWindowCounter, Rate: 10, Window: sec}, []lstep{
+			{500 * ms, 4, 6}, {500 * ms, 6, 0},
+			{1500 * ms, 0, 5},   // the previous window weighs 10 × 0.5
+			{1900 * ms, 0, 9},   // 10 × 0.1
+			{1900 * ms, 3, 6},   //
+			{2500 * ms, 0, 8.5}, // 3 × 0.5
+			{4000 * ms, 0, 10},  // an empty window between: nothing weighs
+		}},
+	} {
+		l, err := NewLimiter(tc.c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s State
+		l.Reset(&s, t0+tc.steps[0].t)
+		if got := l.Left(&s, t0+tc.steps[0].t); got != l.Capacity() {
+			t.Errorf("%v: fresh Left = %v, want Capacity %v", tc.c.Algorithm, got, l.Capacity())
+		}
+		for i, st := range tc.steps {
+			if st.allow > 0 && !l.Allow(&s, t0+st.t, st.allow) {
+				t.Fatalf("%v step %d: Allow(t0%+.4fs, %d) refused", tc.c.Algorithm, i, float64(st.t)/1e9, st.allow)
+			}
+			if got := l.Left(&s, t0+st.t); math.Abs(got-st.left) > 1e-9 {
+				t.Errorf("%v step %d: Left(t0%+.4fs) = %v, want %v", tc.c.Algorithm, i, float64(st.t)/1e9, got, st.left)
+			}
+		}
+	}
+}
+
+// TestLeftAgreesWithAllow: at every step of random arrivals, a packet of
+// cost c is accepted iff c <= Left (away from ties of float rounding),
+// and Left changes nothing.
+func TestLeftAgreesWithAllow(t *testing.T) {
+	for seed := range uint64(20) {
+		r := rand.New(rand.NewPCG(seed, 9))
+		ts, costs := arrivals(r, 400, 1+int64(seed%2)*4)
+		for _, algo := range []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingWindowCounter} {
+			if algo == SlidingWindow && seed%2 == 1 {
+				continue
+			}
+			l, err := NewLimiter(LimiterConfig{Algorithm: algo, Rate: float64(1 + r.IntN(20)), Burst: 5, Window: (1 + r.Int64N(20)) * 100 * ms})
+			if err != nil {
+				continue
+			}
+			var s State
+			l.Reset(&s, ts[0])
+			for i := range ts {
+				left := l.Left(&s, ts[i])
+				before := s
+				before.log = slices.Clone(s.log)
+				if left < 0 || left > l.Capacity() {
+					t.Fatalf("seed %d %v step %d: Left = %v, outside [0, %v]", seed, algo, i, left, l.Capacity())
+				}
+				if again := l.Left(&s, ts[i]); again != left || !reflect.DeepEqual(before, s) {
+					t.Fatalf("seed %d %v step %d: Left changed the state", seed, algo, i)
+				}
+				ok := l.Allow(&s, ts[i], costs[i])
+				if math.Abs(left-float64(costs[i])) > 1e-6 && ok != (float64(costs[i]) <= left) {
+					t.Fatalf("seed %d %v step %d: Allow(cost %d) = %v with Left %v", seed, algo, i, costs[i], ok, left)
+				}
 			}
 		}
 	}

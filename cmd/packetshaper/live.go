@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/daemon"
+	"github.com/packetshaper/packetshaper/daemon/control"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 )
@@ -36,6 +37,8 @@ e.g. (or use scripts/rules.sh):
 
 A full queue accepts packets without asking (fail-open) unless --fail-closed;
 such packets are counted as failopen_passed in the stats and metrics.
+"packetshaper status" and "packetshaper flows" ask the running shaper through
+its control socket (--control-socket).
 SIGINT/SIGTERM: stop, answer every held packet, log the final stats, exit 0.
 SIGHUP: re-read --policy FILE. Rules whose name, match, key and limiter
 settings are unchanged keep their flows and limiter state (no fresh burst);
@@ -56,6 +59,7 @@ type liveFlags struct {
 	statsEvery     time.Duration
 	logFormat      string
 	metricsAddr    string
+	controlSocket  string
 	latency        bool
 	rtPrio         int
 	offload        bool
@@ -75,7 +79,8 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&f.latency, "latency", false, "measure each packet's verdict latency (from entering the network stack to its verdict) and log p50/p99/max; turns on kernel receive timestamps system-wide")
 	fs.IntVar(&f.rtPrio, "rt-priority", 0, "run the whole process under the real-time policy SCHED_FIFO at this `priority` (1-99, 1 is enough): keeps the verdict latency's tail low when other processes load the CPUs; needs root or CAP_SYS_NICE (0: off)")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus text metrics at http://`ADDR`/metrics; ADDR must be a loopback address, e.g. 127.0.0.1:9464")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 or a management address; they reveal traffic volumes, rule names and drop counts to whoever can reach ADDR: bind to loopback or firewall it (see README, Logs and metrics)")
+	fs.StringVar(&f.controlSocket, "control-socket", control.DefaultPath("0"), "the control socket `PATH` for packetshaper status and flows (root only, mode 0600); by default packetshaper-N[-M].sock for --queue N[-M] other than 0; each process needs its own; \"\" for none")
 	fs.BoolVar(&f.offload, "offload", false, "drop a flow that keeps being dropped in the kernel for --offload-timeout, so that its flood never fills the queue (needs the offload set and rule: scripts/rules.sh add ... --offload)")
 	fs.UintVar(&f.offloadAfter, "offload-after", 1000, "with --offload: offload a flow after this many of its packets in a row were dropped")
 	fs.DurationVar(&f.offloadTimeout, "offload-timeout", 2*time.Second, "with --offload: how long an offloaded flow is dropped in the kernel before it comes back to the shaper")
@@ -103,21 +108,6 @@ func parseQueues(s string) ([]uint16, error) {
 		qs = append(qs, uint16(q))
 	}
 	return qs, nil
-}
-
-// checkLoopback accepts host:port where host is a loopback IP or localhost.
-func checkLoopback(addr string) error {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Errorf("--metrics-addr: %v", err)
-	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		return fmt.Errorf("--metrics-addr: %q is not a loopback address (127.0.0.1:PORT or [::1]:PORT)", addr)
-	}
-	return nil
 }
 
 // runLive is the root command: exit status 0 after a clean stop, 1 when the
@@ -189,9 +179,21 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return usage("--log-format must be text or json, not %q", f.logFormat)
 	}
 	if f.metricsAddr != "" {
-		if err := checkLoopback(f.metricsAddr); err != nil {
-			return usage("%v", err)
+		if _, _, err := net.SplitHostPort(f.metricsAddr); err != nil {
+			return usage("--metrics-addr: %v (want HOST:PORT, e.g. 127.0.0.1:9464)", err)
 		}
+	}
+	// The default control socket: one of its own for each --queue, and
+	// if another process holds it, the shaper runs without one (logged).
+	// A path given must work.
+	socket, socketOptional := f.controlSocket, true
+	fs.Visit(func(fl *flag.Flag) {
+		if fl.Name == "control-socket" {
+			socketOptional = false
+		}
+	})
+	if socketOptional {
+		socket = control.DefaultPath(queueArg(queues))
 	}
 	cfg := daemon.Config{
 		Queues: queues,
@@ -204,13 +206,16 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			Latency:          f.latency,
 			RealtimePriority: f.rtPrio,
 		},
-		Malformed:      src.malformed,
-		Offload:        f.offload,
-		OffloadAfter:   uint32(f.offloadAfter),
-		OffloadTimeout: f.offloadTimeout,
-		StatsEvery:     f.statsEvery,
-		MetricsAddr:    f.metricsAddr,
-		Log:            log,
+		Malformed:             src.malformed,
+		Offload:               f.offload,
+		OffloadAfter:          uint32(f.offloadAfter),
+		OffloadTimeout:        f.offloadTimeout,
+		StatsEvery:            f.statsEvery,
+		MetricsAddr:           f.metricsAddr,
+		ControlSocket:         socket,
+		ControlSocketOptional: socketOptional,
+		Version:               version,
+		Log:                   log,
 	}
 	if err := daemon.Check(&cfg, comp); err != nil {
 		return usage("%s", trimPkg(err))

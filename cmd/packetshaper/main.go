@@ -3,10 +3,12 @@
 //	packetshaper [--queue N|N-M] [--policy FILE | limiter flags]   live: decide packets from NFQUEUE
 //	packetshaper replay [--policy FILE | limiter flags] FILE...    offline: replay pcap/pcapng captures
 //	packetshaper check FILE                                        validate a rule file
+//	packetshaper flows | status                                    ask the running shaper (control socket)
 //
 // main only wires flags to packages: the live path is in live.go (package
-// nfq), replay in replay.go (package replay), the policy flags both share in
-// flags.go (package policy).
+// daemon), replay in replay.go (package replay), the policy flags both share
+// in flags.go (package policy), flows and status in ctl.go (package
+// daemon/control).
 package main
 
 import (
@@ -62,9 +64,11 @@ Usage:
   packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [live flags]   shape live traffic from NFQUEUE (root)
   packetshaper replay [--policy FILE | limiter flags] [replay flags] FILE...  replay pcap/pcapng captures offline
   packetshaper check FILE                                                     validate a rule file, print it with defaults
+  packetshaper flows [--rule R] [--top N] [--sort drops|packets|none] [--json] list the running shaper's flows (root)
+  packetshaper status [--json]                                                show the running shaper's queues and rules (root)
   packetshaper --version                                                      print the version and commit
 
-Run "packetshaper --help" or "packetshaper replay --help" for the flags.
+Run "packetshaper --help", "packetshaper replay --help" (or flows, status) for the flags.
 `
 
 func main() {
@@ -78,6 +82,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runReplay(args[1:], stdout, stderr)
 		case "check":
 			return runCheck(args[1:], stdout, stderr)
+		case "flows":
+			return runFlows(args[1:], stdout, stderr)
+		case "status":
+			return runStatus(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, versionLine())
 			return 0

@@ -375,6 +375,8 @@ func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *syncBu
 		}
 	})
 	defer watchdog.Stop()
+	// A control socket of its own, not one under /run.
+	args = append(args[:len(args):len(args)], "--control-socket", filepath.Join(t.TempDir(), "ps.sock"))
 	code := runLive(args, io.Discard, log)
 	running.Store(false)
 	if err := <-driverErr; err != nil {

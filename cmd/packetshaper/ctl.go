@@ -1,0 +1,340 @@
+package main
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/packetshaper/packetshaper/daemon/control"
+)
+
+// The commands that ask a running shaper through its control socket
+// (package daemon/control): flows and status.
+
+const flowsUsage = `Usage: packetshaper flows [--rule R] [--top N] [--sort drops|packets|none] [--json] [--queue N|N-M | --control-socket PATH]
+
+Lists the flows of the running packetshaper, like /proc/net/ipt_hashlimit/NAME:
+queue, rule, flow key, packets, accepted, dropped, what is left (tokens of a
+token bucket, or of a window's limit, in packets or bytes) and the time since
+its last packet ("expired": idle past the rule's flow timeout, so its next
+packet starts afresh). Most drops first by default. A listing is copied out
+between batches of packets without stopping them; it is not a snapshot:
+flows that come or go meanwhile may or may not appear.
+
+It talks to the shaper's control socket (root only): the default one of
+--queue (as the shaper was started with), or --control-socket PATH.
+
+Flags:
+`
+
+const statusUsage = `Usage: packetshaper status [--json] [--queue N|N-M | --control-socket PATH]
+
+Shows the running packetshaper: version, uptime, policy file and last reload;
+each queue, bound or not, with the kernel queue's fill, packets decided and
+fail-open passes; each rule with its limiter and counters (summed over the
+queues).
+
+It talks to the shaper's control socket (root only): the default one of
+--queue (as the shaper was started with), or --control-socket PATH.
+
+Flags:
+`
+
+// ctlFlags are the flags that find the control socket.
+type ctlFlags struct {
+	queue, socket string
+	json          bool
+}
+
+func addCtlFlags(fs *flag.FlagSet) *ctlFlags {
+	c := &ctlFlags{}
+	fs.StringVar(&c.queue, "queue", "0", "the `N` or N-M of the shaper's --queue, for its default control socket")
+	fs.StringVar(&c.socket, "control-socket", "", "the shaper's control socket `PATH` (default: "+control.DefaultPath("0")+", or packetshaper-N[-M].sock for --queue N[-M])")
+	fs.BoolVar(&c.json, "json", false, "print JSON")
+	return c
+}
+
+// path is the socket to ask.
+func (c *ctlFlags) path() (string, error) {
+	if c.socket != "" {
+		return c.socket, nil
+	}
+	qs, err := parseQueues(c.queue)
+	if err != nil {
+		return "", err
+	}
+	return control.DefaultPath(queueArg(qs)), nil
+}
+
+// queueArg formats queue numbers as --queue takes them.
+func queueArg(qs []uint16) string {
+	if len(qs) == 1 {
+		return fmt.Sprint(qs[0])
+	}
+	return fmt.Sprintf("%d-%d", qs[0], qs[len(qs)-1])
+}
+
+// parseCtl parses a control command's flags; done reports that the
+// command has finished (help, or bad usage) with code.
+func parseCtl(name, usage string, args []string, stderr io.Writer, define func(*flag.FlagSet)) (c *ctlFlags, code int, done bool) {
+	fs := flag.NewFlagSet("packetshaper "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	c = addCtlFlags(fs)
+	if define != nil {
+		define(fs)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil, 0, true
+		}
+		return nil, 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "packetshaper %s: unexpected argument %q (packetshaper %s --help)\n", name, fs.Arg(0), name)
+		return nil, 2, true
+	}
+	return c, 0, false
+}
+
+// runFlows is "packetshaper flows": exit status 0, 1 when the shaper
+// cannot be asked, 2 on bad usage.
+func runFlows(args []string, stdout, stderr io.Writer) int {
+	var rule, sort string
+	var top int
+	c, code, done := parseCtl("flows", flowsUsage, args, stderr, func(fs *flag.FlagSet) {
+		fs.StringVar(&rule, "rule", "", "only the flows of rule `R`")
+		fs.IntVar(&top, "top", 0, "only the first `N` flows in --sort's order (0: all)")
+		fs.StringVar(&sort, "sort", control.SortDrops, "the `ORDER`: drops (most dropped first, then most packets), packets (most packets first), or none (the flow tables' order, printed as it comes)")
+	})
+	if done {
+		return code
+	}
+	fail := func(code int, format string, a ...any) int {
+		fmt.Fprintf(stderr, "packetshaper flows: "+format+"\n", a...)
+		return code
+	}
+	switch {
+	case top < 0:
+		return fail(2, "--top must not be negative, not %d", top)
+	case sort != control.SortDrops && sort != control.SortPackets && sort != "none":
+		return fail(2, "--sort must be drops, packets or none, not %q", sort)
+	case sort == "none" && top > 0:
+		return fail(2, "--top needs an order: --sort drops or packets")
+	}
+	path, err := c.path()
+	if err != nil {
+		return fail(2, "%v", err)
+	}
+	req := control.Request{Rule: rule, Top: top}
+	if top > 0 {
+		req.Sort = sort
+	}
+	out := bufio.NewWriterSize(stdout, 64<<10)
+	defer out.Flush()
+	var print func(*control.Flow) error
+	var tw *tabwriter.Writer
+	header := func() {}
+	if c.json {
+		var line []byte
+		print = func(f *control.Flow) error {
+			line = append(f.AppendJSON(line[:0]), '\n')
+			_, err := out.Write(line)
+			return err
+		}
+	} else {
+		tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
+		// The header with the first line, or at the end: not before an
+		// error.
+		header = sync.OnceFunc(func() { fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tLEFT\tIDLE") })
+		print = func(f *control.Flow) error {
+			header()
+			idle := fmtSecs(f.IdleSecs)
+			if f.Expired {
+				idle += " (expired)"
+			}
+			_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", f.Queue, f.Rule, f.Key, f.Packets, f.Accepted, f.Dropped, fmtLeft(f.Left, f.Unit), idle)
+			return err
+		}
+	}
+	// The server orders --top; a whole listing is ordered here (the
+	// client, not the shaper, holds the flows for that).
+	var all []control.Flow
+	emit := print
+	if top == 0 && sort != "none" {
+		emit = func(f *control.Flow) error { all = append(all, *f); return nil }
+	}
+	if _, err := control.ListFlows(path, req, emit); err != nil {
+		if tw != nil {
+			tw.Flush() // the flows received, if any
+		}
+		out.Flush()
+		return fail(1, "%s", oneLine(err.Error()))
+	}
+	if all != nil {
+		first := flowOrder(sort)
+		slices.SortFunc(all, func(a, b control.Flow) int { return first(&a, &b) })
+		for i := range all {
+			if err := print(&all[i]); err != nil {
+				return fail(1, "%v", err)
+			}
+		}
+	}
+	if tw != nil {
+		header()
+		tw.Flush()
+	}
+	if err := out.Flush(); err != nil {
+		return fail(1, "%v", err)
+	}
+	return 0
+}
+
+// flowOrder is the order of --sort (as the server's for --top).
+func flowOrder(sort string) func(a, b *control.Flow) int {
+	tie := func(a, b *control.Flow) int {
+		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key))
+	}
+	if sort == control.SortPackets {
+		return func(a, b *control.Flow) int {
+			return cmp.Or(cmp.Compare(b.Packets, a.Packets), cmp.Compare(b.Dropped, a.Dropped), tie(a, b))
+		}
+	}
+	return func(a, b *control.Flow) int {
+		return cmp.Or(cmp.Compare(b.Dropped, a.Dropped), cmp.Compare(b.Packets, a.Packets), tie(a, b))
+	}
+}
+
+// fmtLeft shows what is left: "3.50" packets, "1500 B".
+func fmtLeft(v float64, unit string) string {
+	if unit == "bytes" {
+		return fmt.Sprintf("%.0f B", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// fmtSecs shows a time in seconds as a duration: "1.2s", "3m4s".
+func fmtSecs(s float64) string {
+	d := time.Duration(s * 1e9)
+	switch {
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// runStatus is "packetshaper status": exit status 0, 1 when the shaper
+// cannot be asked, 2 on bad usage.
+func runStatus(args []string, stdout, stderr io.Writer) int {
+	c, code, done := parseCtl("status", statusUsage, args, stderr, nil)
+	if done {
+		return code
+	}
+	path, err := c.path()
+	if err != nil {
+		fmt.Fprintf(stderr, "packetshaper status: %v\n", err)
+		return 2
+	}
+	st, err := control.GetStatus(path)
+	if err != nil {
+		fmt.Fprintf(stderr, "packetshaper status: %s\n", oneLine(err.Error()))
+		return 1
+	}
+	if c.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(st); err != nil {
+			fmt.Fprintf(stderr, "packetshaper status: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	printStatus(stdout, st)
+	return 0
+}
+
+func printStatus(w io.Writer, st *control.Status) {
+	offload := "off"
+	if st.Offload {
+		offload = "on"
+	}
+	fmt.Fprintf(w, "packetshaper %s, pid %d, up %s (since %s)\n", st.Version, st.PID, fmtSecs(st.UptimeSecs), st.Started.Format(time.RFC3339))
+	fmt.Fprintf(w, "policy: %s; %s; offload %s\n", st.Policy, st.Mode, offload)
+	r := st.Reloads
+	switch l := r.Last; {
+	case l == nil:
+		fmt.Fprintf(w, "reloads: none\n")
+	case l.OK:
+		fmt.Fprintf(w, "reloads: %d ok, %d failed; last at %s, ok, kept state: %s\n", r.OK, r.Failed, l.Time.Format(time.RFC3339), orNone(strings.Join(l.KeptState, ",")))
+	default:
+		fmt.Fprintf(w, "reloads: %d ok, %d failed; last at %s failed: %s\n", r.OK, r.Failed, l.Time.Format(time.RFC3339), l.Error)
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "QUEUE\tBOUND\tQUEUED\tFILL\tPACKETS\tACCEPTED\tDROPPED\tFAILOPEN_PASSED\tFLOWS")
+	for _, q := range st.Queues {
+		bound := "no"
+		if q.Bound {
+			bound = "yes"
+		}
+		fo := fmt.Sprint(q.FailOpenPassed)
+		if !q.FailOpenExact && q.FailOpenPassed > 0 {
+			fo = "~" + fo
+		}
+		if q.FailOpenActive {
+			fo += " (full now)"
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%.0f%%\t%d\t%d\t%d\t%s\t%d\n", q.Queue, bound, q.Queued, q.MaxLen, 100*q.Fill, q.Packets, q.Accepted, q.Dropped, fo, q.Flows)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "RULE\tLIMIT\tPACKETS\tACCEPTED\tDROPPED\tFLOWS\tEVICTIONS")
+	for _, r := range st.Rules {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.Name, describeLimit(&r), r.Packets, r.Accepted, r.Dropped, r.Flows, r.Evictions)
+	}
+	tw.Flush()
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
+}
+
+// describeLimit sums up a rule: "token-bucket 100 packets/s burst 5, key
+// 5tuple", "accept".
+func describeLimit(r *control.Rule) string {
+	if r.Action != "limit" {
+		return r.Action
+	}
+	s := fmt.Sprintf("%s %g %s/s", r.Algorithm, r.Rate, r.Unit)
+	if r.Burst > 0 {
+		s += fmt.Sprintf(" burst %g", r.Burst)
+	} else {
+		s += fmt.Sprintf(" window %gs", r.WindowSecs)
+	}
+	s += ", key " + r.Key
+	if r.Shadow {
+		s += ", shadow"
+	}
+	if r.MarkExceeded {
+		s += ", marks over the limit"
+	}
+	return s
+}

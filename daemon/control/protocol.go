@@ -1,0 +1,213 @@
+// Package control is the protocol of packetshaper's control socket: a
+// root-owned unix socket (mode 0600) through which `packetshaper status`
+// and `packetshaper flows` ask the running shaper about its queues, rules
+// and flows. Package daemon serves it (Serve, with a Handler); the commands
+// are clients (GetStatus, ListFlows).
+//
+// The protocol is JSON lines. A client connects, sends one request line
+//
+//	{"cmd":"status"}
+//	{"cmd":"flows","rule":"ssh","top":10,"sort":"drops"}
+//
+// and reads answer lines until the server closes the connection. Each
+// answer line is an object with one member:
+//
+//	{"status":{...}}                 the answer to status (Status)
+//	{"flow":{...}}                   one flow of a listing (Flow), any number
+//	{"end":{"flows":3,"listed":9}}   the end of a listing (End)
+//	{"error":"..."}                  the request failed; nothing follows
+//
+// A listing without its end line was cut short. One request per
+// connection; a server may close a connection that sends nothing for a
+// while.
+package control
+
+import (
+	"fmt"
+	"time"
+)
+
+// Request is a client's one request line.
+type Request struct {
+	// Cmd is "status" or "flows".
+	Cmd string `json:"cmd"`
+	// Rule lists only that rule's flows ("": every rule's).
+	Rule string `json:"rule,omitempty"`
+	// Top, if above 0, lists only the Top flows first in Sort's order,
+	// in that order; 0 lists every flow in the order of the flow tables.
+	Top int `json:"top,omitempty"`
+	// Sort is the order of Top: SortDrops (the default) or SortPackets.
+	Sort string `json:"sort,omitempty"`
+}
+
+// Orders of a listing.
+const (
+	SortDrops   = "drops"   // most packets dropped first, then most packets
+	SortPackets = "packets" // most packets first, then most dropped
+)
+
+// check reports what is wrong with r.
+func (r *Request) check() error {
+	switch r.Cmd {
+	case "status":
+	case "flows":
+		if r.Top < 0 {
+			return fmt.Errorf("top must not be negative, not %d", r.Top)
+		}
+		if r.Sort != "" && r.Sort != SortDrops && r.Sort != SortPackets {
+			return fmt.Errorf("unknown sort %q (want %s or %s)", r.Sort, SortDrops, SortPackets)
+		}
+	default:
+		return fmt.Errorf("unknown command %q (want status or flows)", r.Cmd)
+	}
+	return nil
+}
+
+// Flow is one flow of a listing, like a line of
+// /proc/net/ipt_hashlimit/NAME.
+type Flow struct {
+	Queue uint16 `json:"queue"`
+	Rule  string `json:"rule"`
+	// Key is the flow's key as the rule makes it: "udp 10.0.0.1:5000 >
+	// 10.0.0.2:9000", "src 10.1.2.0/24", ...
+	Key      string `json:"key"`
+	Packets  uint64 `json:"packets"`
+	Accepted uint64 `json:"accepted"`
+	Dropped  uint64 `json:"dropped"`
+	// Left is what the flow may still send now: the tokens in its bucket
+	// (token-bucket), or what is left of the window's limit (the window
+	// algorithms), in Unit.
+	Left float64 `json:"left"`
+	// Unit is "packets", or "bytes" for a rule with a bit rate.
+	Unit string `json:"unit"`
+	// IdleSecs is the time since the flow's last packet.
+	IdleSecs float64 `json:"idle_secs"`
+	// Expired: idle for longer than the rule's flow timeout, so its next
+	// packet starts it afresh (Left is then a fresh flow's); it is still
+	// in the table until its slot is reused.
+	Expired bool `json:"expired,omitempty"`
+}
+
+// End closes a listing.
+type End struct {
+	// Flows is the number of flows sent; Listed, the number of flows the
+	// server went through (more than Flows with Top).
+	Flows  int `json:"flows"`
+	Listed int `json:"listed"`
+	// Secs is how long the listing took.
+	Secs float64 `json:"secs"`
+}
+
+// Status is the state of the running shaper.
+type Status struct {
+	Version    string    `json:"version"`
+	PID        int       `json:"pid"`
+	Started    time.Time `json:"started"`
+	UptimeSecs float64   `json:"uptime_secs"`
+	// Policy is the rule file (--policy), or "command line" for the
+	// limiter flags.
+	Policy string `json:"policy"`
+	// Mode is "fail-open" or "fail-closed".
+	Mode    string  `json:"mode"`
+	Offload bool    `json:"offload"`
+	Reloads Reloads `json:"reloads"`
+	Queues  []Queue `json:"queues"`
+	// Rules are the rules of the policy in force, in order, with their
+	// counters summed over the queues.
+	Rules []Rule `json:"rules"`
+}
+
+// Reloads counts the reloads (SIGHUP) and describes the last one.
+type Reloads struct {
+	OK     uint64  `json:"ok"`
+	Failed uint64  `json:"failed"`
+	Last   *Reload `json:"last,omitempty"`
+}
+
+// Reload is one reload.
+type Reload struct {
+	Time time.Time `json:"time"`
+	OK   bool      `json:"ok"`
+	// Error says why a failed reload changed nothing.
+	Error string `json:"error,omitempty"`
+	// KeptState names the rules that kept their flows and limiter state.
+	KeptState []string `json:"kept_state,omitempty"`
+}
+
+// Queue is one NFQUEUE queue.
+type Queue struct {
+	Queue uint16 `json:"queue"`
+	// Bound: the kernel lists the queue as bound to packetshaper's socket.
+	Bound bool `json:"bound"`
+	// Queued is the packets the kernel holds waiting for a verdict now,
+	// out of MaxLen; Fill is their ratio. A full queue passes packets
+	// without a verdict (fail-open) or drops them (fail-closed).
+	Queued uint64  `json:"queued"`
+	MaxLen uint32  `json:"max_len"`
+	Fill   float64 `json:"fill"`
+	// Packets decided by packetshaper, Accepted + Dropped.
+	Packets  uint64 `json:"packets"`
+	Accepted uint64 `json:"accepted"`
+	Dropped  uint64 `json:"dropped"`
+	// The kernel's counters: QueueDrops (queue full, fail-closed),
+	// SocketDrops (socket buffer full); Lost, packets queued but never
+	// received.
+	QueueDrops  uint64 `json:"queue_drops"`
+	SocketDrops uint64 `json:"socket_drops"`
+	Lost        uint64 `json:"lost"`
+	Errors      uint64 `json:"errors"`
+	// Fail-open: packets passed without a verdict because the queue was
+	// full, how long it was, whether the count is exact, and whether it
+	// is full now.
+	FailOpenPassed uint64  `json:"failopen_passed"`
+	FailOpenSecs   float64 `json:"failopen_secs"`
+	FailOpenExact  bool    `json:"failopen_exact"`
+	FailOpenActive bool    `json:"failopen_active"`
+	Malformed      uint64  `json:"malformed"`
+	Unmatched      uint64  `json:"unmatched"`
+	Flows          uint64  `json:"flows"`
+}
+
+// Rule is one rule of the policy with its counters.
+type Rule struct {
+	Name string `json:"name"`
+	// Action is "limit", "accept" or "drop".
+	Action string `json:"action"`
+	// The limiter of a limit rule: Rate per second in Unit ("packets" or
+	// "bytes"), Burst (token-bucket) or WindowSecs (the others).
+	Algorithm  string  `json:"algorithm,omitempty"`
+	Rate       float64 `json:"rate,omitempty"`
+	Unit       string  `json:"unit,omitempty"`
+	Burst      float64 `json:"burst,omitempty"`
+	WindowSecs float64 `json:"window_secs,omitempty"`
+	// Key is how flows are keyed: "5tuple", "src/24", "src-dst
+	// symmetric", ...
+	Key             string  `json:"key,omitempty"`
+	MaxFlows        int     `json:"max_flows,omitempty"`
+	FlowTimeoutSecs float64 `json:"flow_timeout_secs,omitempty"`
+	Shadow          bool    `json:"shadow,omitempty"`
+	MarkExceeded    bool    `json:"mark_exceeded,omitempty"`
+
+	Packets       uint64 `json:"packets"`
+	Accepted      uint64 `json:"accepted"`
+	Dropped       uint64 `json:"dropped"`
+	ShadowDropped uint64 `json:"shadow_dropped"`
+	Marked        uint64 `json:"marked"`
+	Flows         uint64 `json:"flows"`
+	Evictions     uint64 `json:"evictions"`
+	Expired       uint64 `json:"expired"`
+}
+
+// A flow's answer line is flowPrefix, the Flow (AppendJSON), flowSuffix.
+const (
+	flowPrefix = `{"flow":`
+	flowSuffix = "}\n"
+)
+
+// answer is one answer line: exactly one member is set.
+type answer struct {
+	Status *Status `json:"status,omitempty"`
+	Flow   *Flow   `json:"flow,omitempty"`
+	End    *End    `json:"end,omitempty"`
+	Error  *string `json:"error,omitempty"`
+}

@@ -1,0 +1,238 @@
+package daemon
+
+import (
+	"context"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/nfq"
+	"github.com/packetshaper/packetshaper/offload"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// nfqQueue is what the daemon needs of an nfq.Queue (tests use fakes).
+type nfqQueue interface {
+	Run(ctx context.Context, fn nfq.Handler) error
+	Close() error
+	Stats() nfq.Stats
+	KernelStats() (nfq.KernelStats, error)
+	PortID() uint32
+	Latency() nfq.LatencyStats
+	LatencyHistogram(bounds []time.Duration) nfq.LatencyHistogram
+	Wake()
+}
+
+var _ nfqQueue = (*nfq.Queue)(nil)
+
+// failOpen is what the daemon needs of the nfq.Monitor.
+type failOpen interface {
+	Stats(queue uint16) nfq.FailOpenStats
+	Total() nfq.FailOpenStats
+}
+
+var _ failOpen = (*nfq.Monitor)(nil)
+
+// state is the running daemon as the stats log, the metrics and the
+// control socket see it: everything here is safe to read from any
+// goroutine.
+type state struct {
+	cfg    *Config
+	ws     []*worker
+	mon    failOpen
+	off    *offload.Offloader // nil without --offload
+	policy string             // the policy source, described
+	start  time.Time
+
+	mu       sync.Mutex
+	reloadOK uint64
+	reloadNo uint64
+	last     *reloadRecord // nil before the first reload
+	loaded   time.Time     // when the policy in force was loaded
+}
+
+type reloadRecord struct {
+	at   time.Time
+	ok   bool
+	err  string
+	kept []string
+}
+
+// reloaded records a reload's outcome.
+func (d *state) reloaded(r reloadRecord) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if r.ok {
+		d.reloadOK++
+		d.loaded = r.at
+	} else {
+		d.reloadNo++
+	}
+	d.last = &r
+}
+
+func (d *state) reloadCounts() (ok, failed uint64, last *reloadRecord) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.reloadOK, d.reloadNo, d.last
+}
+
+func (d *state) loadedAt() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.loaded
+}
+
+// maxQueueLen is the queues' length, as nfq resolves it.
+func (d *state) maxQueueLen() uint32 {
+	if n := d.cfg.Queue.MaxQueueLen; n > 0 {
+		return n
+	}
+	return nfq.DefaultMaxQueueLen
+}
+
+// sample reads one queue's counters now.
+func (d *state) sample(w *worker) queueSample {
+	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load()}
+	if ks, err := w.q.KernelStats(); err == nil {
+		s.kernel = ks
+		select {
+		case <-w.stopped: // the last counters read, of a queue now unbound
+		default:
+			s.bound = ks.PortID == w.q.PortID()
+		}
+	}
+	if d.mon != nil {
+		s.failOpen = d.mon.Stats(w.queue)
+		// Fail-open accepts also what the kernel could not deliver to
+		// a full socket (lost).
+		if !w.failClosed {
+			s.failOpen.Passed += s.Stats.Lost
+		}
+	}
+	return s
+}
+
+// Status is the control socket's status (control.Handler).
+func (d *state) Status() control.Status {
+	now := time.Now()
+	st := control.Status{
+		Version: d.cfg.Version, PID: os.Getpid(), Started: d.start, UptimeSecs: now.Sub(d.start).Seconds(),
+		Policy: d.policy, Mode: "fail-open", Offload: d.off != nil,
+	}
+	if d.cfg.Queue.FailClosed {
+		st.Mode = "fail-closed"
+	}
+	ok, failed, last := d.reloadCounts()
+	st.Reloads = control.Reloads{OK: ok, Failed: failed}
+	if last != nil {
+		st.Reloads.Last = &control.Reload{Time: last.at, OK: last.ok, Error: last.err, KeptState: last.kept}
+	}
+	byName := map[string]int{}
+	for _, w := range d.ws {
+		s := d.sample(w)
+		q := control.Queue{
+			Queue: w.queue, Bound: s.bound, Queued: s.kernel.QueueTotal, MaxLen: d.maxQueueLen(),
+			Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped,
+			QueueDrops: s.kernel.QueueDropped, SocketDrops: s.kernel.UserDropped, Lost: s.Lost, Errors: s.Errors,
+			FailOpenPassed: s.failOpen.Passed, FailOpenSecs: s.failOpen.Secs, FailOpenExact: s.failOpen.Exact, FailOpenActive: s.failOpen.Active,
+			Malformed: s.snap.Malformed, Unmatched: s.snap.Unmatched, Flows: s.snap.Flows,
+		}
+		if q.MaxLen > 0 {
+			q.Fill = float64(q.Queued) / float64(q.MaxLen)
+		}
+		st.Queues = append(st.Queues, q)
+		// Rules as the policy in force has them (every queue's engine
+		// has the same), counters summed over the queues.
+		for _, r := range s.snap.rules {
+			i, seen := byName[r.name]
+			if !seen {
+				i = len(st.Rules)
+				byName[r.name] = i
+				st.Rules = append(st.Rules, describeRule(&r.rule))
+			}
+			a := &st.Rules[i]
+			a.Packets += r.Packets
+			a.Accepted += r.Accepted
+			a.Dropped += r.Dropped
+			a.ShadowDropped += r.ShadowDropped
+			a.Marked += r.Marked
+			a.Flows += r.Flows
+			a.Evictions += r.Evictions
+			a.Expired += r.Expired
+		}
+	}
+	return st
+}
+
+// describeRule is a rule's settings for status.
+func describeRule(r *shaper.Rule) control.Rule {
+	out := control.Rule{Name: r.Name, Action: r.Action.String(), Shadow: r.Shadow, MarkExceeded: r.MarkExceeded}
+	if r.Action != shaper.ActionLimit {
+		return out
+	}
+	c := &r.Limit
+	lc := c.LimiterConfig()
+	out.Algorithm, out.Rate, out.Unit = lc.Algorithm.String(), lc.Rate, unit(c.Bytes)
+	if lc.Algorithm == shaper.TokenBucket {
+		out.Burst = lc.Burst
+	} else {
+		out.WindowSecs = float64(lc.Window) / 1e9
+	}
+	out.Key = describeKey(&c.Key)
+	out.MaxFlows = c.MaxFlows
+	if out.MaxFlows == 0 {
+		out.MaxFlows = flows.DefaultMaxFlows
+	}
+	switch t := c.FlowTimeout; {
+	case t == 0:
+		out.FlowTimeoutSecs = float64(shaper.DefaultFlowTimeout) / 1e9
+	case t > 0:
+		out.FlowTimeoutSecs = float64(t) / 1e9
+	}
+	return out
+}
+
+// describeKey is a key configuration in the rule file's words: "5tuple",
+// "src src-prefix4=24", "src-dst symmetric".
+func describeKey(k *flows.KeyConfig) string {
+	s := k.Mode.String()
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"src-prefix4", k.SrcPrefix4}, {"dst-prefix4", k.DstPrefix4}, {"src-prefix6", k.SrcPrefix6}, {"dst-prefix6", k.DstPrefix6}} {
+		full := 32
+		if p.name[len(p.name)-1] == '6' {
+			full = 128
+		}
+		if p.v > 0 && p.v < full {
+			s += " " + p.name + "=" + strconv.Itoa(p.v)
+		}
+	}
+	if k.Symmetric {
+		s += " symmetric"
+	}
+	return s
+}
+
+// Flows lists the flows of every queue, one queue after the other
+// (control.Handler).
+func (d *state) Flows(ctx context.Context, rule string, emit func(*control.Flow) error) error {
+	if rule != "" {
+		// Every queue has the same rules: an unknown name is known
+		// before listing anything.
+		if !slices.ContainsFunc(d.ws[0].snap.Load().rules, func(r ruleSnap) bool { return r.name == rule }) {
+			return errNoRule(rule)
+		}
+	}
+	for _, w := range d.ws {
+		if err := w.listFlows(ctx, rule, emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
