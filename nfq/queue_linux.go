@@ -111,8 +111,10 @@ type Queue struct {
 
 	latency latencyHist
 
-	// wake asks Run to call Idle (Wake).
-	wake atomic.Bool
+	// wake asks Run to call Idle (Wake); polled is q.file once Run has put
+	// it in the netpoller, for Wake on other goroutines.
+	wake   atomic.Bool
+	polled atomic.Pointer[os.File]
 
 	stats struct {
 		packets, accepted, dropped, batches, verdictMsgs, enobufs, lost, errors atomic.Uint64
@@ -578,6 +580,7 @@ func (q *Queue) startPoll() error {
 	}
 	q.rc = rc
 	q.serveFn = q.serve
+	q.polled.Store(q.file) // for Wake, from other goroutines
 	return nil
 }
 
@@ -791,10 +794,10 @@ func (q *Queue) PortID() uint32 { return q.portID }
 // lost.
 func (q *Queue) Wake() {
 	q.wake.Store(true)
-	if q.cfg.Idle != nil && q.file != nil {
+	if f := q.polled.Load(); q.cfg.Idle != nil && f != nil {
 		// Ends Run's wait in the netpoller at once (as a cancellation
 		// does); Run sets its next deadline after looking at wake.
-		q.file.SetReadDeadline(time.Unix(1, 0))
+		f.SetReadDeadline(time.Unix(1, 0))
 	}
 }
 
