@@ -48,8 +48,8 @@ echo "== go test"
 # running side by side on a 2-core machine would disturb them.
 go test -p 1 -count=1 -timeout 20m ./...
 
-echo "== go test -race (the packages with goroutines or shared state: live command, nfq, offload, policy)"
-go test -race -p 1 -count=1 -timeout 15m ./cmd/packetshaper ./nfq ./offload ./policy
+echo "== go test -race (the packages with goroutines or shared state: live command, daemon, nfq, offload, policy)"
+go test -race -p 1 -count=1 -timeout 15m ./cmd/packetshaper ./daemon/... ./nfq ./offload ./policy
 
 echo "== the systemd unit and the Debian package (scripts/package-test.sh)"
 if [ "$(id -u)" = 0 ]; then
