@@ -322,7 +322,10 @@ func (c *core) observe(q *qmon, now int64, ks KernelStats, bound bool) float64 {
 				// The monitor did not run: nor, most likely, did the
 				// reader. The queue filled at the arrival rate, then
 				// passed the rest, for est/rate seconds.
-				if q.rate > 0 {
+				switch {
+				case fullA && full:
+					contrib = sec // full at both ends: the reader did not run
+				case q.rate > 0:
 					contrib = min(sec, est/q.rate)
 				}
 				if est >= 1 {

@@ -547,6 +547,15 @@ func TestMonitorBurst(t *testing.T) {
 				p.send(t, uint16(i), 16)
 			}
 			p.settle(time.Second)
+			// The queue stays full until the reader starts: let the
+			// monitor sample it full (on a loaded machine its ticks
+			// can come late) before starting the reader.
+			for deadline := time.Now().Add(5 * time.Second); !m.Stats(queue).Active; time.Sleep(10 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("the monitor never saw the queue full: %+v\n%s", m.Stats(queue), log.String())
+				}
+			}
+			time.Sleep(2 * DefaultMonitorPeriod)
 			stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
 			p.waitCount(n, time.Second)
 			time.Sleep(200 * time.Millisecond)
