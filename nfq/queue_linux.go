@@ -89,11 +89,26 @@ type Queue struct {
 	iovs  []unix.Iovec
 	mmsgs []mmsghdr
 
-	// The socket as an *os.File, registered with the runtime's netpoller
-	// by Run (nil before); it then owns fd, and Close closes it.
+	// Run waits in the runtime's netpoller on file, an epoll instance of
+	// its own (epfd) that holds the socket (fd) and the hold timer (tfd),
+	// so that either wakes it; Close closes all three. nil before Run.
 	file    *os.File
 	rc      syscall.RawConn
 	serveFn func(fd uintptr) bool // q.serve, made once so that waiting allocates nothing
+	epfd    int
+	tfd     int // timerfd (CLOCK_MONOTONIC), -1 before Run
+
+	// Held packets (Verdict.At), Run's goroutine only. armed is the time
+	// the timer is set to (0: disarmed); monoBase is CLOCK_MONOTONIC at
+	// the engine clock's base, to set it. halting: Run is stopping, every
+	// verdict is given at once.
+	hold     holdHeap
+	rel      []heldPkt // the packets being released, sorted by id
+	armed    int64
+	monoBase int64
+	halting  bool
+	late     latencyHist
+	holdCnt  struct{ held, total, released, full atomic.Uint64 }
 
 	// Run's state, for serve
 	fn       Handler
@@ -125,6 +140,9 @@ func Open(c Config) (*Queue, error) {
 	if p := cfg.RealtimePriority; p < 0 || p > MaxRealtimePriority {
 		return nil, fmt.Errorf("nfq: queue %d: real-time priority %d out of range (1..%d, or 0 for none)", cfg.Queue, p, MaxRealtimePriority)
 	}
+	if err := cfg.checkMaxHeld(); err != nil {
+		return nil, err
+	}
 	// The socket, and the /proc file read to explain an error, belong to
 	// the thread's network namespace: stay on one thread meanwhile.
 	runtime.LockOSThread()
@@ -143,7 +161,7 @@ func Open(c Config) (*Queue, error) {
 		}
 		return nil, fmt.Errorf("nfq: queue %d: netlink socket: %w", cfg.Queue, err)
 	}
-	q := &Queue{cfg: cfg, fd: fd, unbound: true}
+	q := &Queue{cfg: cfg, fd: fd, unbound: true, epfd: -1, tfd: -1}
 	fail := func(err error) (*Queue, error) {
 		unix.Close(fd)
 		return nil, err
@@ -174,6 +192,16 @@ func Open(c Config) (*Queue, error) {
 	}
 
 	q.b = newBatch(cfg.Queue, cfg.BatchSize)
+	// One write carries a batch's verdicts and every held packet's.
+	q.b.out = make([]byte, 0, (cfg.BatchSize+cfg.MaxHeld)*maxVerdictMsgLen)
+	q.hold = newHoldHeap(cfg.MaxHeld)
+	q.rel = make([]heldPkt, 0, cfg.MaxHeld)
+	// A netlink write larger than the send buffer fails (EMSGSIZE).
+	if need := 2 * cap(q.b.out); need > 1<<17 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, need); err != nil {
+			_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, need)
+		}
+	}
 	q.bufs = make([][]byte, cfg.BatchSize)
 	q.iovs = make([]unix.Iovec, cfg.BatchSize)
 	q.mmsgs = make([]mmsghdr, cfg.BatchSize)
@@ -280,12 +308,15 @@ func (q *Queue) request(m configMsg) error {
 // answered with one write, as soon as the socket has no more to give or
 // BatchSize packets have been read; the clock is read once per batch. When
 // the socket is empty, Run's goroutine waits in the runtime's netpoller,
-// like a net.Conn read, and holds no thread.
+// like a net.Conn read, and holds no thread. A packet whose verdict has At
+// is held and answered at At, in the write of the batch then at hand or
+// alone, Run waking for it (see hold.go).
 //
 // When ctx is cancelled, Run lets a Monitor of the queue take its last
 // reading; sets the kernel queue's length to 0, so that new packets bypass
-// it (accepted, or dropped with FailClosed) instead of waiting; answers,
-// through fn, every packet already queued (for at most half a second);
+// it (accepted, or dropped with FailClosed) instead of waiting; gives every
+// held packet its verdict at once; answers, through fn and at once, every
+// packet already queued (for at most half a second);
 // reads the kernel's counters (KernelStats keeps them); unbinds the queue
 // and returns nil, all within about 0.6 s. It returns an error only if the
 // socket fails for good (after the same last reading and counters). Run
@@ -309,8 +340,14 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	// advanced by the monotonic clock. A wall-clock step (NTP, date -s)
 	// after start moves neither the windows nor the buckets: a step back
 	// would otherwise freeze every flow's refill until the clock caught up.
+	var m1, m2 unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1)
 	q.base = time.Now()
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
 	q.baseNs = q.base.UnixNano()
+	// The monotonic clock at base, for the hold timer: Go's monotonic
+	// clock is CLOCK_MONOTONIC, so engine time t is monoBase + t − baseNs.
+	q.monoBase = (m1.Nano() + m2.Nano()) / 2
 	q.fn, q.done = fn, ctx.Done()
 
 	// Serve until cancelled: serve reads and answers batches, and returns
@@ -382,6 +419,12 @@ func (q *Queue) serve(uintptr) bool {
 			return true
 		default:
 		}
+		if q.hold.len() > 0 {
+			if err := q.releaseDue(); err != nil {
+				q.runErr = err
+				return true
+			}
+		}
 		if q.drained {
 			q.drained = false
 			return false
@@ -404,6 +447,12 @@ func (q *Queue) stop() error {
 	stopBy := time.Now().UnixNano() + int64(stopDrainTimeout)
 	q.stopping() // a Monitor's last reading, while the queue takes packets
 	q.closeIntake()
+	// Every held packet gets its verdict now, before the packets still in
+	// the socket (which came later); those get theirs at once too.
+	q.halting = true
+	if err := q.releaseAll(); err != nil {
+		return err
+	}
 	for {
 		n, errno := q.recvmmsg()
 		if errno == unix.EAGAIN {
@@ -551,13 +600,40 @@ func setProcessRealtime(prio int) error {
 // waits for that signal, and each queue holds a P for good, which starves
 // the process's other goroutines when there are as many queues as Ps.
 
-// startPoll makes the socket non-blocking and registers it with the
-// runtime's netpoller; from then on q.file owns q.fd.
+// startPoll makes the socket non-blocking, puts it and the hold timer in an
+// epoll instance of their own and registers that with the runtime's
+// netpoller as q.file.
 func (q *Queue) startPoll() error {
 	if err := unix.SetNonblock(q.fd, true); err != nil {
 		return fmt.Errorf("non-blocking socket: %w", err)
 	}
-	q.file = os.NewFile(uintptr(q.fd), "nfqueue")
+	// The netpoller's own timers wake it to the millisecond at best
+	// (epoll_wait's timeout): too coarse to give held packets their
+	// verdicts on time. A timerfd is as precise as the kernel's timers,
+	// and an epoll instance holding it and the socket lets Run wait for
+	// either in one netpoller wait (the runtime's epoll is told when this
+	// one has an event).
+	tfd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("timerfd: %w", err)
+	}
+	q.tfd = tfd
+	epfd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("epoll: %w", err)
+	}
+	for _, fd := range []int{q.fd, tfd} {
+		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
+			unix.Close(epfd)
+			return fmt.Errorf("epoll: %w", err)
+		}
+	}
+	if err := unix.SetNonblock(epfd, true); err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("epoll: %w", err)
+	}
+	q.epfd = epfd
+	q.file = os.NewFile(uintptr(epfd), "nfqueue")
 	// Only a file in the netpoller takes deadlines: this fails if the
 	// socket could not be added to it.
 	if err := q.file.SetReadDeadline(time.Time{}); err != nil {
@@ -587,40 +663,200 @@ func (q *Queue) recvmmsg() (int, unix.Errno) {
 // verdicts cannot be sent even after retries, it unbinds the queue and
 // returns an error: going on would let a later batch verdict answer these
 // packets with another packet's verdict.
+//
+// Held packets that are due go out first, in the same write: a packet of a
+// flow answered now must not overtake one of the same flow held before it.
+// Packets of the batch whose verdict has At are held (see hold.go).
 func (q *Queue) answer(fn Handler, now int64) error {
 	b := q.b
 	v := b.verdicts[:len(b.pkts)]
 	clear(v)
 	fn(b.pkts, v, now)
+	out := b.out[:0]
+	msgs := 0
+	var rel []heldPkt
+	if q.hold.len() > 0 {
+		out, msgs, rel = q.appendDue(out, now)
+	}
+	heldBefore := q.hold.len() > 0
 	var drops uint64
+	held := 0
 	for i := range v {
+		if at := v[i].At; at != 0 {
+			if at > now && !q.halting && !q.hold.full() {
+				q.hold.push(heldPkt{at: at, id: b.pkts[i].ID, mark: v[i].Mark, action: v[i].Action, setMark: v[i].SetMark})
+				held++
+				continue
+			}
+			if at > now && !q.halting {
+				q.holdCnt.full.Add(1)
+			}
+			v[i].At = 0
+		}
 		if v[i].Action == Drop {
 			drops++
 		}
 	}
 	b.seq++
-	out, msgs := appendVerdicts(b.out, b.queue, b.pkts, v, b.seq)
-	if err := q.writeRetry(out); err != nil {
-		q.stats.errors.Add(1)
-		q.unbind()
-		return fmt.Errorf("nfq: queue %d: sending verdicts: %w", q.cfg.Queue, err)
+	out, m := appendVerdicts(out, b.queue, b.pkts, v, heldBefore, b.seq)
+	msgs += m
+	if len(out) > 0 {
+		if err := q.writeRetry(out); err != nil {
+			q.stats.errors.Add(1)
+			q.unbind()
+			return fmt.Errorf("nfq: queue %d: sending verdicts: %w", q.cfg.Queue, err)
+		}
 	}
 	if q.cfg.Latency {
 		sent := time.Now().UnixNano()
 		for i := range b.pkts {
-			if ts := b.pkts[i].Timestamp; ts != 0 {
+			if ts := b.pkts[i].Timestamp; ts != 0 && v[i].At == 0 {
 				q.latency.add(sent - ts)
 			}
 		}
 	}
-	n := uint64(len(b.pkts))
+	n := uint64(len(b.pkts) - held)
 	q.stats.packets.Add(n)
 	q.stats.accepted.Add(n - drops)
 	q.stats.dropped.Add(drops)
 	q.stats.batches.Add(1)
 	q.stats.verdictMsgs.Add(uint64(msgs))
 	b.pkts = b.pkts[:0]
+	if held > 0 {
+		q.holdCnt.total.Add(uint64(held))
+	}
+	if len(rel) > 0 {
+		q.released(rel)
+	}
+	if held > 0 || len(rel) > 0 {
+		q.holdCnt.held.Store(uint64(q.hold.len()))
+		q.arm()
+	}
 	return nil
+}
+
+// releaseEarly is how early a held packet may get its verdict: the timer
+// wakes Run at the earliest time, and every packet due within this much of
+// it is released in the same write, which also spares re-arming the timer
+// for the few hundred nanoseconds between the engine's clock and the
+// timer's.
+const releaseEarly = int64(5 * time.Microsecond)
+
+// appendDue appends to out the verdicts of the held packets due by now
+// (see releaseEarly) and returns them, taken off the heap.
+func (q *Queue) appendDue(out []byte, now int64) ([]byte, int, []heldPkt) {
+	rel, still, minHeld := q.hold.popDue(q.rel, now+releaseEarly)
+	q.rel = rel
+	if len(rel) == 0 {
+		return out, 0, nil
+	}
+	q.b.seq++
+	out, msgs := appendReleases(out, q.cfg.Queue, rel, still, minHeld, q.b.seq)
+	return out, msgs, rel
+}
+
+// releaseDue gives the held packets that are due their verdicts, in one
+// write, and sets the timer to the next.
+func (q *Queue) releaseDue() error {
+	now := q.now()
+	if q.hold.top().at > now+releaseEarly {
+		q.arm()
+		return nil
+	}
+	out, msgs, rel := q.appendDue(q.b.out[:0], now)
+	return q.sendReleases(out, msgs, rel)
+}
+
+// releaseAll gives every held packet its verdict now, in one write: one
+// batch verdict when they all have the same (nothing else is unanswered
+// below their ids).
+func (q *Queue) releaseAll() error {
+	if q.hold.len() == 0 {
+		return nil
+	}
+	q.rel = q.hold.popAll(q.rel)
+	q.b.seq++
+	out, msgs := appendReleases(q.b.out[:0], q.cfg.Queue, q.rel, false, 0, q.b.seq)
+	return q.sendReleases(out, msgs, q.rel)
+}
+
+func (q *Queue) sendReleases(out []byte, msgs int, rel []heldPkt) error {
+	if err := q.writeRetry(out); err != nil {
+		q.stats.errors.Add(1)
+		q.unbind()
+		return fmt.Errorf("nfq: queue %d: sending verdicts: %w", q.cfg.Queue, err)
+	}
+	q.stats.verdictMsgs.Add(uint64(msgs))
+	q.released(rel)
+	q.holdCnt.held.Store(uint64(q.hold.len()))
+	q.arm()
+	return nil
+}
+
+// released counts packets whose verdicts were just sent, and how late.
+func (q *Queue) released(rel []heldPkt) {
+	sent := q.now()
+	var drops uint64
+	for i := range rel {
+		if rel[i].action == Drop {
+			drops++
+		}
+		if !q.halting {
+			q.late.add(max(sent-rel[i].at, 0))
+		}
+	}
+	n := uint64(len(rel))
+	q.stats.packets.Add(n)
+	q.stats.accepted.Add(n - drops)
+	q.stats.dropped.Add(drops)
+	q.holdCnt.released.Add(n)
+}
+
+// arm sets the hold timer to the time the first held packet is due, or
+// disarms it. A time already past fires at once.
+func (q *Queue) arm() {
+	var at int64
+	if q.hold.len() > 0 {
+		at = q.hold.top().at
+	}
+	if at == q.armed || q.tfd < 0 {
+		return
+	}
+	q.armed = at
+	var its unix.ItimerSpec
+	if at != 0 {
+		its.Value = unix.NsecToTimespec(max(q.monoBase+(at-q.baseNs), 1))
+	}
+	// Never blocks: a raw call, as write.
+	if _, _, e := unix.RawSyscall6(unix.SYS_TIMERFD_SETTIME, uintptr(q.tfd), unix.TFD_TIMER_ABSTIME,
+		uintptr(unsafe.Pointer(&its)), 0, 0, 0); e != 0 {
+		q.stats.errors.Add(1)
+		q.armed = -1 // try again next time
+	}
+}
+
+// HoldRoom is how many more packets a Handler may hold (Verdict.At) before
+// the next batch: Config.MaxHeld less those held now. For the Handler,
+// from Run's goroutine. While Run stops it is MaxHeld: verdicts are then
+// given at once, At or not.
+func (q *Queue) HoldRoom() int {
+	if q.halting {
+		return q.cfg.MaxHeld
+	}
+	return q.cfg.MaxHeld - q.hold.len()
+}
+
+// HoldStats returns the counts of held packets. It is safe to call
+// concurrently with Run.
+func (q *Queue) HoldStats() HoldStats {
+	return HoldStats{
+		Held:     q.holdCnt.held.Load(),
+		MaxHeld:  q.cfg.MaxHeld,
+		Total:    q.holdCnt.total.Load(),
+		Released: q.holdCnt.released.Load(),
+		Full:     q.holdCnt.full.Load(),
+		Late:     q.late.stats(),
+	}
 }
 
 // writeRetry is write that retries the transient failures (no memory or
@@ -724,6 +960,18 @@ func (q *Queue) unbind() {
 		return
 	}
 	q.stopping()
+	if q.hold.len() > 0 {
+		// Best effort: the kernel drops what is queued when the queue is
+		// unbound. (If this write fails too, it is dropped.)
+		q.halting = true
+		q.rel = q.hold.popAll(q.rel)
+		q.b.seq++
+		out, _ := appendReleases(q.b.out[:0], q.cfg.Queue, q.rel, false, 0, q.b.seq)
+		if q.write(out) == nil {
+			q.released(q.rel)
+		}
+		q.holdCnt.held.Store(0)
+	}
 	if ks, err := q.readKernel(); err == nil {
 		q.final.Store(&ks)
 	}
@@ -741,10 +989,12 @@ func (q *Queue) Close() error {
 	q.closeOnce.Do(func() {
 		q.unbind()
 		if q.file != nil {
-			q.closeErr = q.file.Close()
-		} else {
-			q.closeErr = unix.Close(q.fd)
+			q.file.Close()
 		}
+		if q.tfd >= 0 {
+			unix.Close(q.tfd)
+		}
+		q.closeErr = unix.Close(q.fd)
 		if q.proc != nil {
 			q.proc.close()
 		}

@@ -21,3 +21,5 @@ func (q *Queue) Close() error                              { return nil }
 func (q *Queue) Stats() Stats                              { return Stats{} }
 func (q *Queue) KernelStats() (KernelStats, error)         { return KernelStats{}, ErrNotBound }
 func (q *Queue) Latency() LatencyStats                     { return LatencyStats{} }
+func (q *Queue) HoldRoom() int                             { return 0 }
+func (q *Queue) HoldStats() HoldStats                      { return HoldStats{} }
