@@ -170,6 +170,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		mux.HandleFunc("/metrics", func(rw http.ResponseWriter, _ *http.Request) {
 			rw.Header().Set("Content-Type", "text/plain; version=0.0.4")
 			writeMetrics(rw, ws, mon, off)
+			writeShapeMetrics(rw, ws)
 		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
@@ -182,6 +183,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}
 	log.Info("shaping", "queues", queueList(cfg.Queues), "policy", src.Describe(), "rules", ruleNames(ws[0].eng),
 		"queue_maxlen", cfg.Queue.MaxQueueLen, "copy_range", cfg.Queue.CopyRange, "mode", mode, "offload", cfg.Offload,
+		"max_held", ws[0].q.HoldStats().MaxHeld,
 		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20)))
 
 	start := time.Now()

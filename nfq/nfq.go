@@ -276,6 +276,7 @@ type HoldStats struct {
 // 1 ms, to 1/16 above.
 type LatencyStats struct {
 	Count         uint64 // packets measured
+	Sum           time.Duration
 	P50, P99, Max time.Duration
 }
 
@@ -284,6 +285,7 @@ type LatencyStats struct {
 type latencyHist struct {
 	buckets [latBuckets]atomic.Uint64
 	max     atomic.Int64
+	sum     atomic.Int64
 }
 
 const (
@@ -314,6 +316,7 @@ func latUpper(b int) int64 {
 
 func (h *latencyHist) add(ns int64) {
 	h.buckets[latBucket(ns/1000)].Add(1)
+	h.sum.Add(ns)
 	if ns > h.max.Load() {
 		h.max.Store(ns) // one writer: Run's goroutine
 	}
@@ -321,7 +324,7 @@ func (h *latencyHist) add(ns int64) {
 
 func (h *latencyHist) stats() LatencyStats {
 	var counts [latBuckets]uint64
-	var s LatencyStats
+	s := LatencyStats{Sum: time.Duration(h.sum.Load())}
 	for i := range counts {
 		counts[i] = h.buckets[i].Load()
 		s.Count += counts[i]

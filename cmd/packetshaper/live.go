@@ -61,6 +61,7 @@ type liveFlags struct {
 	offload        bool
 	offloadAfter   uint
 	offloadTimeout time.Duration
+	maxHeld        int
 }
 
 func addLiveFlags(fs *flag.FlagSet) *liveFlags {
@@ -76,6 +77,7 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	fs.BoolVar(&f.latency, "latency", false, "measure each packet's verdict latency (from entering the network stack to its verdict) and log p50/p99/max; turns on kernel receive timestamps system-wide")
 	fs.IntVar(&f.rtPrio, "rt-priority", 0, "run the whole process under the real-time policy SCHED_FIFO at this `priority` (1-99, 1 is enough): keeps the verdict latency's tail low when other processes load the CPUs; needs root or CAP_SYS_NICE (0: off)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus text metrics at http://`ADDR`/metrics; ADDR must be a loopback address, e.g. 127.0.0.1:9464")
+	fs.IntVar(&f.maxHeld, "max-held", nfq.DefaultMaxHeld, "with shaping rules: the most packets held per queue for a later verdict, at most half of --queue-maxlen (default 1024, or a quarter of --queue-maxlen if less); a packet a shaping rule would delay beyond it is dropped (shape_overflow); 0: none held")
 	fs.BoolVar(&f.offload, "offload", false, "drop a flow that keeps being dropped in the kernel for --offload-timeout, so that its flood never fills the queue (needs the offload set and rule: scripts/rules.sh add ... --offload)")
 	fs.UintVar(&f.offloadAfter, "offload-after", 1000, "with --offload: offload a flow after this many of its packets in a row were dropped")
 	fs.DurationVar(&f.offloadTimeout, "offload-timeout", 2*time.Second, "with --offload: how long an offloaded flow is dropped in the kernel before it comes back to the shaper")
@@ -178,6 +180,16 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return usage("--offload-after must be between 1 and %d, not %d", 1<<31, f.offloadAfter)
 	case f.offload && f.offloadTimeout < time.Second/10:
 		return usage("--offload-timeout must be at least 100ms, not %v", f.offloadTimeout)
+	case flagGiven(fs, "max-held") && (f.maxHeld < 0 || f.maxHeld > nfq.MaxMaxHeld || f.maxHeld > int(f.maxLen/2)):
+		return usage("--max-held must be between 0 and half of --queue-maxlen (%d, at most %d), not %d: held packets must never fill the queue", f.maxLen/2, nfq.MaxMaxHeld, f.maxHeld)
+	}
+	// Not given: nfq's default (1024, or a quarter of --queue-maxlen);
+	// 0: none.
+	maxHeld := f.maxHeld
+	if !flagGiven(fs, "max-held") {
+		maxHeld = 0
+	} else if maxHeld == 0 {
+		maxHeld = -1
 	}
 	var log *slog.Logger
 	switch f.logFormat {
@@ -203,6 +215,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			BatchSize:        f.batch,
 			Latency:          f.latency,
 			RealtimePriority: f.rtPrio,
+			MaxHeld:          maxHeld,
 		},
 		Malformed:      src.malformed,
 		Offload:        f.offload,
@@ -227,6 +240,13 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// flagGiven reports whether the flag name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // ifIndex resolves an interface name in packetshaper's network namespace.
