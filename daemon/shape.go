@@ -16,8 +16,8 @@ import (
 
 // shapeTotals sums shaping's counters over the queues.
 type shapeTotals struct {
-	held, maxHeld, total, released, full uint64
-	delayed, overflow                    uint64
+	held, peak, maxHeld, total, released, full uint64
+	delayed, overflow                          uint64
 	// Quantiles do not add up over queues: the worst queue's.
 	delays shaper.DelayStats
 	late   nfq.LatencyStats
@@ -28,6 +28,7 @@ func sumShape(ws []*worker) shapeTotals {
 	for _, w := range ws {
 		h := w.q.HoldStats()
 		t.held += h.Held
+		t.peak = max(t.peak, h.Peak)
 		t.maxHeld += uint64(h.MaxHeld)
 		t.total += h.Total
 		t.released += h.Released
@@ -61,7 +62,7 @@ func sumShape(ws []*worker) shapeTotals {
 func shapeAttrs(t shapeTotals) []any {
 	us := func(ns int64) string { return fmt.Sprintf("%.0f", float64(ns)/1e3) }
 	return []any{
-		"held", t.held, "max_held", t.maxHeld, "delayed", t.delayed, "shape_overflow", t.overflow,
+		"held", t.held, "held_peak", t.peak, "max_held", t.maxHeld, "delayed", t.delayed, "shape_overflow", t.overflow,
 		"delay_p50_us", us(t.delays.P50), "delay_p99_us", us(t.delays.P99), "delay_max_us", us(t.delays.Max),
 		"late_p50_us", us(int64(t.late.P50)), "late_p99_us", us(int64(t.late.P99)), "late_max_us", us(int64(t.late.Max)),
 	}
@@ -82,7 +83,8 @@ func writeShapeMetrics(w io.Writer, ws []*worker) {
 	}
 	for _, m := range []qm{
 		{"packetshaper_held", "gauge", "Packets held in the kernel's queue for a later verdict (shaping).", func(_ *worker, h nfq.HoldStats, _ *snapshot) string { return fmt.Sprint(h.Held) }},
-		{"packetshaper_held_max", "gauge", "The most packets the queue holds at once (--max-held).", func(_ *worker, h nfq.HoldStats, _ *snapshot) string { return fmt.Sprint(h.MaxHeld) }},
+		{"packetshaper_held_peak", "gauge", "The most packets held at once since start.", func(_ *worker, h nfq.HoldStats, _ *snapshot) string { return fmt.Sprint(h.Peak) }},
+		{"packetshaper_held_max", "gauge", "The most packets the queue may hold at once (--max-held).", func(_ *worker, h nfq.HoldStats, _ *snapshot) string { return fmt.Sprint(h.MaxHeld) }},
 		{"packetshaper_delayed_total", "counter", "Packets shaping rules accepted later than they arrived.", func(_ *worker, _ nfq.HoldStats, s *snapshot) string { return fmt.Sprint(s.Delayed) }},
 		{"packetshaper_shape_overflow_total", "counter", "Packets shaping rules dropped: their queue was full (max-delay) or --max-held packets were held.", func(_ *worker, _ nfq.HoldStats, s *snapshot) string { return fmt.Sprint(s.ShapeOverflow) }},
 		{"packetshaper_shape_delay_max_seconds", "gauge", "The longest delay a shaping rule gave a packet.", func(_ *worker, _ nfq.HoldStats, s *snapshot) string { return sec(s.delays.Max) }},

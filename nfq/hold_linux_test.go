@@ -1,10 +1,13 @@
 package nfq
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestHoldRealKernel: against the real kernel, packets held (Verdict.At)
@@ -213,5 +216,70 @@ func TestHoldIdleTimer(t *testing.T) {
 	t.Logf("lateness of 20 lone releases: %+v", hs.Late)
 	if hs.Late.P50 > time.Millisecond {
 		t.Errorf("lone releases %v late at the median, want well under 1 ms", hs.Late.P50)
+	}
+}
+
+// BenchmarkHeldVerdicts measures what held packets cost the kernel. Held
+// packets stay at the head of the kernel's queue; while any is held, every
+// other packet is answered by its id (NFQNL_MSG_VERDICT), and the kernel
+// finds it by walking its queue from the head, past every held packet (on
+// kernels without a hash table of queued packets). held=N parks N packets
+// (held for an hour), then sends b.N more through the queue, each answered
+// at once, as BenchmarkQueueLoopback does: ns/op is the whole path per
+// packet; write_ns/verdict is the time in the verdict writes per packet
+// (the kernel's lookup, reinjection and local delivery). held=0 answers in
+// batch verdicts (nothing held), held=1 by id with a walk of one.
+//
+//	go test ./nfq -run '^$' -bench HeldVerdicts -benchtime 20000x   (root)
+func BenchmarkHeldVerdicts(b *testing.B) {
+	for _, held := range []int{0, 1, 64, 256, 1024, 4096, 16384} {
+		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
+			const queue = 11
+			newNetns(b, queue)
+			p := newUDPPair(b)
+			// Held packets keep their memory charged to the sending socket.
+			if rc, err := p.tx.SyscallConn(); err == nil {
+				rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 256<<20) })
+			}
+			q := openQueue(b, Config{Queue: queue, MaxQueueLen: 65536, MaxHeld: max(held, 1)})
+			q.timeWrites = true
+			var n atomic.Int64
+			stop := runQueue(b, q, func(batch []Packet, v []Verdict, now int64) {
+				for i := range batch {
+					if n.Add(1) <= int64(held) {
+						v[i].At = now + int64(time.Hour)
+					}
+				}
+			})
+			payload := make([]byte, 32)
+			for i := 0; i < held; i++ {
+				if _, err := p.tx.Write(payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for q.HoldStats().Held < uint64(held) && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+			if h := q.HoldStats().Held; h != uint64(held) {
+				b.Fatalf("%d held, want %d", h, held)
+			}
+			w0, m0 := q.writeNs.Load(), q.Stats().VerdictMsgs
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := p.tx.Write(payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p.waitCount(int64(b.N), 10*time.Second)
+			b.StopTimer()
+			w, m := q.writeNs.Load()-w0, q.Stats().VerdictMsgs-m0
+			b.ReportMetric(float64(w)/float64(b.N), "write_ns/verdict")
+			b.ReportMetric(float64(m)/float64(b.N), "msgs/packet")
+			if got := p.n.Load(); got != int64(b.N) {
+				b.Errorf("%d of %d arrived", got, b.N)
+			}
+			stop()
+		})
 	}
 }

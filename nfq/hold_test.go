@@ -2,6 +2,7 @@ package nfq
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -193,5 +194,52 @@ func TestHoldHeap(t *testing.T) {
 		_ = hh.popAll(out)
 	}); a != 0 {
 		t.Errorf("heap: %v allocations", a)
+	}
+}
+
+// listEntry stands for the kernel's struct nf_queue_entry (list head, skb,
+// id, hook state, route keys: about 128 bytes, each its own allocation).
+type listEntry struct {
+	next *listEntry
+	_    [7]uint64
+	id   uint32
+	_    [7]uint64
+}
+
+var walkSink *listEntry
+
+// BenchmarkKernelListWalk emulates, in user space, the lookup a verdict by
+// id costs on kernels without nfnetlink_queue's hash table of queued
+// packets (find_dequeue_entry walks the queue from its head): with N
+// packets held at the head, finding a newer packet walks past all N. The
+// entries are allocated one by one with other allocations between them, as
+// the kernel's are over time. ns/op is one such lookup.
+func BenchmarkKernelListWalk(b *testing.B) {
+	for _, n := range []int{1, 64, 256, 1024, 4096, 16384} {
+		b.Run(fmt.Sprintf("held=%d", n), func(b *testing.B) {
+			var head, tail *listEntry
+			var junk [][]byte
+			for i := 0; i <= n; i++ {
+				e := &listEntry{id: uint32(i)}
+				junk = append(junk, make([]byte, 64+i%512))
+				if head == nil {
+					head = e
+				} else {
+					tail.next = e
+				}
+				tail = e
+			}
+			want := uint32(n)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				e := head
+				for e != nil && e.id != want {
+					e = e.next
+				}
+				walkSink = e
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/held")
+			_ = junk
+		})
 	}
 }

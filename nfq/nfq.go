@@ -259,7 +259,8 @@ type Stats struct {
 // HoldStats count the packets held for a later verdict (Verdict.At).
 type HoldStats struct {
 	Held     uint64 // held now
-	MaxHeld  int    // the most held at once (Config.MaxHeld)
+	Peak     uint64 // the most held at once since Open
+	MaxHeld  int    // the bound (Config.MaxHeld)
 	Total    uint64 // packets held since Open
 	Released uint64 // held packets given their verdict (at their time, or all at once by a stop)
 	// Full counts verdicts with At given at once because MaxHeld packets

@@ -108,7 +108,10 @@ type Queue struct {
 	monoBase int64
 	halting  bool
 	late     latencyHist
-	holdCnt  struct{ held, total, released, full atomic.Uint64 }
+	holdCnt  struct{ held, peak, total, released, full atomic.Uint64 }
+	// timeWrites (tests) adds up the time spent in verdict writes.
+	timeWrites bool
+	writeNs    atomic.Int64
 
 	// Run's state, for serve
 	fn       Handler
@@ -729,7 +732,11 @@ func (q *Queue) answer(fn Handler, now int64) error {
 		q.released(rel)
 	}
 	if held > 0 || len(rel) > 0 {
-		q.holdCnt.held.Store(uint64(q.hold.len()))
+		n := uint64(q.hold.len())
+		q.holdCnt.held.Store(n)
+		if n > q.holdCnt.peak.Load() {
+			q.holdCnt.peak.Store(n)
+		}
 		q.arm()
 	}
 	return nil
@@ -851,6 +858,7 @@ func (q *Queue) HoldRoom() int {
 func (q *Queue) HoldStats() HoldStats {
 	return HoldStats{
 		Held:     q.holdCnt.held.Load(),
+		Peak:     q.holdCnt.peak.Load(),
 		MaxHeld:  q.cfg.MaxHeld,
 		Total:    q.holdCnt.total.Load(),
 		Released: q.holdCnt.released.Load(),
@@ -879,6 +887,9 @@ func (q *Queue) writeRetry(b []byte) error {
 // returns, without waiting for anything but memory, so it is a raw system
 // call (see "Why Run waits in the netpoller").
 func (q *Queue) write(b []byte) error {
+	if q.timeWrites {
+		defer func(t0 time.Time) { q.writeNs.Add(int64(time.Since(t0))) }(time.Now())
+	}
 	for {
 		_, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(q.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 		if e == unix.EINTR {
