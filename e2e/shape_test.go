@@ -91,24 +91,43 @@ func quiet() (bool, string) {
 // crosses the veth pair, within the verdict's write) is its departure,
 // free of the receiving process's scheduling; psend numbers the packets, so
 // each departure is compared with its own send time.
+//
+// The timing bounds (gaps, lateness, a delay's few µs beyond max-delay)
+// hold on a quiet machine: on a loaded one a process that is not real-time
+// waits for a CPU now and then, for milliseconds. So the default
+// configuration is held to them only when the load average is below 1 (and
+// to bounds 3× to 25× looser otherwise), and the same run with
+// --rt-priority 1, which the README advises for such machines, always.
 func TestShapeUDPPacing(t *testing.T) {
-	needShaper(t)
-	tp := newTopo(t)
-	tp.rulesIn(tp.A, "add", "--queue", "0", "--chain", "OUTPUT", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	sh := tp.startShaperIn(tp.A, append([]string{"--queue", "0", "--pps", "100", "--shape", "--max-delay", "1s", "--stats-interval", "0"},
-		strings.Fields(os.Getenv("SHAPE_ARGS"))...)...)
-	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s", "--times")
-	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "3s", "--times", "--seq")
-	r := recvDone(rc, 35*time.Second)
-	log := tp.stopShaper(sh)
-	checkPacing(t, s, r, log, 100, 5, time.Second)
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{{"default", nil}, {"rt-priority", []string{"--rt-priority", "1"}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			needShaper(t)
+			tp := newTopo(t)
+			tp.rulesIn(tp.A, "add", "--queue", "0", "--chain", "OUTPUT", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+			sh := tp.startShaperIn(tp.A, append([]string{"--queue", "0", "--pps", "100", "--shape", "--max-delay", "1s", "--stats-interval", "0"}, tc.args...)...)
+			rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s", "--times")
+			s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "3s", "--times", "--seq")
+			r := recvDone(rc, 35*time.Second)
+			log := tp.stopShaper(sh)
+			q, _ := quiet()
+			checkPacing(t, s, r, log, 100, 5, time.Second, q || tc.args != nil)
+		})
+	}
 }
 
 // checkPacing checks one flow (source port 10000 to port 9000, numbered by
 // --seq) through a shaper of rate packets/s, burst and maxDelay, as
-// TestShapeUDPPacing says.
-func checkPacing(t *testing.T, s sendResult, r recvResult, log string, rate, burst float64, maxDelay time.Duration) {
+// TestShapeUDPPacing says; with strict false, to the looser timing bounds.
+func checkPacing(t *testing.T, s sendResult, r recvResult, log string, rate, burst float64, maxDelay time.Duration, strict bool) {
 	t.Helper()
+	// Timing bounds: strict, or for a loaded machine.
+	gapTol, delayTol, lateMax := 1e6, 1e6, 200.0
+	if !strict {
+		gapTol, delayTol, lateMax = 3e6, 25e6, 5000
+	}
 	f, ok := s.Flows["10000"]
 	if !ok {
 		t.Fatalf("sender reports no flow 10000: %+v", s)
@@ -150,8 +169,8 @@ func checkPacing(t *testing.T, s sendResult, r recvResult, log string, rate, bur
 	maxD := quantile(delays, 1)
 	t.Logf("delays (kernel receive time in B − send time): p50 %.1f ms, p99 %.1f ms, max %.3f ms; packetshaper's delay_max_us %.0f; %d arrivals the ideal shaper drops",
 		quantile(delays, 0.5)/1e6, quantile(delays, 0.99)/1e6, maxD/1e6, statField(t, log, "delay_max_us"), notInModel)
-	if maxD > float64(maxDelay)+1e6 {
-		t.Errorf("a packet waited %.3f ms, more than max-delay %v (+1 ms for the way)", maxD/1e6, maxDelay)
+	if maxD > float64(maxDelay)+delayTol {
+		t.Errorf("a packet waited %.3f ms, more than max-delay %v (+%.0f ms for the way)", maxD/1e6, maxDelay, delayTol/1e6)
 	}
 	if d := statField(t, log, "delay_max_us"); d > float64(maxDelay.Microseconds()) {
 		t.Errorf("packetshaper's delay_max_us %.0f > max-delay %v", d, maxDelay)
@@ -165,19 +184,16 @@ func checkPacing(t *testing.T, s sendResult, r recvResult, log string, rate, bur
 	lo, med, hi := quantile(gaps, 0.01), quantile(gaps, 0.5), quantile(gaps, 0.99)
 	t.Logf("gaps between departures after the burst (%d): p1 %.3f ms, p50 %.3f ms, p99 %.3f ms, min %.3f, max %.3f",
 		len(gaps), lo/1e6, med/1e6, hi/1e6, quantile(gaps, 0)/1e6, quantile(gaps, 1)/1e6)
-	if lo < period-1e6 || hi > period+1e6 {
-		t.Errorf("gaps p1 %.3f ms / p99 %.3f ms, want %.0f ms ± 1 ms", lo/1e6, hi/1e6, period/1e6)
+	if lo < period-gapTol || hi > period+gapTol {
+		t.Errorf("gaps p1 %.3f ms / p99 %.3f ms, want %.0f ms ± %.0f ms", lo/1e6, hi/1e6, period/1e6, gapTol/1e6)
 	}
 	// Lateness of the verdicts, as packetshaper measured it.
 	late := statField(t, log, "late_p99_us")
-	q, load := quiet()
-	t.Logf("departure lateness: p50 %.0f µs, p99 %.0f µs, max %.0f µs (load average %s)",
-		statField(t, log, "late_p50_us"), late, statField(t, log, "late_max_us"), load)
-	switch {
-	case q && late > 200:
-		t.Errorf("lateness p99 %.0f µs on a quiet machine (load %s), want ≤ 200 µs", late, load)
-	case late > 2000:
-		t.Errorf("lateness p99 %.0f µs (load %s), want ≤ 200 µs on a quiet machine, ≤ 2 ms on any", late, load)
+	_, load := quiet()
+	t.Logf("departure lateness: p50 %.0f µs, p99 %.0f µs, max %.0f µs (load average %s; bounds: strict %v)",
+		statField(t, log, "late_p50_us"), late, statField(t, log, "late_max_us"), load, strict)
+	if late > lateMax {
+		t.Errorf("lateness p99 %.0f µs (load %s), want ≤ %.0f µs", late, load, lateMax)
 	}
 	if o := statField(t, log, "shape_overflow"); o == 0 {
 		t.Errorf("shape_overflow = 0: the queue never filled, the test shows nothing")
@@ -216,7 +232,8 @@ func TestShapeReloadKeepsHeld(t *testing.T) {
 	if held < 50 {
 		t.Errorf("only %d packets held at the reload, want the queue about full (100)", held)
 	}
-	checkPacing(t, s, r, log, 100, 5, time.Second)
+	q, _ := quiet()
+	checkPacing(t, s, r, log, 100, 5, time.Second, q)
 }
 
 // TestShapeStop: with packets held, SIGTERM gives every one of them its
@@ -284,6 +301,22 @@ func TestShapeStop(t *testing.T) {
 	}
 }
 
+// cpuSeconds is the CPU time (user + system) a running process has used.
+func cpuSeconds(p *proc) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid))
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
+
 // countAfter counts the times at or after t.
 func countAfter(ts []int64, t int64) int {
 	n := 0
@@ -344,12 +377,15 @@ func TestShapeTCP(t *testing.T) {
 	ps := func(name string, args ...string) {
 		tp.rules("add", "--queue", "0", "--proto", "tcp", "--dport", "5201", "--family", "ipv4")
 		sh := tp.startShaper(append([]string{"--queue", "0", "--stats-interval", "0"}, args...)...)
+		cpu0 := cpuSeconds(sh)
 		bps, rt := iperf(t, tp, dur)
+		cpu := cpuSeconds(sh) - cpu0
 		log := tp.stopShaper(sh)
 		tp.rules("del", "--queue", "0", "--proto", "tcp", "--dport", "5201", "--family", "ipv4")
 		results[name] = append(results[name], res{bps, rt})
-		t.Logf("%s: %.2f Mbit/s, %d retransmissions; held peak %.0f, delayed %.0f, shape_overflow %.0f, late p99 %.0f µs",
-			name, bps/1e6, rt, statField(t, log, "held_peak"), statField(t, log, "delayed"), statField(t, log, "shape_overflow"), statField(t, log, "late_p99_us"))
+		t.Logf("%s: %.2f Mbit/s, %d retransmissions; packetshaper CPU %.1f %%, held peak %.0f, delayed %.0f, shape_overflow %.0f, late p50 %.0f µs p99 %.0f µs",
+			name, bps/1e6, rt, 100*cpu/dur.Seconds(), statField(t, log, "held_peak"), statField(t, log, "delayed"), statField(t, log, "shape_overflow"),
+			statField(t, log, "late_p50_us"), statField(t, log, "late_p99_us"))
 	}
 	tbf := func() {
 		tp.must(tp.A, "tc", "qdisc", "add", "dev", tp.VethA, "root", "tbf", "rate", "20mbit", "burst", "250000", "latency", "50ms")

@@ -267,8 +267,8 @@ type HoldStats struct {
 	// were held (a Handler that asks HoldRoom never makes any).
 	Full uint64
 	// Late is how late held packets got their verdicts: from At to the
-	// return of the write that gave it (0 for a packet released early, at
-	// most releaseEarly before At, or by a stop).
+	// start of the write that gave it (0 for a packet released early, at
+	// most 5 µs before At; a stop's releases are not counted).
 	Late LatencyStats
 }
 
