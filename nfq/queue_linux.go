@@ -104,18 +104,18 @@ type Queue struct {
 	// (see spinAhead). monoBase is CLOCK_MONOTONIC at the engine clock's
 	// base, to set it. halting: Run is stopping, every verdict is given at
 	// once.
-	hold     holdHeap
-	rel      []heldPkt // the packets being released, sorted by id
-	armed    int64
-	fire     int64
-	wakeEst  int64
+	hold    holdHeap
+	rel     []heldPkt // the packets being released, sorted by id
+	armed   int64
+	fire    int64
+	wakeEst int64
 	// Spinning is budgeted: spinTokens ns of it may be spent now,
 	// refilled at 1/spinShare of the time passed since spinLast.
 	spinTokens, spinLast int64
-	monoBase int64
-	halting  bool
-	late     latencyHist
-	holdCnt  struct{ held, peak, total, released, full atomic.Uint64 }
+	monoBase             int64
+	halting              bool
+	late                 latencyHist
+	holdCnt              struct{ held, peak, total, released, full atomic.Uint64 }
 	// timeWrites (tests) adds up the time spent in verdict writes.
 	timeWrites bool
 	writeNs    atomic.Int64
