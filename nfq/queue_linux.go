@@ -89,14 +89,18 @@ type Queue struct {
 	iovs  []unix.Iovec
 	mmsgs []mmsghdr
 
-	// Run waits in the runtime's netpoller on file, an epoll instance of
-	// its own (epfd) that holds the socket (fd) and the hold timer (tfd),
-	// so that either wakes it; Close closes all three. nil before Run.
-	file    *os.File
-	rc      syscall.RawConn
-	serveFn func(fd uintptr) bool // q.serve, made once so that waiting allocates nothing
-	epfd    int
-	tfd     int // timerfd (CLOCK_MONOTONIC), -1 before Run
+	// Run waits in the runtime's netpoller on sock, the socket (it then
+	// owns fd), or while packets are held on file, an epoll instance of
+	// its own (epfd) that holds the socket and the hold timer (tfd), so
+	// that either wakes it (waitHeld); Close closes them. nil before Run.
+	sock     *os.File
+	sockRC   syscall.RawConn
+	file     *os.File
+	rc       syscall.RawConn
+	serveFn  func(fd uintptr) bool // q.serve, made once so that waiting allocates nothing
+	epfd     int
+	tfd      int // timerfd (CLOCK_MONOTONIC), -1 before Run
+	waitHeld bool
 
 	// Held packets (Verdict.At), Run's goroutine only. armed is the
 	// departure the timer is set for (0: disarmed), fire when it fires
@@ -343,7 +347,10 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 		return fmt.Errorf("nfq: queue %d: %w", q.cfg.Queue, err)
 	}
 	// A cancellation ends the wait at once: a read deadline in the past.
-	stopWake := context.AfterFunc(ctx, func() { q.file.SetReadDeadline(time.Unix(1, 0)) })
+	stopWake := context.AfterFunc(ctx, func() {
+		q.sock.SetReadDeadline(time.Unix(1, 0))
+		q.file.SetReadDeadline(time.Unix(1, 0))
+	})
 	defer stopWake()
 
 	// The engine's clock: nanoseconds since the Unix epoch as of now, then
@@ -361,11 +368,18 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	q.fn, q.done = fn, ctx.Done()
 
 	// Serve until cancelled: serve reads and answers batches, and returns
-	// to the netpoller to wait, inside one read call. With an Idle hook,
-	// the wait ends every idleEvery to call it.
+	// to the netpoller to wait, inside one read call: on the socket, or
+	// while packets are held on the socket and the hold timer (serve
+	// returns to switch). With an Idle hook, the wait ends every
+	// idleEvery to call it.
 	for {
+		q.waitHeld = q.hold.len() > 0
+		f, rc := q.sock, q.sockRC
+		if q.waitHeld {
+			f, rc = q.file, q.rc
+		}
 		if q.cfg.Idle != nil {
-			q.file.SetReadDeadline(time.Now().Add(idleEvery))
+			f.SetReadDeadline(time.Now().Add(idleEvery))
 			// A cancellation between the last check and this deadline
 			// would be overwritten by it: look again.
 			select {
@@ -374,7 +388,7 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 			default:
 			}
 		}
-		err := q.rc.Read(q.serveFn)
+		err := rc.Read(q.serveFn)
 		if q.runErr != nil {
 			return q.runErr
 		}
@@ -422,6 +436,11 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 // checks before every datagram, so it was raised during the read, after
 // the wait that preceded it, and the overrun's own event is still to be
 // delivered.
+//
+// When packets come to be held (or the last is released), the wait must
+// include the hold timer (or need not): serve returns to Run to wait on the
+// other file, after a read, since the next Read starts with its readiness
+// reset.
 func (q *Queue) serve(uintptr) bool {
 	for {
 		select {
@@ -437,11 +456,11 @@ func (q *Queue) serve(uintptr) bool {
 		}
 		if q.drained {
 			q.drained = false
-			return false
+			return q.waitHeld != (q.hold.len() > 0)
 		}
 		n, errno := q.recvmmsg()
 		if errno == unix.EAGAIN {
-			return false
+			return q.waitHeld != (q.hold.len() > 0)
 		}
 		q.drained = errno == 0 && n < len(q.mmsgs)
 		if err := q.handle(n, errno); err != nil {
@@ -610,13 +629,25 @@ func setProcessRealtime(prio int) error {
 // waits for that signal, and each queue holds a P for good, which starves
 // the process's other goroutines when there are as many queues as Ps.
 
-// startPoll makes the socket non-blocking, puts it and the hold timer in an
-// epoll instance of their own and registers that with the runtime's
-// netpoller as q.file.
+// startPoll makes the socket non-blocking and registers it with the
+// runtime's netpoller as q.sock (from then on q.sock owns q.fd); it puts it
+// and the hold timer in an epoll instance of their own and registers that
+// too, as q.file.
 func (q *Queue) startPoll() error {
 	if err := unix.SetNonblock(q.fd, true); err != nil {
 		return fmt.Errorf("non-blocking socket: %w", err)
 	}
+	q.sock = os.NewFile(uintptr(q.fd), "nfqueue")
+	// Only a file in the netpoller takes deadlines: this fails if the
+	// socket could not be added to it.
+	if err := q.sock.SetReadDeadline(time.Time{}); err != nil {
+		return fmt.Errorf("netpoller: %w", err)
+	}
+	rc, err := q.sock.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("netpoller: %w", err)
+	}
+	q.sockRC = rc
 	// The netpoller's own timers wake it to the millisecond at best
 	// (epoll_wait's timeout): too coarse to give held packets their
 	// verdicts on time. A timerfd is as precise as the kernel's timers,
@@ -643,17 +674,13 @@ func (q *Queue) startPoll() error {
 		return fmt.Errorf("epoll: %w", err)
 	}
 	q.epfd = epfd
-	q.file = os.NewFile(uintptr(epfd), "nfqueue")
-	// Only a file in the netpoller takes deadlines: this fails if the
-	// socket could not be added to it.
+	q.file = os.NewFile(uintptr(epfd), "nfqueue-hold")
 	if err := q.file.SetReadDeadline(time.Time{}); err != nil {
 		return fmt.Errorf("netpoller: %w", err)
 	}
-	rc, err := q.file.SyscallConn()
-	if err != nil {
+	if q.rc, err = q.file.SyscallConn(); err != nil {
 		return fmt.Errorf("netpoller: %w", err)
 	}
-	q.rc = rc
 	q.serveFn = q.serve
 	return nil
 }
@@ -1084,7 +1111,11 @@ func (q *Queue) Close() error {
 		if q.tfd >= 0 {
 			unix.Close(q.tfd)
 		}
-		q.closeErr = unix.Close(q.fd)
+		if q.sock != nil {
+			q.closeErr = q.sock.Close()
+		} else {
+			q.closeErr = unix.Close(q.fd)
+		}
 		if q.proc != nil {
 			q.proc.close()
 		}
