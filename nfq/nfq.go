@@ -323,6 +323,17 @@ func (h *latencyHist) add(ns int64) {
 	}
 }
 
+// mergeInto adds h's counts to o (both quiescent).
+func (h *latencyHist) mergeInto(o *latencyHist) {
+	for i := range h.buckets {
+		o.buckets[i].Add(h.buckets[i].Load())
+	}
+	o.sum.Add(h.sum.Load())
+	if m := h.max.Load(); m > o.max.Load() {
+		o.max.Store(m)
+	}
+}
+
 func (h *latencyHist) stats() LatencyStats {
 	var counts [latBuckets]uint64
 	s := LatencyStats{Sum: time.Duration(h.sum.Load())}

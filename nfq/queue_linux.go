@@ -820,14 +820,19 @@ const (
 	spinMin        = int64(10 * time.Microsecond)
 	spinMaxObserve = int64(5 * time.Millisecond)
 	wakeEstStart   = int64(50 * time.Microsecond)
-	spinShare      = 20
 	spinBurst      = int64(5 * time.Millisecond)
 )
+
+// spinShare: spinning takes at most 1/spinShare of a CPU (a variable for
+// the benchmark that compares without it).
+var spinShare atomic.Int64
+
+func init() { spinShare.Store(20) }
 
 // spinRoom is how long Run may spin now (see spinShare).
 func (q *Queue) spinRoom(now int64) int64 {
 	if now > q.spinLast {
-		q.spinTokens = min(q.spinTokens+(now-q.spinLast)/spinShare, spinBurst)
+		q.spinTokens = min(q.spinTokens+(now-q.spinLast)/spinShare.Load(), spinBurst)
 		q.spinLast = now
 	}
 	return q.spinTokens
