@@ -101,6 +101,10 @@ type Queue struct {
 	epfd     int
 	tfd      int // timerfd (CLOCK_MONOTONIC), -1 before Run
 	waitHeld bool
+	// sockInSet: the socket is in the epoll set now. It is there only
+	// while Run waits on the set: in it for good, each packet's arrival
+	// would wake the runtime's epoll twice (the socket, and the set).
+	sockInSet bool
 
 	// Held packets (Verdict.At), Run's goroutine only. armed is the
 	// departure the timer is set for (0: disarmed), fire when it fires
@@ -374,6 +378,9 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	// idleEvery to call it.
 	for {
 		q.waitHeld = q.hold.len() > 0
+		if q.waitHeld != q.sockInSet {
+			q.setSockInSet(q.waitHeld)
+		}
 		f, rc := q.sock, q.sockRC
 		if q.waitHeld {
 			f, rc = q.file, q.rc
@@ -663,11 +670,9 @@ func (q *Queue) startPoll() error {
 	if err != nil {
 		return fmt.Errorf("epoll: %w", err)
 	}
-	for _, fd := range []int{q.fd, tfd} {
-		if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(fd)}); err != nil {
-			unix.Close(epfd)
-			return fmt.Errorf("epoll: %w", err)
-		}
+	if err := unix.EpollCtl(epfd, unix.EPOLL_CTL_ADD, tfd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(tfd)}); err != nil {
+		unix.Close(epfd)
+		return fmt.Errorf("epoll: %w", err)
 	}
 	if err := unix.SetNonblock(epfd, true); err != nil {
 		unix.Close(epfd)
@@ -683,6 +688,21 @@ func (q *Queue) startPoll() error {
 	}
 	q.serveFn = q.serve
 	return nil
+}
+
+// setSockInSet adds the socket to the epoll set Run waits on while packets
+// are held, or takes it out. A socket added with packets already waiting
+// makes the set readable at once.
+func (q *Queue) setSockInSet(in bool) {
+	op := unix.EPOLL_CTL_DEL
+	if in {
+		op = unix.EPOLL_CTL_ADD
+	}
+	if err := unix.EpollCtl(q.epfd, op, q.fd, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(q.fd)}); err != nil {
+		q.stats.errors.Add(1)
+		return
+	}
+	q.sockInSet = in
 }
 
 // recvmmsg reads up to BatchSize datagrams without waiting: what the
