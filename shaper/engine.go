@@ -303,9 +303,9 @@ type ruleState struct {
 	// The fields a packet reads come first, the limiter by value: one
 	// pointer less to chase per packet when rules take turns.
 	table *flows.Table[flow] // nil unless ActionLimit
-	lim   Limiter
 	bytes bool
 	shape bool // lim shapes: Depart, not Allow
+	lim   Limiter
 	key   flows.KeyConfig
 	stats RuleStats
 }
