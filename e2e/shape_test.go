@@ -247,13 +247,35 @@ func TestShapeStop(t *testing.T) {
 			tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
 			// 10 packets/s, burst 1: of 40 packets sent within 0.2 s one
 			// passes at once, 39 are held, the last until 3.9 s later.
-			sh := tp.startShaper("--queue", "0", "--pps", "10", "--burst", "1", "--shape", "--max-delay", "5s", "--stats-interval", "0")
+			sh := tp.startShaper("--queue", "0", "--pps", "10", "--burst", "1", "--shape", "--max-delay", "5s", "--stats-interval", "0",
+				"--metrics-addr", "127.0.0.1:9464")
 			rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "2s", "--times")
 			s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "200", "--duration", "200ms")
 			time.Sleep(300 * time.Millisecond)
 			held := tp.queue(0).Waiting
 			if held < 30 {
 				t.Fatalf("%d packets waiting in the kernel's queue before the %v, want about 36", held, sig)
+			}
+			// The metrics say so: every packet but the first (the burst)
+			// was delayed, none overflowed, and about as many as the
+			// kernel holds are held (one leaves every 100 ms).
+			m := tp.metricsIn(tp.B, "9464")
+			delayed := fmt.Sprint(s.Sent - 1)
+			for _, want := range []string{
+				"packetshaper_delayed_total{queue=\"0\"} " + delayed + "\n",
+				"packetshaper_shape_overflow_total{queue=\"0\"} 0\n",
+				"packetshaper_shape_delay_seconds_count{queue=\"0\"} " + delayed + "\n",
+				"packetshaper_rule_delayed_total{queue=\"0\",rule=\"default\"} " + delayed + "\n",
+				"packetshaper_held_max{queue=\"0\"} 1024\n",
+			} {
+				if !strings.Contains(m, want) {
+					t.Errorf("metrics lack %q:\n%s", want, m)
+				}
+			}
+			if g := regexp.MustCompile(`packetshaper_held\{queue="0"\} (\d+)`).FindStringSubmatch(m); g == nil {
+				t.Errorf("metrics lack packetshaper_held:\n%s", m)
+			} else if n, _ := strconv.ParseUint(g[1], 10, 64); n+3 < held || n > held {
+				t.Errorf("packetshaper_held %d, the kernel holds %d", n, held)
 			}
 			t0 := time.Now()
 			sh.signal(sig)
@@ -295,7 +317,7 @@ func TestShapeStop(t *testing.T) {
 				}
 				// What the kernel does with the packets held when the
 				// process dies is its business: reported, not required.
-				t.Logf("of the %d packets held at SIGKILL, %d arrived", held, int(got)-int(s.Sent)+int(held))
+				t.Logf("of the %d packets held at SIGKILL, %d arrived", held, countAfter(r.TimesNs["9000"]["10000"], t0.UnixNano()))
 			}
 		})
 	}
