@@ -36,7 +36,11 @@ e.g. (or use scripts/rules.sh):
 
 A full queue accepts packets without asking (fail-open) unless --fail-closed;
 such packets are counted as failopen_passed in the stats and metrics.
-SIGINT/SIGTERM: stop, answer every held packet, log the final stats, exit 0.
+Shaping (--shape, or shape = true in a rule) holds a packet over the rate in
+the kernel's queue until its departure time, at most --max-delay, and at most
+--max-held packets per queue.
+SIGINT/SIGTERM: stop, answer every held packet (shaped ones: accepted at
+once), log the final stats, exit 0.
 SIGHUP: re-read --policy FILE. Rules whose name, match, key and limiter
 settings are unchanged keep their flows and limiter state (no fresh burst);
 changed and new rules start empty; the log says which rules kept state. A bad
