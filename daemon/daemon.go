@@ -218,6 +218,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}
 	log.Info("shaping", "queues", queueList(cfg.Queues), "policy", src.Describe(), "rules", ruleNames(ws[0].eng),
 		"queue_maxlen", cfg.Queue.MaxQueueLen, "copy_range", cfg.Queue.CopyRange, "mode", mode, "offload", cfg.Offload,
+		"max_held", ws[0].q.HoldStats().MaxHeld,
 		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20)))
 
 	errs := make(chan error, len(ws))

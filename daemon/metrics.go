@@ -52,6 +52,7 @@ type queueSample struct {
 	kernel   nfq.KernelStats
 	bound    bool
 	failOpen nfq.FailOpenStats
+	hold     nfq.HoldStats
 }
 
 // collector is the daemon's prometheus.Collector.
@@ -60,6 +61,7 @@ type collector struct {
 
 	queue     []queueMetric
 	rule      []ruleMetric
+	shape     *shapeMetrics
 	latency   *prometheus.Desc
 	offload   []metric
 	reloads   *prometheus.Desc
@@ -81,7 +83,7 @@ func b2f(b bool) float64 {
 }
 
 func newCollector(d *state) *collector {
-	c := &collector{d: d}
+	c := &collector{d: d, shape: newShapeMetrics()}
 	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
 	q := func(name, help string, typ prometheus.ValueType, get func(*queueSample) float64) {
 		c.queue = append(c.queue, queueMetric{newMetric(name, help, typ, "queue"), get})
@@ -153,6 +155,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.rule {
 		ch <- m.desc
 	}
+	c.shape.describe(ch)
 	ch <- c.latency
 	for _, m := range c.offload {
 		ch <- m.desc
@@ -194,10 +197,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(c.latency, h.Count, h.Sum.Seconds(), buckets, strconv.Itoa(int(w.queue)))
 		}
 	}
-	// Shaping (packets held to pace a flow rather than dropped, built
-	// elsewhere) goes here, per queue from the workers' snapshots: held
-	// packets now and in all, releases, and the delay a held packet got
-	// (a histogram), on the model of the queue metrics above.
+	c.shape.collect(ch, d.ws, samples)
 	if d.off != nil {
 		ost := d.off.Stats()
 		kd, _, _ := d.off.KernelDrops()

@@ -21,6 +21,7 @@ type fakeQueue struct {
 	stats  nfq.Stats
 	kernel nfq.KernelStats
 	hist   nfq.LatencyHistogram
+	hold   nfq.HoldStats
 	wakes  int
 }
 
@@ -46,6 +47,12 @@ func (q *fakeQueue) LatencyHistogram(b []time.Duration) nfq.LatencyHistogram {
 		h.Cumulative = make([]uint64, len(b))
 	}
 	return h
+}
+func (q *fakeQueue) HoldRoom() int { return 0 }
+func (q *fakeQueue) HoldStats() nfq.HoldStats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.hold
 }
 func (q *fakeQueue) Wake() {
 	q.mu.Lock()

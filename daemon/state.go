@@ -25,6 +25,8 @@ type nfqQueue interface {
 	Latency() nfq.LatencyStats
 	LatencyHistogram(bounds []time.Duration) nfq.LatencyHistogram
 	Wake()
+	HoldRoom() int
+	HoldStats() nfq.HoldStats
 }
 
 var _ nfqQueue = (*nfq.Queue)(nil)
@@ -97,7 +99,7 @@ func (d *state) maxQueueLen() uint32 {
 
 // sample reads one queue's counters now.
 func (d *state) sample(w *worker) queueSample {
-	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load()}
+	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load(), hold: w.q.HoldStats()}
 	if ks, err := w.q.KernelStats(); err == nil {
 		s.kernel = ks
 		select {

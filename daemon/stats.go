@@ -53,6 +53,8 @@ func sum(ws []*worker) totals {
 			a.Dropped += r.Dropped
 			a.ShadowDropped += r.ShadowDropped
 			a.Marked += r.Marked
+			a.Delayed += r.Delayed
+			a.ShapeOverflow += r.ShapeOverflow
 			a.Flows += r.Flows
 			a.Evictions += r.Evictions
 			a.Expired += r.Expired
@@ -108,6 +110,7 @@ func logStats(log *slog.Logger, msg string, ws []*worker, mon failOpen, off *off
 		}
 		attrs = append(attrs, "per_queue", b.String())
 	}
+	attrs = append(attrs, shapeAttrs(sumShape(ws))...)
 	if latency {
 		us := func(d time.Duration) string { return fmt.Sprintf("%.0f", float64(d)/1e3) }
 		attrs = append(attrs, "lat_count", t.latency.Count, "lat_p50_us", us(t.latency.P50),
@@ -116,9 +119,10 @@ func logStats(log *slog.Logger, msg string, ws []*worker, mon failOpen, off *off
 	// One group per rule: rule.NAME.packets=… in text, nested in JSON.
 	var rules []any
 	for _, r := range t.engine.rules {
-		rules = append(rules, slog.Group(r.name,
+		rules = append(rules, slog.Group(r.name, append([]any{
 			"packets", r.Packets, "accepted", r.Accepted, "dropped", r.Dropped,
-			"shadow_dropped", r.ShadowDropped, "marked", r.Marked, "flows", r.Flows, "evictions", r.Evictions))
+			"shadow_dropped", r.ShadowDropped, "marked", r.Marked, "flows", r.Flows, "evictions", r.Evictions},
+			shapeRuleAttrs(&r)...)...))
 	}
 	attrs = append(attrs, slog.Group("rule", rules...))
 	log.Info(msg, attrs...)

@@ -18,6 +18,12 @@ type offloader interface{ Add(k flows.Key) }
 // copied into an immutable snapshot there, at most every snapEvery (and
 // when the queue is idle), and published with an atomic store.
 //
+// Packets a shaping rule delays are held by the queue (nfq, Verdict.At),
+// not by the engine: they belong to the queue and keep their departure
+// times whatever engine decides the next packets (a reload). Before each
+// batch the engine learns how many more the queue can hold (HoldRoom), so
+// that it drops, uncharged, a packet it would delay beyond that.
+//
 // A reload (SIGHUP) stores a new engine in pending, made by Engine.Reload
 // from the current one so that unchanged rules share its state; decide swaps
 // it in at the start of its next batch, on the queue's goroutine, so the
@@ -51,7 +57,8 @@ type worker struct {
 // snapshot is what a worker's engine had counted at one time.
 type snapshot struct {
 	shaper.Stats
-	rules []ruleSnap
+	rules  []ruleSnap
+	delays shaper.DelayStats // of the packets shaping rules delayed
 }
 
 type ruleSnap struct {
@@ -70,12 +77,16 @@ func newWorker(queue uint16, eng *shaper.Engine) *worker {
 	return w
 }
 
-// decide is the nfq.Handler: the engine decides, nfq answers. It does not
-// allocate, but to publish a snapshot (every snapEvery) and to copy out a
-// chunk of a flow listing (while one is asked for).
+// decide is the nfq.Handler: the engine decides, nfq answers (and holds
+// what the engine delays until its departure). It does not allocate, but to
+// publish a snapshot (every snapEvery) and to copy out a chunk of a flow
+// listing (while one is asked for).
 func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 	if w.pending.Load() != nil {
 		w.swap(now)
+	}
+	if w.q != nil {
+		w.eng.SetHoldRoom(w.q.HoldRoom())
 	}
 	for i := range batch {
 		p := &batch[i]
@@ -87,6 +98,7 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 		case w.dec.SetMark:
 			verdicts[i].SetMark, verdicts[i].Mark = true, w.dec.Mark
 		}
+		verdicts[i].At = w.dec.Depart
 	}
 	if w.off != nil {
 		w.eng.TakeOffloads(w.off.Add)
@@ -146,7 +158,7 @@ func (w *worker) install(make func(base *shaper.Engine) (*shaper.Engine, []strin
 }
 
 func (w *worker) snapshot(now int64) {
-	s := &snapshot{Stats: w.eng.Stats(), rules: make([]ruleSnap, w.eng.NumRules())}
+	s := &snapshot{Stats: w.eng.Stats(), rules: make([]ruleSnap, w.eng.NumRules()), delays: w.eng.Delays()}
 	for i := range s.rules {
 		r := w.eng.Rule(i)
 		s.rules[i] = ruleSnap{name: r.Name, rule: r, RuleStats: w.eng.RuleStats(i)}

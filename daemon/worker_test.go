@@ -132,3 +132,47 @@ func TestWorkerReload(t *testing.T) {
 		t.Errorf("decide: %v allocations, want 0", allocs)
 	}
 }
+
+// TestWorkerShape: a shaping rule's delays become the verdicts' At, on the
+// batch's clock; packets accepted at once have none; a reload hands the
+// shaping rule's queue (its flows' debt) to the new engine.
+func TestWorkerShape(t *testing.T) {
+	eng, err := shaper.New(shaper.Config{Rate: 100, Burst: 1, Shape: true, MaxDelay: int64(100 * time.Millisecond)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(0, eng)
+	batch := make([]nfq.Packet, 4)
+	for i := range batch {
+		d := udp4(1000)
+		batch[i] = nfq.Packet{ID: uint32(i + 1), Data: d, Len: len(d)}
+	}
+	v := make([]nfq.Verdict, len(batch))
+	now := int64(1e18)
+	w.decide(batch, v, now)
+	for i, want := range []int64{0, now + 10e6, now + 20e6, now + 30e6} {
+		if v[i].At != want || v[i].Action != nfq.Accept {
+			t.Errorf("packet %d: %+v, want accept at %d", i, v[i], want)
+		}
+	}
+	next, kept, err := w.cur.Load().Reload(shaper.Policy{Rules: []shaper.Rule{{Name: "default", Limit: shaper.Config{Rate: 100, Burst: 1, Shape: true, MaxDelay: int64(100 * time.Millisecond)}}}})
+	if err != nil || len(kept) != 1 {
+		t.Fatalf("reload: %v, kept %v", err, kept)
+	}
+	w.pending.Store(next)
+	clear(v)
+	w.decide(batch[:1], v[:1], now)
+	if v[0].At != now+40e6 {
+		t.Errorf("after the reload: %+v, want at now+40ms, behind the packets held before it", v[0])
+	}
+	if s := w.snap.Load(); s.Delayed != 4 || s.delays.Count != 4 {
+		t.Errorf("snapshot %+v", s)
+	}
+	if allocs := testing.AllocsPerRun(50, func() {
+		now += int64(time.Millisecond)
+		clear(v)
+		w.decide(batch, v, now)
+	}); allocs != 0 {
+		t.Errorf("decide with shaping: %v allocations, want 0", allocs)
+	}
+}

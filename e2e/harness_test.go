@@ -151,6 +151,8 @@ type topo struct {
 	A, B string // namespace names
 	// Addresses of A and B.
 	IPA, IPB, IP6A, IP6B string
+	// The veth pair's ends, in A and in B.
+	VethA, VethB string
 }
 
 // newTopo creates the namespaces and registers their removal (and that of
@@ -167,6 +169,7 @@ func newTopo(t *testing.T) *topo {
 		IPA: "10.213.0.1", IPB: "10.213.0.2", IP6A: "fd00:213::1", IP6B: "fd00:213::2",
 	}
 	vA, vB := "pse"+id+"a", "pse"+id+"b"
+	tp.VethA, tp.VethB = vA, vB
 	for _, ns := range []string{tp.A, tp.B} {
 		tp.host("ip", "netns", "add", ns)
 		ns := ns
@@ -236,9 +239,15 @@ func (tp *topo) must(ns string, args ...string) string {
 // rules runs scripts/rules.sh add|del ... --netns B.
 func (tp *topo) rules(args ...string) string {
 	tp.t.Helper()
+	return tp.rulesIn(tp.B, args...)
+}
+
+// rulesIn runs scripts/rules.sh add|del ... --netns ns.
+func (tp *topo) rulesIn(ns string, args ...string) string {
+	tp.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, rulesScript, append(args, "--netns", tp.B)...).CombinedOutput()
+	out, err := exec.CommandContext(ctx, rulesScript, append(args, "--netns", ns)...).CombinedOutput()
 	if err != nil {
 		tp.t.Fatalf("rules.sh %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -354,6 +363,18 @@ func (p *proc) waitStderr(s string, d time.Duration) {
 	}
 }
 
+// waitStdout waits up to d for stdout to contain s.
+func (p *proc) waitStdout(s string, d time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(d)
+	for !strings.Contains(p.out.String(), s) {
+		if p.exited() || time.Now().After(deadline) {
+			p.t.Fatalf("%s: no %q on stdout within %v (exited: %v)\nstdout:\n%s", p.name, s, d, p.exited(), indent(p.out.String()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // decode parses the process's stdout as one JSON object.
 func (p *proc) decode(v any) {
 	p.t.Helper()
@@ -374,7 +395,13 @@ type queueState struct {
 // queue reads the state of NFQUEUE queue q inside ns B.
 func (tp *topo) queue(q int) queueState {
 	tp.t.Helper()
-	out := tp.must(tp.B, "cat", "/proc/net/netfilter/nfnetlink_queue")
+	return tp.queueIn(tp.B, q)
+}
+
+// queueIn reads the state of NFQUEUE queue q inside ns.
+func (tp *topo) queueIn(ns string, q int) queueState {
+	tp.t.Helper()
+	out := tp.must(ns, "cat", "/proc/net/netfilter/nfnetlink_queue")
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		f := strings.Fields(sc.Text())
@@ -393,8 +420,14 @@ func (tp *topo) queue(q int) queueState {
 // waitBound waits until queue q in B is bound (by the process p).
 func (tp *topo) waitBound(p *proc, q int) {
 	tp.t.Helper()
+	tp.waitBoundIn(tp.B, p, q)
+}
+
+// waitBoundIn waits until queue q in ns is bound (by the process p).
+func (tp *topo) waitBoundIn(ns string, p *proc, q int) {
+	tp.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
-	for !tp.queue(q).Bound {
+	for !tp.queueIn(ns, q).Bound {
 		if p.exited() {
 			tp.t.Fatalf("%s exited before binding queue %d: %v\nstderr:\n%s", p.name, q, p.waitErr, indent(p.err.String()))
 		}
@@ -409,8 +442,15 @@ func (tp *topo) waitBound(p *proc, q int) {
 // queue 0.
 func (tp *topo) startShaper(args ...string) *proc {
 	tp.t.Helper()
-	p := tp.start(tp.B, "packetshaper", append([]string{shaperBin}, args...)...)
-	tp.waitBound(p, 0)
+	return tp.startShaperIn(tp.B, args...)
+}
+
+// startShaperIn runs packetshaper in ns with args and waits until it has
+// bound queue 0.
+func (tp *topo) startShaperIn(ns string, args ...string) *proc {
+	tp.t.Helper()
+	p := tp.start(ns, "packetshaper", append([]string{shaperBin}, args...)...)
+	tp.waitBoundIn(ns, p, 0)
 	return p
 }
 
@@ -448,6 +488,11 @@ type recvResult struct {
 	Total    uint64                       `json:"total"`
 	FirstNs  int64                        `json:"first_ns"`
 	LastNs   int64                        `json:"last_ns"`
+	// With --times: arrival and kernel receive times per port and source
+	// port (ns since the epoch).
+	TimesNs map[string]map[string][]int64 `json:"times_ns"`
+	RxNs    map[string]map[string][]int64 `json:"rx_ns"`
+	Seqs    map[string]map[string][]int64 `json:"seqs"` // psend send --seq
 }
 
 // startRecv starts psend recv in B on the given ports (comma-separated

@@ -56,6 +56,15 @@ const (
 	// MaxRealtimePriority is the highest Config.RealtimePriority (the
 	// kernel's highest SCHED_FIFO priority).
 	MaxRealtimePriority = 99
+	// DefaultMaxHeld is the most packets held at once (Verdict.At) when
+	// Config.MaxHeld is 0, or a quarter of MaxQueueLen if that is less.
+	// Held packets sit at the head of the kernel's queue, and on kernels
+	// without a hash table of queued packets each verdict given by id
+	// walks past them: nfq/PERFORMANCE.md ("Holding packets") measures
+	// that cost against the number held, which sets this default.
+	DefaultMaxHeld = 1024
+	// MaxMaxHeld bounds Config.MaxHeld.
+	MaxMaxHeld = 16384
 )
 
 // Config configures a queue. The zero value binds queue 0 with the
@@ -109,6 +118,14 @@ type Config struct {
 	// Open fails with an error wrapping ErrPermission without it. 0 (the
 	// default) leaves the scheduling policy alone.
 	RealtimePriority int
+	// MaxHeld is the most packets held at once for a later verdict
+	// (Verdict.At). 0 means DefaultMaxHeld, or MaxQueueLen/4 if that is
+	// less; negative: none (At is ignored). It must be at most half of
+	// MaxQueueLen (and MaxMaxHeld), so that held packets never fill the
+	// kernel's queue and make it fail open. A Handler asks HoldRoom how
+	// many more it may hold; a verdict with At beyond that is given at once
+	// (HoldStats.Full).
+	MaxHeld int
 	// Idle, if not nil, is called from Run's goroutine with the engine's
 	// clock (as a Handler's now) every 100 ms (idleEvery), between
 	// batches, whether packets flow or not, and soon after a call to
@@ -139,7 +156,21 @@ func (c Config) withDefaults() Config {
 	if c.BatchSize <= 0 {
 		c.BatchSize = DefaultBatchSize
 	}
+	switch {
+	case c.MaxHeld == 0:
+		c.MaxHeld = min(DefaultMaxHeld, int(c.MaxQueueLen/4))
+	case c.MaxHeld < 0:
+		c.MaxHeld = 0
+	}
 	return c
+}
+
+// checkMaxHeld reports a MaxHeld the queue cannot take.
+func (c Config) checkMaxHeld() error {
+	if c.MaxHeld > MaxMaxHeld || c.MaxHeld > int(c.MaxQueueLen/2) {
+		return fmt.Errorf("nfq: queue %d: max held %d is more than half the queue length %d (or %d): held packets could fill the queue", c.Queue, c.MaxHeld, c.MaxQueueLen, MaxMaxHeld)
+	}
+	return nil
 }
 
 // Action is what happens to a queued packet. The zero value is Accept.
@@ -168,6 +199,12 @@ type Verdict struct {
 	// (NFQA_MARK), e.g. for tc or a later firewall rule to act on.
 	SetMark bool
 	Mark    uint32
+	// At, if after the batch's now (the Handler's clock), holds the packet
+	// in the kernel's queue and gives it this verdict at At instead of
+	// with the batch: Run's goroutine wakes then, also when no packet
+	// arrives (see Config.MaxHeld). 0 (or a time not after now): answered
+	// with the batch.
+	At int64
 }
 
 // Packet is one queued packet as the kernel sent it.
@@ -220,11 +257,28 @@ type Stats struct {
 	Errors      uint64 // other receive/send errors and kernel error replies
 }
 
+// HoldStats count the packets held for a later verdict (Verdict.At).
+type HoldStats struct {
+	Held     uint64 // held now
+	Peak     uint64 // the most held at once since Open
+	MaxHeld  int    // the bound (Config.MaxHeld)
+	Total    uint64 // packets held since Open
+	Released uint64 // held packets given their verdict (at their time, or all at once by a stop)
+	// Full counts verdicts with At given at once because MaxHeld packets
+	// were held (a Handler that asks HoldRoom never makes any).
+	Full uint64
+	// Late is how late held packets got their verdicts: from At to the
+	// start of the write that gave it (0 for a packet released early, at
+	// most 5 µs before At; a stop's releases are not counted).
+	Late LatencyStats
+}
+
 // LatencyStats summarise verdict latencies measured with Config.Latency.
 // Quantiles are upper bounds of histogram buckets: exact to 1 µs below
 // 1 ms, to 1/16 above.
 type LatencyStats struct {
 	Count         uint64 // packets measured
+	Sum           time.Duration
 	P50, P99, Max time.Duration
 }
 
@@ -304,9 +358,20 @@ func (h *latencyHist) histogram(bounds []time.Duration) LatencyHistogram {
 	return LatencyHistogram{Count: n, Sum: time.Duration(h.sum.Load()), Cumulative: cum}
 }
 
+// mergeInto adds h's counts to o (both quiescent).
+func (h *latencyHist) mergeInto(o *latencyHist) {
+	for i := range h.buckets {
+		o.buckets[i].Add(h.buckets[i].Load())
+	}
+	o.sum.Add(h.sum.Load())
+	if m := h.max.Load(); m > o.max.Load() {
+		o.max.Store(m)
+	}
+}
+
 func (h *latencyHist) stats() LatencyStats {
 	var counts [latBuckets]uint64
-	var s LatencyStats
+	s := LatencyStats{Sum: time.Duration(h.sum.Load())}
 	for i := range counts {
 		counts[i] = h.buckets[i].Load()
 		s.Count += counts[i]

@@ -74,6 +74,7 @@ type udpPair struct {
 	rx   *net.UDPConn
 	mu   sync.Mutex
 	got  map[uint16]int
+	at   map[uint16]int64 // when each first arrived (wall clock, ns)
 	n    atomic.Int64
 	done chan struct{}
 }
@@ -97,7 +98,7 @@ func newUDPPair(t testing.TB) *udpPair {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &udpPair{tx: tx, rx: rx, got: map[uint16]int{}, done: make(chan struct{})}
+	p := &udpPair{tx: tx, rx: rx, got: map[uint16]int{}, at: map[uint16]int64{}, done: make(chan struct{})}
 	go func() {
 		defer close(p.done)
 		buf := make([]byte, 2048)
@@ -107,8 +108,12 @@ func newUDPPair(t testing.TB) *udpPair {
 				return
 			}
 			if n >= 2 {
+				now := time.Now().UnixNano()
+				seq := uint16(buf[0])<<8 | uint16(buf[1])
 				p.mu.Lock()
-				p.got[uint16(buf[0])<<8|uint16(buf[1])]++
+				if p.got[seq]++; p.got[seq] == 1 {
+					p.at[seq] = now
+				}
 				p.mu.Unlock()
 			}
 			p.n.Add(1)

@@ -166,29 +166,68 @@ func putVerdict(b []byte, queue uint16, id uint32, v Verdict, batch bool, seq ui
 	return n
 }
 
-// appendVerdicts encodes the verdicts of a batch into out (which must have
-// room for len(pkts) messages of maxVerdictMsgLen) and returns the bytes to
-// send and the number of messages. Packets are answered in runs: a run of
-// consecutive packets with the same verdict (and mark) becomes one
-// NFQNL_MSG_VERDICT_BATCH for the last id of the run, which the kernel
-// applies to every queued id up to it.
+// appendVerdicts appends the verdicts of a batch to out (which must have
+// room for len(pkts) more messages of maxVerdictMsgLen) and returns the
+// bytes to send and the number of messages. A packet whose verdict has At
+// set is held, not answered now (the caller keeps it, see hold).
 //
-// That is safe because the kernel assigns ids in queue order and sends a
-// packet's message before any later packet's: when this batch is answered,
-// every packet still queued with an id below the batch's last one is in
-// this batch (earlier batches have been answered in full). A run of one
-// uses the same message; the kernel walks its queue from the head either way.
-func appendVerdicts(out []byte, queue uint16, pkts []Packet, verdicts []Verdict, seq uint32) ([]byte, int) {
-	out = out[:0]
+// Packets are answered in runs: a run of consecutive packets with the same
+// verdict (and mark) becomes one NFQNL_MSG_VERDICT_BATCH for the last id of
+// the run, which the kernel applies to every queued id up to it: it walks
+// its queue from the head and takes every packet until one with a higher
+// id. That is safe because the kernel assigns ids in queue order and sends
+// a packet's message before any later packet's: when this batch is
+// answered, every packet still queued with an id below the batch's last one
+// is in this batch (earlier batches have been answered in full) — unless a
+// packet is held. A held packet stays queued at the head of the kernel's
+// queue, with an id below every later one, so a batch verdict for a later
+// id would release it too, early, with another packet's verdict. So once
+// anything is held (held: packets were held before this batch; or a packet
+// of this batch before), the following packets are answered one by one
+// (NFQNL_MSG_VERDICT, by exact id); before that, in runs.
+func appendVerdicts(out []byte, queue uint16, pkts []Packet, verdicts []Verdict, held bool, seq uint32) ([]byte, int) {
 	msgs := 0
 	for i := 0; i < len(pkts); i++ {
 		v := verdicts[i]
-		if i+1 < len(pkts) && verdicts[i+1] == v {
+		if v.At != 0 {
+			held = true
+			continue
+		}
+		// verdicts[i+1] differs from v if it is held (At).
+		if !held && i+1 < len(pkts) && verdicts[i+1] == v {
 			continue
 		}
 		n := len(out)
 		out = out[:n+maxVerdictMsgLen]
-		out = out[:n+putVerdict(out[n:], queue, pkts[i].ID, v, true, seq)]
+		out = out[:n+putVerdict(out[n:], queue, pkts[i].ID, v, !held, seq)]
+		msgs++
+	}
+	return out, msgs
+}
+
+// idBefore reports whether packet id a was queued before b. Ids are 32-bit
+// and wrap; the kernel compares them the same way (nfq_id_after).
+func idBefore(a, b uint32) bool { return int32(a-b) < 0 }
+
+// appendReleases appends the verdicts of held packets released now, rel,
+// sorted by id (idBefore), to out (room for len(rel) more messages) and
+// returns the bytes and the number of messages. Every other packet with an
+// id below rel's ids has been answered, except the packets still held, the
+// lowest id of which is minHeld (if stillHeld): so a run of rel with equal
+// verdicts whose ids are all below minHeld can be one batch verdict (a
+// stop, or a single flow whose packets leave in id order, releases so);
+// the rest go one by one.
+func appendReleases(out []byte, queue uint16, rel []heldPkt, stillHeld bool, minHeld uint32, seq uint32) ([]byte, int) {
+	msgs := 0
+	for i := range rel {
+		v := rel[i].verdict()
+		batch := !stillHeld || idBefore(rel[i].id, minHeld)
+		if batch && i+1 < len(rel) && rel[i+1].verdict() == v && (!stillHeld || idBefore(rel[i+1].id, minHeld)) {
+			continue
+		}
+		n := len(out)
+		out = out[:n+maxVerdictMsgLen]
+		out = out[:n+putVerdict(out[n:], queue, rel[i].id, v, batch, seq)]
 		msgs++
 	}
 	return out, msgs

@@ -226,7 +226,7 @@ func TestAppendVerdictsRuns(t *testing.T) {
 				runs++
 			}
 		}
-		out, msgs := appendVerdicts(make([]byte, 0, n*maxVerdictMsgLen), 7, pkts, vs, 1)
+		out, msgs := appendVerdicts(make([]byte, 0, n*maxVerdictMsgLen), 7, pkts, vs, false, 1)
 		if msgs != runs || len(out) < msgs*verdictMsgLen {
 			t.Fatalf("iter %d: %d messages (%d bytes) for %d runs", iter, msgs, len(out), runs)
 		}
@@ -304,7 +304,7 @@ func handle(b *batch, ds [][]byte, fn Handler) int {
 	v := b.verdicts[:len(b.pkts)]
 	clear(v)
 	fn(b.pkts, v, 1)
-	_, m := appendVerdicts(b.out, b.queue, b.pkts, v, 1)
+	_, m := appendVerdicts(b.out[:0], b.queue, b.pkts, v, false, 1)
 	msgs += m
 	b.pkts = b.pkts[:0]
 	return msgs

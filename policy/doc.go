@@ -25,9 +25,11 @@
 //
 // A rule's action is "limit" (the default), "accept" (never limited) or
 // "drop". A limit rule has one rate, pps or bitrate, and the other limiter
-// settings (burst, algo, window, key, src-prefix4/6, dst-prefix4/6,
-// symmetric, max-flows, flow-timeout) mean what the limiter flags of the
-// same names mean, with the same defaults and ranges. mode = "shadow"
+// settings (burst, algo, shape, max-delay, window, key, src-prefix4/6,
+// dst-prefix4/6, symmetric, max-flows, flow-timeout) mean what the limiter
+// flags of the same names mean, with the same defaults and ranges. shape =
+// true (or algo = "leaky-bucket") makes a token-bucket rule delay packets
+// over the rate, up to max-delay, instead of dropping them. mode = "shadow"
 // accepts what the limiter would drop and counts it; on-exceed = "mark"
 // accepts it with its mark changed by set-mark ("VALUE/MASK": mark =
 // (mark &^ MASK) | VALUE). A packet no rule matches is accepted.

@@ -64,7 +64,7 @@ func (f *File) Format(w io.Writer) error {
 				}
 				return "unused by " + d.Algo
 			}
-			tb := d.Algo == DefaultAlgo
+			tb := d.Algo == DefaultAlgo || d.Algo == ShapeAlgo
 			if d.Burst != nil {
 				unit := "packets"
 				if d.PPS == nil {
@@ -77,6 +77,10 @@ func (f *File) Format(w io.Writer) error {
 				kv("burst", formatFloat(*d.Burst), c)
 			}
 			kv("algo", quote(d.Algo), "")
+			kv("shape", strconv.FormatBool(*d.Shape), "")
+			if *d.Shape {
+				kv("max-delay", quote(formatDuration(d.MaxDelay)), "")
+			}
 			kv("window", quote(formatDuration(d.Window)), unused(!tb))
 			kv("key", quote(d.Key), "")
 			kv("src-prefix4", strconv.Itoa(*d.SrcPrefix4), "")

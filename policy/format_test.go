@@ -7,6 +7,8 @@ import (
 	"os"
 	"reflect"
 	"testing"
+
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata")
@@ -84,7 +86,7 @@ set-mark = "16"
 algo = "sliding-window-counter"
 window = "1m30s"
 flow-timeout = "1h"
-`}
+`, shapePolicy}
 	rng := rand.New(rand.NewPCG(3, 4))
 	for range 50 {
 		srcs = append(srcs, randomPolicy(rng, 1+rng.IntN(30), rng.IntN(2) == 0))
@@ -98,6 +100,64 @@ flow-timeout = "1h"
 	}
 }
 
+// shapePolicy has shaping rules in each spelling.
+const shapePolicy = `
+[[rule]]
+name = "tcp-20mbit"
+match = { proto = ["tcp"] }
+bitrate = "20mbit"
+shape = true
+max-delay = "50ms"
+
+[[rule]]
+name = "leaky"
+algo = "leaky-bucket"
+pps = 100
+key = "src"
+
+[[rule]]
+name = "default-delay"
+pps = 0.5
+shape = true
+flow-timeout = "2s"
+
+[[rule]]
+name = "polices"
+pps = 10
+shape = false
+`
+
+// TestShapeDefaults: shape and max-delay as Compile makes them, with their
+// defaults, and the spellings that mean the same Config.
+func TestShapeDefaults(t *testing.T) {
+	f, err := Parse("p.toml", []byte(shapePolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Compile(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := c.Policy().Rules
+	for i, want := range []struct {
+		shape    bool
+		maxDelay int64
+	}{{true, 50e6}, {true, 50e6}, {true, 50e6}, {false, 0}} {
+		if l := rules[i].Limit; l.Shape != want.shape || l.MaxDelay != want.maxDelay || l.Algorithm != shaper.TokenBucket {
+			t.Errorf("rule %s: %+v, want shape %v, max delay %d", rules[i].Name, l, want.shape, want.maxDelay)
+		}
+	}
+	// leaky-bucket is token-bucket with shape = true: the same Config, so
+	// a reload from one spelling to the other keeps the rule's state.
+	a, _ := Parse("a.toml", []byte("[[rule]]\nname = \"x\"\npps = 5\nalgo = \"leaky-bucket\"\n"))
+	b, _ := Parse("b.toml", []byte("[[rule]]\nname = \"x\"\npps = 5\nshape = true\nmax-delay = \"50ms\"\n"))
+	ca, _ := a.Compile(Options{})
+	cb, _ := b.Compile(Options{})
+	if ra, rb := ca.Policy().Rules[0], cb.Policy().Rules[0]; ra.Limit != rb.Limit {
+		t.Errorf("leaky-bucket %+v != token-bucket with shape %+v", ra.Limit, rb.Limit)
+	}
+}
+
 func FuzzParse(f *testing.F) {
 	example, err := os.ReadFile("testdata/example.toml")
 	if err != nil {
@@ -105,6 +165,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add(example)
 	f.Add([]byte(classifyPolicy))
+	f.Add([]byte(shapePolicy))
 	for _, c := range errorCases {
 		f.Add([]byte(c.in))
 	}

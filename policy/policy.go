@@ -80,8 +80,17 @@ type Rule struct {
 	// bytes); default 5 packets, or max(65535 bytes, 0.1 s of rate).
 	Burst *float64 `toml:"burst,omitempty"`
 	// Algo is the limiter: "token-bucket" (the default), "fixed-window",
-	// "sliding-window" or "sliding-window-counter".
+	// "sliding-window" or "sliding-window-counter"; or "leaky-bucket", the
+	// token bucket shaping (Shape true).
 	Algo string `toml:"algo,omitempty"`
+	// Shape makes a token-bucket rule delay packets over the limit instead
+	// of dropping them: one that would conform within MaxDelay is held
+	// until it does, one that would wait longer is dropped (default
+	// false; true with algo "leaky-bucket").
+	Shape *bool `toml:"shape,omitempty"`
+	// MaxDelay is how long a shaping rule holds a packet at most (default
+	// 50ms, at most 10s). Only with Shape.
+	MaxDelay Duration `toml:"max-delay,omitempty"`
 	// Window is the window algorithms' window (default 1s).
 	Window Duration `toml:"window,omitempty"`
 	// MaxFlows caps the rule's flow table (default 65536).
@@ -313,6 +322,8 @@ type rawRule struct {
 	Bitrate     *string   `toml:"bitrate"`
 	Burst       *float64  `toml:"burst"`
 	Algo        *string   `toml:"algo"`
+	Shape       *bool     `toml:"shape"`
+	MaxDelay    *string   `toml:"max-delay"`
 	Window      *string   `toml:"window"`
 	MaxFlows    *int      `toml:"max-flows"`
 	FlowTimeout *string   `toml:"flow-timeout"`
@@ -391,6 +402,8 @@ func (f *File) fromRaw(raw *rawFile) errList {
 		r.Bitrate = str(i, "bitrate", rr.Bitrate)
 		r.Burst = rr.Burst
 		r.Algo = str(i, "algo", rr.Algo)
+		r.Shape = rr.Shape
+		r.MaxDelay = dur(i, "max-delay", rr.MaxDelay)
 		r.Window = dur(i, "window", rr.Window)
 		r.MaxFlows = rr.MaxFlows
 		r.FlowTimeout = dur(i, "flow-timeout", rr.FlowTimeout)

@@ -19,7 +19,26 @@ const (
 	DefaultOnExceed = "drop"
 	DefaultKey      = "5tuple"
 	DefaultAlgo     = "token-bucket"
+	// ShapeAlgo is the name of the token bucket that shapes: algo =
+	// "leaky-bucket" is algo = "token-bucket" with shape = true.
+	ShapeAlgo = "leaky-bucket"
 )
+
+// DefaultMaxDelay is a shaping rule's max-delay when it gives none.
+const DefaultMaxDelay = Duration(shaper.DefaultMaxDelay)
+
+// parseAlgo parses a rule's algo: a shaper.Algorithm's name, or ShapeAlgo
+// (the token bucket, shaping).
+func parseAlgo(s string) (a shaper.Algorithm, shape bool, err error) {
+	if s == ShapeAlgo {
+		return shaper.TokenBucket, true, nil
+	}
+	a, err = shaper.ParseAlgorithm(s)
+	if err != nil {
+		return 0, false, fmt.Errorf("unknown algorithm %q (want token-bucket, leaky-bucket, fixed-window, sliding-window or sliding-window-counter)", s)
+	}
+	return a, false, nil
+}
 
 // ruleSpec is a checked rule resolved for Compile.
 type ruleSpec struct {
@@ -128,6 +147,8 @@ func (r *Rule) given() []string {
 	add(r.Bitrate != "", "bitrate")
 	add(r.Burst != nil, "burst")
 	add(r.Algo != "", "algo")
+	add(r.Shape != nil, "shape")
+	add(r.MaxDelay != 0, "max-delay")
 	add(r.Window != 0, "window")
 	add(r.Key != "", "key")
 	add(r.SrcPrefix4 != nil, "src-prefix4")
@@ -238,11 +259,14 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 			bad("burst", "must be at most %v, not %v", float64(shaper.MaxBurst), v)
 		}
 	}
+	algo, algoShapes := shaper.TokenBucket, false
 	if r.Algo != "" {
-		if _, err := shaper.ParseAlgorithm(r.Algo); err != nil {
-			bad("algo", "%s", trim(err))
+		var err error
+		if algo, algoShapes, err = parseAlgo(r.Algo); err != nil {
+			bad("algo", "%v", err)
 		}
 	}
+	f.checkShape(i, algo, algoShapes, errs)
 	if r.Window < 0 {
 		bad("window", "must be positive, not %v", r.Window)
 	}
@@ -319,6 +343,38 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	s.rule.Limit = c
 }
 
+// checkShape checks shape and max-delay against the rule's algorithm (algo,
+// and whether its name shapes), mode and on-exceed.
+func (f *File) checkShape(i int, algo shaper.Algorithm, algoShapes bool, errs *errList) {
+	r := &f.Rules[i]
+	bad := func(field, format string, args ...any) {
+		errs.add(f.errAt(i, field, -1, format, args...))
+	}
+	shapes := algoShapes || r.Shape != nil && *r.Shape
+	// The field that asks for shaping, to blame for what does not go
+	// with it.
+	field := "shape"
+	if r.Shape == nil {
+		field = "algo"
+	}
+	switch {
+	case r.MaxDelay < 0:
+		bad("max-delay", "must be positive, not %v", r.MaxDelay)
+	case algoShapes && r.Shape != nil && !*r.Shape:
+		bad("shape", "algo %q always shapes: leave shape out or set it to true (algo \"token-bucket\" polices)", ShapeAlgo)
+	case shapes && algo != shaper.TokenBucket:
+		bad("shape", "only the token bucket shapes (algo \"token-bucket\" or %q), not %s", ShapeAlgo, algo)
+	case shapes && r.Mode == "shadow":
+		bad(field, "a shaping rule cannot be a shadow rule (mode = \"shadow\"): it holds packets, which a dry run must not")
+	case shapes && r.OnExceed == "mark":
+		bad(field, "a shaping rule delays what exceeds the rate and drops only what overflows its queue: on-exceed = \"mark\" does not apply")
+	case !shapes && r.MaxDelay != 0:
+		bad("max-delay", "needs shape = true (or algo = %q)", ShapeAlgo)
+	case r.MaxDelay > Duration(shaper.MaxMaxDelay):
+		bad("max-delay", "must be at most %v, not %v", time.Duration(shaper.MaxMaxDelay), r.MaxDelay)
+	}
+}
+
 // blame picks the field to report an error of shaper.Config.Check at: the
 // setting the engine found at odds with the others.
 func blame(r *Rule, c *shaper.Config) string {
@@ -334,11 +390,16 @@ func blame(r *Rule, c *shaper.Config) string {
 		}
 		return rate
 	}
+	lc := c.LimiterConfig()
 	switch {
 	case c.Bytes && c.Algorithm == shaper.SlidingWindow:
 		return "algo"
 	case c.Key.Validate() != nil:
 		return "symmetric"
+	case c.Shape && c.FlowTimeout > 0 && c.FlowTimeout < lc.MaxDelay:
+		return first("flow-timeout", "max-delay")
+	case c.Shape && c.Rate*float64(lc.MaxDelay)/1e9 > shaper.MaxBurst:
+		return first("max-delay", "shape", "algo")
 	case c.Algorithm == shaper.TokenBucket:
 		return first("burst")
 	case c.Algorithm == shaper.SlidingWindow:
@@ -360,7 +421,11 @@ func (d *Rule) config() shaper.Config {
 		c.Rate, _ = shaper.ParseBitrate(d.Bitrate)
 		c.Bytes = true
 	}
-	c.Algorithm, _ = shaper.ParseAlgorithm(d.Algo)
+	c.Algorithm, _, _ = parseAlgo(d.Algo)
+	c.Shape = *d.Shape
+	if c.Shape {
+		c.MaxDelay = int64(d.MaxDelay)
+	}
 	c.Burst = *d.Burst
 	c.Window = int64(d.Window)
 	c.Key.Mode, _ = flows.ParseMode(d.Key)
@@ -375,7 +440,8 @@ func (d *Rule) config() shaper.Config {
 // WithDefaults returns r with every setting it leaves out filled in with
 // its default, as Compile uses it and Format writes it: the action; and for
 // a limit rule the mode, on-exceed, burst (from the rate: 5 packets, or
-// max(65535 bytes, 0.1 s of rate), at most shaper.MaxBurst), algo, window,
+// max(65535 bytes, 0.1 s of rate), at most shaper.MaxBurst), algo, shape
+// (true for algo "leaky-bucket"), max-delay (a shaping rule's), window,
 // key, the four prefix lengths, symmetric, max-flows and flow-timeout. An
 // empty Match becomes nil. Settings given are kept as they are.
 func (r Rule) WithDefaults() Rule {
@@ -408,6 +474,12 @@ func (r Rule) WithDefaults() Rule {
 	}
 	if d.Algo == "" {
 		d.Algo = DefaultAlgo
+	}
+	if d.Shape == nil {
+		d.Shape = ptr(d.Algo == ShapeAlgo)
+	}
+	if *d.Shape && d.MaxDelay == 0 {
+		d.MaxDelay = DefaultMaxDelay
 	}
 	if d.Window == 0 {
 		d.Window = Duration(shaper.DefaultWindow)

@@ -115,6 +115,7 @@ var ruleSchema = map[string]kind{
 	"src-prefix4": kInt, "dst-prefix4": kInt, "src-prefix6": kInt, "dst-prefix6": kInt,
 	"symmetric": kBool, "pps": kNumber, "bitrate": kString, "burst": kNumber,
 	"algo": kString, "window": kString, "max-flows": kInt, "flow-timeout": kString,
+	"shape": kBool, "max-delay": kString,
 }
 
 var matchSchema = map[string]kind{

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -35,11 +36,17 @@ import (
 type Options struct {
 	// Verdicts, if not nil, receives one line per record in capture
 	// order: "<index> <ACCEPT|DROP>\n", the index starting at 1 and
-	// counting every record (non-IP ones included) across all files.
+	// counting every record (non-IP ones included) across all files; a
+	// packet a shaping rule delays is "<index> ACCEPT +<delay in ns>\n".
 	Verdicts io.Writer
 	// Accepted and Dropped, if not nil, receive pcap files (nanosecond
 	// timestamps) of the accepted and dropped records, as captured: same
-	// bytes, link type and timestamps. A pcap file holds one link type, so
+	// bytes, link type and timestamps, except that a packet a shaping rule
+	// delays is written with its departure time as its timestamp, in
+	// departure order among the accepted ones (it is held, copied, until
+	// the capture's clock passes its departure, or the end: what is held
+	// is at most what the shaping rules' queues hold, max-delay's worth of
+	// each flow's rate). A pcap file holds one link type, so
 	// a record whose link type differs from the first one written is an
 	// error, unless AcceptedNg or DroppedNg make that output pcapng, which
 	// gets one interface per link type.
@@ -94,6 +101,11 @@ type Summary struct {
 	// NonIP: records that carry no IP packet (ARP, LLDP, …): accepted,
 	// never given to the engine.
 	NonIP uint64
+	// Delayed: packets shaping rules accepted later than their arrival (in
+	// Accepted); ShapeOverflow: packets they dropped because their queue
+	// was full (in Dropped); Delays: how long the delayed ones waited.
+	Delayed, ShapeOverflow uint64
+	Delays                 shaper.DelayStats
 	// Flows is the number of flows in the engine's table at the end;
 	// FlowsSeen the number of flow table insertions (distinct flows, when
 	// nothing was evicted or expired). Evictions: flows pushed out of a
@@ -130,11 +142,17 @@ type Replayer struct {
 	acc, drp pcapOut
 	tl       *Timeline // nil without Options.Timeline
 	nRules   int
-	index    uint64 // records so far, over all files
-	nonIP    uint64
-	first    int64
-	last     int64
-	any      bool
+	// held are the delayed packets waiting for their departure to be
+	// written to Accepted, a min-heap by departure (then arrival); their
+	// buffers come from and go back to free.
+	held    []heldRec
+	free    [][]byte
+	heldSeq uint64
+	index   uint64 // records so far, over all files
+	nonIP   uint64
+	first   int64
+	last    int64
+	any     bool
 }
 
 // New returns a Replayer that asks eng for verdicts.
@@ -245,9 +263,10 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 		r.last = now
 	}
 	v := shaper.Accept
+	var depart int64
 	if ip, ok := Decap(lt, data); ok {
 		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
-		v = r.dec.Verdict
+		v, depart = r.dec.Verdict, r.dec.Depart
 		if r.tl != nil {
 			row := r.dec.Rule
 			if row < 0 {
@@ -274,21 +293,107 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 		}
 		b := r.verdicts.AvailableBuffer()
 		b = strconv.AppendUint(b, r.index, 10)
-		if v == shaper.Drop {
+		switch {
+		case v == shaper.Drop:
 			b = append(b, " DROP\n"...)
-		} else {
+		case depart != 0:
+			b = append(b, " ACCEPT +"...)
+			b = strconv.AppendInt(b, depart-now, 10)
+			b = append(b, '\n')
+		default:
 			b = append(b, " ACCEPT\n"...)
 		}
 		if _, err := r.verdicts.Write(b); err != nil {
 			return fmt.Errorf("writing verdicts: %v", err)
 		}
 	}
-	out := &r.acc
 	if v == shaper.Drop {
-		out = &r.drp
+		if r.drp.buf != nil {
+			return r.drp.write(data, ci, lt)
+		}
+		return nil
 	}
-	if out.buf != nil {
-		return out.write(data, ci, lt)
+	if r.acc.buf == nil {
+		return nil
+	}
+	// The packets held so far that depart by now come first.
+	if err := r.release(now); err != nil {
+		return err
+	}
+	if depart != 0 {
+		r.hold(data, ci, lt, depart)
+		return nil
+	}
+	return r.acc.write(data, ci, lt)
+}
+
+// heldRec is a delayed packet waiting to be written to Accepted.
+type heldRec struct {
+	depart int64
+	seq    uint64 // arrival order, for equal departures
+	ci     gopacket.CaptureInfo
+	lt     layers.LinkType
+	data   []byte
+}
+
+func (a *heldRec) before(b *heldRec) bool {
+	return a.depart < b.depart || a.depart == b.depart && a.seq < b.seq
+}
+
+// hold copies a delayed packet into the heap of held packets. Buffers are
+// reused: once the heap has grown to the shaping queues' size, holding
+// allocates nothing.
+func (r *Replayer) hold(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkType, depart int64) {
+	var buf []byte
+	if n := len(r.free); n > 0 {
+		buf, r.free = r.free[n-1][:0], r.free[:n-1]
+	}
+	c := *ci
+	c.AncillaryData = nil
+	r.heldSeq++
+	r.held = append(r.held, heldRec{depart: depart, seq: r.heldSeq, ci: c, lt: lt, data: append(buf, data...)})
+	h := r.held
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h[i].before(&h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+// release writes to Accepted, in departure order, the held packets that
+// depart at or before until (all of them for math.MaxInt64), each with its
+// departure time as its timestamp.
+func (r *Replayer) release(until int64) error {
+	for len(r.held) > 0 && r.held[0].depart <= until {
+		h := r.held
+		top := h[0]
+		n := len(h) - 1
+		h[0] = h[n]
+		h[n] = heldRec{}
+		r.held = h[:n]
+		for i := 0; ; {
+			l := 2*i + 1
+			if l >= n {
+				break
+			}
+			if l+1 < n && h[l+1].before(&h[l]) {
+				l++
+			}
+			if !h[l].before(&h[i]) {
+				break
+			}
+			h[i], h[l] = h[l], h[i]
+			i = l
+		}
+		top.ci.Timestamp = time.Unix(0, top.depart).UTC()
+		err := r.acc.write(top.data, &top.ci, top.lt)
+		r.free = append(r.free, top.data)
+		if err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -297,6 +402,9 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 // after an error, so that the outputs hold the records before it).
 func (r *Replayer) Flush() error {
 	var errs []error
+	if err := r.release(math.MaxInt64); err != nil {
+		errs = append(errs, err)
+	}
 	if r.verdicts != nil {
 		if err := r.verdicts.Flush(); err != nil {
 			errs = append(errs, fmt.Errorf("writing verdicts: %v", err))
@@ -319,19 +427,22 @@ func (r *Replayer) Timeline() *Timeline { return r.tl }
 func (r *Replayer) Summary() Summary {
 	st := r.eng.Stats()
 	return Summary{
-		Packets:   st.Packets + r.nonIP,
-		Accepted:  st.Accepted + r.nonIP,
-		Dropped:   st.Dropped,
-		Malformed: st.Malformed,
-		Unmatched: st.Unmatched,
-		NoPorts:   st.NoPorts,
-		NonIP:     r.nonIP,
-		Flows:     st.Flows,
-		FlowsSeen: st.Flows + st.Evictions + st.Expired,
-		Evictions: st.Evictions,
-		Expired:   st.Expired,
-		First:     r.first,
-		Last:      r.last,
+		Packets:       st.Packets + r.nonIP,
+		Accepted:      st.Accepted + r.nonIP,
+		Dropped:       st.Dropped,
+		Delayed:       st.Delayed,
+		ShapeOverflow: st.ShapeOverflow,
+		Delays:        r.eng.Delays(),
+		Malformed:     st.Malformed,
+		Unmatched:     st.Unmatched,
+		NoPorts:       st.NoPorts,
+		NonIP:         r.nonIP,
+		Flows:         st.Flows,
+		FlowsSeen:     st.Flows + st.Evictions + st.Expired,
+		Evictions:     st.Evictions,
+		Expired:       st.Expired,
+		First:         r.first,
+		Last:          r.last,
 	}
 }
 

@@ -15,10 +15,20 @@
 #   moderate  consumer CPU per packet at fixed offered rates (small batches)
 #           and at full speed: packetshaper beside the C consumer, each
 #           timed exactly (root; see "Moderate load" below)
+#   shape   shaping (issue 9), end to end in namespaces: one TCP transfer
+#           (iperf3) through --bitrate 20mbit --shape --max-delay 50ms, tc
+#           tbf rate 20mbit and the policer; UDP at 500 packets/s through
+#           --pps 100 --shape --max-delay 1s (arrivals, gaps, delays,
+#           departure lateness; default and --rt-priority 1); a reload
+#           with packets held; SIGTERM and SIGKILL with packets held; and
+#           the kernel's cost of verdicts by id against the packets held
+#           (root; go test ./e2e -run '^TestShape' and ./nfq -bench
+#           'HeldVerdicts|KernelListWalk'; about 3 minutes)
 #
 #   sudo ./scripts/bench.sh                       # all five, about 7-10 minutes
 #   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 1.5 minutes
 #   sudo PARTS=moderate ./scripts/bench.sh        # CPU per packet only, about 3 minutes
+#   sudo PARTS=shape ./scripts/bench.sh           # shaping only, about 3 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #
@@ -79,7 +89,7 @@
 # of bypassing, and "via consumer" (the queue's id_sequence, or the consumer's
 # own packets= count) is shown beside "delivered".
 #
-# Environment (defaults): PARTS=engine,replay,live,queues,moderate
+# Environment (defaults): PARTS=engine,replay,live,queues,moderate,shape
 #   engine: ENGINE_COUNT=3 (go test -count)
 #   replay: REPLAY_PACKETS=1000000 REPLAY_FLOWS=10000 REPLAY_RUNS=3
 #   live:   REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000 LIMITED_PPS=1000
@@ -102,7 +112,7 @@ LIMITED_PPS=${LIMITED_PPS:-1000}
 SIZE=${SIZE:-64}
 PS_ARGS=${PS_ARGS:-}
 OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
-PARTS=${PARTS:-engine,replay,live,queues,moderate}
+PARTS=${PARTS:-engine,replay,live,queues,moderate,shape}
 QUEUE_RATES=${QUEUE_RATES:-150000 200000 300000 0}
 QUEUE_CPUS=${QUEUE_CPUS:-0,1}
 MODERATE_RATES=${MODERATE_RATES:-5000 20000 50000 0}
@@ -122,15 +132,20 @@ case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""
 between() { [ "${!1}" -ge "$2" ] && [ "${!1}" -le "$3" ]; }
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 for p in ${PARTS//,/ }; do
-	case "$p" in engine | replay | live | queues | moderate) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate)" ;; esac
+	case "$p" in engine | replay | live | queues | moderate | shape) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate, shape)" ;; esac
 done
-[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate)"
+[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate, shape)"
 if want live || want queues || want moderate; then
 	[ "$(id -u)" = 0 ] || die "the live, queues and moderate parts must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
 	[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh, or PARTS=engine,replay)"
 fi
 if want replay; then
 	command -v tcpdump >/dev/null || die "the replay part needs tcpdump (apt-get install tcpdump), or leave it out of PARTS"
+fi
+if want shape; then
+	[ "$(id -u)" = 0 ] || die "the shape part must run as root (network namespaces, NFQUEUE)"
+	command -v iperf3 >/dev/null || die "the shape part needs iperf3 (apt-get install iperf3), or leave it out of PARTS"
+	command -v tc >/dev/null || die "the shape part needs tc (apt-get install iproute2)"
 fi
 for v in REPS FLOWS LIMITED_FLOWS LIMITED_PPS SIZE ENGINE_COUNT REPLAY_PACKETS REPLAY_FLOWS REPLAY_RUNS; do
 	case "${!v}" in '' | *[!0-9]*) die "$v='${!v}': want a whole number" ;; esac
@@ -217,6 +232,31 @@ if want replay; then
 		sed -n '/^capture:/,$p' "$OUT/replay.txt" | sed 's/^/    /'
 		echo
 		echo "targets (issue 5): >= 3 000 000 packets/s, and at least half the speed of tcpdump (time ratio <= 2)"
+		echo
+	} >>"$OUT/bench.md"
+fi
+
+# ---------------------------------------------------------------- shape
+if want shape; then
+	log "shape: go test ./e2e -run '^TestShape' -v, then go test ./nfq -bench 'HeldVerdicts|KernelListWalk'"
+	load0=$(cut -d' ' -f1-3 /proc/loadavg)
+	(cd "$ROOT" && timeout 900 go test ./e2e -run '^TestShape' -count=1 -v -timeout 14m) >"$OUT/shape.txt" 2>&1
+	shape_rc=$?
+	(cd "$ROOT" && timeout 600 go test ./nfq -run '^$' -bench 'HeldVerdicts|KernelListWalk' -benchtime 20000x -count 1 -timeout 9m) >"$OUT/held.txt" 2>&1 ||
+		{ tail -20 "$OUT/held.txt" >&2; die "the held-verdicts benchmark failed (log: $OUT/held.txt)"; }
+	{
+		printf "## Shaping: end to end (go test ./e2e -run '^TestShape' -v; load average before: %s)
+
+" "$load0"
+		grep -E '^ *shape_test\.go:[0-9]+: |^ *--- (PASS|FAIL)' "$OUT/shape.txt" | sed -E 's/^ *shape_test\.go:[0-9]+: /    /; s/^ *(--- )/  \1/'
+		[ "$shape_rc" = 0 ] || echo "    (go test exit status $shape_rc: see $OUT/shape.txt)"
+		echo
+		echo "## Shaping: the kernel's cost of verdicts by id with packets held (go test ./nfq -bench 'HeldVerdicts|KernelListWalk')"
+		echo
+		grep -E '^Benchmark' "$OUT/held.txt" | sed 's/^/    /'
+		echo
+		echo "HeldVerdicts: N packets held at the head of the kernel's queue, then packets answered one by one by id; write_ns/verdict is the verdict write per packet."
+		echo "KernelListWalk: the walk from the queue's head to the newest packet that kernels without nfnetlink_queue's hash table make per verdict by id, emulated in user space."
 		echo
 	} >>"$OUT/bench.md"
 fi

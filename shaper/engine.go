@@ -2,6 +2,7 @@ package shaper
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
@@ -47,6 +48,9 @@ const (
 	// DefaultFlowTimeout is how long a flow may be idle before it is
 	// forgotten.
 	DefaultFlowTimeout = int64(60 * time.Second)
+	// DefaultMaxDelay is how long a shaping rule holds a packet at most
+	// when its Config gives no MaxDelay.
+	DefaultMaxDelay = int64(50 * time.Millisecond)
 )
 
 // Bounds that New enforces.
@@ -89,6 +93,16 @@ type Config struct {
 	// FlowTimeout is the idle time in nanoseconds after which a flow is
 	// forgotten (0: DefaultFlowTimeout; negative: never).
 	FlowTimeout int64
+	// Shape makes a TokenBucket rule a shaper, the leaky bucket as a
+	// queue: a packet over the limit that would conform within MaxDelay is
+	// held until it does (Decision.Depart) instead of dropped; one that
+	// would wait longer is dropped (ShapeOverflow). The queue holds
+	// burst + rate × MaxDelay. Only with TokenBucket.
+	Shape bool
+	// MaxDelay is how long a shaping rule holds a packet at most, in
+	// nanoseconds (0: DefaultMaxDelay; at most MaxMaxDelay). Only with
+	// Shape.
+	MaxDelay int64
 }
 
 // LimiterConfig returns the limiter parameters c resolves to, defaults
@@ -103,6 +117,12 @@ func (c *Config) LimiterConfig() LimiterConfig {
 	}
 	if lc.Window == 0 {
 		lc.Window = DefaultWindow
+	}
+	if c.Shape {
+		lc.MaxDelay = c.MaxDelay
+		if lc.MaxDelay == 0 {
+			lc.MaxDelay = DefaultMaxDelay
+		}
 	}
 	return lc
 }
@@ -210,6 +230,12 @@ const MaxRules = 4096
 // Decision is what Decide made of a packet.
 type Decision struct {
 	Verdict Verdict
+	// Depart is 0 unless a shaping rule holds the packet (Config.Shape):
+	// then it is the time, on the clock of DecidePacket's now and after
+	// it, at which the packet is to be accepted (Verdict is Accept). The
+	// engine has charged the packet to its flow already; the caller holds
+	// it until then.
+	Depart int64
 	// SetMark: accept with the packet's mark set to Mark (a rule with
 	// MarkExceeded, over its limit). Mark is the whole new mark.
 	SetMark bool
@@ -245,6 +271,11 @@ type Stats struct {
 	// Offloads counts flows reported to TakeOffloads; OffloadsLost, those
 	// that found its buffer full.
 	Offloads, OffloadsLost uint64
+	// Delayed counts packets accepted by shaping rules at a later time
+	// (Decision.Depart), in Accepted; ShapeOverflow, packets shaping rules
+	// dropped because they would have waited longer than the rule's
+	// MaxDelay or could not be held (SetHoldRoom), in Dropped.
+	Delayed, ShapeOverflow uint64
 }
 
 // RuleStats counts one rule's packets. Packets = Accepted + Dropped.
@@ -254,6 +285,9 @@ type RuleStats struct {
 	// would have dropped; Marked, packets over the limit accepted with a
 	// new mark. Both are in Accepted.
 	ShadowDropped, Marked uint64
+	// Delayed (in Accepted) and ShapeOverflow (in Dropped): as in Stats,
+	// for a shaping rule.
+	Delayed, ShapeOverflow uint64
 	// Flows now in the rule's table, and flows pushed out of a full table
 	// or forgotten after the idle timeout.
 	Flows, Evictions, Expired uint64
@@ -278,8 +312,9 @@ type ruleState struct {
 	// The fields a packet reads come first, the limiter by value: one
 	// pointer less to chase per packet when rules take turns.
 	table *flows.Table[flow] // nil unless ActionLimit
-	lim   Limiter
 	bytes bool
+	shape bool // lim shapes: Depart, not Allow
+	lim   Limiter
 	key   flows.KeyConfig
 	stats RuleStats
 }
@@ -315,6 +350,11 @@ type Engine struct {
 	// stats is shared with the engines Reload makes from this one, so
 	// that the counters go on; only the deciding goroutine writes it.
 	stats *Stats
+	// delays histograms the delays of held packets; shared as stats.
+	delays *delayHist
+	// holdRoom is how many more packets the caller can hold
+	// (SetHoldRoom).
+	holdRoom int
 
 	offloads [offloadBuf]flows.Key
 	nOff     int
@@ -371,11 +411,12 @@ func build(p Policy, old *Engine) (*Engine, error) {
 	if p.Malformed > Drop {
 		return nil, fmt.Errorf("shaper: unknown verdict %d", p.Malformed)
 	}
-	e := &Engine{cls: p.Classifier, malformed: p.Malformed, offAfter: p.OffloadAfter, stats: &Stats{}}
+	e := &Engine{cls: p.Classifier, malformed: p.Malformed, offAfter: p.OffloadAfter, stats: &Stats{}, delays: &delayHist{}, holdRoom: math.MaxInt}
 	if old != nil {
 		// Shared, not copied: old may still be deciding packets on
 		// another goroutine until the new engine replaces it.
 		e.stats = old.stats
+		e.delays = old.delays
 	}
 	used := map[*ruleState]bool{}
 	for i, r := range p.Rules {
@@ -438,6 +479,7 @@ func newLimitState(c Config) (*ruleState, error) {
 		lim:   *lim,
 		key:   c.Key,
 		bytes: c.Bytes,
+		shape: lim.maxDelay > 0,
 		table: flows.NewTable[flow](c.MaxFlows, timeout),
 	}, nil
 }
@@ -460,6 +502,16 @@ func checkLimit(c Config) (*Limiter, error) {
 	}
 	if c.MaxFlows < 0 {
 		return nil, fmt.Errorf("shaper: max flows must not be negative")
+	}
+	if c.Shape {
+		if c.Algorithm != TokenBucket {
+			return nil, fmt.Errorf("shaper: only the token bucket (leaky bucket) shapes, not %v", c.Algorithm)
+		}
+		if c.FlowTimeout > 0 && c.FlowTimeout < lc.MaxDelay {
+			return nil, fmt.Errorf("shaper: a flow timeout of %v is below the max delay of %v: a flow could be forgotten while its packets are held", time.Duration(c.FlowTimeout), time.Duration(lc.MaxDelay))
+		}
+	} else if c.MaxDelay != 0 {
+		return nil, fmt.Errorf("shaper: a max delay needs shaping")
 	}
 	if err := c.Key.Validate(); err != nil {
 		return nil, err
@@ -502,7 +554,7 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	p := &e.pkt
 	p.Decode(pkt)
 	e.stats.Packets++
-	d.SetMark, d.Exceeded, d.Malformed = false, false, false
+	d.SetMark, d.Exceeded, d.Malformed, d.Depart = false, false, false, 0
 	if p.Class == flows.Malformed {
 		e.stats.Malformed++
 		d.Verdict, d.Rule, d.Key, d.Malformed = e.malformed, -1, flows.Key{}, true
@@ -552,6 +604,10 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		cost = int64(p.Length)
 	}
 	f.stats.Packets++
+	if rs.shape {
+		e.shape(rs, f, p, now, cost, d)
+		return
+	}
 	if rs.lim.Allow(&f.state, now, cost) {
 		f.stats.Accepted++
 		f.dropRun = 0
@@ -591,6 +647,50 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		}
 	}
 }
+
+// shape decides a packet of flow f of a shaping rule: accepted now, held
+// until its departure, or dropped because its rule's queue is full (it
+// would wait longer than the max delay) or the caller can hold no more.
+func (e *Engine) shape(rs *ruleState, f *flow, p *flows.Packet, now, cost int64, d *Decision) {
+	dep, ok := rs.lim.Depart(&f.state, now, cost, e.holdRoom > 0)
+	if ok {
+		f.stats.Accepted++
+		f.dropRun = 0
+		rs.stats.Accepted++
+		e.stats.Accepted++
+		d.Verdict = Accept
+		if dep > now {
+			d.Depart = dep
+			e.holdRoom--
+			rs.stats.Delayed++
+			e.stats.Delayed++
+			e.delays.add(dep - now)
+		}
+		return
+	}
+	f.stats.Dropped++
+	rs.stats.Dropped++
+	rs.stats.ShapeOverflow++
+	e.stats.Dropped++
+	e.stats.ShapeOverflow++
+	d.Verdict = Drop
+	if e.offAfter > 0 {
+		if f.dropRun++; f.dropRun >= e.offAfter {
+			f.dropRun = 0
+			e.offload(p)
+		}
+	}
+}
+
+// SetHoldRoom tells the engine how many more packets its caller can hold:
+// shaping rules delay at most n more packets (each counts one down), and
+// drop as ShapeOverflow, uncharged, a packet they would have delayed beyond
+// that. The live path sets it before each batch from the packets its queue
+// may still hold. A new engine has no bound.
+func (e *Engine) SetHoldRoom(n int) { e.holdRoom = n }
+
+// Delays summarises the delays of the packets shaping rules held so far.
+func (e *Engine) Delays() DelayStats { return e.delays.stats() }
 
 // offload queues the exact 5-tuple of p for TakeOffloads, if the kernel can
 // match it as exactly.

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 )
 
 // Algorithm selects a limiter.
@@ -89,6 +90,9 @@ type Limiter struct {
 	burstN int64   // token bucket capacity in nano-units
 	window int64   // ns
 	limit  int64   // per window, in cost units
+	// maxDelay (ns) is how long a shaping token bucket may hold a packet;
+	// 0 for a limiter that does not shape.
+	maxDelay int64
 }
 
 // State is one flow's limiter state. The zero State is not valid: Reset it
@@ -120,7 +124,17 @@ type LimiterConfig struct {
 	Burst float64
 	// Window is the window length in nanoseconds for the window algorithms.
 	Window int64
+	// MaxDelay, if above 0, makes a TokenBucket shape (see Depart): a
+	// packet that would conform within MaxDelay nanoseconds is held until
+	// then instead of dropped. At most MaxMaxDelay; rate × MaxDelay at
+	// most MaxBurst. Only for TokenBucket.
+	MaxDelay int64
 }
+
+// MaxMaxDelay bounds LimiterConfig.MaxDelay: a held packet waits in the
+// kernel's queue, and a transport waiting longer than this for it would
+// long have given it up.
+const MaxMaxDelay = int64(10 * time.Second)
 
 // NewLimiter checks c and returns its Limiter.
 func NewLimiter(c LimiterConfig) (*Limiter, error) {
@@ -134,9 +148,21 @@ func NewLimiter(c LimiterConfig) (*Limiter, error) {
 			return nil, fmt.Errorf("shaper: burst must be between 1 and %g, not %v", float64(MaxBurst), c.Burst)
 		}
 		l.burstN = int64(c.Burst * nano)
+		if c.MaxDelay != 0 {
+			if c.MaxDelay < 0 || c.MaxDelay > MaxMaxDelay {
+				return nil, fmt.Errorf("shaper: max delay must be above 0 and at most %v, not %v", time.Duration(MaxMaxDelay), time.Duration(c.MaxDelay))
+			}
+			if q := c.Rate * float64(c.MaxDelay) / 1e9; q > MaxBurst {
+				return nil, fmt.Errorf("shaper: rate × max delay is %g, a queue above %g: lower the max delay", q, float64(MaxBurst))
+			}
+			l.maxDelay = c.MaxDelay
+		}
 	case FixedWindow, SlidingWindow, SlidingWindowCounter:
 		if c.Window <= 0 {
 			return nil, fmt.Errorf("shaper: %v needs a positive window, not %dns", c.Algorithm, c.Window)
+		}
+		if c.MaxDelay != 0 {
+			return nil, fmt.Errorf("shaper: only the token bucket shapes (holds packets), not %v", c.Algorithm)
 		}
 		lim := math.Floor(c.Rate*float64(c.Window)/1e9 + 1e-9)
 		if lim < 1 {
@@ -158,6 +184,10 @@ func NewLimiter(c LimiterConfig) (*Limiter, error) {
 // Limit is the per-window limit of the window algorithms (0 for the token
 // bucket).
 func (l *Limiter) Limit() int64 { return l.limit }
+
+// MaxDelay is how long a shaping limiter holds a packet at most (ns), 0
+// for one that does not shape.
+func (l *Limiter) MaxDelay() int64 { return l.maxDelay }
 
 // Reset makes s the state of a flow that starts at now: a full bucket, empty
 // windows, an empty log.
@@ -337,6 +367,49 @@ func (l *Limiter) Left(s *State, now int64) float64 {
 		return max(0, float64(l.limit)-est)
 	}
 	return 0
+}
+
+// Depart is the shaping token bucket's decision (a limiter made with
+// MaxDelay, which Allow must not be given): the leaky bucket as a queue. The
+// bucket may go below zero, down to −rate × MaxDelay: what is below zero is
+// the queue of held packets, drained at the rate, so the capacity of the
+// whole is burst + rate × MaxDelay.
+//
+// A packet of the given cost at now that the bucket holds now is charged
+// and departs now: Depart returns now (the newest time s has seen, if now is
+// older). Else it would depart when the refill covers it, at
+// now + ⌈(cost − tokens) / rate⌉; if that is at most MaxDelay away and hold
+// is true, the packet is charged (the bucket goes below zero by it) and
+// Depart returns that time; a later packet of the flow then departs after
+// it, at the earliest cost/rate later, so the flow's packets leave in
+// arrival order and at the rate. Otherwise (too late, or the caller cannot
+// hold the packet) nothing is charged and Depart reports false: the packet
+// is to be dropped. Departure times are in now's clock and exact to the
+// nanosecond (rounded up). It does not allocate.
+func (l *Limiter) Depart(s *State, now int64, cost int64, hold bool) (depart int64, ok bool) {
+	if now < s.last {
+		now = s.last
+	}
+	if elapsed := now - s.last; elapsed > 0 {
+		add := float64(elapsed) * l.perNs
+		if space := l.burstN - s.tokens; add >= float64(space) {
+			s.tokens = l.burstN
+		} else {
+			s.tokens += int64(add)
+		}
+	}
+	s.last = now
+	c := cost * nano
+	if s.tokens >= c {
+		s.tokens -= c
+		return now, true
+	}
+	wait := int64(math.Ceil(float64(c-s.tokens) / l.perNs))
+	if !hold || wait > l.maxDelay {
+		return 0, false
+	}
+	s.tokens -= c
+	return now + wait, true
 }
 
 func floorDiv(a, b int64) int64 {

@@ -30,6 +30,8 @@ type limiterFlags struct {
 	symmetric   bool
 	maxFlows    int
 	flowTimeout time.Duration
+	shape       bool
+	maxDelay    time.Duration
 }
 
 // addLimiterFlags defines the limiter flags on fs.
@@ -38,7 +40,9 @@ func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
 	fs.Float64Var(&l.pps, "pps", 0, "per-flow limit: `N` packets per second; fractions allowed (--pps 0.5 --window 10s is 5 per 10 s)")
 	fs.StringVar(&l.bitrate, "bitrate", "", "per-flow limit: `RATE` in bits per second, tc-style: 500kbit, 10mbit, 1gbit (kbps/mbps are bytes per second, as in tc); a packet costs its IP length")
 	fs.Float64Var(&l.burst, "burst", 0, "token bucket capacity in packets (with --bitrate: bytes); default 5 packets, or with --bitrate max(65535 bytes, 0.1 s of rate)")
-	fs.StringVar(&l.algo, "algo", "token-bucket", "limiter: token-bucket, fixed-window, sliding-window (exact log, packets only) or sliding-window-counter")
+	fs.StringVar(&l.algo, "algo", "token-bucket", "limiter: token-bucket, fixed-window, sliding-window (exact log, packets only) or sliding-window-counter; or leaky-bucket, the token bucket shaping (--shape)")
+	fs.BoolVar(&l.shape, "shape", false, "shape instead of police (token bucket only): hold a packet over the limit until the rate allows it, up to --max-delay, and drop only what would wait longer")
+	fs.DurationVar(&l.maxDelay, "max-delay", 0, "with --shape: the longest a packet is held (default 50ms, at most 10s); the queue holds burst + rate × max-delay")
 	fs.DurationVar(&l.window, "window", time.Second, "window length of the window algorithms (windows align to multiples of it since the Unix epoch)")
 	fs.StringVar(&l.key, "key", "5tuple", "what makes a flow: 5tuple, src, dst or src-dst (like hashlimit's --hashlimit-mode)")
 	fs.IntVar(&l.srcPrefix4, "src-prefix4", 32, "IPv4 source prefix length a flow is keyed by (24 = one limit per /24)")
@@ -82,6 +86,12 @@ func (l *limiterFlags) file() *policy.File {
 	if l.burst != 0 {
 		r.Burst = &l.burst
 	}
+	if l.shape {
+		r.Shape = &l.shape
+	}
+	if l.maxDelay != 0 {
+		r.MaxDelay = policy.Duration(l.maxDelay)
+	}
 	return &policy.File{Rules: []policy.Rule{r}}
 }
 
@@ -92,6 +102,9 @@ func flagError(err error) error {
 	if errors.As(err, &pe) {
 		if strings.HasPrefix(pe.Msg, "no limit given") {
 			return errors.New("no limit given: set --pps N or --bitrate RATE (or --policy FILE)")
+		}
+		if pe.Field == "max-delay" && strings.HasPrefix(pe.Msg, "needs shape") {
+			return errors.New("--max-delay: needs --shape (or --algo leaky-bucket)")
 		}
 		if pe.Field != "" {
 			return fmt.Errorf("--%s: %s", pe.Field, pe.Msg)

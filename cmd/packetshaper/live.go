@@ -39,7 +39,11 @@ A full queue accepts packets without asking (fail-open) unless --fail-closed;
 such packets are counted as failopen_passed in the stats and metrics.
 "packetshaper status" and "packetshaper flows" ask the running shaper through
 its control socket (--control-socket).
-SIGINT/SIGTERM: stop, answer every held packet, log the final stats, exit 0.
+Shaping (--shape, or shape = true in a rule) holds a packet over the rate in
+the kernel's queue until its departure time, at most --max-delay, and at most
+--max-held packets per queue.
+SIGINT/SIGTERM: stop, answer every held packet (shaped ones: accepted at
+once), log the final stats, exit 0.
 SIGHUP: re-read --policy FILE. Rules whose name, match, key and limiter
 settings are unchanged keep their flows and limiter state (no fresh burst);
 changed and new rules start empty; the log says which rules kept state. A bad
@@ -65,6 +69,7 @@ type liveFlags struct {
 	offload        bool
 	offloadAfter   uint
 	offloadTimeout time.Duration
+	maxHeld        int
 }
 
 func addLiveFlags(fs *flag.FlagSet) *liveFlags {
@@ -81,6 +86,7 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	fs.IntVar(&f.rtPrio, "rt-priority", 0, "run the whole process under the real-time policy SCHED_FIFO at this `priority` (1-99, 1 is enough): keeps the verdict latency's tail low when other processes load the CPUs; needs root or CAP_SYS_NICE (0: off)")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 or a management address; they reveal traffic volumes, rule names and drop counts to whoever can reach ADDR: bind to loopback or firewall it (see README, Logs and metrics)")
 	fs.StringVar(&f.controlSocket, "control-socket", control.DefaultPath("0"), "the control socket `PATH` for packetshaper status and flows (root only, mode 0600); by default packetshaper-N[-M].sock for --queue N[-M] other than 0; each process needs its own; \"\" for none")
+	fs.IntVar(&f.maxHeld, "max-held", nfq.DefaultMaxHeld, "with shaping rules: the most packets held per queue for a later verdict, at most half of --queue-maxlen (default 1024, or a quarter of --queue-maxlen if less); a packet a shaping rule would delay beyond it is dropped (shape_overflow); 0: none held")
 	fs.BoolVar(&f.offload, "offload", false, "drop a flow that keeps being dropped in the kernel for --offload-timeout, so that its flood never fills the queue (needs the offload set and rule: scripts/rules.sh add ... --offload)")
 	fs.UintVar(&f.offloadAfter, "offload-after", 1000, "with --offload: offload a flow after this many of its packets in a row were dropped")
 	fs.DurationVar(&f.offloadTimeout, "offload-timeout", 2*time.Second, "with --offload: how long an offloaded flow is dropped in the kernel before it comes back to the shaper")
@@ -168,6 +174,16 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return usage("--offload-after must be between 1 and %d, not %d", 1<<31, f.offloadAfter)
 	case f.offload && (f.offloadTimeout < time.Second/10 || f.offloadTimeout > time.Minute):
 		return usage("--offload-timeout must be between 100ms and 1m, not %v", f.offloadTimeout)
+	case flagGiven(fs, "max-held") && (f.maxHeld < 0 || f.maxHeld > nfq.MaxMaxHeld || f.maxHeld > int(f.maxLen/2)):
+		return usage("--max-held must be between 0 and half of --queue-maxlen (%d, at most %d), not %d: held packets must never fill the queue", f.maxLen/2, nfq.MaxMaxHeld, f.maxHeld)
+	}
+	// Not given: nfq's default (1024, or a quarter of --queue-maxlen);
+	// 0: none.
+	maxHeld := f.maxHeld
+	if !flagGiven(fs, "max-held") {
+		maxHeld = 0
+	} else if maxHeld == 0 {
+		maxHeld = -1
 	}
 	var log *slog.Logger
 	switch f.logFormat {
@@ -205,6 +221,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 			BatchSize:        f.batch,
 			Latency:          f.latency,
 			RealtimePriority: f.rtPrio,
+			MaxHeld:          maxHeld,
 		},
 		Malformed:             src.malformed,
 		Offload:               f.offload,
@@ -232,6 +249,13 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// flagGiven reports whether the flag name was set on the command line.
+func flagGiven(fs *flag.FlagSet, name string) bool {
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+	return given
 }
 
 // ifIndex resolves an interface name in packetshaper's network namespace.

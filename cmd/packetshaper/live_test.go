@@ -59,6 +59,8 @@ func TestLiveUsageErrors(t *testing.T) {
 		{[]string{"--pps", "10", "--copy-range", "10"}, "--copy-range"},
 		{[]string{"--pps", "10", "--queue-maxlen", "0"}, "--queue-maxlen"},
 		{[]string{"--pps", "10", "--batch", "0"}, "--batch"},
+		{[]string{"--pps", "10", "--max-held", "-1"}, "--max-held"},
+		{[]string{"--pps", "10", "--queue-maxlen", "100", "--max-held", "51"}, "--max-held must be between 0 and half of --queue-maxlen (50"},
 		{[]string{"--pps", "10", "--rt-priority", "100"}, "--rt-priority"},
 		{[]string{"--pps", "10", "--log-format", "xml"}, "--log-format"},
 		{[]string{"--pps", "10", "--metrics-addr", "nonsense"}, "--metrics-addr"},

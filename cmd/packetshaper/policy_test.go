@@ -44,6 +44,9 @@ func TestFlagsArePolicy(t *testing.T) {
 		{[]string{"--pps", "30", "--key", "dst", "--dst-prefix4", "24", "--window", "500ms", "--algo", "sliding-window-counter"},
 			"pps = 30\nkey = \"dst\"\ndst-prefix4 = 24\nwindow = \"500ms\"\nalgo = \"sliding-window-counter\"\n"},
 		{[]string{"--pps", "10", "--max-flows", "2", "--flow-timeout", "2s", "--symmetric"}, "pps = 10\nmax-flows = 2\nflow-timeout = \"2s\"\nsymmetric = true\n"},
+		{[]string{"--pps", "10", "--shape", "--max-delay", "300ms"}, "pps = 10\nshape = true\nmax-delay = \"300ms\"\n"},
+		{[]string{"--pps", "10", "--algo", "leaky-bucket"}, "pps = 10\nshape = true\n"},
+		{[]string{"--bitrate", "40kbit", "--shape"}, "bitrate = \"40kbit\"\nalgo = \"leaky-bucket\"\nmax-delay = \"50ms\"\n"},
 	} {
 		pol := writeFile(t, "p.toml", "[[rule]]\nname = \"default\"\n"+tc.rule)
 		const capture = testdata + "/multiflow.pcap"
@@ -83,6 +86,10 @@ func TestPolicyStartupErrors(t *testing.T) {
 		{[]string{"--pps", "10", "--burst", "0.5"}, "--burst:"},
 		{[]string{"--bitrate", "1mbit", "--algo", "sliding-window"}, "sliding-window"},
 		{[]string{"--pps", "10", "--malformed", "maybe"}, "--malformed:"},
+		{[]string{"--pps", "10", "--max-delay", "1s"}, "--max-delay: needs --shape"},
+		{[]string{"--pps", "10", "--shape", "--max-delay", "-1s"}, "--max-delay:"},
+		{[]string{"--pps", "10", "--shape", "--max-delay", "20s"}, "--max-delay: must be at most 10s"},
+		{[]string{"--pps", "10", "--shape", "--algo", "fixed-window"}, "--shape: only the token bucket shapes"},
 	} {
 		for _, cmd := range []string{"packetshaper: ", "packetshaper replay: "} {
 			args := tc.args

@@ -27,13 +27,16 @@ Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
 with each packet's capture timestamp as the clock: the what-if report of a
 policy on a capture before it is deployed. Several files are one stream, in
 the order given. Prints a summary with a per-rule table, or with --json one
-JSON object: packets, accepted, dropped, malformed (invalid IP header),
+JSON object: packets, accepted, dropped, delayed and shape_overflow (shaping
+rules: packets accepted later, packets their full queue dropped),
+delay_p50_ns/delay_p99_ns/delay_max_ns (how long the delayed ones waited),
+malformed (invalid IP header),
 no_ports (ports unreadable: limited by address and protocol), unmatched (no
 rule matched: accepted), non_ip (ARP, LLDP, ...: accepted, not limited), flows
 (in the flow tables at the end), flows_seen (table insertions), evictions,
 expired, first_ns/last_ns/duration_ns (capture time), rules (per rule, in
-policy order: name, packets, accepted, dropped, shadow_dropped, marked, flows,
-evictions) and per_flow (with the rule of each flow). per_flow lists the flows
+policy order: name, packets, accepted, dropped, shadow_dropped, marked,
+delayed, shape_overflow, flows, evictions) and per_flow (with the rule of each flow). per_flow lists the flows
 still in the tables at the end: evicted or expired flows count in the totals
 only, so memory stays bounded by the tables, not by the capture. In a pcapng
 capture, the interface a packet was captured on stands for both its iif and
@@ -64,8 +67,8 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	pf := addPolicyFlags(fs)
 	queue := fs.Uint("queue", 0, "the NFQUEUE number the packets are taken to come from, for rules that match queues")
 	asJSON := fs.Bool("json", false, "print one JSON object (totals and per_flow) instead of the summary")
-	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records")
-	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
+	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records; \"<index> ACCEPT +<ns>\" for a packet a shaping rule delays")
+	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps, a delayed packet's departure time as its timestamp, in departure order; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
 	writeDrop := fs.String("write-dropped", "", "write the dropped packets to pcap `FILE` (pcapng if it ends in .pcapng)")
 	reportPath := fs.String("report", "", "write an HTML report to `FILE`: packets offered, accepted and dropped per second over capture time, in total and per rule, the top flows by drops and the settings (one self-contained file)")
 	top := fs.Int("top", 10, "how many flows the summary (and --report) lists (most drops first)")
@@ -249,9 +252,18 @@ func settingArgs(fs *flag.FlagSet) []string {
 // depends on the wall clock: the same command on the same files prints the
 // same bytes.
 type jsonReport struct {
-	Packets    uint64     `json:"packets"`
-	Accepted   uint64     `json:"accepted"`
-	Dropped    uint64     `json:"dropped"`
+	Packets  uint64 `json:"packets"`
+	Accepted uint64 `json:"accepted"`
+	Dropped  uint64 `json:"dropped"`
+	// Shaping: packets accepted later than they arrived, packets dropped
+	// because a shaping rule's queue was full, and how long the delayed
+	// ones waited (bucket bounds of a histogram, within 1/64).
+	Delayed       uint64 `json:"delayed"`
+	ShapeOverflow uint64 `json:"shape_overflow"`
+	DelayP50Ns    int64  `json:"delay_p50_ns"`
+	DelayP99Ns    int64  `json:"delay_p99_ns"`
+	DelayMaxNs    int64  `json:"delay_max_ns"`
+
 	Malformed  uint64     `json:"malformed"`
 	NoPorts    uint64     `json:"no_ports"`
 	Unmatched  uint64     `json:"unmatched"`
@@ -276,6 +288,8 @@ type jsonRule struct {
 	Dropped       uint64 `json:"dropped"`
 	ShadowDropped uint64 `json:"shadow_dropped"`
 	Marked        uint64 `json:"marked"`
+	Delayed       uint64 `json:"delayed"`
+	ShapeOverflow uint64 `json:"shape_overflow"`
 	Flows         uint64 `json:"flows"`
 	Evictions     uint64 `json:"evictions"`
 }
@@ -291,8 +305,11 @@ type jsonFlow struct {
 func writeJSON(w io.Writer, r *replay.Replayer) error {
 	s := r.Summary()
 	rep := jsonReport{
-		Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped, Malformed: s.Malformed,
-		NoPorts: s.NoPorts, Unmatched: s.Unmatched, NonIP: s.NonIP,
+		Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped,
+		Delayed: s.Delayed, ShapeOverflow: s.ShapeOverflow,
+		DelayP50Ns: s.Delays.P50, DelayP99Ns: s.Delays.P99, DelayMaxNs: s.Delays.Max,
+		Malformed: s.Malformed,
+		NoPorts:   s.NoPorts, Unmatched: s.Unmatched, NonIP: s.NonIP,
 		Flows: s.Flows, FlowsSeen: s.FlowsSeen, Evictions: s.Evictions, Expired: s.Expired,
 		FirstNs: s.First, LastNs: s.Last, DurationNs: int64(s.Duration()),
 		Rules: []jsonRule{},
@@ -300,7 +317,8 @@ func writeJSON(w io.Writer, r *replay.Replayer) error {
 	rules := r.Rules()
 	for _, ru := range rules {
 		rep.Rules = append(rep.Rules, jsonRule{Name: ru.Name, Packets: ru.Packets, Accepted: ru.Accepted, Dropped: ru.Dropped,
-			ShadowDropped: ru.ShadowDropped, Marked: ru.Marked, Flows: ru.Flows, Evictions: ru.Evictions})
+			ShadowDropped: ru.ShadowDropped, Marked: ru.Marked, Delayed: ru.Delayed, ShapeOverflow: ru.ShapeOverflow,
+			Flows: ru.Flows, Evictions: ru.Evictions})
 	}
 	// Everything but per_flow, which is streamed after it: a million
 	// flows never make a million strings at once. Naming each flow makes
@@ -354,6 +372,10 @@ func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Durat
 		s.Packets, s.Accepted, s.Dropped, s.Malformed, s.NoPorts, s.Unmatched, s.NonIP)
 	fmt.Fprintf(w, "flows      %d in the table at the end, %d seen, %d evicted, %d expired\n",
 		s.Flows, s.FlowsSeen, s.Evictions, s.Expired)
+	if s.Delayed > 0 || s.ShapeOverflow > 0 {
+		fmt.Fprintf(w, "shaping    delayed %d, shape_overflow %d; delay p50 %v, p99 %v, max %v\n",
+			s.Delayed, s.ShapeOverflow, time.Duration(s.Delays.P50), time.Duration(s.Delays.P99), time.Duration(s.Delays.Max))
+	}
 	fmt.Fprintf(w, "capture    %d file(s), %v of capture time\n", files, s.Duration())
 	rate := 0.0
 	if elapsed > 0 {

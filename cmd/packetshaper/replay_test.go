@@ -56,6 +56,8 @@ var goldenCases = []struct {
 	{"stream", []string{"--pps", "10", "--burst", "3"}, []string{"multiflow.pcap", "sll.pcap", "mixed.pcapng.gz"}, 0},
 	{"truncated", []string{"--pps", "10", "--burst", "3"}, []string{"truncated.pcap"}, 1},
 	{"policy-mix", []string{"--policy", testdata + "/policy-mix.toml"}, []string{"policy-mix.pcapng"}, 0},
+	{"multiflow-shape", []string{"--pps", "10", "--burst", "3", "--shape", "--max-delay", "500ms"}, []string{"multiflow.pcap"}, 0},
+	{"multiflow-shape-bitrate", []string{"--bitrate", "40kbit", "--burst", "1500", "--algo", "leaky-bucket", "--max-delay", "1s"}, []string{"multiflow.pcap"}, 0},
 }
 
 // TestGolden runs each golden case twice: both runs must give the same

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,13 +23,27 @@ type RecvResult struct {
 	LastNs   int64                        `json:"last_ns,omitempty"`  // last datagram, any port
 	Seconds  float64                      `json:"seconds"`
 	Reason   string                       `json:"stopped_by"` // "duration", "idle" or "signal"
+	// With --times, per listening port and source port: when each
+	// datagram was read (ns since the epoch, in arrival order), and the
+	// kernel's receive timestamp of each (SO_TIMESTAMPNS: when it entered
+	// the network stack, before netfilter; 0 if none). At most maxTimes
+	// datagrams in all.
+	TimesNs map[string]map[string][]int64 `json:"times_ns,omitempty"`
+	RxNs    map[string]map[string][]int64 `json:"rx_ns,omitempty"`
+	// Seqs: each datagram's first 8 bytes, big-endian (send --seq numbers
+	// each flow's packets so), or -1 for a shorter one.
+	Seqs map[string]map[string][]int64 `json:"seqs,omitempty"`
 }
+
+// maxTimes bounds what recv --times keeps: 16 bytes per datagram.
+const maxTimes = 2_000_000
 
 // portCount is one listener's tally; each listener goroutine owns its own.
 type portCount struct {
 	bySrc           map[uint16]uint64
 	total           uint64
 	firstNs, lastNs int64
+	times, rx, seqs map[uint16][]int64 // --times
 }
 
 func runRecv(ctx context.Context, args []string) (any, error) {
@@ -35,6 +51,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 	listen := fs.String("listen", ":9000", "UDP address(es) to listen on, [IP]:PORT[,...]; an empty IP listens on all (IPv4 and IPv6)")
 	dur := fs.Duration("duration", 10*time.Second, "stop after this long (max 10m)")
 	idle := fs.Duration("idle", 0, "stop this long after the last datagram, once one arrived (0 = only --duration)")
+	times := fs.Bool("times", false, "also report when each datagram arrived and the kernel's receive timestamp of each (times_ns, rx_ns per port and source port; at most 2 million)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -64,6 +81,11 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 		// A large buffer so that a burst is not lost in the socket (the
 		// tests count every datagram); SO_RCVBUFFORCE as root.
 		rcvbuf = setRcvBuf(c, 32<<20)
+		if *times {
+			if err := enableRxTimestamps(c); err != nil {
+				return nil, fmt.Errorf("SO_TIMESTAMPNS: %v", err)
+			}
+		}
 		conns = append(conns, c)
 		ports = append(ports, strconv.Itoa(ua.Port))
 	}
@@ -75,16 +97,21 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 	start := time.Now()
 	end := start.Add(*dur)
 	counts := make([]portCount, len(conns))
+	var kept atomic.Int64 // datagrams whose times are kept
 	var wg sync.WaitGroup
 	var mu sync.Mutex // guards lastAny
 	var lastAny time.Time
 	done := make(chan struct{})
 	for i, c := range conns {
 		counts[i].bySrc = make(map[uint16]uint64)
+		if *times {
+			counts[i].times, counts[i].rx, counts[i].seqs = make(map[uint16][]int64), make(map[uint16][]int64), make(map[uint16][]int64)
+		}
 		wg.Add(1)
 		go func(c *net.UDPConn, pc *portCount) {
 			defer wg.Done()
 			buf := make([]byte, 65536)
+			oob := make([]byte, 128)
 			for {
 				select {
 				case <-done:
@@ -93,7 +120,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 				}
 				// Short deadlines so that a stop is noticed promptly.
 				_ = c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
-				_, from, err := c.ReadFromUDPAddrPort(buf)
+				n, oobn, _, from, err := c.ReadMsgUDPAddrPort(buf, oob)
 				if err != nil {
 					var ne net.Error
 					if errors.As(err, &ne) && ne.Timeout() {
@@ -102,6 +129,15 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 					return // closed
 				}
 				ns := time.Now().UnixNano()
+				if pc.times != nil && kept.Add(1) <= maxTimes {
+					pc.times[from.Port()] = append(pc.times[from.Port()], ns)
+					pc.rx[from.Port()] = append(pc.rx[from.Port()], rxTimestamp(oob[:oobn]))
+					seq := int64(-1)
+					if n >= 8 {
+						seq = int64(binary.BigEndian.Uint64(buf))
+					}
+					pc.seqs[from.Port()] = append(pc.seqs[from.Port()], seq)
+				}
 				pc.bySrc[from.Port()]++
 				pc.total++
 				if pc.firstNs == 0 {
@@ -143,7 +179,19 @@ wait:
 	wg.Wait()
 
 	res := &RecvResult{Received: make(map[string]map[string]uint64), Reason: reason, Seconds: time.Since(start).Seconds()}
+	if *times {
+		res.TimesNs, res.RxNs, res.Seqs = map[string]map[string][]int64{}, map[string]map[string][]int64{}, map[string]map[string][]int64{}
+	}
 	for i, pc := range counts {
+		if pc.times != nil {
+			tm, rm, sm := map[string][]int64{}, map[string][]int64{}, map[string][]int64{}
+			for sp, ts := range pc.times {
+				tm[strconv.Itoa(int(sp))] = ts
+				rm[strconv.Itoa(int(sp))] = pc.rx[sp]
+				sm[strconv.Itoa(int(sp))] = pc.seqs[sp]
+			}
+			res.TimesNs[ports[i]], res.RxNs[ports[i]], res.Seqs[ports[i]] = tm, rm, sm
+		}
 		m := res.Received[ports[i]]
 		if m == nil {
 			m = make(map[string]uint64)

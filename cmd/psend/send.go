@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -106,6 +107,7 @@ type sendOpts struct {
 	size     int
 	window   time.Duration
 	times    bool
+	seq      bool
 	align    time.Duration
 	batch    int
 }
@@ -122,6 +124,7 @@ func addSendFlags(fs *flag.FlagSet) *sendOpts {
 	fs.IntVar(&o.size, "size", 64, "UDP payload bytes (0..1400)")
 	fs.DurationVar(&o.window, "window", 0, "also count packets per flow per window of this length, aligned to the Unix epoch")
 	fs.BoolVar(&o.times, "times", false, "also report each packet's send time per flow (µs after the flow's first)")
+	fs.BoolVar(&o.seq, "seq", false, "send: number each flow's packets from 0 in the payload's first 8 bytes (big-endian), for recv --times; paced, one destination")
 	fs.DurationVar(&o.align, "align", 0, "start sending at the next multiple of this since the Unix epoch (e.g. 1s: on a second boundary; max 1m)")
 	fs.IntVar(&o.batch, "batch", 64, fmt.Sprintf("unpaced (--pps 0): datagrams per sendmmsg call, 1..%d", maxBatch))
 	return o
@@ -151,6 +154,8 @@ func (o *sendOpts) check() error {
 		return badFlag("--times keeps 8 bytes per packet: at most 10 million packets (flows × pps × duration)")
 	case o.times && o.pps == 0 && (o.count == 0 || float64(o.flows)*float64(o.count) > 10e6):
 		return badFlag("--times keeps 8 bytes per packet: unpaced, it needs --count with flows × count at most 10 million")
+	case o.seq && (o.pps == 0 || o.size < 8 || strings.Contains(o.dst, ",")):
+		return badFlag("--seq: needs --pps > 0, --size >= 8 and one --dst")
 	}
 	return nil
 }
@@ -206,15 +211,26 @@ func runSend(ctx context.Context, args []string) (any, error) {
 			return nil, fmt.Errorf("flow %d: %w", i, err)
 		}
 		conns[i] = c
+		p := payload
+		var seq uint64
+		if o.seq {
+			p = append([]byte(nil), payload...)
+		}
 		for _, d := range dsts {
 			rc, sa, err := rawSockaddr(c, d)
 			if err != nil {
 				return nil, fmt.Errorf("flow %d: %w", i, err)
 			}
-			targets[i] = append(targets[i], target{
-				write: func() error { _, err := c.WriteToUDPAddrPort(payload, d); return err },
-				rc:    rc, buf: payload, sa: sa,
-			})
+			write := func() error { _, err := c.WriteToUDPAddrPort(p, d); return err }
+			if o.seq {
+				write = func() error {
+					binary.BigEndian.PutUint64(p, seq)
+					seq++
+					_, err := c.WriteToUDPAddrPort(p, d)
+					return err
+				}
+			}
+			targets[i] = append(targets[i], target{write: write, rc: rc, buf: p, sa: sa})
 		}
 	}
 	res := &SendResult{}
