@@ -302,9 +302,9 @@ type ruleState struct {
 	table  *flows.Table[flow]  // an ActionLimit rule's, unless global
 	gtable *flows.Table[gflow] // a global rule's (with a source)
 	lim    Limiter
-	bytes bool
-	key   flows.KeyConfig
-	stats RuleStats
+	bytes  bool
+	key    flows.KeyConfig
+	stats  RuleStats
 }
 
 // engineRule is one of an Engine's rules: its settings, which belong to
