@@ -1,0 +1,74 @@
+// Package global keeps the budgets of packetshaper's global rules in a store
+// that several hosts share (Redis, Valkey or a Redis Cluster, through
+// github.com/redis/go-redis/v9), without a round trip per packet.
+//
+// A global rule limits each flow key once for all the hosts that run it.
+// Each host takes budget from the store in leases: tokens of one key that a
+// Lua script (leaseScript) hands out atomically, on the store's clock, from
+// one hash per key whose name carries a hash tag, so that every script
+// touches one slot and a Redis Cluster spreads the keys over its masters.
+// The engines spend a lease with atomics (shaper.Lease) and never wait; a
+// background refresher (one goroutine per Client) asks for more before a
+// lease runs out, for many keys at once in pipelines.
+//
+// # Lease sizing
+//
+// S = global-slack × rate × 1 s is what all hosts together may hold of one
+// key. The script counts the hosts that asked for the key within the
+// horizon (1.25 × the lease life) and gives each a cap of
+// H = max(S / hosts, one packet); it grants no host more than its cap minus
+// what it holds, and none more than S minus what the others held after
+// their last asks (their holdings only shrink between asks), so that all
+// together never hold more than max(S, hosts × one packet). A host asks for
+// about a second of its demand, at most its cap, when its lease falls below
+// the low-water mark (demand × a few poll intervals and round trips), when
+// it expires (a token bucket's lease lives 2 s on the host's clock; a fixed
+// window's ends with its window, converted from the time left that the
+// store reports) and, for a key still active, before it expires. A host the
+// store could not serve in full waits, before asking again, until its ask
+// may have refilled in turn with the other hosts that went short (never
+// past the time the bucket would be full): hosts that all want more than
+// there is take turns, each getting about its cap per ask, and the asks per
+// second stay about hosts / global-slack per saturated key, whatever the
+// packet rate.
+//
+// # The bound
+//
+// Over any interval T, the packets accepted for one key across all hosts
+// are at most burst + rate × T + N × H (+ 2 packets per host of credit):
+//
+//   - every packet accepted spends a token the store granted, or is a key's
+//     first packet on a host, accepted on credit before any grant and charged
+//     to the store by that host's next ask;
+//   - a token spent in the interval was granted before it — then a host held
+//     it when the interval began, and all hosts together hold at most
+//     N × H (≤ max(S, N packets)) — or during it;
+//   - during the interval the store's bucket hands out (grants and charges)
+//     at most what it held at the start (≤ burst) plus its refill
+//     (rate × T, on its own clock), plus the debt that charged credit may
+//     leave at the end;
+//   - leases expire on the host's own clock (from the time the ask was
+//     sent), and the store forgets a host's holding only after the horizon
+//     on its clock (from the time it served the ask, later): a host never
+//     spends a token the store no longer counts. Hosts measure only
+//     durations, so their clocks' offsets change nothing;
+//   - a key gets credit on a host only when new there (again only after its
+//     lease was retired, idle for two lives): at most one packet per host not
+//     yet charged, and one charged but not yet repaid.
+//
+// For a fixed window, each window of the store's clock accepts at most its
+// limit (+ the same credit): grants are counted in the window, and a host's
+// lease ends before the window does.
+//
+// # When the store is gone
+//
+// A request that fails or takes longer than the timeout is counted as an
+// error. When requests have failed for timeout + grace (100 ms) with none
+// answered, every global rule falls back to a local limit of its rate (and
+// burst) × max(this host's recent share of the grants, 1 / the most hosts it
+// saw for a key): the engines limit each flow locally, with no lease. It is
+// logged once, and shown in the stats and metrics. The refresher tries the
+// store every 200 ms (asking for the leases of the keys active meanwhile,
+// or PING); when all are answered the rules go back to leases, and that too
+// is logged once. The engines never wait for any of it.
+package global
