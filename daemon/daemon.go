@@ -104,6 +104,14 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	for _, w := range comp.Warnings() {
 		log.Warn(w)
 	}
+	// The global rules' store: opened now, not waited for (a store that
+	// is down makes them fall back); closed after the queues stopped.
+	gl := newGlobals(log, len(cfg.Queues))
+	defer gl.close()
+	pol, _, err := gl.prepare(cfg.policy(comp), comp)
+	if err != nil {
+		return UsageError{fmt.Errorf("%s: %v", src.Describe(), err)}
+	}
 	var ws []*worker
 	defer func() {
 		for _, w := range ws {
@@ -112,7 +120,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}()
 	logf := func(format string, a ...any) { log.Warn(fmt.Sprintf(format, a...)) }
 	for _, qn := range cfg.Queues {
-		eng, err := shaper.NewPolicy(cfg.policy(comp))
+		eng, err := shaper.NewPolicy(pol)
 		if err != nil {
 			return UsageError{errors.New(trimPkg(err))}
 		}
@@ -169,7 +177,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		mux := http.NewServeMux()
 		mux.HandleFunc("/metrics", func(rw http.ResponseWriter, _ *http.Request) {
 			rw.Header().Set("Content-Type", "text/plain; version=0.0.4")
-			writeMetrics(rw, ws, mon, off)
+			writeMetrics(rw, ws, mon, off, gl)
 		})
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 		go srv.Serve(ln)
@@ -180,9 +188,9 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	if cfg.Queue.FailClosed {
 		mode = "fail-closed"
 	}
-	log.Info("shaping", "queues", queueList(cfg.Queues), "policy", src.Describe(), "rules", ruleNames(ws[0].eng),
+	log.Info("shaping", append([]any{"queues", queueList(cfg.Queues), "policy", src.Describe(), "rules", ruleNames(ws[0].eng),
 		"queue_maxlen", cfg.Queue.MaxQueueLen, "copy_range", cfg.Queue.CopyRange, "mode", mode, "offload", cfg.Offload,
-		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20)))
+		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20))}, gl.describe()...)...)
 
 	start := time.Now()
 	errs := make(chan error, len(ws))
@@ -216,14 +224,14 @@ loop:
 	for {
 		select {
 		case <-tick:
-			logStats(log, "stats", ws, mon, off, time.Since(start), latency)
+			logStats(log, "stats", ws, mon, off, gl, time.Since(start), latency)
 		case <-hup:
-			reload(log, &cfg, src, ws)
+			reload(log, &cfg, src, ws, gl)
 		case <-finished:
 			break loop
 		}
 	}
-	logStats(log, "final stats", ws, mon, off, time.Since(start), latency)
+	logStats(log, "final stats", ws, mon, off, gl, time.Since(start), latency)
 	close(errs)
 	return <-errs
 }
@@ -250,7 +258,7 @@ func ruleNames(e *shaper.Engine) string {
 // match, key and limiter settings are unchanged keep their flows and limiter
 // state, so a reload never grants a fresh burst; changed and new rules start
 // empty; counters go on. A bad file changes nothing.
-func reload(log *slog.Logger, cfg *Config, src Source, ws []*worker) {
+func reload(log *slog.Logger, cfg *Config, src Source, ws []*worker, gl *globals) {
 	if !src.Reloadable() {
 		log.Warn("SIGHUP: no --policy file, nothing to reload")
 		return
@@ -260,10 +268,21 @@ func reload(log *slog.Logger, cfg *Config, src Source, ws []*worker) {
 		err = offloadable(cfg.Offload, comp)
 	}
 	if err == nil {
+		// Check the policy before touching the global rules' leases.
+		_, err = shaper.NewPolicy(cfg.policy(comp))
+	}
+	var pol shaper.Policy
+	var done func()
+	if err == nil {
+		if pol, done, err = gl.prepare(cfg.policy(comp), comp); err != nil {
+			err = fmt.Errorf("%s: %v", src.Describe(), err)
+		}
+	}
+	if err == nil {
 		engs := make([]*shaper.Engine, len(ws))
 		var kept []string
 		for i, w := range ws {
-			if engs[i], kept, err = w.cur.Load().Reload(cfg.policy(comp)); err != nil {
+			if engs[i], kept, err = w.cur.Load().Reload(pol); err != nil {
 				break
 			}
 		}
@@ -271,12 +290,25 @@ func reload(log *slog.Logger, cfg *Config, src Source, ws []*worker) {
 			for i, w := range ws {
 				w.pending.Store(engs[i])
 			}
+			// The global rules (and store) the old policy alone used
+			// go once every queue runs the new one.
+			go func() {
+				deadline := time.Now().Add(5 * time.Second)
+				for _, w := range ws {
+					for w.pending.Load() != nil && time.Now().Before(deadline) {
+						time.Sleep(10 * time.Millisecond)
+					}
+				}
+				done()
+			}()
 			for _, wmsg := range comp.Warnings() {
 				log.Warn(wmsg)
 			}
 			log.Info("reloaded", "policy", src.Describe(), "rules", ruleNames(engs[0]), "kept_state", strings.Join(kept, ","))
 			return
 		}
+		// Cannot happen (checked above): the old engines stay, with
+		// the global rules they use, which are left open.
 	}
 	log.Error("reload failed, keeping the previous policy", "err", oneLine(err.Error()))
 }

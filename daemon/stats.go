@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/packetshaper/packetshaper/global"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/offload"
 )
@@ -57,6 +58,7 @@ func sum(ws []*worker) totals {
 			a.Flows += r.Flows
 			a.Evictions += r.Evictions
 			a.Expired += r.Expired
+			a.Fallback += r.Fallback
 		}
 		// Quantiles do not add up over queues: report the worst queue's.
 		if l := w.q.Latency(); l.P99 > t.latency.P99 || l.Max > t.latency.Max {
@@ -75,7 +77,7 @@ func sum(ws []*worker) totals {
 	return t
 }
 
-func logStats(log *slog.Logger, msg string, ws []*worker, mon *nfq.Monitor, off *offload.Offloader, elapsed time.Duration, latency bool) {
+func logStats(log *slog.Logger, msg string, ws []*worker, mon *nfq.Monitor, off *offload.Offloader, gl *globals, elapsed time.Duration, latency bool) {
 	t := sum(ws)
 	attrs := []any{
 		"packets", t.Packets, "accepted", t.Accepted, "dropped", t.Dropped,
@@ -110,18 +112,34 @@ func logStats(log *slog.Logger, msg string, ws []*worker, mon *nfq.Monitor, off 
 			"lat_p99_us", us(t.latency.P99), "lat_max_us", us(t.latency.Max))
 	}
 	// One group per rule: rule.NAME.packets=… in text, nested in JSON.
+	gs, cs, hasGlobal := gl.stats()
+	if hasGlobal {
+		attrs = append(attrs, "redis_commands", cs.Commands, "redis_errors", cs.Errors)
+	}
 	var rules []any
 	for _, r := range t.engine.rules {
-		rules = append(rules, slog.Group(r.name,
-			"packets", r.Packets, "accepted", r.Accepted, "dropped", r.Dropped,
-			"shadow_dropped", r.ShadowDropped, "marked", r.Marked, "flows", r.Flows, "evictions", r.Evictions))
+		fields := []any{"packets", r.Packets, "accepted", r.Accepted, "dropped", r.Dropped,
+			"shadow_dropped", r.ShadowDropped, "marked", r.Marked, "flows", r.Flows, "evictions", r.Evictions}
+		if g, ok := gs[r.name]; ok {
+			mode := "leases"
+			if g.Fallback {
+				mode = "fallback"
+			}
+			fields = append(fields, "global_mode", mode, "global_keys", g.Keys, "global_asks", g.Asks,
+				"global_granted", g.Granted, "redis_errors", g.Errors, "global_share", fmt.Sprintf("%.3f", g.Share),
+				"global_hosts", g.Hosts, "fallback_packets", r.Fallback)
+			if g.Fallback {
+				fields = append(fields, "fallback_rate", fmt.Sprintf("%.4g", g.FallbackRate))
+			}
+		}
+		rules = append(rules, slog.Group(r.name, fields...))
 	}
 	attrs = append(attrs, slog.Group("rule", rules...))
 	log.Info(msg, attrs...)
 }
 
 // writeMetrics writes the counters in the Prometheus text format.
-func writeMetrics(w io.Writer, ws []*worker, mon *nfq.Monitor, off *offload.Offloader) {
+func writeMetrics(w io.Writer, ws []*worker, mon *nfq.Monitor, off *offload.Offloader, gl *globals) {
 	type metric struct {
 		name, typ, help string
 		get             func(*worker, nfq.Stats, *snapshot) uint64
@@ -186,6 +204,7 @@ func writeMetrics(w io.Writer, ws []*worker, mon *nfq.Monitor, off *offload.Offl
 		{"packetshaper_rule_marked_total", "counter", "Packets over a rule's limit accepted with a new mark.", func(r *ruleSnap) uint64 { return r.Marked }},
 		{"packetshaper_rule_flows", "gauge", "Flows in a rule's table.", func(r *ruleSnap) uint64 { return r.Flows }},
 		{"packetshaper_rule_flow_evictions_total", "counter", "Flows evicted from a rule's full table.", func(r *ruleSnap) uint64 { return r.Evictions }},
+		{"packetshaper_rule_fallback_packets_total", "counter", "Packets of a global rule decided by its local fallback limit (the store unreachable).", func(r *ruleSnap) uint64 { return r.Fallback }},
 	} {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
 		for _, wk := range ws {
@@ -193,6 +212,40 @@ func writeMetrics(w io.Writer, ws []*worker, mon *nfq.Monitor, off *offload.Offl
 			for i := range sn.rules {
 				fmt.Fprintf(w, "%s{queue=\"%d\",rule=%q} %d\n", m.name, wk.queue, sn.rules[i].name, m.get(&sn.rules[i]))
 			}
+		}
+	}
+	writeGlobalMetrics(w, gl)
+}
+
+func writeGlobalMetrics(w io.Writer, gl *globals) {
+	gs, cs, ok := gl.stats()
+	if !ok {
+		return
+	}
+	fmt.Fprintf(w, "# HELP packetshaper_redis_commands_total Requests sent to the global rules' store (one per ask, SCRIPT LOAD, PING).\n# TYPE packetshaper_redis_commands_total counter\npacketshaper_redis_commands_total %d\n", cs.Commands)
+	fmt.Fprintf(w, "# HELP packetshaper_redis_errors_total Requests to the store that failed or timed out.\n# TYPE packetshaper_redis_errors_total counter\npacketshaper_redis_errors_total %d\n", cs.Errors)
+	names := make([]string, 0, len(gs))
+	for n := range gs {
+		names = append(names, n)
+	}
+	sortedStrings(names)
+	for _, m := range []struct {
+		name, typ, help string
+		get             func(*global.RuleStats) string
+	}{
+		{"packetshaper_rule_global_fallback", "gauge", "1 while a global rule limits locally (its store unreachable), 0 on leases.", func(g *global.RuleStats) string { return boolMetric(g.Fallback) }},
+		{"packetshaper_rule_global_fallback_rate", "gauge", "A global rule's local limit in fallback (packets or bytes per second), 0 on leases.", func(g *global.RuleStats) string { return fmt.Sprintf("%g", g.FallbackRate) }},
+		{"packetshaper_rule_global_keys", "gauge", "Keys of a global rule with a lease on this host.", func(g *global.RuleStats) string { return fmt.Sprint(g.Keys) }},
+		{"packetshaper_rule_global_asks_total", "counter", "Lease asks sent to the store (one command each).", func(g *global.RuleStats) string { return fmt.Sprint(g.Asks) }},
+		{"packetshaper_rule_global_granted_total", "counter", "Tokens (packets or bytes) the store granted to this host.", func(g *global.RuleStats) string { return fmt.Sprint(g.Granted) }},
+		{"packetshaper_rule_redis_errors_total", "counter", "Lease asks that failed or timed out.", func(g *global.RuleStats) string { return fmt.Sprint(g.Errors) }},
+		{"packetshaper_rule_global_share", "gauge", "This host's recent share of a global rule's grants.", func(g *global.RuleStats) string { return fmt.Sprintf("%.4f", g.Share) }},
+		{"packetshaper_rule_global_hosts", "gauge", "The most hosts seen asking for one key of a global rule.", func(g *global.RuleStats) string { return fmt.Sprint(g.Hosts) }},
+	} {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.typ)
+		for _, n := range names {
+			g := gs[n]
+			fmt.Fprintf(w, "%s{rule=%q} %s\n", m.name, n, m.get(&g))
 		}
 	}
 }
