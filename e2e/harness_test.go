@@ -448,6 +448,8 @@ type recvResult struct {
 	Total    uint64                       `json:"total"`
 	FirstNs  int64                        `json:"first_ns"`
 	LastNs   int64                        `json:"last_ns"`
+	// Bins counts datagrams per --bins interval, by its start (ns).
+	Bins map[string]uint64 `json:"bins"`
 }
 
 // startRecv starts psend recv in B on the given ports (comma-separated

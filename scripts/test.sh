@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 
-need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3)
+need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 redis-server redis-tools)
 if [ "$(id -u)" = 0 ]; then
 	missing=()
 	for p in "${need[@]}"; do
@@ -44,8 +44,8 @@ echo "== go test"
 # running side by side on a 2-core machine would disturb them.
 go test -p 1 -count=1 -timeout 20m ./...
 
-echo "== go test -race (the packages with goroutines or shared state: live command, nfq, offload, policy)"
-go test -race -p 1 -count=1 -timeout 15m ./cmd/packetshaper ./nfq ./offload ./policy
+echo "== go test -race (the packages with goroutines or shared state: live command, nfq, offload, policy, global)"
+go test -race -p 1 -count=1 -timeout 15m ./cmd/packetshaper ./nfq ./offload ./policy ./global
 
 FUZZTIME=${FUZZTIME:-10s}
 if [ "$FUZZTIME" != 0 ]; then

@@ -21,6 +21,9 @@ type RecvResult struct {
 	LastNs   int64                        `json:"last_ns,omitempty"`  // last datagram, any port
 	Seconds  float64                      `json:"seconds"`
 	Reason   string                       `json:"stopped_by"` // "duration", "idle" or "signal"
+	// Bins counts datagrams (all ports) per --bins interval: the key is
+	// the interval's start, ns since the Unix epoch.
+	Bins map[string]uint64 `json:"bins,omitempty"`
 }
 
 // portCount is one listener's tally; each listener goroutine owns its own.
@@ -28,6 +31,7 @@ type portCount struct {
 	bySrc           map[uint16]uint64
 	total           uint64
 	firstNs, lastNs int64
+	bins            map[int64]uint64
 }
 
 func runRecv(ctx context.Context, args []string) (any, error) {
@@ -35,6 +39,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 	listen := fs.String("listen", ":9000", "UDP address(es) to listen on, [IP]:PORT[,...]; an empty IP listens on all (IPv4 and IPv6)")
 	dur := fs.Duration("duration", 10*time.Second, "stop after this long (max 10m)")
 	idle := fs.Duration("idle", 0, "stop this long after the last datagram, once one arrived (0 = only --duration)")
+	bins := fs.Duration("bins", 0, "also count datagrams per interval of this length, aligned to the Unix epoch (0 = no)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -44,6 +49,10 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 	if *idle < 0 {
 		return nil, badFlag("--idle %v: must be >= 0", *idle)
 	}
+	if *bins < 0 || *bins > 0 && *bins < time.Millisecond {
+		return nil, badFlag("--bins %v: must be 0 or at least 1ms", *bins)
+	}
+	binNs := int64(*bins)
 	var conns []*net.UDPConn
 	defer func() {
 		for _, c := range conns {
@@ -81,6 +90,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 	done := make(chan struct{})
 	for i, c := range conns {
 		counts[i].bySrc = make(map[uint16]uint64)
+		counts[i].bins = make(map[int64]uint64)
 		wg.Add(1)
 		go func(c *net.UDPConn, pc *portCount) {
 			defer wg.Done()
@@ -104,6 +114,9 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 				ns := time.Now().UnixNano()
 				pc.bySrc[from.Port()]++
 				pc.total++
+				if binNs > 0 {
+					pc.bins[ns/binNs*binNs]++
+				}
 				if pc.firstNs == 0 {
 					pc.firstNs = ns
 				}
@@ -153,6 +166,12 @@ wait:
 			m[strconv.Itoa(int(sp))] += n
 		}
 		res.Total += pc.total
+		for b, n := range pc.bins {
+			if res.Bins == nil {
+				res.Bins = make(map[string]uint64)
+			}
+			res.Bins[strconv.FormatInt(b, 10)] += n
+		}
 		if pc.firstNs != 0 && (res.FirstNs == 0 || pc.firstNs < res.FirstNs) {
 			res.FirstNs = pc.firstNs
 		}
