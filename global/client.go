@@ -24,7 +24,7 @@ const (
 	DefaultTimeout   = 20 * time.Millisecond
 	DefaultPoll      = time.Millisecond
 	DefaultSweep     = 100 * time.Millisecond
-	DefaultLeaseLife = 2 * time.Second
+	DefaultLeaseLife = 4 * time.Second
 	DefaultGrace     = 100 * time.Millisecond
 	DefaultProbe     = 200 * time.Millisecond
 )
@@ -40,7 +40,8 @@ type Config struct {
 	// Password for AUTH; "" for none.
 	Password string
 	// Timeout bounds each request (a pipeline of n asks gets Timeout plus
-	// 50 µs per ask). Default DefaultTimeout.
+	// n × max(100 µs, twice the store's recent time per ask)). Default
+	// DefaultTimeout.
 	Timeout time.Duration
 	// KeyPrefix starts every key, as given ("" is no prefix).
 	KeyPrefix string
@@ -89,6 +90,7 @@ type Client struct {
 	fallbackAt   int64
 	lastProbe    int64
 	rtt          float64 // ns, EWMA of a pipeline's round trip
+	perAsk       float64 // ns, EWMA of a large pipeline's time per ask
 	rng          *mrand.Rand
 
 	fallback atomic.Bool
@@ -289,12 +291,13 @@ func (c *Client) step(now int64) {
 	}
 }
 
-// askChunk is how many asks go in one pipeline, and askTime what each
-// adds to its deadline (ns): the store runs a few thousand scripts per
-// 100 ms.
+// askChunk is how many asks go in one pipeline, and askTime the least each
+// adds to its deadline (ns); a store that takes longer per ask (loaded, or
+// far) gets twice its measured time per ask, so that a large batch is not
+// timed out while the store works through it.
 const (
 	askChunk = 512
-	askTime  = 50_000
+	askTime  = 100_000
 )
 
 // send asks the store for each entry of batch, in pipelines, and applies
@@ -337,7 +340,8 @@ func (c *Client) send(batch []*entry) (ok, failed int) {
 // pipeline sends one chunk of asks and applies the replies; it returns the
 // entries whose script was missing apart.
 func (c *Client) pipeline(chunk []*entry) (ok, failed int, noScript []*entry) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.timeout+int64(len(chunk))*askTime))
+	per := max(askTime, 2*int64(c.perAsk))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.timeout+int64(len(chunk))*per))
 	defer cancel()
 	pipe := c.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(chunk))
@@ -356,6 +360,18 @@ func (c *Client) pipeline(chunk []*entry) (ok, failed int, noScript []*entry) {
 		c.rtt = rtt
 	} else {
 		c.rtt += (rtt - c.rtt) / 8
+	}
+	switch {
+	case len(chunk) >= 32 && ctx.Err() == nil:
+		if p := float64(now-sent) / float64(len(chunk)); c.perAsk == 0 {
+			c.perAsk = p
+		} else {
+			c.perAsk += (p - c.perAsk) / 4
+		}
+	case len(chunk) >= 32:
+		// Timed out: a store this busy gets twice the time next (up to
+		// 2 ms an ask, past which it is as good as gone).
+		c.perAsk = min(max(2*c.perAsk, askTime), 2e6)
 	}
 	for i, cmd := range cmds {
 		e := chunk[i]

@@ -20,9 +20,9 @@
 // what it holds, and none more than S minus what the others held after
 // their last asks (their holdings only shrink between asks), so that all
 // together never hold more than max(S, hosts × one packet). A host asks for
-// about a second of its demand, at most its cap, when its lease falls below
+// about two seconds of its demand, at most its cap, when its lease falls below
 // the low-water mark (demand × a few poll intervals and round trips), when
-// it expires (a token bucket's lease lives 2 s on the host's clock; a fixed
+// it expires (a token bucket's lease lives 4 s on the host's clock; a fixed
 // window's ends with its window, converted from the time left that the
 // store reports) and, for a key still active, before it expires. A host the
 // store could not serve in full waits, before asking again, until its ask

@@ -1,11 +1,9 @@
 package global
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,9 +128,10 @@ func run(hosts []*host, keys []flows.Key, pps []float64, d time.Duration, window
 
 // TestLeasesThreeHosts: three hosts share one key's token bucket, at uneven
 // rates (most traffic through one): together they get burst + rate × T
-// within 5 %, never more than the bound burst + rate × T + slack (+ a
-// packet of credit per host), with few commands per packet; hosts whose
-// clocks are an hour apart change nothing (the store's clock rules).
+// within 5 % (less what they still hold at the end, at most the slack),
+// never more than the bound burst + rate × T + slack (+ a packet of
+// credit per host), with few commands per packet; hosts whose clocks are
+// an hour apart change nothing (the store's clock rules).
 func TestLeasesThreeHosts(t *testing.T) {
 	s := startRedis(t)
 	const rate, burst, slack = 2000.0, 200.0, 0.1
@@ -161,8 +160,10 @@ func TestLeasesThreeHosts(t *testing.T) {
 			if float64(total) > bound {
 				t.Errorf("accepted %d, over the bound %.0f", total, bound)
 			}
-			if math.Abs(float64(total)-want) > 0.05*want {
-				t.Errorf("accepted %d, want %.0f ±5%%", total, want)
+			// At the end the hosts may still hold up to the slack,
+			// granted but not spent.
+			if float64(total) < 0.95*want-slack*rate {
+				t.Errorf("accepted %d, want at least %.0f - 5 %% - the slack", total, want)
 			}
 			if per := float64(cmds) / float64(total); per > 0.03 {
 				t.Errorf("%.4f commands per accepted packet, want at most 0.03", per)
@@ -380,5 +381,4 @@ func TestRetireIdle(t *testing.T) {
 	if nl := h.r.Lease(&k); nl == l || nl == nil {
 		t.Error("no new lease after the retirement")
 	}
-	_ = bytes.MinRead
 }

@@ -144,6 +144,19 @@ func (s *server) info(field string) int64 {
 	return 0
 }
 
+// cpuSeconds is the CPU time the server has used (INFO cpu).
+func (s *server) cpuSeconds() float64 {
+	s.t.Helper()
+	var sum float64
+	for _, l := range strings.Split(s.cli("info", "cpu"), "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(l), ":"); ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			x, _ := strconv.ParseFloat(v, 64)
+			sum += x
+		}
+	}
+	return sum
+}
+
 // clientCommands is how many commands clients sent the server (by its
 // commandstats): EVALSHA, EVAL, SCRIPT, PING, not the calls the scripts
 // make inside (which INFO's total_commands_processed counts too) nor the

@@ -29,8 +29,9 @@ type RuleConfig struct {
 // Tuning of the leases (see the package documentation).
 const (
 	// targetHold is how long a lease should last at a key's demand: a
-	// host asks for demand × targetHold, at most its cap.
-	targetHold = 1.0 // s
+	// host asks for demand × targetHold, at most its cap. A light key
+	// asks about once per targetHold.
+	targetHold = 2.0 // s
 	// tau is the time constant of a key's demand estimate.
 	tau = 0.5 // s
 	// decay is the time constant of the grant shares the store keeps.

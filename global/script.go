@@ -110,7 +110,7 @@ local room = math.min(cap, pool - others) - held
 if room < 0 then room = 0 end
 local ask = math.min(want, room)
 
-local g, wait, left, ttl = 0, 0, 0, 0
+local g, wait, left, ttl, state = 0, 0, 0, 0, nil
 if algo == 0 then
   local tk, ts = tonumber(f.tk), tonumber(f.ts)
   if tk == nil then tk = size; ts = now end
@@ -130,7 +130,7 @@ if algo == 0 then
     local full = (size - tk) / rate * 1e6
     if wait > full then wait = full end
   end
-  redis.call('HSET', KEYS[1], 'tk', num(tk), 'ts', int(ts))
+  state = {'tk', num(tk), 'ts', int(ts)}
   ttl = (size - tk) / rate * 1e6
 else
   left = (cw + 1) * win - now
@@ -138,7 +138,7 @@ else
   g = math.floor(math.min(ask, math.max(size - c, 0)))
   c = c + g
   if g < ask then wait = left end
-  redis.call('HSET', KEYS[1], 'w', int(cw), 'c', num(c))
+  state = {'w', int(cw), 'c', num(c)}
   ttl = left
 end
 if pool - others < cap and room < want then
@@ -149,7 +149,8 @@ mine = mine + g
 total = total + mine
 local s = 0
 if g < ask then s = now end
-redis.call('HSET', KEYS[1], 'a:' .. me, int(now), 'v:' .. me, num(held + g), 'g:' .. me, num(mine), 's:' .. me, int(s))
+redis.call('HSET', KEYS[1], state[1], state[2], state[3], state[4],
+  'a:' .. me, int(now), 'v:' .. me, num(held + g), 'g:' .. me, num(mine), 's:' .. me, int(s))
 redis.call('PEXPIRE', KEYS[1], math.ceil((ttl + horizon) / 1000) + 1000)
 return {g, n, math.floor(cap), math.floor(wait), math.floor(left), math.floor(mine * 1000), math.floor(total * 1000)}
 `
