@@ -312,7 +312,8 @@ func TestStoreDownAtStart(t *testing.T) {
 // TestCluster: a 3-master Redis Cluster; leases of many keys spread over
 // every node's slots, with no error (no CROSSSLOT: one key per script; no
 // MOVED left to the caller), and each key's budget kept: one host taking
-// every key at twice its rate gets about its rate.
+// every key at twice its rate gets about its rate. Then a master is killed
+// and restarted: the client reconnects by itself.
 func TestCluster(t *testing.T) {
 	nodes := startCluster(t)
 	var addrs []string
@@ -356,6 +357,39 @@ func TestCluster(t *testing.T) {
 	t.Logf("%d accepted of %d keys in %.2f s: burst + rate × T = %.0f, bound %.0f; %d asks", total, nkeys, secs, want, bound, st.Asks)
 	if float64(total) > bound || float64(total) < 0.8*want {
 		t.Errorf("accepted %d, want between 80 %% of %.0f and %.0f", total, want, bound)
+	}
+
+	// Reconnect: a master killed and restarted (its slots kept in its
+	// nodes.conf, back before the cluster would fail it over): its keys'
+	// asks fail meanwhile, then succeed again (the restarted master has no
+	// script: loaded again), with no fallback (the other masters answer).
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.drive(ctx, keys, 40, 0)
+	time.Sleep(300 * time.Millisecond)
+	nodes[0].kill()
+	time.Sleep(500 * time.Millisecond)
+	down := h.r.Stats().Errors
+	nodes[0].start()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(nodes[0].cli("cluster", "info"), "cluster_state:ok"); {
+		if time.Now().After(deadline) {
+			t.Fatal("the restarted master does not rejoin")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	e1, g1 := h.r.Stats().Errors, h.r.Stats().Granted
+	time.Sleep(time.Second)
+	st = h.r.Stats()
+	t.Logf("a master down 0.5 s: %d errors while down, %d after it was back; %d granted in the last second", down, st.Errors-down, st.Granted-g1)
+	if down == 0 {
+		t.Error("no error while a master was down")
+	}
+	if st.Errors != e1 || st.Fallback {
+		t.Errorf("errors go on after the master is back: %+v", st)
+	}
+	if float64(st.Granted-g1) < 0.8*nkeys*20 {
+		t.Errorf("%d granted in a second after the master is back, want about %d", st.Granted-g1, nkeys*20)
 	}
 }
 
