@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	mrand "math/rand/v2"
 	"strings"
 	"sync"
@@ -455,12 +454,4 @@ func (c *Client) tryReturn(rules []*Rule) {
 	}
 	c.log.Info("global: the store answers again: global rules are back on leases",
 		"fallback_for", time.Duration(c.clock()-c.fallbackAt).Round(time.Millisecond).String())
-}
-
-// fmtRate formats a rate for the log.
-func fmtRate(v float64) string {
-	if v == math.Trunc(v) {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return fmt.Sprintf("%.3g", v)
 }
