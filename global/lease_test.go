@@ -23,6 +23,7 @@ type host struct {
 	log      *syncBuf
 	accepted atomic.Int64
 	offered  atomic.Int64
+	cost     int64 // of each packet (0: 1)
 	// perWindow counts accepted packets per window index of the host's
 	// clock (fixed-window tests).
 	mu        sync.Mutex
@@ -81,23 +82,24 @@ func (h *host) drive(ctx context.Context, keys []flows.Key, pps float64, window 
 				h.offered.Add(1)
 				t := h.c.clock()
 				ok := false
+				cost := max(h.cost, 1)
 				if fb := h.r.Local().Fallback(); fb != nil {
 					if lims[i] != fb {
 						fb.Reset(&states[i], t)
 						lims[i] = fb
 					}
-					ok = fb.Allow(&states[i], t, 1)
+					ok = fb.Allow(&states[i], t, cost)
 					if leases[i] != nil {
-						leases[i].Demand(1)
+						leases[i].Demand(cost)
 					}
 				} else {
 					if leases[i] == nil || leases[i].Retired() {
 						leases[i] = h.r.Lease(&keys[i])
 					}
-					ok = leases[i] != nil && leases[i].Take(t, 1)
+					ok = leases[i] != nil && leases[i].Take(t, cost)
 				}
 				if ok {
-					h.accepted.Add(1)
+					h.accepted.Add(cost)
 					if window > 0 {
 						h.mu.Lock()
 						h.perWindow[time.Now().UnixNano()/window]++
@@ -175,6 +177,23 @@ func TestLeasesThreeHosts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestLeasesBytes: a bit rate's leases count bytes; jumbo packets pass
+// (a host may always hold one packet of any size).
+func TestLeasesBytes(t *testing.T) {
+	s := startRedis(t)
+	const rate, burst, slack = 400_000.0, 100_000.0, 0.25
+	h := newHost(t, Config{Addrs: []string{s.addr()}}, shaper.Config{Rate: rate, Bytes: true, Burst: burst, GlobalSlack: slack})
+	h.cost = 9000
+	start := time.Now()
+	total := run([]*host{h}, []flows.Key{key(6)}, []float64{100}, 2*time.Second, 0) // 900 kB/s offered
+	secs := time.Since(start).Seconds()
+	want := burst + rate*secs
+	t.Logf("%d bytes accepted in %.2f s, burst + rate × T = %.0f; %+v", total, secs, want, h.r.Stats())
+	if float64(total) > want+slack*rate+9000 || float64(total) < 0.9*want-slack*rate {
+		t.Errorf("accepted %d bytes, want about %.0f", total, want)
 	}
 }
 

@@ -53,7 +53,7 @@ type Rule struct {
 	fixedWindow bool
 	rate, size  float64 // cost units per second; burst or limit per window
 	slack       float64 // cost units all hosts may hold
-	mincap      float64 // one packet: 1, or 1500 bytes
+	mincap      float64 // one packet of any size: 1, or 65535 bytes
 	q           *shaper.LeaseQueue
 	local       shaper.LocalLimit
 	maxKeys     int
@@ -135,9 +135,12 @@ func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 		slack = shaper.DefaultGlobalSlack
 	}
 	r.slack = slack * lc.Rate
+	// A host may always hold one packet of any size: with a bit rate,
+	// the largest IP packet (as the local default burst), so that no
+	// packet is too large ever to pass.
 	r.mincap = 1
 	if r.bytes {
-		r.mincap = shaper.MinByteBudget
+		r.mincap = shaper.DefaultBurstBytes
 	}
 	if r.maxKeys <= 0 {
 		r.maxKeys = rc.Limit.MaxFlows
