@@ -402,10 +402,11 @@ func (c *Client) lead() int64 {
 	return max(3*c.poll, 2*c.poll+int64(4*c.rtt))
 }
 
-// jitter spreads d by ±20 %, so that hosts told to wait alike do not all
-// come back at once.
+// jitter shortens d by up to 20 %, so that hosts told to wait alike do not
+// all come back at once; never longer (a wait ends before the bucket would
+// be full).
 func (c *Client) jitter(d int64) int64 {
-	return d + int64(float64(d)*0.4*(c.rng.Float64()-0.5))
+	return d - int64(float64(d)*0.2*c.rng.Float64())
 }
 
 // enterFallback makes every rule limit locally (see Rule.fallbackLimiter)

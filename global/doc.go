@@ -26,11 +26,12 @@
 // window's ends with its window, converted from the time left that the
 // store reports) and, for a key still active, before it expires. A host the
 // store could not serve in full waits, before asking again, until its ask
-// may have refilled in turn with the other hosts that went short (never
-// past the time the bucket would be full): hosts that all want more than
-// there is take turns, each getting about its cap per ask, and the asks per
-// second stay about hosts / global-slack per saturated key, whatever the
-// packet rate.
+// may have refilled in turn with the other hosts that went short (at most
+// half the time until the bucket would be full, so that a late ask loses
+// no tokens): hosts that all want more than there is take turns, each
+// getting about its cap per ask, and the asks per second stay about
+// hosts / global-slack per saturated key (up to twice that with a burst
+// under 2 × S), whatever the packet rate.
 //
 // # The bound
 //

@@ -136,7 +136,8 @@ func run(hosts []*host, keys []flows.Key, pps []float64, d time.Duration, window
 // an hour apart change nothing (the store's clock rules).
 func TestLeasesThreeHosts(t *testing.T) {
 	s := startRedis(t)
-	const rate, burst, slack = 2000.0, 200.0, 0.1
+	// A burst of twice the slack: the fewest asks (see the script's wait).
+	const rate, burst, slack = 2000.0, 400.0, 0.1
 	limit := shaper.Config{Rate: rate, Burst: burst, GlobalSlack: slack}
 	for _, skew := range []time.Duration{0, time.Hour} {
 		t.Run(fmt.Sprintf("skew=%v", skew), func(t *testing.T) {
@@ -164,8 +165,12 @@ func TestLeasesThreeHosts(t *testing.T) {
 			}
 			// At the end the hosts may still hold up to the slack,
 			// granted but not spent.
-			if float64(total) < 0.95*want-slack*rate {
-				t.Errorf("accepted %d, want at least %.0f - 5 %% - the slack", total, want)
+			tol := 0.05
+			if raceEnabled {
+				tol = 0.15
+			}
+			if float64(total) < (1-tol)*want-slack*rate {
+				t.Errorf("accepted %d, want at least %.0f - %.0f %% - the slack", total, want, 100*tol)
 			}
 			if per := float64(cmds) / float64(total); per > 0.03 {
 				t.Errorf("%.4f commands per accepted packet, want at most 0.03", per)

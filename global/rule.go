@@ -251,11 +251,13 @@ func (r *Rule) args(e *entry) []any {
 	return a.argv()
 }
 
-// observe reads what the engines did with e's lease since the last look.
-func (r *Rule) observe(e *entry, now int64) {
+// observe reads what the engines did with e's lease since the last look;
+// it returns the demand they could not meet from it.
+func (r *Rule) observe(e *entry, now int64) (unmet int64) {
 	t := e.l.Tokens()
 	spent := max(e.lastTokens-t, 0)
-	x := spent + e.l.TakeDemand()
+	unmet = e.l.TakeDemand()
+	x := spent + unmet
 	e.lastTokens = t
 	if dt := now - e.seen; dt > 0 {
 		e.rate *= math.Exp(-float64(dt) / (tau * 1e9))
@@ -266,6 +268,7 @@ func (r *Rule) observe(e *entry, now int64) {
 	if x > 0 {
 		e.lastActive = now
 	}
+	return unmet
 }
 
 // est is e's demand estimate (cost units per second); while e is young,
@@ -294,7 +297,7 @@ func (r *Rule) consider(e *entry, now int64, batch []*entry) []*entry {
 	if e.retired || e.inBatch {
 		return batch
 	}
-	r.observe(e, now)
+	unmet := r.observe(e, now)
 	until := e.l.Until()
 	fresh := until == math.MaxInt64 // no grant yet
 	if !fresh && until <= now {
@@ -306,7 +309,10 @@ func (r *Rule) consider(e *entry, now int64, batch []*entry) []*entry {
 	}
 	t := e.l.Tokens()
 	active := now-e.lastActive < r.c.life
-	need := t < 0 || fresh || active && (until == 0 || t < e.low)
+	// Ask when the lease holds credit to charge, is new, has expired or
+	// runs low, or when a packet found it short (with a bit rate a packet
+	// may cost more than the low-water mark).
+	need := t < 0 || fresh || active && (until == 0 || t < e.low || unmet > 0)
 	renew := !need && !r.fixedWindow && until != 0 && until-now < r.c.life/4 && active
 	if !need && !renew {
 		return batch

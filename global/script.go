@@ -42,8 +42,9 @@ import (
 // until its ask may have refilled, in turn with the other hosts that went
 // short lately (short hosts × ask / rate, less what the bucket holds: hosts
 // that all go short take turns, each getting about its ask, so the asks per
-// second do not grow with the packets), never past the time the bucket
-// would be full (tokens lost); with a fixed window that ran out, its end. window left is the time to
+// second do not grow with the packets), at most half the time until the
+// bucket would be full (so that a late ask loses no tokens); with a fixed
+// window that ran out, its end. window left is the time to
 // the end of the fixed window the grant belongs to.
 const leaseScript = `
 local t = redis.call('TIME')
@@ -124,10 +125,10 @@ if algo == 0 then
   if g < ask then short = short + 1 end
   if g < ask or tk < ask then
     -- the bucket cannot serve this ask again: come back when it may,
-    -- taking turns with the hosts that went short too, but before it
-    -- would be full
+    -- taking turns with the hosts that went short too, but well before
+    -- it would be full (half way: late asks lose no tokens)
     wait = (math.max(short, 1) * ask - math.max(tk, 0)) / rate * 1e6
-    local full = (size - tk) / rate * 1e6
+    local full = (size - tk) / rate * 1e6 / 2
     if wait > full then wait = full end
   end
   state = {'tk', num(tk), 'ts', int(ts)}
