@@ -16,18 +16,17 @@ import (
 //	            time of the last refill, µs
 //	w, c        fixed window: the window's index and what it has handed out
 //	a:ID        per host: the store time of its last ask, µs
-//	v:ID        per host: what it held after its last ask (held + granted)
 //	g:ID        per host: its grants, decayed (for its share)
 //	s:ID        per host: when it was last granted less than it asked
 //
 // A host that has not asked for longer than the horizon holds nothing (its
-// leases expired before that on its own clock) and is forgotten. All the
-// hosts that asked within the horizon share the slack: a host's cap is
+// leases expired before that on its own clock) and is forgotten. The hosts
+// that asked within the horizon share the slack: a host's cap is
 // max(mincap, slack / hosts), and it is granted no more than its cap minus
-// what it holds, nor more than the slack minus what the others held after
-// their last asks (an upper bound of what they hold now: a host's holding
-// only shrinks between its asks), so that all hosts together never hold
-// more than max(slack, hosts × mincap).
+// what it holds. (A host keeps what it was granted under an earlier, larger
+// cap until its next ask: while hosts arrive, together they may hold more
+// than the slack, for at most a lease's life; refusing the newcomers
+// instead would starve them until the first one spent its lease.)
 //
 // KEYS[1]: the key. ARGV: algorithm (0 token bucket, 1 fixed window), rate
 // (cost units per second), burst (token bucket) or limit per window (fixed
@@ -70,16 +69,14 @@ local h = redis.call('HGETALL', KEYS[1])
 local f = {}
 for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
 
-local wstart = 0
 local cw, c = tonumber(f.w), tonumber(f.c) or 0
 if algo == 1 then
   local w = math.floor(now / win)
   -- a store clock that went back stays in the newer window
   if cw == nil or w > cw then cw = w; c = 0 end
-  wstart = cw * win
 end
 
-local n, others, total, short = 1, 0, 0, 0
+local n, total, short = 1, 0, 0
 local gone = {}
 for k, v in pairs(f) do
   if string.sub(k, 1, 2) == 'a:' then
@@ -88,13 +85,10 @@ for k, v in pairs(f) do
       local at = tonumber(v)
       if now - at > horizon then
         gone[#gone + 1] = k
-        gone[#gone + 1] = 'v:' .. id
         gone[#gone + 1] = 'g:' .. id
         gone[#gone + 1] = 's:' .. id
       else
         n = n + 1
-        -- a fixed window's leases end with it
-        if at >= wstart then others = others + (tonumber(f['v:' .. id]) or 0) end
         total = total + (tonumber(f['g:' .. id]) or 0) * math.exp(-math.max(now - at, 0) / decay)
         if (tonumber(f['s:' .. id]) or 0) > now - horizon / 2 then short = short + 1 end
       end
@@ -105,9 +99,8 @@ if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
 local myat = tonumber(f['a:' .. me]) or now
 local mine = (tonumber(f['g:' .. me]) or 0) * math.exp(-math.max(now - myat, 0) / decay)
 
-local pool = math.max(slack, n * mincap)
 local cap = math.max(mincap, slack / n)
-local room = math.min(cap, pool - others) - held
+local room = cap - held
 if room < 0 then room = 0 end
 local ask = math.min(want, room)
 
@@ -142,16 +135,12 @@ else
   state = {'w', int(cw), 'c', num(c)}
   ttl = left
 end
-if pool - others < cap and room < want then
-  -- the others hold the slack: try again when they may have spent some
-  wait = math.max(wait, math.min(horizon / 8, 50000))
-end
 mine = mine + g
 total = total + mine
 local s = 0
 if g < ask then s = now end
 redis.call('HSET', KEYS[1], state[1], state[2], state[3], state[4],
-  'a:' .. me, int(now), 'v:' .. me, num(held + g), 'g:' .. me, num(mine), 's:' .. me, int(s))
+  'a:' .. me, int(now), 'g:' .. me, num(mine), 's:' .. me, int(s))
 redis.call('PEXPIRE', KEYS[1], math.ceil((ttl + horizon) / 1000) + 1000)
 return {g, n, math.floor(cap), math.floor(wait), math.floor(left), math.floor(mine * 1000), math.floor(total * 1000)}
 `
