@@ -23,7 +23,7 @@ import (
 
 const (
 	gRate   = 3000.0 // the global rule: packets/s per destination
-	gBurst  = 600.0 // twice the slack (0.1 × 3000): the fewest asks, and room for a late one
+	gBurst  = 600.0  // twice the slack (0.1 × 3000): the fewest asks, and room for a late one
 	gSlack  = 0.1
 	gHosts  = 3
 	gRedis  = 6391 // redis-server's port on B's loopback
