@@ -119,6 +119,14 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	for _, w := range comp.Warnings() {
 		log.Warn(w)
 	}
+	// The global rules' store: opened now, not waited for (a store that
+	// is down makes them fall back); closed after the queues stopped.
+	gl := newGlobals(log, len(cfg.Queues))
+	defer gl.close()
+	pol, _, err := gl.prepare(cfg.policy(comp), comp)
+	if err != nil {
+		return UsageError{fmt.Errorf("%s: %v", src.Describe(), err)}
+	}
 	var ws []*worker
 	var qs []*nfq.Queue
 	defer func() {
@@ -128,7 +136,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}()
 	logf := func(format string, a ...any) { log.Warn(fmt.Sprintf(format, a...)) }
 	for _, qn := range cfg.Queues {
-		eng, err := shaper.NewPolicy(cfg.policy(comp))
+		eng, err := shaper.NewPolicy(pol)
 		if err != nil {
 			return UsageError{err}
 		}
@@ -176,7 +184,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}
 
 	start := time.Now()
-	d := &state{cfg: &cfg, ws: ws, mon: mon, off: off, policy: src.Describe(), start: start, loaded: start}
+	d := &state{cfg: &cfg, ws: ws, mon: mon, off: off, gl: gl, policy: src.Describe(), start: start, loaded: start}
 	if cfg.MetricsAddr != "" {
 		h, err := metricsHandler(d)
 		if err != nil {
@@ -216,10 +224,10 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	if cfg.Queue.FailClosed {
 		mode = "fail-closed"
 	}
-	log.Info("shaping", "queues", queueList(cfg.Queues), "policy", src.Describe(), "rules", ruleNames(ws[0].eng),
+	log.Info("shaping", append([]any{"queues", queueList(cfg.Queues), "policy", src.Describe(), "rules", ruleNames(ws[0].eng),
 		"queue_maxlen", cfg.Queue.MaxQueueLen, "copy_range", cfg.Queue.CopyRange, "mode", mode, "offload", cfg.Offload,
 		"max_held", ws[0].q.HoldStats().MaxHeld,
-		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20)))
+		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20))}, gl.describe()...)...)
 
 	errs := make(chan error, len(ws))
 	var wg sync.WaitGroup
@@ -257,7 +265,7 @@ loop:
 	for {
 		select {
 		case <-tick:
-			logStats(log, "stats", ws, mon, off, time.Since(start), latency)
+			logStats(log, "stats", ws, mon, off, gl, time.Since(start), latency)
 		case <-hup:
 			if !src.Reloadable() {
 				log.Warn("SIGHUP: no --policy file, nothing to reload")
@@ -267,7 +275,7 @@ loop:
 			next, err := src.Load()
 			var kept []string
 			if err == nil {
-				kept, err = install(log, &cfg, next, ws, off, "reloaded", src.Describe())
+				kept, err = install(log, &cfg, next, ws, off, gl, "reloaded", src.Describe())
 			}
 			if err != nil {
 				log.Error("reload failed, keeping the previous policy", "err", oneLine(err.Error()))
@@ -282,7 +290,7 @@ loop:
 			}
 			next, err := comp.Recompile()
 			if err == nil {
-				_, err = install(log, &cfg, next, ws, off, "interfaces changed: rules recompiled", src.Describe())
+				_, err = install(log, &cfg, next, ws, off, gl, "interfaces changed: rules recompiled", src.Describe())
 			}
 			if err != nil {
 				log.Error("interfaces changed, recompiling the policy failed: keeping the previous one", "err", oneLine(err.Error()))
@@ -293,7 +301,7 @@ loop:
 			break loop
 		}
 	}
-	logStats(log, "final stats", ws, mon, off, time.Since(start), latency)
+	logStats(log, "final stats", ws, mon, off, gl, time.Since(start), latency)
 	close(errs)
 	return <-errs
 }
@@ -322,28 +330,45 @@ const ifaceCheckEvery = 2 * time.Second
 // from its latest one, which the worker's own goroutine swaps in at its next
 // batch (worker.decide) — a reload on SIGHUP, or a recompile after an
 // interface changed. Rules whose name, match, key and limiter settings are
-// unchanged keep their flows and limiter state, so it never grants a fresh
-// burst; changed and new rules start empty; counters go on. On error
-// nothing changes. With --offload, the flows in the kernel are released:
-// the new rules may not drop them (they come back to the shaper, which
-// offloads them again if its rules drop them in a row).
-func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker, off *offload.Offloader, msg, what string) (kept []string, err error) {
+// unchanged keep their flows and limiter state (a global rule its leases),
+// so it never grants a fresh burst; changed and new rules start empty;
+// counters go on. On error nothing changes. With --offload, the flows in the
+// kernel are released: the new rules may not drop them (they come back to
+// the shaper, which offloads them again if its rules drop them in a row).
+func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker, off *offload.Offloader, gl *globals, msg, what string) (kept []string, err error) {
 	if err := offloadable(cfg.Offload, comp); err != nil {
 		return nil, err
 	}
-	// Check it whole before handing anything over.
+	// Check it whole before handing anything over, and before touching
+	// the global rules' leases.
 	if _, err := shaper.NewPolicy(cfg.policy(comp)); err != nil {
 		return nil, err
 	}
+	pol, done, err := gl.prepare(cfg.policy(comp), comp)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %v", what, err)
+	}
 	for _, w := range ws {
 		k, err := w.install(func(base *shaper.Engine) (*shaper.Engine, []string, error) {
-			return base.Reload(cfg.policy(comp))
+			return base.Reload(pol)
 		})
 		if err != nil {
+			// Cannot happen (checked above).
 			return nil, err
 		}
 		kept = k
 	}
+	// The global rules (and store) that only the previous policy used go
+	// once every queue runs the new one (or a later one).
+	go func() {
+		deadline := time.Now().Add(5 * time.Second)
+		for _, w := range ws {
+			for w.pending.Load() != nil && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+		}
+		done()
+	}()
 	for _, wmsg := range comp.Warnings() {
 		log.Warn(wmsg)
 	}

@@ -126,6 +126,7 @@ func newCollector(d *state) *collector {
 	r("packetshaper_rule_marked_total", "Packets over a rule's limit accepted with a new mark.", counter, func(r *ruleSnap) uint64 { return r.Marked })
 	r("packetshaper_rule_flows", "Flows in a rule's table.", gauge, func(r *ruleSnap) uint64 { return r.Flows })
 	r("packetshaper_rule_flow_evictions_total", "Flows evicted from a rule's full table.", counter, func(r *ruleSnap) uint64 { return r.Evictions })
+	r("packetshaper_rule_fallback_packets_total", "Packets of a global rule decided by its local fallback limit (the store unreachable).", counter, func(r *ruleSnap) uint64 { return r.Fallback })
 	r("packetshaper_rule_flow_expirations_total", "Flows of a rule forgotten after their idle timeout.", counter, func(r *ruleSnap) uint64 { return r.Expired })
 
 	c.latency = prometheus.NewDesc("packetshaper_verdict_latency_seconds",
@@ -214,12 +215,13 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // metricsHandler serves the daemon's metrics, the Go runtime's and the
-// process's, and those of cfg.Collectors (a global limiter's lease state
-// and Redis errors, built elsewhere, come in that way).
+// process's, the global rules' (lease state, the store's errors), and
+// those of cfg.Collectors.
 func metricsHandler(d *state) (http.Handler, error) {
 	reg := prometheus.NewRegistry()
 	cs := []prometheus.Collector{
 		newCollector(d),
+		newGlobalCollector(d.gl),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}

@@ -47,7 +47,8 @@ type state struct {
 	ws     []*worker
 	mon    failOpen
 	off    *offload.Offloader // nil without --offload
-	policy string             // the policy source, described
+	gl     *globals
+	policy string // the policy source, described
 	start  time.Time
 
 	mu       sync.Mutex

@@ -58,6 +58,7 @@ func sum(ws []*worker) totals {
 			a.Flows += r.Flows
 			a.Evictions += r.Evictions
 			a.Expired += r.Expired
+			a.Fallback += r.Fallback
 		}
 		// Quantiles do not add up over queues: report the worst queue's.
 		if l := w.q.Latency(); l.P99 > t.latency.P99 || l.Max > t.latency.Max {
@@ -76,7 +77,7 @@ func sum(ws []*worker) totals {
 	return t
 }
 
-func logStats(log *slog.Logger, msg string, ws []*worker, mon failOpen, off *offload.Offloader, elapsed time.Duration, latency bool) {
+func logStats(log *slog.Logger, msg string, ws []*worker, mon failOpen, off *offload.Offloader, gl *globals, elapsed time.Duration, latency bool) {
 	t := sum(ws)
 	attrs := []any{
 		"packets", t.Packets, "accepted", t.Accepted, "dropped", t.Dropped,
@@ -117,12 +118,28 @@ func logStats(log *slog.Logger, msg string, ws []*worker, mon failOpen, off *off
 			"lat_p99_us", us(t.latency.P99), "lat_max_us", us(t.latency.Max))
 	}
 	// One group per rule: rule.NAME.packets=… in text, nested in JSON.
+	gs, cs, hasGlobal := gl.stats()
+	if hasGlobal {
+		attrs = append(attrs, "redis_commands", cs.Commands, "redis_errors", cs.Errors)
+	}
 	var rules []any
 	for _, r := range t.engine.rules {
-		rules = append(rules, slog.Group(r.name, append([]any{
-			"packets", r.Packets, "accepted", r.Accepted, "dropped", r.Dropped,
-			"shadow_dropped", r.ShadowDropped, "marked", r.Marked, "flows", r.Flows, "evictions", r.Evictions},
-			shapeRuleAttrs(&r)...)...))
+		fields := []any{"packets", r.Packets, "accepted", r.Accepted, "dropped", r.Dropped,
+			"shadow_dropped", r.ShadowDropped, "marked", r.Marked, "flows", r.Flows, "evictions", r.Evictions}
+		if g, ok := gs[r.name]; ok {
+			mode := "leases"
+			if g.Fallback {
+				mode = "fallback"
+			}
+			fields = append(fields, "global_mode", mode, "global_keys", g.Keys, "global_asks", g.Asks,
+				"global_granted", g.Granted, "redis_errors", g.Errors, "global_share", fmt.Sprintf("%.3f", g.Share),
+				"global_hosts", g.Hosts, "fallback_packets", r.Fallback)
+			if g.Fallback {
+				fields = append(fields, "fallback_rate", fmt.Sprintf("%.4g", g.FallbackRate))
+			}
+		}
+		fields = append(fields, shapeRuleAttrs(&r)...)
+		rules = append(rules, slog.Group(r.name, fields...))
 	}
 	attrs = append(attrs, slog.Group("rule", rules...))
 	log.Info(msg, attrs...)

@@ -493,6 +493,8 @@ type recvResult struct {
 	TimesNs map[string]map[string][]int64 `json:"times_ns"`
 	RxNs    map[string]map[string][]int64 `json:"rx_ns"`
 	Seqs    map[string]map[string][]int64 `json:"seqs"` // psend send --seq
+	// Bins counts datagrams per --bins interval, by its start (ns).
+	Bins map[string]uint64 `json:"bins"`
 }
 
 // startRecv starts psend recv in B on the given ports (comma-separated

@@ -51,8 +51,8 @@ func quantile(xs []float64, q float64) float64 {
 	return s[max(0, min(i, len(s)-1))]
 }
 
-// statField reads name=value from packetshaper's last stats line.
-func statField(t *testing.T, log, name string) float64 {
+// lastStatField reads name=value from packetshaper's last stats line.
+func lastStatField(t *testing.T, log, name string) float64 {
 	t.Helper()
 	re := regexp.MustCompile(`(?:^|\s)` + regexp.QuoteMeta(name) + `=(\d+(?:\.\d+)?)`)
 	lines := strings.Split(strings.TrimSpace(log), "\n")
@@ -147,7 +147,7 @@ func checkPacing(t *testing.T, s sendResult, r recvResult, log string, rate, bur
 	if float64(got) < 0.99*float64(want) || got > want+2 {
 		t.Errorf("arrived %d, want at least 99%% of %d (and not more)", got, want)
 	}
-	if acc := uint64(statField(t, log, "accepted")); acc != uint64(got) {
+	if acc := uint64(lastStatField(t, log, "accepted")); acc != uint64(got) {
 		t.Errorf("packetshaper accepted %d, %d arrived", acc, got)
 	}
 	// Each packet: in order, and at most max-delay after it was sent.
@@ -168,11 +168,11 @@ func checkPacing(t *testing.T, s sendResult, r recvResult, log string, rate, bur
 	}
 	maxD := quantile(delays, 1)
 	t.Logf("delays (kernel receive time in B − send time): p50 %.1f ms, p99 %.1f ms, max %.3f ms; packetshaper's delay_max_us %.0f; %d arrivals the ideal shaper drops",
-		quantile(delays, 0.5)/1e6, quantile(delays, 0.99)/1e6, maxD/1e6, statField(t, log, "delay_max_us"), notInModel)
+		quantile(delays, 0.5)/1e6, quantile(delays, 0.99)/1e6, maxD/1e6, lastStatField(t, log, "delay_max_us"), notInModel)
 	if maxD > float64(maxDelay)+delayTol {
 		t.Errorf("a packet waited %.3f ms, more than max-delay %v (+%.0f ms for the way)", maxD/1e6, maxDelay, delayTol/1e6)
 	}
-	if d := statField(t, log, "delay_max_us"); d > float64(maxDelay.Microseconds()) {
+	if d := lastStatField(t, log, "delay_max_us"); d > float64(maxDelay.Microseconds()) {
 		t.Errorf("packetshaper's delay_max_us %.0f > max-delay %v", d, maxDelay)
 	}
 	// Gaps: after the burst, one packet every 1/rate.
@@ -188,14 +188,14 @@ func checkPacing(t *testing.T, s sendResult, r recvResult, log string, rate, bur
 		t.Errorf("gaps p1 %.3f ms / p99 %.3f ms, want %.0f ms ± %.0f ms", lo/1e6, hi/1e6, period/1e6, gapTol/1e6)
 	}
 	// Lateness of the verdicts, as packetshaper measured it.
-	late := statField(t, log, "late_p99_us")
+	late := lastStatField(t, log, "late_p99_us")
 	_, load := quiet()
 	t.Logf("departure lateness: p50 %.0f µs, p99 %.0f µs, max %.0f µs (load average %s; bounds: strict %v)",
-		statField(t, log, "late_p50_us"), late, statField(t, log, "late_max_us"), load, strict)
+		lastStatField(t, log, "late_p50_us"), late, lastStatField(t, log, "late_max_us"), load, strict)
 	if late > lateMax {
 		t.Errorf("lateness p99 %.0f µs (load %s), want ≤ %.0f µs", late, load, lateMax)
 	}
-	if o := statField(t, log, "shape_overflow"); o == 0 {
+	if o := lastStatField(t, log, "shape_overflow"); o == 0 {
 		t.Errorf("shape_overflow = 0: the queue never filled, the test shows nothing")
 	}
 }
@@ -406,8 +406,8 @@ func TestShapeTCP(t *testing.T) {
 		tp.rules("del", "--queue", "0", "--proto", "tcp", "--dport", "5201", "--family", "ipv4")
 		results[name] = append(results[name], res{bps, rt})
 		t.Logf("%s: %.2f Mbit/s, %d retransmissions; packetshaper CPU %.1f %%, held peak %.0f, delayed %.0f, shape_overflow %.0f, late p50 %.0f µs p99 %.0f µs",
-			name, bps/1e6, rt, 100*cpu/dur.Seconds(), statField(t, log, "held_peak"), statField(t, log, "delayed"), statField(t, log, "shape_overflow"),
-			statField(t, log, "late_p50_us"), statField(t, log, "late_p99_us"))
+			name, bps/1e6, rt, 100*cpu/dur.Seconds(), lastStatField(t, log, "held_peak"), lastStatField(t, log, "delayed"), lastStatField(t, log, "shape_overflow"),
+			lastStatField(t, log, "late_p50_us"), lastStatField(t, log, "late_p99_us"))
 	}
 	tbf := func() {
 		tp.must(tp.A, "tc", "qdisc", "add", "dev", tp.VethA, "root", "tbf", "rate", "20mbit", "burst", "250000", "latency", "50ms")

@@ -31,6 +31,7 @@ type Compiled struct {
 	file      *File
 	opts      Options
 	rules     []shaper.Rule
+	redis     *Redis
 	cls       *classifier
 	ifaces    map[string]uint32
 	warnings  []string
@@ -46,7 +47,14 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Compiled{file: f, opts: o, ifaces: map[string]uint32{}}
+	c := &Compiled{file: f, opts: o, ifaces: map[string]uint32{}, redis: f.Redis.WithDefaults()}
+	global := false
+	for i := range specs {
+		global = global || specs[i].rule.Limit.Global
+	}
+	if c.redis != nil && !global {
+		c.warnings = append(c.warnings, "[redis]: no rule is global (scope = \"global\"): the store is not used")
+	}
 	for i := range specs {
 		s := &specs[i]
 		s.rule.Match = s.match.canonical()
@@ -107,6 +115,21 @@ func (c *Compiled) Policy() shaper.Policy {
 		p.Classifier = c.cls
 	}
 	return p
+}
+
+// Redis returns the [redis] table with its defaults filled in, nil if the
+// file has none. The rules whose Limit.Global is set share it.
+func (c *Compiled) Redis() *Redis { return c.redis }
+
+// GlobalRules names the global rules (scope = "global").
+func (c *Compiled) GlobalRules() []string {
+	var names []string
+	for _, r := range c.rules {
+		if r.Limit.Global {
+			names = append(names, r.Name)
+		}
+	}
+	return names
 }
 
 // IfaceID returns the id that a packet's interface named name must carry in

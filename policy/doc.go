@@ -34,6 +34,20 @@
 // accepts it with its mark changed by set-mark ("VALUE/MASK": mark =
 // (mark &^ MASK) | VALUE). A packet no rule matches is accepted.
 //
+// # Global rules
+//
+// scope = "global" makes a limit rule's budget one per flow key for every
+// host that runs it (token-bucket and fixed-window only): the budgets live in
+// the store that the top-level [redis] table names, and each host takes them
+// in leases (package global). global-slack (default 0.01) is the fraction of
+// the rate × 1 s that all hosts together may hold in leases of one key.
+//
+//	[redis]
+//	addrs = ["10.0.0.5:6379"]     # one server or primary; several with cluster = true
+//	timeout = "20ms"              # default
+//	key-prefix = "packetshaper:"  # default
+//	# password-file = "/etc/packetshaper/redis.pw"
+//
 // # Matching
 //
 // A match table's fields must all hold (AND); a list holds when one of its

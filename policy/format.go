@@ -18,6 +18,20 @@ func (f *File) Format(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "# %d rule%s, tried in order: the first that matches a packet decides;\n", len(f.Rules), plural(len(f.Rules)))
 	fmt.Fprintf(bw, "# a packet no rule matches is accepted. Defaults are filled in.\n")
+	if rd := f.Redis.WithDefaults(); rd != nil {
+		fmt.Fprintf(bw, "\n# The store the global rules share.\n[redis]\n")
+		addrs := make([]string, len(rd.Addrs))
+		for i, a := range rd.Addrs {
+			addrs[i] = quote(a)
+		}
+		fmt.Fprintf(bw, "addrs = [%s]\n", strings.Join(addrs, ", "))
+		fmt.Fprintf(bw, "cluster = %t\n", *rd.Cluster)
+		if rd.PasswordFile != "" {
+			fmt.Fprintf(bw, "password-file = %s\n", quote(rd.PasswordFile))
+		}
+		fmt.Fprintf(bw, "timeout = %s\n", quote(formatDuration(rd.Timeout)))
+		fmt.Fprintf(bw, "key-prefix = %s\n", quote(*rd.KeyPrefix))
+	}
 	for _, r := range f.Rules {
 		d := r.WithDefaults()
 		fmt.Fprintf(bw, "\n[[rule]]\n")
@@ -90,6 +104,10 @@ func (f *File) Format(w io.Writer) error {
 			kv("symmetric", strconv.FormatBool(*d.Symmetric), "")
 			kv("max-flows", strconv.Itoa(*d.MaxFlows), "")
 			kv("flow-timeout", quote(formatDuration(d.FlowTimeout)), "")
+			kv("scope", quote(d.Scope), "")
+			if d.GlobalSlack != nil {
+				kv("global-slack", formatFloat(*d.GlobalSlack), "fraction of the rate × 1 s all hosts may hold in leases")
+			}
 		}
 		if len(inline) > 100 {
 			bw.WriteString("\n[rule.match]\n")

@@ -55,6 +55,9 @@ func roundTrip(t testing.TB, f *File) {
 	if !reflect.DeepEqual(g.Rules, want) {
 		t.Fatalf("Parse(Format(f)) != f.WithDefaults():\n got %s\nwant %s\n%s", dump(g.Rules), dump(want), b.Bytes())
 	}
+	if want := f.Redis.WithDefaults(); !reflect.DeepEqual(g.Redis, want) {
+		t.Fatalf("Parse(Format(f)).Redis = %+v, want %+v\n%s", g.Redis, want, b.Bytes())
+	}
 	if d := g.WithDefaults().Rules; !reflect.DeepEqual(d, g.Rules) {
 		t.Fatalf("Format(f) leaves defaults out:\n%s", b.Bytes())
 	}
@@ -76,7 +79,7 @@ func TestFormatRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srcs := []string{string(example), classifyPolicy, bigPolicy(20, 2000), `
+	srcs := []string{string(example), classifyPolicy, globalPolicy, bigPolicy(20, 2000), `
 [[rule]]
 name = "strings"
 match = { iif = ["e\"th", "ümlaut0"], mark = "0x0/0x1", queue = [0, 65535], family = "ipv6", proto = [0, 254] }
@@ -166,6 +169,7 @@ func FuzzParse(f *testing.F) {
 	f.Add(example)
 	f.Add([]byte(classifyPolicy))
 	f.Add([]byte(shapePolicy))
+	f.Add([]byte(globalPolicy))
 	for _, c := range errorCases {
 		f.Add([]byte(c.in))
 	}
@@ -183,3 +187,29 @@ func FuzzParse(f *testing.F) {
 		roundTrip(t, file)
 	})
 }
+
+// globalPolicy has global rules and a [redis] table.
+const globalPolicy = `
+redis = { addrs = ["127.0.0.1:6379"], password-file = "pw", key-prefix = "" }
+
+[[rule]]
+name = "g"
+match = { proto = ["udp"] }
+key = "dst"
+pps = 3000
+burst = 300
+scope = "global"
+global-slack = 0.1
+
+[[rule]]
+name = "fw"
+algo = "fixed-window"
+bitrate = "10mbit"
+window = "100ms"
+scope = "global"
+
+[[rule]]
+name = "rest"
+pps = 1
+scope = "local"
+`

@@ -3,8 +3,11 @@ package policy
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
 func TestParseFields(t *testing.T) {
@@ -81,4 +84,88 @@ dport = ["80"]
 func dump(rs []Rule) string {
 	b, _ := json.MarshalIndent(rs, "", "  ")
 	return string(b)
+}
+
+// TestParseGlobal reads global rules and the [redis] table, written as a
+// table, inline and dotted.
+func TestParseGlobal(t *testing.T) {
+	want := &Redis{Addrs: []string{"10.0.0.5:7000", "[fd00::5]:7001"}, Cluster: ptr(true), PasswordFile: "/etc/ps/redis.pw",
+		Timeout: Duration(50 * time.Millisecond), KeyPrefix: ptr("ps:")}
+	rules := `
+[[rule]]
+name = "g"
+pps = 3000
+burst = 300
+scope = "global"
+global-slack = 0.1
+
+[[rule]]
+name = "fw"
+algo = "fixed-window"
+bitrate = "10mbit"
+scope = "global"
+
+[[rule]]
+name = "l"
+pps = 5
+scope = "local"
+`
+	for _, redis := range []string{
+		"[redis]\naddrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\ncluster = true\npassword-file = \"/etc/ps/redis.pw\"\ntimeout = \"50ms\"\nkey-prefix = \"ps:\"\n",
+		"redis = { addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"], cluster = true, password-file = \"/etc/ps/redis.pw\", timeout = \"50ms\", key-prefix = \"ps:\" }\n",
+		"redis.addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\nredis.cluster = true\nredis.password-file = \"/etc/ps/redis.pw\"\nredis.timeout = \"50ms\"\nredis.key-prefix = \"ps:\"\n",
+	} {
+		f, err := Parse("p.toml", []byte(redis+rules))
+		if err != nil {
+			t.Fatalf("%v\n%s", err, redis)
+		}
+		if !reflect.DeepEqual(f.Redis, want) {
+			t.Errorf("Redis = %+v, want %+v", f.Redis, want)
+		}
+		wantRules := []Rule{
+			{Name: "g", PPS: ptr(3000.0), Burst: ptr(300.0), Scope: "global", GlobalSlack: ptr(0.1)},
+			{Name: "fw", Algo: "fixed-window", Bitrate: "10mbit", Scope: "global"},
+			{Name: "l", PPS: ptr(5.0), Scope: "local"},
+		}
+		if !reflect.DeepEqual(f.Rules, wantRules) {
+			t.Errorf("Rules:\n got %s\nwant %s", dump(f.Rules), dump(wantRules))
+		}
+		c, err := f.Compile(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := c.Policy()
+		if l := p.Rules[0].Limit; !l.Global || l.GlobalSlack != 0.1 {
+			t.Errorf("rule g: Global %v, GlobalSlack %v", l.Global, l.GlobalSlack)
+		}
+		if l := p.Rules[1].Limit; !l.Global || l.GlobalSlack != DefaultGlobalSlack || l.Algorithm != shaper.FixedWindow {
+			t.Errorf("rule fw: %+v", l)
+		}
+		if p.Rules[2].Limit.Global {
+			t.Error("rule l is global")
+		}
+		if g := c.GlobalRules(); !reflect.DeepEqual(g, []string{"g", "fw"}) {
+			t.Errorf("GlobalRules = %v", g)
+		}
+		if !reflect.DeepEqual(c.Redis(), want) {
+			t.Errorf("Compiled.Redis = %+v", c.Redis())
+		}
+		roundTrip(t, f)
+	}
+	// Defaults, and a warning for a store no rule uses.
+	f, err := Parse("p.toml", []byte("[redis]\naddrs = [\"r:6379\"]\n[[rule]]\nname = \"a\"\npps = 1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Compile(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Redis{Addrs: []string{"r:6379"}, Cluster: ptr(false), Timeout: DefaultRedisTimeout, KeyPrefix: ptr(DefaultKeyPrefix)}
+	if !reflect.DeepEqual(c.Redis(), d) {
+		t.Errorf("Redis with defaults = %+v, want %+v", c.Redis(), d)
+	}
+	if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "no rule is global") {
+		t.Errorf("Warnings = %q", w)
+	}
 }

@@ -28,11 +28,15 @@ const MaxMatchItems = 1 << 18
 // never spends seconds and gigabytes compiling.
 const MaxMatchBytes = 64 << 20
 
-// File is a parsed rule file: its rules, in the order they are tried.
+// File is a parsed rule file: its rules, in the order they are tried, and
+// the store its global rules share.
 type File struct {
 	// Name is the file's path, used in errors.
 	Name  string
 	Rules []Rule
+	// Redis is the [redis] table: where global rules keep their budgets.
+	// Required when a rule is global; nil if not given.
+	Redis *Redis
 
 	// pos holds the position of each rule and field in the file Parse
 	// read, for errors found later (Validate); nil for a File built in
@@ -97,6 +101,34 @@ type Rule struct {
 	MaxFlows *int `toml:"max-flows,omitempty"`
 	// FlowTimeout forgets a flow idle this long (default 60s).
 	FlowTimeout Duration `toml:"flow-timeout,omitempty"`
+	// Scope is "local" (the default: each host limits on its own) or
+	// "global": one budget per flow key for every host running the rule,
+	// kept in the [redis] store and taken in leases. Token-bucket and
+	// fixed-window only.
+	Scope string `toml:"scope,omitempty"`
+	// GlobalSlack is the fraction of pps (or bitrate) × 1 s that all hosts
+	// together may hold in leases of one key (default 0.01; global rules
+	// only). More slack: fewer asks to the store, a looser bound.
+	GlobalSlack *float64 `toml:"global-slack,omitempty"`
+}
+
+// Redis is the [redis] table: the store global rules share. Zero values
+// mean the defaults (see WithDefaults).
+type Redis struct {
+	// Addrs are host:port addresses: one for a single server (or a
+	// Valkey/Redis primary), or with Cluster the seeds of a Redis Cluster.
+	Addrs []string `toml:"addrs"`
+	// Cluster says Addrs are Redis Cluster nodes (default false).
+	Cluster *bool `toml:"cluster,omitempty"`
+	// PasswordFile names a file holding the password (AUTH), read when
+	// packetshaper starts; "" for none.
+	PasswordFile string `toml:"password-file,omitempty"`
+	// Timeout bounds each request to the store (default 20ms); a store
+	// slower than that for longer than a short grace is taken as gone.
+	Timeout Duration `toml:"timeout,omitempty"`
+	// KeyPrefix starts every key packetshaper writes (default
+	// "packetshaper:").
+	KeyPrefix *string `toml:"key-prefix,omitempty"`
 }
 
 // Match is a rule's match table. Every field given must hold (AND); a list
@@ -302,7 +334,16 @@ func joinKey(key []string) string {
 // pointers so that a given "" can be told from a missing field, lists that
 // may mix strings and integers as []any.
 type rawFile struct {
-	Rule []rawRule `toml:"rule"`
+	Rule  []rawRule `toml:"rule"`
+	Redis *rawRedis `toml:"redis"`
+}
+
+type rawRedis struct {
+	Addrs        []string `toml:"addrs"`
+	Cluster      *bool    `toml:"cluster"`
+	PasswordFile *string  `toml:"password-file"`
+	Timeout      *string  `toml:"timeout"`
+	KeyPrefix    *string  `toml:"key-prefix"`
 }
 
 type rawRule struct {
@@ -327,6 +368,8 @@ type rawRule struct {
 	Window      *string   `toml:"window"`
 	MaxFlows    *int      `toml:"max-flows"`
 	FlowTimeout *string   `toml:"flow-timeout"`
+	Scope       *string   `toml:"scope"`
+	GlobalSlack *float64  `toml:"global-slack"`
 }
 
 type rawMatch struct {
@@ -407,6 +450,8 @@ func (f *File) fromRaw(raw *rawFile) errList {
 		r.Window = dur(i, "window", rr.Window)
 		r.MaxFlows = rr.MaxFlows
 		r.FlowTimeout = dur(i, "flow-timeout", rr.FlowTimeout)
+		r.Scope = str(i, "scope", rr.Scope)
+		r.GlobalSlack = rr.GlobalSlack
 		if m := rr.Match; m != nil {
 			r.Match = &Match{
 				Src: m.Src, Dst: m.Dst,
@@ -423,7 +468,35 @@ func (f *File) fromRaw(raw *rawFile) errList {
 			}
 		}
 	}
+	if rr := raw.Redis; rr != nil {
+		rd := &Redis{Addrs: rr.Addrs, Cluster: rr.Cluster, KeyPrefix: rr.KeyPrefix}
+		if rr.PasswordFile != nil {
+			if *rr.PasswordFile == "" {
+				errs.add(f.redisErr("redis.password-file", -1, "must not be empty"))
+			}
+			rd.PasswordFile = *rr.PasswordFile
+		}
+		if rr.Timeout != nil {
+			d, err := parseDuration(*rr.Timeout)
+			if err != nil {
+				errs.add(f.redisErr("redis.timeout", -1, "%v", err))
+			}
+			rd.Timeout = Duration(d)
+		}
+		f.Redis = rd
+	}
 	return errs
+}
+
+// redisErr makes an error about a field of the [redis] table (item j of a
+// list, or -1), at its place in the file when Parse read it.
+func (f *File) redisErr(field string, j int, format string, args ...any) *Error {
+	e := &Error{File: f.Name, Field: field, Msg: fmt.Sprintf(format, args...)}
+	if f.pos != nil {
+		p := f.pos.redisAt(field, j)
+		e.Line, e.Col = p.line, p.col
+	}
+	return e
 }
 
 // errList collects errors and reports the first in the file (or, without

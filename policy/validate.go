@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -21,7 +22,16 @@ const (
 	DefaultAlgo     = "token-bucket"
 	// ShapeAlgo is the name of the token bucket that shapes: algo =
 	// "leaky-bucket" is algo = "token-bucket" with shape = true.
-	ShapeAlgo = "leaky-bucket"
+	ShapeAlgo    = "leaky-bucket"
+	DefaultScope = "local"
+	// DefaultGlobalSlack is a global rule's global-slack.
+	DefaultGlobalSlack = shaper.DefaultGlobalSlack
+	// DefaultRedisTimeout bounds each request to the store.
+	DefaultRedisTimeout = Duration(20 * time.Millisecond)
+	// MaxRedisTimeout is the largest timeout.
+	MaxRedisTimeout = Duration(10 * time.Second)
+	// DefaultKeyPrefix starts every key in the store.
+	DefaultKeyPrefix = "packetshaper:"
 )
 
 // DefaultMaxDelay is a shaping rule's max-delay when it gives none.
@@ -107,6 +117,7 @@ func (f *File) check() ([]ruleSpec, error) {
 		}
 		specs[i] = f.checkRule(i, &errs, checked)
 	}
+	f.checkRedis(&errs)
 	if err := errs.first(); err != nil {
 		return nil, err
 	}
@@ -158,6 +169,8 @@ func (r *Rule) given() []string {
 	add(r.Symmetric != nil, "symmetric")
 	add(r.MaxFlows != nil, "max-flows")
 	add(r.FlowTimeout != 0, "flow-timeout")
+	add(r.Scope != "", "scope")
+	add(r.GlobalSlack != nil, "global-slack")
 	return g
 }
 
@@ -327,6 +340,29 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		}
 		s.rule.Mark, s.rule.MarkMask = v, m
 	}
+	switch r.Scope {
+	case "", "local":
+		if r.GlobalSlack != nil {
+			bad("global-slack", "only for global rules (scope = \"global\")")
+		}
+	case "global":
+		if r.Algo != "" && r.Algo != "token-bucket" && r.Algo != "fixed-window" {
+			bad("algo", "a global rule is token-bucket or fixed-window, not %q", r.Algo)
+		}
+		if r.Shape != nil && *r.Shape {
+			bad("shape", "a global rule does not shape: its budget comes from the store in leases, not as a departure time per packet (shape locally, or police globally)")
+		}
+		if r.GlobalSlack != nil {
+			if v := *r.GlobalSlack; !(v > 0 && v <= 1) {
+				bad("global-slack", "must be more than 0 and at most 1 (a fraction of the rate × 1 s), not %v", v)
+			}
+		}
+		if f.Redis == nil {
+			bad("scope", "\"global\" needs the [redis] table: the addrs of the store the hosts share")
+		}
+	default:
+		bad("scope", "unknown scope %q (want local or global)", r.Scope)
+	}
 	if len(*errs) > n0 {
 		return
 	}
@@ -434,7 +470,76 @@ func (d *Rule) config() shaper.Config {
 	c.Key.Symmetric = *d.Symmetric
 	c.MaxFlows = *d.MaxFlows
 	c.FlowTimeout = int64(d.FlowTimeout)
+	if d.Scope == "global" {
+		c.Global = true
+		c.GlobalSlack = *d.GlobalSlack
+	}
 	return c
+}
+
+// checkRedis checks the [redis] table.
+func (f *File) checkRedis(errs *errList) {
+	rd := f.Redis
+	if rd == nil {
+		return
+	}
+	bad := func(field string, j int, format string, args ...any) {
+		errs.add(f.redisErr(field, j, format, args...))
+	}
+	switch {
+	case rd.Addrs == nil:
+		bad("redis.addrs", -1, "missing: give the store's host:port (several with cluster = true)")
+	case len(rd.Addrs) == 0:
+		bad("redis.addrs", -1, "empty list: give the store's host:port (several with cluster = true)")
+	case len(rd.Addrs) > 1 && (rd.Cluster == nil || !*rd.Cluster):
+		bad("redis.addrs", -1, "%d addresses need cluster = true (Redis Cluster); a single server or a primary takes one", len(rd.Addrs))
+	}
+	seen := map[string]bool{}
+	for j, a := range rd.Addrs {
+		if err := checkHostPort(a); err != nil {
+			bad("redis.addrs", j, "%v", err)
+		} else if seen[a] {
+			bad("redis.addrs", j, "%q given twice", a)
+		}
+		seen[a] = true
+	}
+	if rd.Timeout > MaxRedisTimeout {
+		bad("redis.timeout", -1, "must be at most %v, not %v", MaxRedisTimeout, rd.Timeout)
+	}
+	if p := rd.KeyPrefix; p != nil && strings.ContainsAny(*p, "{}") {
+		bad("redis.key-prefix", -1, "must not hold \"{\" or \"}\": each key's hash tag is in braces")
+	}
+}
+
+// checkHostPort accepts host:port with a port 1-65535 and a host name or
+// address.
+func checkHostPort(a string) error {
+	host, port, err := net.SplitHostPort(a)
+	n, perr := strconv.Atoi(port)
+	if err != nil || host == "" || perr != nil || n < 1 || n > 65535 || strings.ContainsAny(host, " /") {
+		return fmt.Errorf("bad address %q (want host:port, such as \"10.0.0.5:6379\" or \"[fd00::5]:6379\")", a)
+	}
+	return nil
+}
+
+// WithDefaults returns rd with every setting it leaves out filled in: cluster
+// false, timeout DefaultRedisTimeout, key-prefix DefaultKeyPrefix. nil stays
+// nil.
+func (rd *Redis) WithDefaults() *Redis {
+	if rd == nil {
+		return nil
+	}
+	d := *rd
+	if d.Cluster == nil {
+		d.Cluster = ptr(false)
+	}
+	if d.Timeout == 0 {
+		d.Timeout = DefaultRedisTimeout
+	}
+	if d.KeyPrefix == nil {
+		d.KeyPrefix = ptr(DefaultKeyPrefix)
+	}
+	return &d
 }
 
 // WithDefaults returns r with every setting it leaves out filled in with
@@ -442,7 +547,8 @@ func (d *Rule) config() shaper.Config {
 // a limit rule the mode, on-exceed, burst (from the rate: 5 packets, or
 // max(65535 bytes, 0.1 s of rate), at most shaper.MaxBurst), algo, shape
 // (true for algo "leaky-bucket"), max-delay (a shaping rule's), window,
-// key, the four prefix lengths, symmetric, max-flows and flow-timeout. An
+// key, the four prefix lengths, symmetric, max-flows, flow-timeout, scope
+// and, for a global rule, global-slack. An
 // empty Match becomes nil. Settings given are kept as they are.
 func (r Rule) WithDefaults() Rule {
 	d := r
@@ -504,13 +610,19 @@ func (r Rule) WithDefaults() Rule {
 	if d.FlowTimeout == 0 {
 		d.FlowTimeout = Duration(shaper.DefaultFlowTimeout)
 	}
+	if d.Scope == "" {
+		d.Scope = DefaultScope
+	}
+	if d.Scope == "global" && d.GlobalSlack == nil {
+		d.GlobalSlack = ptr(DefaultGlobalSlack)
+	}
 	return d
 }
 
 // WithDefaults returns a copy of f whose rules have their defaults filled
 // in (Rule.WithDefaults).
 func (f *File) WithDefaults() *File {
-	g := &File{Name: f.Name, Rules: make([]Rule, len(f.Rules)), pos: f.pos}
+	g := &File{Name: f.Name, Rules: make([]Rule, len(f.Rules)), Redis: f.Redis.WithDefaults(), pos: f.pos}
 	for i, r := range f.Rules {
 		g.Rules[i] = r.WithDefaults()
 	}

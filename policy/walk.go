@@ -43,6 +43,28 @@ const (
 
 type positions struct {
 	rules []*rulePos
+	// redis is the [redis] table's place and fields ("redis.addrs"); nil
+	// if the file has none.
+	redis *rulePos
+}
+
+// redisAt is where the [redis] table's field (item j, or the value for
+// j < 0) is: the closest known place, down to the table itself.
+func (ps *positions) redisAt(field string, j int) pos {
+	r := ps.redis
+	if r == nil {
+		return pos{}
+	}
+	if f := r.fields[field]; f != nil {
+		if j >= 0 && j < len(f.items) {
+			return f.items[j]
+		}
+		if f.val.line > 0 {
+			return f.val
+		}
+		return f.key
+	}
+	return r.at
 }
 
 // at is where rule i's field (item j, or the value for j < 0) is: the
@@ -116,6 +138,11 @@ var ruleSchema = map[string]kind{
 	"symmetric": kBool, "pps": kNumber, "bitrate": kString, "burst": kNumber,
 	"algo": kString, "window": kString, "max-flows": kInt, "flow-timeout": kString,
 	"shape": kBool, "max-delay": kString,
+	"scope": kString, "global-slack": kNumber,
+}
+
+var redisSchema = map[string]kind{
+	"addrs": kStrings, "cluster": kBool, "password-file": kString, "timeout": kString, "key-prefix": kString,
 }
 
 var matchSchema = map[string]kind{
@@ -167,6 +194,7 @@ const (
 	ctxRoot = iota
 	ctxRule
 	ctxMatch
+	ctxRedis
 	ctxSkip
 )
 
@@ -287,8 +315,10 @@ func (w *walker) arrayTable(e *unstable.Node) {
 	ks := w.keys(e)
 	w.ctx = ctxSkip
 	switch {
+	case ks[0].name == "redis":
+		w.report(ks[0].at, -1, "redis", "write [redis], not [[redis]]: there is one store")
 	case ks[0].name != "rule":
-		w.unknown(ks[0].at, -1, ks[0].name, ruleTopLevel)
+		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
 	case len(ks) == 1:
 		if w.ruleForm == 2 {
 			w.report(ks[0].at, -1, "rule", "defined twice: rule = [ ... ] cannot be extended by [[rule]] tables")
@@ -310,8 +340,19 @@ func (w *walker) table(e *unstable.Node) {
 	ks := w.keys(e)
 	w.ctx = ctxSkip
 	switch {
+	case ks[0].name == "redis":
+		if len(ks) > 1 {
+			w.redisKV(ks[1:], nil)
+			return
+		}
+		if w.ps.redis != nil {
+			w.dup(ks[0].at, -1, "redis", &fieldPos{key: w.ps.redis.at})
+			return
+		}
+		w.ps.redis = &rulePos{at: w.headerPos(e), fields: map[string]*fieldPos{}}
+		w.ctx = ctxRedis
 	case ks[0].name != "rule":
-		w.unknown(ks[0].at, -1, ks[0].name, ruleTopLevel)
+		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
 	case len(ks) == 1:
 		w.report(ks[0].at, -1, "rule", "write [[rule]] for each rule, not [rule]")
 	case w.ruleForm == 2:
@@ -369,12 +410,71 @@ func (w *walker) keyValue(e *unstable.Node) {
 		w.ruleKV(w.cur(), ks, v)
 	case ctxMatch:
 		w.matchKV(w.cur(), ks, v)
+	case ctxRedis:
+		w.redisKV(ks, v)
 	}
 }
 
+// redisKV checks a key of the [redis] table (v nil: a [redis.KEY] table
+// header) and records its place.
+func (w *walker) redisKV(ks []keyPart, v *unstable.Node) {
+	r := w.ps.redis
+	k := ks[0]
+	field := "redis." + k.name
+	want, ok := redisSchema[k.name]
+	switch {
+	case !ok:
+		w.unknownRedis(k)
+		return
+	case len(ks) > 1 || v == nil:
+		w.report(k.at, -1, field, "not a table")
+		return
+	}
+	if f := r.fields[field]; f != nil {
+		w.dup(k.at, -1, field, f)
+		return
+	}
+	f := &fieldPos{key: k.at, val: w.nodePos(v)}
+	r.fields[field] = f
+	w.check(-1, field, want, v, f)
+}
+
+// rootRedis handles redis = { ... } and redis.KEY = ... at the top level.
+func (w *walker) rootRedis(ks []keyPart, v *unstable.Node) {
+	r := w.ps.redis
+	if len(ks) == 1 {
+		if r != nil {
+			w.dup(ks[0].at, -1, "redis", &fieldPos{key: r.at})
+			return
+		}
+		if v.Kind != unstable.InlineTable {
+			w.report(w.nodePos(v), -1, "redis", "want a table, not %s", nodeKind(v.Kind))
+			return
+		}
+		w.ps.redis = &rulePos{at: ks[0].at, fields: map[string]*fieldPos{}}
+		it := v.Children()
+		for it.Next() {
+			n := it.Node()
+			w.redisKV(w.keys(n), n.Value())
+		}
+		return
+	}
+	if r == nil {
+		w.ps.redis = &rulePos{at: ks[0].at, fields: map[string]*fieldPos{}, matchBy: matchDotted}
+	} else if r.matchBy != matchDotted {
+		w.dup(ks[0].at, -1, "redis", &fieldPos{key: r.at})
+		return
+	}
+	w.redisKV(ks[1:], v)
+}
+
 func (w *walker) rootKV(ks []keyPart, v *unstable.Node) {
+	if ks[0].name == "redis" {
+		w.rootRedis(ks, v)
+		return
+	}
 	if ks[0].name != "rule" {
-		w.unknown(ks[0].at, -1, ks[0].name, ruleTopLevel)
+		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
 		return
 	}
 	if len(ks) > 1 || v.Kind != unstable.Array {
@@ -523,9 +623,10 @@ func (w *walker) dup(at pos, i int, field string, first *fieldPos) {
 }
 
 var (
-	ruleTopLevel    = []string{"rule"}
+	topLevelNames   = []string{"redis", "rule"}
 	ruleFieldNames  = schemaNames(ruleSchema)
 	matchFieldNames = schemaNames(matchSchema)
+	redisFieldNames = schemaNames(redisSchema)
 )
 
 func schemaNames(m map[string]kind) []string {
@@ -542,7 +643,7 @@ func schemaNames(m map[string]kind) []string {
 func (w *walker) unknown(at pos, i int, field string, known []string) {
 	msg := "unknown field"
 	if i < 0 {
-		msg = "unknown field (a rule file holds only [[rule]] tables)"
+		msg = "unknown field (a rule file holds [[rule]] tables and a [redis] table)"
 	}
 	prefix, name := "", field
 	if i >= 0 && strings.HasPrefix(field, "match.") {
@@ -559,6 +660,21 @@ func (w *walker) unknown(at pos, i int, field string, known []string) {
 		msg += fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	w.report(at, i, field, "%s", msg)
+}
+
+// unknownRedis reports an unknown field of the [redis] table.
+func (w *walker) unknownRedis(k keyPart) {
+	msg := "unknown field"
+	best, bestD := "", 3
+	for _, n := range redisFieldNames {
+		if d := editDistance(k.name, n); d < bestD && d <= len(k.name)/2 {
+			best, bestD = n, d
+		}
+	}
+	if best != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	w.report(k.at, -1, "redis."+keyText(k.name), "%s", msg)
 }
 
 // keyText writes a key as TOML would: bare if it can be, else quoted (so

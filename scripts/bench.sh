@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench.sh - packetshaper's four benchmarks in one run, printed as one report:
+# bench.sh - packetshaper's benchmarks in one run, printed as one report:
 #
 #   engine  go test -bench Decide ./shaper: ns/op per flow count, the engine
 #           beside an x/time/rate + map baseline (median of ENGINE_COUNT runs)
@@ -24,13 +24,21 @@
 #           the kernel's cost of verdicts by id against the packets held
 #           (root; go test ./e2e -run '^TestShape' and ./nfq -bench
 #           'HeldVerdicts|KernelListWalk'; about 3 minutes)
+#   global  a global rule's Decide beside the same rule run locally, in one
+#           run (go test -bench DecideGlobal ./shaper: leases that never run
+#           dry; ./global: leases from a real redis-server through the
+#           refresher), and the store's load: Redis commands/s from one host
+#           with 10, 1 000 and 100 000 active keys (go test -bench RedisLoad
+#           ./global; needs redis-server, which the tests start themselves on
+#           loopback ports)
 #
-#   sudo ./scripts/bench.sh                       # all five, about 7-10 minutes
+#   sudo ./scripts/bench.sh                       # all seven, about 10-14 minutes
 #   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 1.5 minutes
 #   sudo PARTS=moderate ./scripts/bench.sh        # CPU per packet only, about 3 minutes
 #   sudo PARTS=shape ./scripts/bench.sh           # shaping only, about 3 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
+#   PARTS=global ./scripts/bench.sh               # no root needed (redis-server installed)
 #
 # It drives the reference harness ../shared/nfqbench/run.sh (NFQBENCH=path to
 # change it), which creates its own namespaces, sends 64-byte UDP from a
@@ -89,7 +97,7 @@
 # of bypassing, and "via consumer" (the queue's id_sequence, or the consumer's
 # own packets= count) is shown beside "delivered".
 #
-# Environment (defaults): PARTS=engine,replay,live,queues,moderate,shape
+# Environment (defaults): PARTS=engine,replay,live,queues,moderate,shape,global
 #   engine: ENGINE_COUNT=3 (go test -count)
 #   replay: REPLAY_PACKETS=1000000 REPLAY_FLOWS=10000 REPLAY_RUNS=3
 #   live:   REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000 LIMITED_PPS=1000
@@ -98,6 +106,7 @@
 #           FLOWS, SIZE, PS_ARGS as above)
 #   moderate: MODERATE_RATES="5000 20000 50000 0" MODERATE_DUR=4
 #           MODERATE_BEFORE="" (and REPS, FLOWS, SIZE, PS_ARGS as above)
+#   global: ENGINE_COUNT as for engine
 #   OUT=/tmp/packetshaper-bench/<time> (report: OUT/bench.md)
 set -u -o pipefail
 
@@ -112,7 +121,7 @@ LIMITED_PPS=${LIMITED_PPS:-1000}
 SIZE=${SIZE:-64}
 PS_ARGS=${PS_ARGS:-}
 OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
-PARTS=${PARTS:-engine,replay,live,queues,moderate,shape}
+PARTS=${PARTS:-engine,replay,live,queues,moderate,shape,global}
 QUEUE_RATES=${QUEUE_RATES:-150000 200000 300000 0}
 QUEUE_CPUS=${QUEUE_CPUS:-0,1}
 MODERATE_RATES=${MODERATE_RATES:-5000 20000 50000 0}
@@ -132,9 +141,9 @@ case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""
 between() { [ "${!1}" -ge "$2" ] && [ "${!1}" -le "$3" ]; }
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 for p in ${PARTS//,/ }; do
-	case "$p" in engine | replay | live | queues | moderate | shape) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate, shape)" ;; esac
+	case "$p" in engine | replay | live | queues | moderate | shape | global) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate, shape, global)" ;; esac
 done
-[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate, shape)"
+[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate, shape, global)"
 if want live || want queues || want moderate; then
 	[ "$(id -u)" = 0 ] || die "the live, queues and moderate parts must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
 	[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh, or PARTS=engine,replay)"
@@ -146,6 +155,10 @@ if want shape; then
 	[ "$(id -u)" = 0 ] || die "the shape part must run as root (network namespaces, NFQUEUE)"
 	command -v iperf3 >/dev/null || die "the shape part needs iperf3 (apt-get install iperf3), or leave it out of PARTS"
 	command -v tc >/dev/null || die "the shape part needs tc (apt-get install iproute2)"
+fi
+if want global; then
+	command -v redis-server >/dev/null && command -v redis-cli >/dev/null ||
+		die "the global part needs redis-server (apt-get install redis-server redis-tools), or leave it out of PARTS"
 fi
 for v in REPS FLOWS LIMITED_FLOWS LIMITED_PPS SIZE ENGINE_COUNT REPLAY_PACKETS REPLAY_FLOWS REPLAY_RUNS; do
 	case "${!v}" in '' | *[!0-9]*) die "$v='${!v}': want a whole number" ;; esac
@@ -259,6 +272,51 @@ if want shape; then
 		echo "KernelListWalk: the walk from the queue's head to the newest packet that kernels without nfnetlink_queue's hash table make per verdict by id, emulated in user space."
 		echo
 	} >>"$OUT/bench.md"
+fi
+# ---------------------------------------------------------------- global
+if want global; then
+	log "global: go test -bench DecideGlobal ./shaper and DecideGlobalRedis ./global, -count $ENGINE_COUNT"
+	(cd "$ROOT" && timeout 900 go test -run '^$' -bench 'DecideGlobal$' -benchmem -count "$ENGINE_COUNT" ./shaper &&
+		timeout 900 go test -run '^$' -bench 'DecideGlobalRedis' -benchmem -count "$ENGINE_COUNT" ./global) \
+		>"$OUT/global-engine.txt" 2>&1 || { tail -20 "$OUT/global-engine.txt" >&2; die "global engine benchmark failed (log: $OUT/global-engine.txt)"; }
+	log "global: go test -bench RedisLoad ./global (10, 1 000, 100 000 keys)"
+	(cd "$ROOT" && timeout 900 go test -run '^$' -bench 'RedisLoad' -benchtime 1x ./global) \
+		>"$OUT/global-load.txt" 2>&1 || { tail -20 "$OUT/global-load.txt" >&2; die "Redis load benchmark failed (log: $OUT/global-load.txt)"; }
+	awk -v count="$ENGINE_COUNT" '
+	/^BenchmarkDecideGlobal(Redis)?\// {
+		split($1, p, "/"); src=(p[1] ~ /Redis/ ? "redis-server" : "leases never dry"); impl=p[2]; f=p[3]; sub(/^flows=/, "", f); sub(/-[0-9]+$/, "", f)
+		for (i=2;i<=NF;i++) { if ($(i+1)=="ns/op") ns=$i; if ($(i+1)=="allocs/op") al=$i }
+		k=src SUBSEP impl SUBSEP f; n[k]++; v[k,n[k]]=ns; allocs[k]=(al>allocs[k] ? al : allocs[k]+0)
+		r=src SUBSEP f; if (!(r in seen)) { seen[r]=1; order[++nr]=r }
+	}
+	function med(k,   m,i,j,t,a) { m=n[k]; for(i=1;i<=m;i++) a[i]=v[k,i]
+		for(i=2;i<=m;i++){t=a[i]; for(j=i-1;j>=1 && a[j]>t;j--) a[j+1]=a[j]; a[j+1]=t}
+		return (m%2) ? a[(m+1)/2] : (a[m/2]+a[m/2+1])/2 }
+	END {
+		if (!nr) { print "global: no BenchmarkDecideGlobal lines in the output"; exit 1 }
+		printf "## Global rules: Decide per packet beside the same rule run locally (median of %d runs, one process)\n\n", count
+		print "| leases from | flows | local ns/op | global ns/op | global / local | global allocs/op | in fallback ns/op |"
+		print "|---|---:|---:|---:|---:|---:|---:|"
+		for (i=1;i<=nr;i++) { split(order[i], rf, SUBSEP); src=rf[1]; f=rf[2]
+			l=src SUBSEP "local" SUBSEP f; g=src SUBSEP "global" SUBSEP f; fb=src SUBSEP "global-fallback" SUBSEP f
+			ml=(n[l] ? med(l) : 0); mg=(n[g] ? med(g) : 0); mf=(n[fb] ? sprintf("%.1f", med(fb)) : "-")
+			printf "| %s | %s | %.1f | **%.1f** | %s | %s | %s |\n", src, f, ml, mg, (ml>0 ? sprintf("%.2f", mg/ml) : "-"), allocs[g]+0, mf }
+		print ""
+	}' "$OUT/global-engine.txt" >>"$OUT/bench.md" || die "cannot read the global engine benchmark output ($OUT/global-engine.txt)"
+	awk '
+	/^BenchmarkRedisLoad\// {
+		split($1, p, "/"); k=p[2]; sub(/^keys=/, "", k); sub(/-[0-9]+$/, "", k)
+		delete m; for (i=2;i<NF;i++) if ($(i+1) ~ /^[a-z%\/-]+$/) m[$(i+1)]=$i
+		row[++nr]=sprintf("| %s | **%.0f** | %.0f | %.0f %% | %.0f | %.0f | %.3f | %d |", k, m["cmds/s"], m["store-cmds/s"], m["store-cpu%"], m["offered/s"], m["accepted/s"], m["cmds/accepted"], m["errors"])
+	}
+	END {
+		if (!nr) { print "global: no BenchmarkRedisLoad lines in the output"; exit 1 }
+		print "## Global rules: the store'"'"'s load from one host (each key offered 5 packets/s, limit 100/s, global-slack 0.1; 5 s)\n"
+		print "| active keys | commands/s (one per ask) | store commands/s (the scripts'"'"' own calls included) | store CPU | offered packets/s | accepted packets/s | commands per accepted packet | errors |"
+		print "|---:|---:|---:|---:|---:|---:|---:|---:|"
+		for (i=1;i<=nr;i++) print row[i]
+		print ""
+	}' "$OUT/global-load.txt" >>"$OUT/bench.md" || die "cannot read the Redis load benchmark output ($OUT/global-load.txt)"
 fi
 
 # finish: the machine and the command under the report, then print it.

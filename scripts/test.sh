@@ -17,7 +17,8 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 
 # chromium (and a font for it): TestReportInBrowser opens replay --report's page.
-need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 systemd systemd-container procps git chromium fonts-dejavu-core)
+# redis-server: the global rules' tests start their own stores on loopback.
+need=(iproute2 iptables nftables iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 systemd systemd-container procps git chromium fonts-dejavu-core redis-server redis-tools)
 if [ "$(id -u)" = 0 ]; then
 	missing=()
 	for p in "${need[@]}"; do
@@ -48,8 +49,8 @@ echo "== go test"
 # running side by side on a 2-core machine would disturb them.
 go test -p 1 -count=1 -timeout 20m ./...
 
-echo "== go test -race (the packages with goroutines or shared state: live command, daemon, nfq, offload, policy)"
-go test -race -p 1 -count=1 -timeout 15m ./cmd/packetshaper ./daemon/... ./nfq ./offload ./policy
+echo "== go test -race (the packages with goroutines or shared state: live command, daemon, nfq, offload, policy, global)"
+go test -race -p 1 -count=1 -timeout 15m ./cmd/packetshaper ./daemon/... ./nfq ./offload ./policy ./global
 
 echo "== the systemd unit and the Debian package (scripts/package-test.sh)"
 if [ "$(id -u)" = 0 ]; then

@@ -109,3 +109,56 @@ func BenchmarkDecideShape(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecideGlobal measures a global rule's Decide beside the same
+// rule run locally, in one run: the global path spends the flow's lease
+// with atomics (a source whose leases never run dry, so no refresher is
+// involved; package global's BenchmarkDecideGlobalRedis runs it against a
+// real store) and, in fallback, runs the local fallback limiter.
+//
+//	go test -run ^$ -bench DecideGlobal -benchmem ./shaper
+func BenchmarkDecideGlobal(b *testing.B) {
+	for _, n := range []int{1, 10_000} {
+		pkts := make([][]byte, n)
+		for i := range pkts {
+			pkts[i] = udp(i, uint16(i), 36)
+		}
+		run := func(b *testing.B, e *Engine, g *fakeGlobal) {
+			now := t0
+			for _, p := range pkts {
+				e.Decide(p, now)
+			}
+			if g != nil {
+				for _, l := range g.leases {
+					l.Grant(1<<60, noExpiry)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				now += 100
+				e.Decide(pkts[i], now)
+				if i++; i == n {
+					i = 0
+				}
+			}
+		}
+		c := Config{Rate: 1e6, Burst: 100, MaxFlows: n}
+		b.Run(fmt.Sprintf("local/flows=%d", n), func(b *testing.B) {
+			run(b, mustNew(b, c), nil)
+		})
+		b.Run(fmt.Sprintf("global/flows=%d", n), func(b *testing.B) {
+			g := newFakeGlobal()
+			g.q = nil // nothing consumes it here
+			run(b, globalEngine(b, c, g), g)
+		})
+		b.Run(fmt.Sprintf("global-fallback/flows=%d", n), func(b *testing.B) {
+			g := newFakeGlobal()
+			g.q = nil
+			lim, _ := NewLimiter(c.LimiterConfig())
+			g.local.SetFallback(lim)
+			run(b, globalEngine(b, c, g), g)
+		})
+	}
+}

@@ -103,7 +103,18 @@ type Config struct {
 	// nanoseconds (0: DefaultMaxDelay; at most MaxMaxDelay). Only with
 	// Shape.
 	MaxDelay int64
+	// Global makes the limit one budget per flow key shared by every host
+	// running the rule, taken in leases from a shared store (Rule.Global;
+	// see Global). Only TokenBucket and FixedWindow. A rule without a
+	// Global source runs as a local one.
+	Global bool
+	// GlobalSlack is the fraction of Rate × 1 s that all hosts together may
+	// hold in leases of one key (0: DefaultGlobalSlack). Global rules only.
+	GlobalSlack float64
 }
+
+// DefaultGlobalSlack is a global rule's slack when Config.GlobalSlack is 0.
+const DefaultGlobalSlack = 0.01
 
 // LimiterConfig returns the limiter parameters c resolves to, defaults
 // applied.
@@ -179,6 +190,12 @@ type Rule struct {
 	// tc or a later firewall rule can act on them; they count as Marked.
 	MarkExceeded   bool
 	Mark, MarkMask uint32
+	// Global is the budget source of a rule whose Limit.Global is set;
+	// nil runs it as a local rule. Reload keeps a rule's flows when its
+	// Name, Match, Action and Limit are unchanged and it has a source or
+	// not as before: their leases come from the new source once the old
+	// one retires them.
+	Global Global
 }
 
 // Meta is what the packet source knows about a packet beside its bytes.
@@ -291,6 +308,10 @@ type RuleStats struct {
 	// Flows now in the rule's table, and flows pushed out of a full table
 	// or forgotten after the idle timeout.
 	Flows, Evictions, Expired uint64
+	// Fallback counts the packets of a global rule that the local
+	// fallback limiter decided (the store unreachable); they are in
+	// Packets too.
+	Fallback uint64
 }
 
 // FlowStats counts one flow's packets since it entered the table.
@@ -305,18 +326,29 @@ type flow struct {
 	dropRun uint32
 }
 
+// gflow is a flow of a global rule: its lease beside the local state, which
+// only the fallback limiter uses. Local rules' flows stay 8 bytes smaller.
+type gflow struct {
+	flow
+	lease *Lease // nil: the source had no room (Overflow limiter)
+	// lim is the local limiter state was last used with: a flow starts
+	// afresh (a full bucket of that limiter) when it changes.
+	lim *Limiter
+}
+
 // ruleState is what a rule accumulates at run time: its flow table and
 // counters, with the limiter they go with. It outlives an Engine when
 // Reload keeps the rule; only the goroutine deciding packets touches it.
 type ruleState struct {
 	// The fields a packet reads come first, the limiter by value: one
 	// pointer less to chase per packet when rules take turns.
-	table *flows.Table[flow] // nil unless ActionLimit
-	bytes bool
-	shape bool // lim shapes: Depart, not Allow
-	lim   Limiter
-	key   flows.KeyConfig
-	stats RuleStats
+	table  *flows.Table[flow]  // an ActionLimit rule's, unless global
+	gtable *flows.Table[gflow] // a global rule's (with a source)
+	lim    Limiter
+	bytes  bool
+	shape  bool // lim shapes: Depart, not Allow
+	key    flows.KeyConfig
+	stats  RuleStats
 }
 
 // engineRule is one of an Engine's rules: its settings, which belong to
@@ -333,6 +365,13 @@ type hotRule struct {
 	action         Action
 	shadow, markEx bool
 	mark, mask     uint32
+	g              *globalRule // a global rule's source, nil for others
+}
+
+// globalRule is a global rule's source as an engine holds it.
+type globalRule struct {
+	src   Global
+	local *LocalLimit
 }
 
 // offloadBuf is how many offload reports wait for TakeOffloads.
@@ -361,8 +400,10 @@ type Engine struct {
 
 	// pkt is the packet being decided. It lives here, not on
 	// DecidePacket's stack, because the Classifier is an interface: a
-	// local passed to it would escape, an allocation per packet.
-	pkt flows.Packet
+	// local passed to it would escape, an allocation per packet. gkey is
+	// the key handed to a Global, for the same reason.
+	pkt  flows.Packet
+	gkey flows.Key
 }
 
 // New returns a one-rule engine that limits every packet as c says,
@@ -426,7 +467,8 @@ func build(p Policy, old *Engine) (*Engine, error) {
 		var rs *ruleState
 		if old != nil {
 			for _, o := range old.rules {
-				if !used[o.st] && o.Name == r.Name && o.Match == r.Match && o.Action == r.Action && o.Limit == r.Limit {
+				if !used[o.st] && o.Name == r.Name && o.Match == r.Match && o.Action == r.Action && o.Limit == r.Limit &&
+					(o.st.gtable != nil) == isGlobal(r) {
 					rs = o.st
 					break
 				}
@@ -443,7 +485,11 @@ func build(p Policy, old *Engine) (*Engine, error) {
 		}
 		used[rs] = true
 		e.rules = append(e.rules, engineRule{Rule: r, st: rs})
-		e.hot = append(e.hot, hotRule{st: rs, action: r.Action, shadow: r.Shadow, markEx: r.MarkExceeded, mark: r.Mark, mask: r.MarkMask})
+		h := hotRule{st: rs, action: r.Action, shadow: r.Shadow, markEx: r.MarkExceeded, mark: r.Mark, mask: r.MarkMask}
+		if isGlobal(r) {
+			h.g = &globalRule{src: r.Global, local: r.Global.Local()}
+		}
+		e.hot = append(e.hot, h)
 	}
 	return e, nil
 }
@@ -458,15 +504,22 @@ func trimPrefix(err error) string {
 	return s
 }
 
+// isGlobal reports whether r runs as a global rule: it says so and has a
+// source.
+func isGlobal(r Rule) bool {
+	return r.Action == ActionLimit && r.Limit.Global && r.Global != nil
+}
+
 func newRuleState(r Rule) (*ruleState, error) {
 	if r.Action != ActionLimit {
 		return &ruleState{}, nil
 	}
-	return newLimitState(r.Limit)
+	return newLimitState(r.Limit, isGlobal(r))
 }
 
-// newLimitState checks c and makes the state of a rule limited by it.
-func newLimitState(c Config) (*ruleState, error) {
+// newLimitState checks c and makes the state of a rule limited by it, with
+// the flow table of a global rule if global.
+func newLimitState(c Config, global bool) (*ruleState, error) {
 	lim, err := checkLimit(c)
 	if err != nil {
 		return nil, err
@@ -475,13 +528,13 @@ func newLimitState(c Config) (*ruleState, error) {
 	if timeout == 0 {
 		timeout = DefaultFlowTimeout
 	}
-	return &ruleState{
-		lim:   *lim,
-		key:   c.Key,
-		bytes: c.Bytes,
-		shape: lim.maxDelay > 0,
-		table: flows.NewTable[flow](c.MaxFlows, timeout),
-	}, nil
+	rs := &ruleState{lim: *lim, key: c.Key, bytes: c.Bytes, shape: lim.maxDelay > 0}
+	if global {
+		rs.gtable = flows.NewTable[gflow](c.MaxFlows, timeout)
+	} else {
+		rs.table = flows.NewTable[flow](c.MaxFlows, timeout)
+	}
+	return rs, nil
 }
 
 // checkLimit checks c and returns its limiter; it allocates no flow table.
@@ -512,6 +565,19 @@ func checkLimit(c Config) (*Limiter, error) {
 		}
 	} else if c.MaxDelay != 0 {
 		return nil, fmt.Errorf("shaper: a max delay needs shaping")
+	}
+	if c.Global {
+		if c.Shape {
+			return nil, fmt.Errorf("shaper: a global limit does not shape: its budget comes in leases, not a departure time per packet; shape locally or police globally")
+		}
+		if lc.Algorithm != TokenBucket && lc.Algorithm != FixedWindow {
+			return nil, fmt.Errorf("shaper: a global limit is a token-bucket or fixed-window one, not %v", lc.Algorithm)
+		}
+		if s := c.GlobalSlack; !(s >= 0 && s <= 1) {
+			return nil, fmt.Errorf("shaper: global slack must be between 0 and 1 (a fraction of rate × 1 s), not %v", s)
+		}
+	} else if c.GlobalSlack != 0 {
+		return nil, fmt.Errorf("shaper: global slack is for global limits only")
 	}
 	if err := c.Key.Validate(); err != nil {
 		return nil, err
@@ -593,22 +659,41 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		return
 	}
 	rs.key.KeyTo(&d.Key, p)
-	f, fresh := rs.table.Get(&d.Key, now)
-	if fresh {
-		rs.lim.Reset(&f.state, now)
-		f.stats = FlowStats{}
-		f.dropRun = 0
-	}
 	cost := int64(1)
 	if rs.bytes {
 		cost = int64(p.Length)
 	}
-	f.stats.Packets++
-	if rs.shape {
-		e.shape(rs, f, p, now, cost, d)
-		return
+	var f *flow
+	var ok bool
+	if r.g == nil {
+		var fresh bool
+		f, fresh = rs.table.Get(&d.Key, now)
+		if fresh {
+			rs.lim.Reset(&f.state, now)
+			f.stats = FlowStats{}
+			f.dropRun = 0
+		}
+		if rs.shape {
+			f.stats.Packets++
+			e.shape(rs, f, p, now, cost, d)
+			return
+		}
+		ok = rs.lim.Allow(&f.state, now, cost)
+	} else {
+		gf, fresh := rs.gtable.Get(&d.Key, now)
+		f = &gf.flow
+		if fresh {
+			rs.lim.Reset(&f.state, now)
+			f.stats = FlowStats{}
+			f.dropRun = 0
+			gf.lim = nil
+			e.gkey = d.Key
+			gf.lease = r.g.src.Lease(&e.gkey)
+		}
+		ok = e.allowGlobal(r.g, gf, &d.Key, now, cost, &rs.stats)
 	}
-	if rs.lim.Allow(&f.state, now, cost) {
+	f.stats.Packets++
+	if ok {
 		f.stats.Accepted++
 		f.dropRun = 0
 		rs.stats.Accepted++
@@ -673,7 +758,7 @@ func (e *Engine) shape(rs *ruleState, f *flow, p *flows.Packet, now, cost int64,
 	rs.stats.ShapeOverflow++
 	e.stats.Dropped++
 	e.stats.ShapeOverflow++
-	d.Verdict = Drop
+	d.Verdict, d.Exceeded = Drop, true
 	if e.offAfter > 0 {
 		if f.dropRun++; f.dropRun >= e.offAfter {
 			f.dropRun = 0
@@ -691,6 +776,47 @@ func (e *Engine) SetHoldRoom(n int) { e.holdRoom = n }
 
 // Delays summarises the delays of the packets shaping rules held so far.
 func (e *Engine) Delays() DelayStats { return e.delays.stats() }
+
+// allow decides a packet of cost at now for flow f of a global rule: from
+// its lease, or with the local fallback limiter while the source has set
+// one.
+func (e *Engine) allowGlobal(g *globalRule, f *gflow, k *flows.Key, now, cost int64, st *RuleStats) bool {
+	if lim := g.local.fallback.Load(); lim != nil {
+		st.Fallback++
+		if f.lease != nil {
+			f.lease.Demand(cost)
+		}
+		return f.allowLocal(lim, now, cost)
+	}
+	if l := f.lease; l != nil {
+		if l.Take(now, cost) {
+			return true
+		}
+		if !l.Retired() {
+			return false
+		}
+		// The source gave the lease up (the key went idle there, or
+		// the source was replaced by a reload): take the current one.
+		e.gkey = *k
+		if f.lease = g.src.Lease(&e.gkey); f.lease != nil {
+			return f.lease.Take(now, cost)
+		}
+	}
+	if lim := g.local.overflow.Load(); lim != nil {
+		return f.allowLocal(lim, now, cost)
+	}
+	return false
+}
+
+// allowLocal runs f's local state through lim, starting it afresh when it
+// was last used with another limiter.
+func (f *gflow) allowLocal(lim *Limiter, now, cost int64) bool {
+	if f.lim != lim {
+		lim.Reset(&f.state, now)
+		f.lim = lim
+	}
+	return lim.Allow(&f.state, now, cost)
+}
 
 // offload queues the exact 5-tuple of p for TakeOffloads, if the kernel can
 // match it as exactly.
@@ -725,14 +851,26 @@ func (e *Engine) count(v Verdict) {
 	}
 }
 
+// tableStats returns the flows held, evicted and expired by rs's table,
+// which is nil for a rule that does not limit.
+func (rs *ruleState) tableStats() (n, evictions, expired uint64, ok bool) {
+	switch {
+	case rs.table != nil:
+		return uint64(rs.table.Len()), rs.table.Evictions(), rs.table.Expired(), true
+	case rs.gtable != nil:
+		return uint64(rs.gtable.Len()), rs.gtable.Evictions(), rs.gtable.Expired(), true
+	}
+	return 0, 0, 0, false
+}
+
 // Stats returns the counters so far.
 func (e *Engine) Stats() Stats {
 	s := *e.stats
 	for _, r := range e.rules {
-		if t := r.st.table; t != nil {
-			s.Flows += uint64(t.Len())
-			s.Evictions += t.Evictions()
-			s.Expired += t.Expired()
+		if n, ev, ex, ok := r.st.tableStats(); ok {
+			s.Flows += n
+			s.Evictions += ev
+			s.Expired += ex
 		}
 	}
 	return s
@@ -763,11 +901,14 @@ func (e *Engine) Retire(old *Engine) {
 func (e *Engine) MaxBytes() uint64 {
 	var n uint64
 	for _, r := range e.rules {
-		if t := r.st.table; t != nil {
-			n += t.MaxBytes()
-			if r.st.lim.algo == SlidingWindow {
-				n += uint64(t.Max()) * uint64(r.st.lim.limit) * 8
+		switch t := r.st; {
+		case t.table != nil:
+			n += t.table.MaxBytes()
+			if t.lim.algo == SlidingWindow {
+				n += uint64(t.table.Max()) * uint64(t.lim.limit) * 8
 			}
+		case t.gtable != nil:
+			n += t.gtable.MaxBytes()
 		}
 	}
 	return n
@@ -783,10 +924,8 @@ func (e *Engine) Rule(i int) Rule { return e.rules[i].Rule }
 func (e *Engine) RuleStats(i int) RuleStats {
 	rs := e.rules[i].st
 	s := rs.stats
-	if rs.table != nil {
-		s.Flows = uint64(rs.table.Len())
-		s.Evictions = rs.table.Evictions()
-		s.Expired = rs.table.Expired()
+	if n, ev, ex, ok := rs.tableStats(); ok {
+		s.Flows, s.Evictions, s.Expired = n, ev, ex
 	}
 	return s
 }
@@ -854,16 +993,19 @@ func (e *Engine) AppendFlows(dst []FlowInfo, i, from, max int, now int64) ([]Flo
 // returns false. Flows that were evicted or expired are not included.
 func (e *Engine) Flows(fn func(rule int, k flows.Key, s FlowStats) bool) {
 	for i, r := range e.rules {
-		if r.st.table == nil {
-			continue
-		}
 		stop := false
-		r.st.table.Range(func(k flows.Key, _ int64, f *flow) bool {
-			if !fn(i, k, f.stats) {
-				stop = true
-			}
-			return !stop
-		})
+		switch {
+		case r.st.table != nil:
+			r.st.table.Range(func(k flows.Key, _ int64, f *flow) bool {
+				stop = !fn(i, k, f.stats)
+				return !stop
+			})
+		case r.st.gtable != nil:
+			r.st.gtable.Range(func(k flows.Key, _ int64, f *gflow) bool {
+				stop = !fn(i, k, f.stats)
+				return !stop
+			})
+		}
 		if stop {
 			return
 		}

@@ -189,6 +189,9 @@ func (l *Limiter) Limit() int64 { return l.limit }
 // for one that does not shape.
 func (l *Limiter) MaxDelay() int64 { return l.maxDelay }
 
+// Rate is the rate, in cost units per second.
+func (l *Limiter) Rate() float64 { return l.rate }
+
 // Reset makes s the state of a flow that starts at now: a full bucket, empty
 // windows, an empty log.
 func (l *Limiter) Reset(s *State, now int64) {

@@ -32,6 +32,10 @@ type limiterFlags struct {
 	flowTimeout time.Duration
 	shape       bool
 	maxDelay    time.Duration
+	global      bool
+	globalSlack float64
+	redis       string
+	redisPwFile string
 }
 
 // addLimiterFlags defines the limiter flags on fs.
@@ -52,6 +56,10 @@ func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
 	fs.BoolVar(&l.symmetric, "symmetric", false, "count both directions of a conversation as one flow")
 	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap (about 180 bytes per flow); when full, a flow seen once is evicted before any that keeps sending (see README, Flow table)")
 	fs.DurationVar(&l.flowTimeout, "flow-timeout", time.Duration(shaper.DefaultFlowTimeout), "forget a flow after this long without packets")
+	fs.BoolVar(&l.global, "global", false, "one limit per flow key for every host running the rule, kept in --redis and taken in leases (token-bucket and fixed-window; see README, Global limits)")
+	fs.Float64Var(&l.globalSlack, "global-slack", 0, "with --global: the fraction of the rate × 1 s that all hosts together may hold in leases of one key (default 0.01)")
+	fs.StringVar(&l.redis, "redis", "", "with --global: the store, `host:port` (a Redis/Valkey server or primary), or several for a Redis Cluster")
+	fs.StringVar(&l.redisPwFile, "redis-password-file", "", "with --redis: a `FILE` holding the store's password")
 	return l
 }
 
@@ -92,7 +100,25 @@ func (l *limiterFlags) file() *policy.File {
 	if l.maxDelay != 0 {
 		r.MaxDelay = policy.Duration(l.maxDelay)
 	}
-	return &policy.File{Rules: []policy.Rule{r}}
+	f := &policy.File{Rules: []policy.Rule{r}}
+	if l.global {
+		r.Scope = "global"
+		if l.globalSlack != 0 {
+			r.GlobalSlack = &l.globalSlack
+		}
+	} else if l.globalSlack != 0 {
+		r.GlobalSlack = &l.globalSlack // refused: only for global rules
+	}
+	f.Rules[0] = r
+	if l.redis != "" || l.redisPwFile != "" {
+		addrs := strings.Split(l.redis, ",")
+		if l.redis == "" {
+			addrs = nil
+		}
+		cluster := len(addrs) > 1
+		f.Redis = &policy.Redis{Addrs: addrs, Cluster: &cluster, PasswordFile: l.redisPwFile}
+	}
+	return f
 }
 
 // flagError turns a policy error about the one-rule policy the flags make
@@ -103,8 +129,24 @@ func flagError(err error) error {
 		if strings.HasPrefix(pe.Msg, "no limit given") {
 			return errors.New("no limit given: set --pps N or --bitrate RATE (or --policy FILE)")
 		}
-		if pe.Field == "max-delay" && strings.HasPrefix(pe.Msg, "needs shape") {
-			return errors.New("--max-delay: needs --shape (or --algo leaky-bucket)")
+		switch pe.Field {
+		case "max-delay":
+			if strings.HasPrefix(pe.Msg, "needs shape") {
+				return errors.New("--max-delay: needs --shape (or --algo leaky-bucket)")
+			}
+		case "scope":
+			return errors.New("--global needs --redis host:port[,host:port...]: the store the hosts share")
+		case "global-slack":
+			if strings.HasPrefix(pe.Msg, "only for global") {
+				return errors.New("--global-slack is for --global rules only")
+			}
+		case "redis.addrs":
+			if strings.HasPrefix(pe.Msg, "missing") {
+				return errors.New("--redis-password-file needs --redis host:port")
+			}
+			return fmt.Errorf("--redis: %s", pe.Msg)
+		case "redis.password-file":
+			return fmt.Errorf("--redis-password-file: %s", pe.Msg)
 		}
 		if pe.Field != "" {
 			return fmt.Errorf("--%s: %s", pe.Field, pe.Msg)

@@ -90,6 +90,12 @@ func TestPolicyStartupErrors(t *testing.T) {
 		{[]string{"--pps", "10", "--shape", "--max-delay", "-1s"}, "--max-delay:"},
 		{[]string{"--pps", "10", "--shape", "--max-delay", "20s"}, "--max-delay: must be at most 10s"},
 		{[]string{"--pps", "10", "--shape", "--algo", "fixed-window"}, "--shape: only the token bucket shapes"},
+		{[]string{"--pps", "10", "--global"}, "--global needs --redis host:port"},
+		{[]string{"--pps", "10", "--global-slack", "0.1"}, "--global-slack is for --global rules only"},
+		{[]string{"--pps", "10", "--global", "--redis", "r:6379", "--global-slack", "2"}, "--global-slack: must be more than 0 and at most 1"},
+		{[]string{"--pps", "10", "--global", "--redis", "r"}, "--redis: bad address \"r\""},
+		{[]string{"--pps", "10", "--global", "--redis-password-file", "/x"}, "--redis-password-file needs --redis"},
+		{[]string{"--pps", "10", "--global", "--redis", "r:1", "--algo", "sliding-window"}, "--algo: a global rule is token-bucket or fixed-window"},
 	} {
 		for _, cmd := range []string{"packetshaper: ", "packetshaper replay: "} {
 			args := tc.args
@@ -102,6 +108,60 @@ func TestPolicyStartupErrors(t *testing.T) {
 			if code != 2 || !strings.HasPrefix(msg, cmd) || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, tc.want) {
 				t.Errorf("run(%q) = %d, stderr %q; want 2 and one line mentioning %q", args, code, msg, tc.want)
 			}
+		}
+	}
+}
+
+// TestGlobalFlags: --global --redis make the one-rule policy's rule global
+// (several addresses: a Redis Cluster), as the same rule file does; replay
+// runs it as a local rule and says so.
+func TestGlobalFlags(t *testing.T) {
+	const capture = testdata + "/multiflow.pcap"
+	pol := writeFile(t, "g.toml", "[redis]\naddrs = [\"10.0.0.1:7000\", \"10.0.0.2:7000\"]\ncluster = true\n\n[[rule]]\nname = \"default\"\npps = 20\nscope = \"global\"\nglobal-slack = 0.1\n")
+	local := writeFile(t, "l.toml", "[[rule]]\nname = \"default\"\npps = 20\n")
+	var a, b, c, errA, errB, errC bytes.Buffer
+	if code := run([]string{"replay", "--json", "--pps", "20", "--global", "--global-slack", "0.1", "--redis", "10.0.0.1:7000,10.0.0.2:7000", capture}, &a, &errA); code != 0 {
+		t.Fatalf("replay --global: %d %s", code, errA.String())
+	}
+	if code := run([]string{"replay", "--json", "--policy", pol, capture}, &b, &errB); code != 0 {
+		t.Fatalf("replay --policy: %d %s", code, errB.String())
+	}
+	if code := run([]string{"replay", "--json", "--policy", local, capture}, &c, &errC); code != 0 {
+		t.Fatalf("replay local: %d %s", code, errC.String())
+	}
+	if a.String() != b.String() {
+		t.Errorf("--global flags print\n%s\nthe rule file prints\n%s", a.String(), b.String())
+	}
+	var rep, loc jsonReport
+	if err := json.Unmarshal(a.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(c.Bytes(), &loc); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.GlobalAsLocal) != 1 || rep.GlobalAsLocal[0] != "default" || loc.GlobalAsLocal != nil {
+		t.Errorf("global_as_local: %q (local rule: %q)", rep.GlobalAsLocal, loc.GlobalAsLocal)
+	}
+	if rep.Accepted != loc.Accepted || rep.Dropped != loc.Dropped {
+		t.Errorf("the global rule replayed as %d/%d, the local one %d/%d", rep.Accepted, rep.Dropped, loc.Accepted, loc.Dropped)
+	}
+	for _, e := range []string{errA.String(), errB.String()} {
+		if !strings.Contains(e, "global rule(s) default replayed as local: a capture holds one host's view") {
+			t.Errorf("replay does not say the global rule runs as local: %q", e)
+		}
+	}
+	var sum, errS bytes.Buffer
+	if code := run([]string{"replay", "--policy", pol, capture}, &sum, &errS); code != 0 || !strings.Contains(sum.String(), "global rules replayed as local (a capture holds one host's view): default") {
+		t.Errorf("summary: %d\n%s", code, sum.String())
+	}
+	// check prints the [redis] table and the rule's scope.
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", pol}, &out, &errb); code != 0 {
+		t.Fatalf("check: %d %s", code, errb.String())
+	}
+	for _, want := range []string{"[redis]", `addrs = ["10.0.0.1:7000", "10.0.0.2:7000"]`, "cluster = true", `timeout = "20ms"`, `key-prefix = "packetshaper:"`, `scope = "global"`, "global-slack = 0.1"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("check output lacks %q:\n%s", want, out.String())
 		}
 	}
 }

@@ -98,6 +98,12 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
 		return 2
 	}
+	// Global rules run as local ones: a capture holds one host's view.
+	// Their Global is nil, which is how the engine runs them.
+	asLocal := comp.GlobalRules()
+	if len(asLocal) > 0 {
+		fmt.Fprintf(stderr, "packetshaper replay: global rule(s) %s replayed as local: a capture holds one host's view\n", strings.Join(asLocal, ", "))
+	}
 	pol := comp.Policy()
 	pol.Malformed = src.malformed
 	eng, err := shaper.NewPolicy(pol)
@@ -213,11 +219,11 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	}
 	// Report what was replayed, also when a capture was damaged.
 	if *asJSON {
-		if err := writeJSON(stdout, r); err != nil && failed == nil {
+		if err := writeJSON(stdout, r, asLocal); err != nil && failed == nil {
 			failed = err
 		}
 	} else {
-		writeSummary(stdout, r, len(files), elapsed, *top)
+		writeSummary(stdout, r, len(files), elapsed, *top, asLocal)
 	}
 	if failed != nil {
 		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(failed.Error()))
@@ -276,6 +282,9 @@ type jsonReport struct {
 	LastNs     int64      `json:"last_ns"`
 	DurationNs int64      `json:"duration_ns"`
 	Rules      []jsonRule `json:"rules"`
+	// GlobalAsLocal names the global rules, which replay runs as local
+	// ones (a capture holds one host's view).
+	GlobalAsLocal []string `json:"global_as_local,omitempty"`
 	// PerFlow is written by writeJSON after the rest, one flow at a
 	// time; here for readers of the report (tests).
 	PerFlow []jsonFlow `json:"per_flow,omitempty"`
@@ -302,7 +311,7 @@ type jsonFlow struct {
 	Dropped  uint64 `json:"dropped"`
 }
 
-func writeJSON(w io.Writer, r *replay.Replayer) error {
+func writeJSON(w io.Writer, r *replay.Replayer, asLocal []string) error {
 	s := r.Summary()
 	rep := jsonReport{
 		Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped,
@@ -312,7 +321,7 @@ func writeJSON(w io.Writer, r *replay.Replayer) error {
 		NoPorts:   s.NoPorts, Unmatched: s.Unmatched, NonIP: s.NonIP,
 		Flows: s.Flows, FlowsSeen: s.FlowsSeen, Evictions: s.Evictions, Expired: s.Expired,
 		FirstNs: s.First, LastNs: s.Last, DurationNs: int64(s.Duration()),
-		Rules: []jsonRule{},
+		Rules: []jsonRule{}, GlobalAsLocal: asLocal,
 	}
 	rules := r.Rules()
 	for _, ru := range rules {
@@ -366,7 +375,7 @@ func writeJSON(w io.Writer, r *replay.Replayer) error {
 	return bw.Flush()
 }
 
-func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Duration, top int) {
+func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Duration, top int, asLocal []string) {
 	s := r.Summary()
 	fmt.Fprintf(w, "packets    %d: accepted %d, dropped %d (malformed %d, no_ports %d, unmatched %d, non_ip %d)\n",
 		s.Packets, s.Accepted, s.Dropped, s.Malformed, s.NoPorts, s.Unmatched, s.NonIP)
@@ -389,6 +398,9 @@ func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Durat
 	fmt.Fprintf(w, "rules:\n  %-20s %10s %10s %10s %10s %10s %8s %9s\n", "RULE", "PACKETS", "ACCEPTED", "DROPPED", "SHADOWDROP", "MARKED", "FLOWS", "EVICTIONS")
 	for _, ru := range r.Rules() {
 		fmt.Fprintf(w, "  %-20s %10d %10d %10d %10d %10d %8d %9d\n", ru.Name, ru.Packets, ru.Accepted, ru.Dropped, ru.ShadowDropped, ru.Marked, ru.Flows, ru.Evictions)
+	}
+	if len(asLocal) > 0 {
+		fmt.Fprintf(w, "global rules replayed as local (a capture holds one host's view): %s\n", strings.Join(asLocal, ", "))
 	}
 	fl := r.Flows(top)
 	if len(fl) == 0 || fl[0].Dropped == 0 {

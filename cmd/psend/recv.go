@@ -33,6 +33,9 @@ type RecvResult struct {
 	// Seqs: each datagram's first 8 bytes, big-endian (send --seq numbers
 	// each flow's packets so), or -1 for a shorter one.
 	Seqs map[string]map[string][]int64 `json:"seqs,omitempty"`
+	// Bins counts datagrams (all ports) per --bins interval: the key is
+	// the interval's start, ns since the Unix epoch.
+	Bins map[string]uint64 `json:"bins,omitempty"`
 }
 
 // maxTimes bounds what recv --times keeps: 16 bytes per datagram.
@@ -44,6 +47,7 @@ type portCount struct {
 	total           uint64
 	firstNs, lastNs int64
 	times, rx, seqs map[uint16][]int64 // --times
+	bins            map[int64]uint64
 }
 
 func runRecv(ctx context.Context, args []string) (any, error) {
@@ -52,6 +56,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 	dur := fs.Duration("duration", 10*time.Second, "stop after this long (max 10m)")
 	idle := fs.Duration("idle", 0, "stop this long after the last datagram, once one arrived (0 = only --duration)")
 	times := fs.Bool("times", false, "also report when each datagram arrived and the kernel's receive timestamp of each (times_ns, rx_ns per port and source port; at most 2 million)")
+	bins := fs.Duration("bins", 0, "also count datagrams per interval of this length, aligned to the Unix epoch (0 = no)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -61,6 +66,10 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 	if *idle < 0 {
 		return nil, badFlag("--idle %v: must be >= 0", *idle)
 	}
+	if *bins < 0 || *bins > 0 && *bins < time.Millisecond {
+		return nil, badFlag("--bins %v: must be 0 or at least 1ms", *bins)
+	}
+	binNs := int64(*bins)
 	var conns []*net.UDPConn
 	defer func() {
 		for _, c := range conns {
@@ -107,6 +116,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 		if *times {
 			counts[i].times, counts[i].rx, counts[i].seqs = make(map[uint16][]int64), make(map[uint16][]int64), make(map[uint16][]int64)
 		}
+		counts[i].bins = make(map[int64]uint64)
 		wg.Add(1)
 		go func(c *net.UDPConn, pc *portCount) {
 			defer wg.Done()
@@ -140,6 +150,9 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 				}
 				pc.bySrc[from.Port()]++
 				pc.total++
+				if binNs > 0 {
+					pc.bins[ns/binNs*binNs]++
+				}
 				if pc.firstNs == 0 {
 					pc.firstNs = ns
 				}
@@ -201,6 +214,12 @@ wait:
 			m[strconv.Itoa(int(sp))] += n
 		}
 		res.Total += pc.total
+		for b, n := range pc.bins {
+			if res.Bins == nil {
+				res.Bins = make(map[string]uint64)
+			}
+			res.Bins[strconv.FormatInt(b, 10)] += n
+		}
 		if pc.firstNs != 0 && (res.FirstNs == 0 || pc.firstNs < res.FirstNs) {
 			res.FirstNs = pc.firstNs
 		}

@@ -1,0 +1,260 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/global"
+	"github.com/packetshaper/packetshaper/policy"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// globals holds the store connection of the global rules and each rule's
+// leases (global.Rule), across reloads: a global rule that a reload keeps
+// keeps its leases, as a local rule keeps its flows.
+type globals struct {
+	log    *slog.Logger
+	queues int
+
+	mu     sync.Mutex
+	client *global.Client
+	redis  *policy.Redis // what client was opened with
+	rules  map[ruleIdent]*global.Rule
+	byName map[string]*global.Rule // the current policy's, for stats
+}
+
+// ruleIdent is what makes two global rules the same one across a reload
+// (as shaper.Engine.Reload compares them).
+type ruleIdent struct {
+	name, match string
+	limit       shaper.Config
+}
+
+func newGlobals(log *slog.Logger, queues int) *globals {
+	return &globals{log: log, queues: queues, rules: map[ruleIdent]*global.Rule{}, byName: map[string]*global.Rule{}}
+}
+
+// prepare opens the store connection that comp needs (a new one when its
+// [redis] table changed) and returns p, comp's engine policy, with each
+// global rule's leases attached, and what to close once no engine uses the
+// previous policy. It does not wait for the store: one that is down makes
+// the rules fall back. Errors are in the configuration (a password file
+// that cannot be read), for a one-line message.
+func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy, func(), error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	rd := comp.Redis()
+	names := comp.GlobalRules()
+	var oldClient *global.Client
+	client := g.client
+	if len(names) == 0 {
+		rd = nil
+	}
+	if !reflect.DeepEqual(rd, g.redis) {
+		oldClient, client = g.client, nil
+		if rd != nil {
+			var err error
+			if client, err = openClient(rd, g.log); err != nil {
+				return p, nil, err
+			}
+		}
+	}
+	rules := map[ruleIdent]*global.Rule{}
+	byName := map[string]*global.Rule{}
+	var made []*global.Rule
+	fail := func(err error) (shaper.Policy, func(), error) {
+		for _, gr := range made {
+			gr.Close()
+		}
+		if client != g.client {
+			client.Close()
+		}
+		return p, nil, err
+	}
+	p.Rules = append([]shaper.Rule(nil), p.Rules...)
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		if r.Action != shaper.ActionLimit || !r.Limit.Global {
+			continue
+		}
+		id := ruleIdent{r.Name, r.Match, r.Limit}
+		gr := g.rules[id]
+		if gr == nil || client != g.client {
+			maxFlows := r.Limit.MaxFlows
+			if maxFlows <= 0 {
+				maxFlows = flows.DefaultMaxFlows
+			}
+			var err error
+			if gr, err = client.NewRule(global.RuleConfig{Name: r.Name, Limit: r.Limit, MaxKeys: maxFlows * g.queues}); err != nil {
+				return fail(fmt.Errorf("rule %s: %v", r.Name, err))
+			}
+			made = append(made, gr)
+		}
+		rules[id] = gr
+		byName[r.Name] = gr
+		r.Global = gr
+	}
+	// What the previous policy used and this one does not.
+	var drop []*global.Rule
+	for id, gr := range g.rules {
+		if rules[id] != gr {
+			drop = append(drop, gr)
+		}
+	}
+	g.client, g.redis, g.rules, g.byName = client, rd, rules, byName
+	done := func() {
+		for _, gr := range drop {
+			gr.Close()
+		}
+		if oldClient != nil {
+			oldClient.Close()
+		}
+	}
+	return p, done, nil
+}
+
+// openClient connects to the store rd names (not waiting for it).
+func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {
+	var password string
+	if rd.PasswordFile != "" {
+		b, err := os.ReadFile(rd.PasswordFile)
+		if err != nil {
+			var pe *os.PathError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return nil, fmt.Errorf("redis.password-file: cannot read %s: %v", rd.PasswordFile, err)
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	c, err := global.Open(global.Config{
+		Addrs: rd.Addrs, Cluster: *rd.Cluster, Password: password,
+		Timeout: time.Duration(rd.Timeout), KeyPrefix: *rd.KeyPrefix, Logger: log,
+	})
+	if err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "global: "))
+	}
+	return c, nil
+}
+
+// close closes the store connection (the engines have stopped).
+func (g *globals) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.client != nil {
+		g.client.Close()
+	}
+	g.client = nil
+}
+
+// stats returns the current policy's global rules' state by name, and the
+// client's.
+func (g *globals) stats() (map[string]global.RuleStats, global.Stats, bool) {
+	if g == nil {
+		return nil, global.Stats{}, false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.client == nil {
+		return nil, global.Stats{}, false
+	}
+	m := make(map[string]global.RuleStats, len(g.byName))
+	for name, r := range g.byName {
+		m[name] = r.Stats()
+	}
+	return m, g.client.Stats(), true
+}
+
+// describe says where the store is, for the start line.
+func (g *globals) describe() []any {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.client == nil {
+		return nil
+	}
+	kind := "server"
+	if *g.redis.Cluster {
+		kind = "cluster"
+	}
+	var names []string
+	for n := range g.byName {
+		names = append(names, n)
+	}
+	return []any{"global_rules", strings.Join(sortedStrings(names), ","), "redis", kind + " " + strings.Join(g.redis.Addrs, ","),
+		"redis_timeout", time.Duration(g.redis.Timeout).String(), "host_id", g.client.HostID()}
+}
+
+func sortedStrings(s []string) []string {
+	slices.Sort(s)
+	return s
+}
+
+// globalCollector is the global rules' part of the metrics: the store's
+// requests and errors, and per rule its lease state. It emits nothing
+// while no rule is global.
+type globalCollector struct {
+	gl               *globals
+	commands, errors *prometheus.Desc
+	rule             []globalRuleMetric
+}
+
+type globalRuleMetric struct {
+	metric
+	get func(*global.RuleStats) float64
+}
+
+func newGlobalCollector(gl *globals) *globalCollector {
+	c := &globalCollector{
+		gl:       gl,
+		commands: prometheus.NewDesc("packetshaper_redis_commands_total", "Requests sent to the global rules' store (one per ask, SCRIPT LOAD, PING).", nil, nil),
+		errors:   prometheus.NewDesc("packetshaper_redis_errors_total", "Requests to the store that failed or timed out.", nil, nil),
+	}
+	r := func(name, help string, typ prometheus.ValueType, get func(*global.RuleStats) float64) {
+		c.rule = append(c.rule, globalRuleMetric{newMetric(name, help, typ, "rule"), get})
+	}
+	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
+	r("packetshaper_rule_global_fallback", "1 while a global rule limits locally (its store unreachable), 0 on leases.", gauge, func(g *global.RuleStats) float64 { return b2f(g.Fallback) })
+	r("packetshaper_rule_global_fallback_rate", "A global rule's local limit in fallback (packets or bytes per second), 0 on leases.", gauge, func(g *global.RuleStats) float64 { return g.FallbackRate })
+	r("packetshaper_rule_global_keys", "Keys of a global rule with a lease on this host.", gauge, func(g *global.RuleStats) float64 { return float64(g.Keys) })
+	r("packetshaper_rule_global_asks_total", "Lease asks sent to the store (one command each).", counter, func(g *global.RuleStats) float64 { return float64(g.Asks) })
+	r("packetshaper_rule_global_granted_total", "Tokens (packets or bytes) the store granted to this host.", counter, func(g *global.RuleStats) float64 { return float64(g.Granted) })
+	r("packetshaper_rule_redis_errors_total", "Lease asks that failed or timed out.", counter, func(g *global.RuleStats) float64 { return float64(g.Errors) })
+	r("packetshaper_rule_global_share", "This host's recent share of a global rule's grants.", gauge, func(g *global.RuleStats) float64 { return g.Share })
+	r("packetshaper_rule_global_hosts", "The most hosts seen asking for one key of a global rule.", gauge, func(g *global.RuleStats) float64 { return float64(g.Hosts) })
+	return c
+}
+
+func (c *globalCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.commands
+	ch <- c.errors
+	for _, m := range c.rule {
+		ch <- m.desc
+	}
+}
+
+func (c *globalCollector) Collect(ch chan<- prometheus.Metric) {
+	gs, cs, ok := c.gl.stats()
+	if !ok {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(cs.Commands))
+	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(cs.Errors))
+	names := sortedStrings(slices.Collect(maps.Keys(gs)))
+	for _, m := range c.rule {
+		for _, n := range names {
+			g := gs[n]
+			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.get(&g), n)
+		}
+	}
+}

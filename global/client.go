@@ -1,0 +1,458 @@
+package global
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	mrand "math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultTimeout   = 20 * time.Millisecond
+	DefaultPoll      = time.Millisecond
+	DefaultSweep     = 100 * time.Millisecond
+	DefaultLeaseLife = 4 * time.Second
+	DefaultGrace     = 100 * time.Millisecond
+	DefaultProbe     = 200 * time.Millisecond
+)
+
+// Config says how to reach the store and how the refresher runs. The zero
+// value of each field means the default that its comment states; Open never
+// writes them back.
+type Config struct {
+	// Addrs: one host:port (a single server or a Valkey/Redis primary),
+	// or with Cluster the seed nodes of a Redis Cluster. Required.
+	Addrs   []string
+	Cluster bool
+	// Password for AUTH; "" for none.
+	Password string
+	// Timeout bounds each request (a pipeline of n asks gets Timeout plus
+	// n × max(100 µs, twice the store's recent time per ask)). Default
+	// DefaultTimeout.
+	Timeout time.Duration
+	// KeyPrefix starts every key, as given ("" is no prefix).
+	KeyPrefix string
+	// HostID names this host in the store; "": random, new at each Open.
+	HostID string
+	// Clock returns the engines' time (ns since the Unix epoch) on this
+	// host: leases expire on it. Default: the wall clock at Open advanced
+	// by the monotonic clock, as the live path's queues read it.
+	Clock func() int64
+	// Logger receives the fallback's log lines (nil: none).
+	Logger *slog.Logger
+
+	// Poll is how often the refresher looks at the leases that ran low
+	// (DefaultPoll); Sweep how often it looks at all of them, to renew,
+	// retire and measure (DefaultSweep); LeaseLife how long a token
+	// bucket's lease may be spent without a new ask (DefaultLeaseLife);
+	// Grace how long after Timeout failing requests make the rules fall
+	// back (DefaultGrace); Probe how often a store that failed is tried
+	// again (DefaultProbe).
+	Poll, Sweep, LeaseLife, Grace, Probe time.Duration
+}
+
+// Client is one connection to the store and the refresher that keeps the
+// leases of every global rule made by NewRule. It is safe for concurrent
+// use.
+type Client struct {
+	cfg   Config
+	rdb   redis.UniversalClient
+	clock func() int64
+	log   *slog.Logger
+	host  string
+
+	timeout, poll, sweep, life, grace, probe int64 // ns
+
+	mu    sync.Mutex
+	rules []*Rule
+
+	stop     chan struct{}
+	done     chan struct{}
+	stopOnce sync.Once
+
+	// The refresher's own state.
+	batch        []*entry
+	lastSweep    int64
+	failingSince int64
+	fallbackAt   int64
+	lastProbe    int64
+	rtt          float64 // ns, EWMA of a pipeline's round trip
+	perAsk       float64 // ns, EWMA of a large pipeline's time per ask
+	rng          *mrand.Rand
+
+	fallback atomic.Bool
+	commands atomic.Uint64 // requests sent (each ask, SCRIPT LOAD, PING)
+	errs     atomic.Uint64 // requests that failed
+	lastErr  atomic.Pointer[errText]
+}
+
+type errText struct{ s string }
+
+// Open checks cfg and starts the client and its refresher. It does not wait
+// for the store: a store that is down at start makes the rules fall back,
+// like one that goes down later, and they take leases once it answers.
+func Open(cfg Config) (*Client, error) {
+	if len(cfg.Addrs) == 0 {
+		return nil, errors.New("global: no store address")
+	}
+	if len(cfg.Addrs) > 1 && !cfg.Cluster {
+		return nil, fmt.Errorf("global: %d addresses need Cluster (a single server or primary takes one)", len(cfg.Addrs))
+	}
+	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
+		return nil, errors.New("global: the key prefix must not hold { or }")
+	}
+	c := &Client{
+		cfg:     cfg,
+		clock:   cfg.Clock,
+		log:     cfg.Logger,
+		host:    cfg.HostID,
+		timeout: durOr(cfg.Timeout, DefaultTimeout),
+		poll:    durOr(cfg.Poll, DefaultPoll),
+		sweep:   durOr(cfg.Sweep, DefaultSweep),
+		life:    durOr(cfg.LeaseLife, DefaultLeaseLife),
+		grace:   durOr(cfg.Grace, DefaultGrace),
+		probe:   durOr(cfg.Probe, DefaultProbe),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+		rng:     mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 7)),
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if c.clock == nil {
+		base := time.Now()
+		baseNs := base.UnixNano()
+		c.clock = func() int64 { return baseNs + int64(time.Since(base)) }
+	}
+	if c.host == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("global: host id: %w", err)
+		}
+		c.host = hex.EncodeToString(b[:])
+	}
+	to := time.Duration(c.timeout)
+	// No retries and no dial retries: a request that fails is the
+	// refresher's to retry, and a dead store must fail fast, not after
+	// seconds of backoff. RESP2 and no CLIENT SETINFO: no extra commands
+	// per connection, any Redis or Valkey version.
+	if cfg.Cluster {
+		c.rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: cfg.Addrs, Password: cfg.Password, Protocol: 2, DisableIdentity: true,
+			MaxRetries: -1, DialTimeout: max(to, 100*time.Millisecond), DialerRetries: 1,
+			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, // deadlines from each request's context
+			MaxRedirects: 3, PoolSize: 4,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+	} else {
+		c.rdb = redis.NewClient(&redis.Options{
+			Addr: cfg.Addrs[0], Password: cfg.Password, Protocol: 2, DisableIdentity: true,
+			MaxRetries: -1, DialTimeout: max(to, 100*time.Millisecond), DialerRetries: 1,
+			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, PoolSize: 4,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+	}
+	c.lastSweep = c.clock()
+	go c.run()
+	return c, nil
+}
+
+func durOr(d, def time.Duration) int64 {
+	if d <= 0 {
+		d = def
+	}
+	return int64(d)
+}
+
+// HostID is the name of this host in the store.
+func (c *Client) HostID() string { return c.host }
+
+// Close stops the refresher, retires every rule's leases (their engines
+// then limit locally with the rules' overflow limiters) and closes the
+// connection.
+func (c *Client) Close() error {
+	c.stopOnce.Do(func() { close(c.stop) })
+	<-c.done
+	c.mu.Lock()
+	rules := c.rules
+	c.rules = nil
+	c.mu.Unlock()
+	for _, r := range rules {
+		r.retireAll()
+	}
+	return c.rdb.Close()
+}
+
+// Stats is what the client has done.
+type Stats struct {
+	// Commands counts the requests sent to the store: every ask (one
+	// EVALSHA per key), SCRIPT LOAD and PING.
+	Commands uint64
+	// Errors counts the requests that failed.
+	Errors uint64
+	// Fallback is true while the store is taken as gone.
+	Fallback bool
+	// LastError is the last request's error, "" if none failed.
+	LastError string
+}
+
+// Stats returns the client's counters.
+func (c *Client) Stats() Stats {
+	s := Stats{Commands: c.commands.Load(), Errors: c.errs.Load(), Fallback: c.fallback.Load()}
+	if e := c.lastErr.Load(); e != nil {
+		s.LastError = e.s
+	}
+	return s
+}
+
+func (c *Client) addRule(r *Rule) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rules = append(c.rules, r)
+}
+
+func (c *Client) removeRule(r *Rule) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, o := range c.rules {
+		if o == r {
+			c.rules = append(c.rules[:i:i], c.rules[i+1:]...)
+			return
+		}
+	}
+}
+
+func (c *Client) snapshot() []*Rule {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rules
+}
+
+// run is the refresher: every Poll it asks for the leases that ran low,
+// every Sweep it looks at all of them; it watches the store's health.
+func (c *Client) run() {
+	defer close(c.done)
+	t := time.NewTicker(time.Duration(c.poll))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		c.step(c.clock())
+	}
+}
+
+// step is one turn of the refresher at now.
+func (c *Client) step(now int64) {
+	rules := c.snapshot()
+	sweep := now-c.lastSweep >= c.sweep
+	if sweep {
+		c.lastSweep = now
+	}
+	fallback := c.fallback.Load()
+	probe := fallback && now-c.lastProbe >= c.probe
+	c.batch = c.batch[:0]
+	for _, r := range rules {
+		c.batch = r.collect(now, sweep, fallback, probe, c.batch)
+	}
+	if fallback {
+		if probe {
+			c.lastProbe = now
+			c.tryReturn(rules)
+		}
+		return
+	}
+	if len(c.batch) > 0 {
+		ok, failed := c.send(c.batch)
+		switch {
+		case ok > 0:
+			c.failingSince = 0
+		case failed > 0 && c.failingSince == 0:
+			c.failingSince = now
+		}
+	}
+	if c.failingSince != 0 && c.clock()-c.failingSince >= c.timeout+c.grace {
+		c.enterFallback(rules)
+	}
+}
+
+// askChunk is how many asks go in one pipeline, and askTime the least each
+// adds to its deadline (ns); a store that takes longer per ask (loaded, or
+// far) gets twice its measured time per ask, so that a large batch is not
+// timed out while the store works through it.
+const (
+	askChunk = 512
+	askTime  = 100_000
+)
+
+// send asks the store for each entry of batch, in pipelines, and applies
+// the replies. It returns how many asks were answered and how many failed.
+func (c *Client) send(batch []*entry) (ok, failed int) {
+	var again []*entry
+	for i := 0; i < len(batch); i += askChunk {
+		chunk := batch[i:min(i+askChunk, len(batch))]
+		o, f, noScript := c.pipeline(chunk)
+		ok += o
+		failed += f
+		again = append(again, noScript...)
+	}
+	if len(again) > 0 {
+		// The store lost its scripts (a restart, a failover): load
+		// and ask once more.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.timeout)*5)
+		err := script.Load(ctx, c.rdb).Err()
+		cancel()
+		c.commands.Add(1)
+		if err != nil {
+			c.errs.Add(1)
+			for _, e := range again {
+				e.r.failed(e, c.clock(), c.timeout)
+			}
+			return ok, failed + len(again)
+		}
+		for i := 0; i < len(again); i += askChunk {
+			o, f, ns := c.pipeline(again[i:min(i+askChunk, len(again))])
+			ok += o
+			failed += f + len(ns)
+			for _, e := range ns {
+				e.r.failed(e, c.clock(), c.timeout)
+			}
+		}
+	}
+	return ok, failed
+}
+
+// pipeline sends one chunk of asks and applies the replies; it returns the
+// entries whose script was missing apart.
+func (c *Client) pipeline(chunk []*entry) (ok, failed int, noScript []*entry) {
+	per := max(askTime, 2*int64(c.perAsk))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.timeout+int64(len(chunk))*per))
+	defer cancel()
+	pipe := c.rdb.Pipeline()
+	cmds := make([]*redis.Cmd, len(chunk))
+	hash := script.Hash()
+	for i, e := range chunk {
+		cmds[i] = pipe.EvalSha(ctx, hash, []string{e.key}, e.r.args(e)...)
+	}
+	sent := c.clock()
+	for _, e := range chunk {
+		e.sentAt = sent
+	}
+	_, _ = pipe.Exec(ctx)
+	now := c.clock()
+	c.commands.Add(uint64(len(chunk)))
+	if rtt := float64(now - sent); c.rtt == 0 {
+		c.rtt = rtt
+	} else {
+		c.rtt += (rtt - c.rtt) / 8
+	}
+	switch {
+	case len(chunk) >= 32 && ctx.Err() == nil:
+		if p := float64(now-sent) / float64(len(chunk)); c.perAsk == 0 {
+			c.perAsk = p
+		} else {
+			c.perAsk += (p - c.perAsk) / 4
+		}
+	case len(chunk) >= 32:
+		// Timed out: a store this busy gets twice the time next (up to
+		// 2 ms an ask, past which it is as good as gone).
+		c.perAsk = min(max(2*c.perAsk, askTime), 2e6)
+	}
+	for i, cmd := range cmds {
+		e := chunk[i]
+		v, err := cmd.Result()
+		var rep reply
+		if err == nil {
+			rep, err = parseReply(v)
+		}
+		switch {
+		case err == nil:
+			e.r.apply(e, rep, now)
+			ok++
+		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+			noScript = append(noScript, e)
+		default:
+			c.errs.Add(1)
+			c.lastErr.Store(&errText{err.Error()})
+			e.r.errs.Add(1)
+			e.r.failed(e, now, c.timeout)
+			failed++
+		}
+	}
+	return ok, failed, noScript
+}
+
+// lead is how long before a lease runs out its refresher should ask: a
+// poll, and a few round trips.
+func (c *Client) lead() int64 {
+	return max(3*c.poll, 2*c.poll+int64(4*c.rtt))
+}
+
+// jitter shortens d by up to 20 %, so that hosts told to wait alike do not
+// all come back at once; never longer (a wait ends before the bucket would
+// be full).
+func (c *Client) jitter(d int64) int64 {
+	return d - int64(float64(d)*0.2*c.rng.Float64())
+}
+
+// enterFallback makes every rule limit locally (see Rule.fallbackLimiter)
+// and logs it once.
+func (c *Client) enterFallback(rules []*Rule) {
+	now := c.clock()
+	c.fallback.Store(true)
+	c.fallbackAt, c.lastProbe = now, now
+	for _, r := range rules {
+		r.enterFallback()
+	}
+	var parts []string
+	for _, r := range rules {
+		parts = append(parts, fmt.Sprintf("%s=%.4g/s (share %.2f of %d hosts)", r.name, r.fbRate, r.fbShare, r.fbHosts))
+	}
+	c.log.Warn("global: the store does not answer: global rules fall back to local limits until it does",
+		"failing_for", time.Duration(now-c.failingSince).Round(time.Millisecond).String(),
+		"timeout", time.Duration(c.timeout).String(), "local_limits", strings.Join(parts, ","))
+}
+
+// tryReturn asks the store for the leases of every key active during the
+// fallback, and when all are answered puts the rules back on leases.
+func (c *Client) tryReturn(rules []*Rule) {
+	var ok, failed int
+	if len(c.batch) > 0 {
+		ok, failed = c.send(c.batch)
+	} else {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.timeout))
+		err := c.rdb.Ping(ctx).Err()
+		cancel()
+		c.commands.Add(1)
+		if err != nil {
+			c.errs.Add(1)
+			failed = 1
+		} else {
+			ok = 1
+		}
+	}
+	if failed > 0 || ok == 0 {
+		return
+	}
+	c.fallback.Store(false)
+	c.failingSince = 0
+	for _, r := range rules {
+		r.leaveFallback()
+	}
+	c.log.Info("global: the store answers again: global rules are back on leases",
+		"fallback_for", time.Duration(c.clock()-c.fallbackAt).Round(time.Millisecond).String())
+}

@@ -1,0 +1,5 @@
+//go:build !race
+
+package global
+
+const raceEnabled = false
