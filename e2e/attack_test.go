@@ -193,7 +193,7 @@ func TestToolDstOpts(t *testing.T) {
 	} {
 		rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
 		p := tp.start(tp.A, "psend send6x", append([]string{psendBin, "send6x", "--dst", "[" + tp.IP6B + "]:9000",
-			"--flows", "4", "--pps", "200", "--duration", "1s"}, tc.args...)...)
+			"--flows", "4", "--pps", "200", "--count", "200", "--duration", "10s"}, tc.args...)...)
 		s := sendDone(p)
 		r := recvDone(rc, 25*time.Second)
 		if s.Sent != 800 {
