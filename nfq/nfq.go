@@ -255,6 +255,12 @@ type Stats struct {
 	ENOBUFS     uint64 // receive buffer overruns reported by the kernel
 	Lost        uint64 // packets the kernel queued but could not send (gaps in the ids)
 	Errors      uint64 // other receive/send errors and kernel error replies
+	// StopAccepted counts the packets still in the kernel's queue when it
+	// was unbound (a stop past its drain deadline, an error, or Close
+	// without Run), accepted unread, with their marks unchanged, by one
+	// batch verdict just before the unbind, which would drop them. They
+	// are not in Packets.
+	StopAccepted uint64
 }
 
 // HoldStats count the packets held for a later verdict (Verdict.At).
@@ -407,8 +413,10 @@ var (
 	ErrNoSupport = errors.New("nfnetlink_queue not available")
 )
 
-// stopDrainTimeout bounds how long Run keeps answering packets that were
-// already queued when its context was cancelled.
+// stopDrainTimeout bounds how long Run keeps answering, through the
+// Handler, packets that were already queued when its context was
+// cancelled; those left then are accepted at once (see Queue.Run). It is
+// measured on the monotonic clock.
 const stopDrainTimeout = 500 * time.Millisecond
 
 // enobufsLogEvery is the least time between two ENOBUFS log lines.
