@@ -135,7 +135,9 @@ type Config struct {
 	// Logf, if not nil, is called (from Run's goroutine, at most once per
 	// second) when the kernel reports that the socket's receive buffer
 	// overflowed (ENOBUFS): packets were lost to user space, and accepted
-	// or dropped by the kernel as FailClosed says. Run keeps going.
+	// or dropped by the kernel as FailClosed says. Run keeps going. It is
+	// also called once if the queue is unbound with packets still in it
+	// (the verdict accepting them could not be written), with their number.
 	Logf func(format string, args ...any)
 }
 
