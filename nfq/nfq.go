@@ -135,7 +135,9 @@ type Config struct {
 	// Logf, if not nil, is called (from Run's goroutine, at most once per
 	// second) when the kernel reports that the socket's receive buffer
 	// overflowed (ENOBUFS): packets were lost to user space, and accepted
-	// or dropped by the kernel as FailClosed says. Run keeps going.
+	// or dropped by the kernel as FailClosed says. Run keeps going. It is
+	// also called once if the queue is unbound with packets still in it
+	// (the verdict accepting them could not be written), with their number.
 	Logf func(format string, args ...any)
 }
 
@@ -255,6 +257,12 @@ type Stats struct {
 	ENOBUFS     uint64 // receive buffer overruns reported by the kernel
 	Lost        uint64 // packets the kernel queued but could not send (gaps in the ids)
 	Errors      uint64 // other receive/send errors and kernel error replies
+	// StopAccepted counts the packets still in the kernel's queue when it
+	// was unbound (a stop past its drain deadline, an error, or Close
+	// without Run), accepted unread, with their marks unchanged, by one
+	// batch verdict just before the unbind, which would drop them. They
+	// are not in Packets.
+	StopAccepted uint64
 }
 
 // HoldStats count the packets held for a later verdict (Verdict.At).
@@ -407,8 +415,10 @@ var (
 	ErrNoSupport = errors.New("nfnetlink_queue not available")
 )
 
-// stopDrainTimeout bounds how long Run keeps answering packets that were
-// already queued when its context was cancelled.
+// stopDrainTimeout bounds how long Run keeps answering, through the
+// Handler, packets that were already queued when its context was
+// cancelled; those left then are accepted at once (see Queue.Run). It is
+// measured on the monotonic clock.
 const stopDrainTimeout = 500 * time.Millisecond
 
 // enobufsLogEvery is the least time between two ENOBUFS log lines.

@@ -127,6 +127,16 @@ type Queue struct {
 	// timeWrites (tests) adds up the time spent in verdict writes.
 	timeWrites bool
 	writeNs    atomic.Int64
+	// writeHook (tests), if not nil, is called with every message write
+	// before it is made; an error it returns fails the write.
+	writeHook func(b []byte) error
+	// wallClock (tests), if not nil, replaces the wall clock (ns since the
+	// Unix epoch) read at Run's start to set the engine's clock: a test
+	// makes the engine's clock differ from time.Now(), as after a
+	// wall-clock step.
+	wallClock func() int64
+	// intakeClosed: the kernel queue's length has been set to 0.
+	intakeClosed bool
 
 	// Run's state, for serve
 	fn       Handler
@@ -150,7 +160,7 @@ type Queue struct {
 	polled atomic.Pointer[[2]*os.File]
 
 	stats struct {
-		packets, accepted, dropped, batches, verdictMsgs, enobufs, lost, errors atomic.Uint64
+		packets, accepted, dropped, batches, verdictMsgs, enobufs, lost, errors, stopAccepted atomic.Uint64
 	}
 }
 
@@ -337,13 +347,20 @@ func (q *Queue) request(m configMsg) error {
 //
 // When ctx is cancelled, Run lets a Monitor of the queue take its last
 // reading; sets the kernel queue's length to 0, so that new packets bypass
-// it (accepted, or dropped with FailClosed) instead of waiting; gives every
-// held packet its verdict at once; answers, through fn and at once, every
-// packet already queued (for at most half a second);
-// reads the kernel's counters (KernelStats keeps them); unbinds the queue
-// and returns nil, all within about 0.6 s. It returns an error only if the
-// socket fails for good (after the same last reading and counters). Run
-// may be called once.
+// it (accepted) instead of waiting (with FailClosed the queue keeps taking
+// packets until the end of the stop instead: a stop does not drop them as
+// an overload would); gives every held packet its verdict at once;
+// answers, through fn and at once, every packet already queued, for at
+// most half a second (stopDrainTimeout, on the monotonic clock); then
+// answers whatever the queue still holds ACCEPT, in one batch verdict,
+// with marks unchanged (Stats.StopAccepted), reads the kernel's counters
+// (KernelStats keeps them), unbinds the queue and returns nil, all within
+// about 0.6 s. The unbind drops what is still queued, so no path unbinds
+// before that last verdict. Run returns an error if the socket fails for
+// good (reads keep failing, or verdicts cannot be written): then, too,
+// everything queued is accepted by one batch verdict before the unbind,
+// and if even that verdict cannot be written, the error says how many
+// packets were left to the kernel. Run may be called once.
 func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	if !q.running.CompareAndSwap(false, true) {
 		return errors.New("nfq: Run called twice")
@@ -352,8 +369,7 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 		return errors.New("nfq: Run on a closed queue")
 	}
 	if err := q.startPoll(); err != nil {
-		q.unbind()
-		return fmt.Errorf("nfq: queue %d: %w", q.cfg.Queue, err)
+		return q.quit(fmt.Errorf("nfq: queue %d: %w", q.cfg.Queue, err))
 	}
 	// A cancellation ends the wait at once: a read deadline in the past.
 	stopWake := context.AfterFunc(ctx, func() {
@@ -371,6 +387,9 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	q.base = time.Now()
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
 	q.baseNs = q.base.UnixNano()
+	if q.wallClock != nil {
+		q.baseNs = q.wallClock()
+	}
 	// The monotonic clock at base, for the hold timer: Go's monotonic
 	// clock is CLOCK_MONOTONIC, so engine time t is monoBase + t − baseNs.
 	q.monoBase = (m1.Nano() + m2.Nano()) / 2
@@ -488,30 +507,35 @@ func (q *Queue) serve(uintptr) bool {
 	}
 }
 
-// stop sets the kernel queue's length to 0 and answers what is still in
-// the socket, for at most stopDrainTimeout, then unbinds the queue.
+// stop closes the kernel queue's intake (not with FailClosed: see Run),
+// gives the held packets their verdicts and answers what is still in the
+// socket, for at most stopDrainTimeout, then unbinds the queue, which
+// answers what is left.
 func (q *Queue) stop() error {
-	stopBy := time.Now().UnixNano() + int64(stopDrainTimeout)
+	// The engine's clock, like every deadline of Run's: it follows the
+	// monotonic clock, so a wall-clock step cannot end the drain at once
+	// (a step back) or make it last (a step forward).
+	stopBy := q.now() + int64(stopDrainTimeout)
 	q.stopping() // a Monitor's last reading, while the queue takes packets
-	q.closeIntake()
+	if !q.cfg.FailClosed {
+		q.closeIntake()
+	}
 	// Every held packet gets its verdict now, before the packets still in
 	// the socket (which came later); those get theirs at once too.
 	q.halting = true
 	if err := q.releaseAll(); err != nil {
 		return err
 	}
-	for {
+	for q.now() <= stopBy {
 		n, errno := q.recvmmsg()
 		if errno == unix.EAGAIN {
-			return q.finish()
+			break
 		}
 		if err := q.handle(n, errno); err != nil {
 			return err
 		}
-		if q.now() > stopBy {
-			return q.finish()
-		}
 	}
+	return q.finish()
 }
 
 // now is the engine's clock (see Run).
@@ -533,8 +557,7 @@ func (q *Queue) handle(n int, errno unix.Errno) error {
 		}
 		q.stats.errors.Add(1)
 		if q.failures++; q.failures == maxFailures {
-			q.unbind()
-			return fmt.Errorf("nfq: queue %d: receive failed %d times in a row: %w", q.cfg.Queue, q.failures, errno)
+			return q.quit(fmt.Errorf("nfq: queue %d: receive failed %d times in a row: %w", q.cfg.Queue, q.failures, errno))
 		}
 		return nil
 	}
@@ -729,9 +752,10 @@ func (q *Queue) recvmmsg() (int, unix.Errno) {
 }
 
 // answer hands the current batch to fn and sends its verdicts. If the
-// verdicts cannot be sent even after retries, it unbinds the queue and
-// returns an error: going on would let a later batch verdict answer these
-// packets with another packet's verdict.
+// verdicts cannot be sent even after retries, it unbinds the queue (after
+// accepting everything queued: see unbind) and returns an error: going on
+// would let a later batch verdict answer these packets with another
+// packet's verdict.
 //
 // Held packets that are due go out first, in the same write: a packet of a
 // flow answered now must not overtake one of the same flow held before it.
@@ -776,8 +800,7 @@ func (q *Queue) answer(fn Handler, now int64) error {
 	if len(out) > 0 {
 		if err := q.writeRetry(out); err != nil {
 			q.stats.errors.Add(1)
-			q.unbind()
-			return fmt.Errorf("nfq: queue %d: sending verdicts: %w", q.cfg.Queue, err)
+			return q.quit(fmt.Errorf("nfq: queue %d: sending verdicts: %w", q.cfg.Queue, err))
 		}
 	}
 	if q.cfg.Latency {
@@ -932,8 +955,7 @@ func (q *Queue) sendReleases(out []byte, msgs int, rel []heldPkt) error {
 	sent := q.now()
 	if err := q.writeRetry(out); err != nil {
 		q.stats.errors.Add(1)
-		q.unbind()
-		return fmt.Errorf("nfq: queue %d: sending verdicts: %w", q.cfg.Queue, err)
+		return q.quit(fmt.Errorf("nfq: queue %d: sending verdicts: %w", q.cfg.Queue, err))
 	}
 	q.stats.verdictMsgs.Add(uint64(msgs))
 	q.released(rel, sent)
@@ -1038,6 +1060,11 @@ func (q *Queue) write(b []byte) error {
 	if q.timeWrites {
 		defer func(t0 time.Time) { q.writeNs.Add(int64(time.Since(t0))) }(time.Now())
 	}
+	if q.writeHook != nil {
+		if err := q.writeHook(b); err != nil {
+			return err
+		}
+	}
 	for {
 		_, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(q.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 		if e == unix.EINTR {
@@ -1057,8 +1084,8 @@ func (q *Queue) overrun() {
 	if q.cfg.Logf == nil {
 		return
 	}
-	now := time.Now().UnixNano()
-	if now-q.lastLog < enobufsLogEvery {
+	now := q.now() // monotonic: a wall-clock step back would silence it
+	if q.lastLog != 0 && now-q.lastLog < enobufsLogEvery {
 		return
 	}
 	verdict := "accepted"
@@ -1072,8 +1099,13 @@ func (q *Queue) overrun() {
 }
 
 // closeIntake sets the kernel queue's length to 0: from now on no packet
-// enters the queue, so the socket holds every packet still to answer.
+// enters the queue (each is accepted without a verdict, or dropped with
+// FailClosed), so the socket holds every packet still to answer. Once.
 func (q *Queue) closeIntake() {
+	if q.intakeClosed {
+		return
+	}
+	q.intakeClosed = true
 	q.b.seq++
 	buf := configMsg{maxLen: true, queueLen: 0}.append(q.b.out[:0], q.cfg.Queue, q.b.seq)
 	if err := q.write(buf); err != nil {
@@ -1082,9 +1114,15 @@ func (q *Queue) closeIntake() {
 }
 
 // finish unbinds the queue after a stop.
-func (q *Queue) finish() error {
-	q.unbind()
-	return nil
+func (q *Queue) finish() error { return q.unbind() }
+
+// quit unbinds the queue when Run gives up for err, and returns err with
+// what the unbind could not do (packets left to the kernel).
+func (q *Queue) quit(err error) error {
+	if uerr := q.unbind(); uerr != nil {
+		return fmt.Errorf("%w; %v", err, uerr)
+	}
+	return err
 }
 
 // onStop registers fn to be called once, when the queue starts to stop
@@ -1112,41 +1150,107 @@ func (q *Queue) stopping() {
 	}
 }
 
-// unbind unbinds the queue, after running the stop hooks and keeping the
-// kernel's last counters for KernelStats.
-func (q *Queue) unbind() {
+// unbind unbinds the queue, after running the stop hooks, closing the
+// intake, giving the held packets their verdicts and accepting every other
+// packet still queued (acceptRest): the kernel drops what a queue holds
+// when it is unbound. It keeps the kernel's last counters for KernelStats.
+// If packets were left to the kernel it says so, with their number, in the
+// error it returns and through Config.Logf. Every path that ends the queue
+// comes here: Run's stop and its failures, and Close.
+func (q *Queue) unbind() error {
 	if q.unbound {
-		return
+		return nil
 	}
 	q.stopping()
+	q.closeIntake()
+	q.halting = true
 	if q.hold.len() > 0 {
-		// Best effort: the kernel drops what is queued when the queue is
-		// unbound. (If this write fails too, it is dropped.)
-		q.halting = true
+		// Each by its exact id: on a failure, packets not yet answered
+		// may sit below a held one, and a batch verdict would give them
+		// its verdict. (If this write fails, acceptRest accepts them.)
 		q.rel = q.hold.popAll(q.rel)
 		q.b.seq++
-		out, _ := appendReleases(q.b.out[:0], q.cfg.Queue, q.rel, false, 0, q.b.seq)
-		if q.write(out) == nil {
+		out, msgs := appendReleases(q.b.out[:0], q.cfg.Queue, q.rel, true, q.rel[0].id, q.b.seq)
+		if q.writeRetry(out) == nil {
+			q.stats.verdictMsgs.Add(uint64(msgs))
 			q.released(q.rel, 0)
+		} else {
+			q.stats.errors.Add(1)
 		}
 		q.holdCnt.held.Store(0)
 	}
-	if ks, err := q.readKernel(); err == nil {
-		q.final.Store(&ks)
-	}
+	err := q.acceptRest()
 	q.unbound = true
 	q.b.seq++
 	buf := configMsg{cmd: nfqnlCfgCmdUnbind}.append(q.b.out[:0], q.cfg.Queue, q.b.seq)
 	_ = q.write(buf)
+	if err != nil && q.cfg.Logf != nil {
+		q.cfg.Logf("%v", err)
+	}
+	return err
+}
+
+// acceptRounds bounds acceptRest's verdicts: more than one only if packets
+// entered the queue after its intake was closed (closeIntake failed).
+const acceptRounds = 3
+
+// acceptRest answers ACCEPT, with marks unchanged, every packet still in
+// the kernel's queue, answered or not, in one NFQNL_MSG_VERDICT_BATCH for
+// the last id the kernel gave (id_sequence in its table): the kernel walks
+// the queue from its head, in id order, and takes every packet until one
+// whose id is after the given one (nfq_id_after, with wrap-around), and
+// only in this queue (the verdict names it and must come from its socket).
+// It is for the end: the packets in the socket are never read. It reads
+// the counters again to see the queue empty (they are KernelStats' final
+// values) and counts what it accepted in Stats.StopAccepted. The error, if
+// packets are left, says how many.
+func (q *Queue) acceptRest() error {
+	for round := 0; ; round++ {
+		ks, err := q.readKernel()
+		if err == nil {
+			q.final.Store(&ks)
+			if ks.QueueTotal == 0 {
+				return nil
+			}
+		}
+		if round == acceptRounds {
+			return fmt.Errorf("nfq: queue %d: %d packets left to the kernel, which drops them as it unbinds the queue: they kept coming after its intake was closed", q.cfg.Queue, ks.QueueTotal)
+		}
+		id := q.b.lastID + 1<<30
+		if err == nil && !idBefore(uint32(ks.IDSequence), q.b.lastID) {
+			id = uint32(ks.IDSequence)
+		}
+		var vb [maxVerdictMsgLen]byte
+		q.b.seq++
+		n := putVerdict(vb[:], q.cfg.Queue, id, Verdict{}, true, q.b.seq)
+		if werr := q.writeRetry(vb[:n]); werr != nil {
+			q.stats.errors.Add(1)
+			left := "the packets still queued (how many is unknown: " + fmt.Sprint(err) + ")"
+			if err == nil {
+				left = fmt.Sprintf("%d packets", ks.QueueTotal)
+			}
+			return fmt.Errorf("nfq: queue %d: %s left to the kernel, which drops them as it unbinds the queue: accepting them: %w", q.cfg.Queue, left, werr)
+		}
+		q.stats.verdictMsgs.Add(1)
+		if err != nil {
+			// Without the kernel's table: by id, every packet within 2^30
+			// of the last one read, older (unanswered or held) or newer
+			// (still in the socket) -- all of them but in theory. Whether
+			// any is left cannot be seen.
+			return nil
+		}
+		q.stats.stopAccepted.Add(ks.QueueTotal)
+	}
 }
 
 // Close unbinds the queue (if Run has not already) and closes the socket.
-// Packets still queued in the kernel are then dropped by it, so stop with
-// Run's context first. Close must not be called while Run is running; it is
-// safe to call more than once.
+// Packets still queued in the kernel are accepted first, unread, as by a
+// stop (Stats.StopAccepted); the error says how many were left if that
+// failed. Close must not be called while Run is running; it is safe to
+// call more than once.
 func (q *Queue) Close() error {
 	q.closeOnce.Do(func() {
-		q.unbind()
+		uerr := q.unbind()
 		if q.file != nil {
 			q.file.Close()
 		}
@@ -1160,6 +1264,9 @@ func (q *Queue) Close() error {
 		}
 		if q.proc != nil {
 			q.proc.close()
+		}
+		if uerr != nil {
+			q.closeErr = uerr
 		}
 	})
 	return q.closeErr
@@ -1213,6 +1320,8 @@ func (q *Queue) Stats() Stats {
 		ENOBUFS:     q.stats.enobufs.Load(),
 		Lost:        q.stats.lost.Load(),
 		Errors:      q.stats.errors.Load(),
+
+		StopAccepted: q.stats.stopAccepted.Load(),
 	}
 }
 
