@@ -78,6 +78,24 @@ func TestDepartTinyRefills(t *testing.T) {
 	}
 }
 
+// TestSlidingWindowCounterExactWeight: the previous window's weight,
+// prev × left / window, is compared exactly. Here it is 500 + 10⁻¹⁵, which a
+// float64 rounds to 500: with a limit of 1000 the float comparison let
+// 1000 − 500 = 500 packets through where the documented rule allows 499.
+func TestSlidingWindowCounterExactWeight(t *testing.T) {
+	const window = 1_000_000_000 * sec // 1e18 ns; --pps 1e-6: a limit of 1000
+	var steps []step
+	// t0 is in window 1 ([1e18, 2e18) ns); window 2 starts at t0 + 3e17.
+	for i := 0; i < 1001; i++ {
+		steps = append(steps, step{0, 1, i < 1000})
+	}
+	at := int64(2e18+5e17-1) - t0 // left = 5e17 + 1 ns of window 2
+	for i := 0; i < 501; i++ {
+		steps = append(steps, step{at, 1, i < 499})
+	}
+	runSteps(t, LimiterConfig{Algorithm: SlidingWindowCounter, Rate: 1e-6, Window: window}, steps)
+}
+
 // exactBucket is the token bucket in rational arithmetic: tokens in
 // nano-units, rate the float64's exact value in nano-units per ns, the
 // same capacity as the Limiter's (Burst × 1e9, floored). It is the

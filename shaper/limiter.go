@@ -42,6 +42,8 @@ const (
 	// iff prev×(Window−elapsed)/Window + cur + cost <= Limit, where prev is
 	// what the previous window accepted, cur what the current one has
 	// accepted so far and elapsed how far now is into the current window.
+	// The comparison is exact (prev×(Window−elapsed) <= (Limit−cur−cost)×
+	// Window in 128-bit integers), not rounded at large windows or counts.
 	// Each aligned window accepts at most Limit, so any interval of length
 	// Window holds at most 2×Limit (in practice close to Limit).
 	SlidingWindowCounter
@@ -301,14 +303,19 @@ func (l *Limiter) Allow(s *State, now int64, cost int64) bool {
 			}
 			s.win, s.cur = w, 0
 		}
+		room := l.limit - s.cur - cost
+		if room < 0 {
+			return false
+		}
 		if s.prev > 0 {
-			left := l.window - (now - s.win*l.window)
-			est := float64(s.prev)*float64(left)/float64(l.window) + float64(s.cur+cost)
-			if est > float64(l.limit) {
+			// prev × left / window ≤ room, in exact integers:
+			// prev × left ≤ room × window, as 128-bit products.
+			left := l.window - (now - s.win*l.window) // in (0, window]
+			ph, pl := bits.Mul64(uint64(s.prev), uint64(left))
+			rh, rl := bits.Mul64(uint64(room), uint64(l.window))
+			if ph > rh || ph == rh && pl > rl {
 				return false
 			}
-		} else if s.cur+cost > l.limit {
-			return false
 		}
 		s.cur += cost
 		return true
