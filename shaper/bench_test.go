@@ -162,3 +162,25 @@ func BenchmarkDecideGlobal(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLimiterAllow is the token bucket alone, one flow, packets 100 ns
+// apart at 1e6 and 0.5 packets/s (the refill of a fraction of a nano-unit
+// carried from call to call).
+func BenchmarkLimiterAllow(b *testing.B) {
+	for _, r := range []float64{1e6, 0.5} {
+		b.Run(fmt.Sprintf("rate=%g", r), func(b *testing.B) {
+			l, err := NewLimiter(LimiterConfig{Algorithm: TokenBucket, Rate: r, Burst: 100})
+			if err != nil {
+				b.Fatal(err)
+			}
+			var s State
+			now := t0
+			l.Reset(&s, now)
+			b.ReportAllocs()
+			for b.Loop() {
+				now += 100
+				l.Allow(&s, now, 1)
+			}
+		})
+	}
+}

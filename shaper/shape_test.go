@@ -131,7 +131,7 @@ func TestShapeProperties(t *testing.T) {
 			if !ok {
 				// It would have waited longer than MaxDelay: the bucket's
 				// level minus the cost is below −rate × MaxDelay.
-				if need := float64(costs[i]*nano-s.tokens) / l.perNs; need <= float64(c.MaxDelay) {
+				if need := float64(costs[i]*nano-s.tokens) / l.rate; need <= float64(c.MaxDelay) {
 					t.Fatalf("iter %d packet %d: dropped with a wait of %.0f ns, within max delay %d", iter, i, need, c.MaxDelay)
 				}
 				continue
