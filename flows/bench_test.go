@@ -211,3 +211,39 @@ type flowState struct {
 	stats   [3]uint64
 	dropRun uint32
 }
+
+// BenchmarkKeyEqual compares Key.equal, the table's key comparison, with
+// the compiler's == on two equal keys (the case of every hit). It loops
+// over b.N, not b.Loop, which would keep equal from being inlined:
+//
+//	go test -run '^$' -bench KeyEqual ./flows
+func BenchmarkKeyEqual(b *testing.B) {
+	keys := make([]Key, 1024)
+	for i := range keys {
+		keys[i] = k(i)
+	}
+	other := make([]Key, len(keys))
+	copy(other, keys)
+	b.Run("equal", func(b *testing.B) {
+		n, i := 0, 0
+		for range b.N {
+			if keys[i].equal(&other[i]) {
+				n++
+			}
+			i = (i + 1) & 1023
+		}
+		sinkInt = n
+	})
+	b.Run("==", func(b *testing.B) {
+		n, i := 0, 0
+		for range b.N {
+			if keys[i] == other[i] {
+				n++
+			}
+			i = (i + 1) & 1023
+		}
+		sinkInt = n
+	})
+}
+
+var sinkInt int
