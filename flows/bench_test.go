@@ -110,8 +110,8 @@ func BenchmarkKeyMap(b *testing.B) {
 	})
 }
 
-// BenchmarkTable measures Table.Get, and beside it a Go map from Key to a
-// position (the index's job alone):
+// BenchmarkTable measures Table.Get (BenchmarkTableIndex compares its
+// index with a Go map's):
 //
 //   - hit/flows=N: packets cycle through N held flows in order (the
 //     cache-unfriendly case at a million);
@@ -122,7 +122,7 @@ func BenchmarkKeyMap(b *testing.B) {
 //   - flood: a full table of 10 000 where 9 packets in 10 are new one-packet
 //     flows and 1 in 10 belongs to one of 100 flows that keep sending.
 //
-//     go test -run ^$ -bench Table -benchmem ./flows
+//     go test -run '^$' -bench 'Table$' -benchmem ./flows
 func BenchmarkTable(b *testing.B) {
 	type val = flowState
 	for _, n := range []int{1, 10_000, 1_000_000} {
@@ -142,20 +142,6 @@ func BenchmarkTable(b *testing.B) {
 				now += 100
 				v, _ := tb.Get(&keys[i], now)
 				v.a[0]++
-				if i++; i == n {
-					i = 0
-				}
-			}
-		})
-		b.Run(fmt.Sprintf("map/flows=%d", n), func(b *testing.B) {
-			m := make(map[Key]int32, n)
-			for i := range keys {
-				m[keys[i]] = int32(i)
-			}
-			b.ReportAllocs()
-			i, sum := 0, int32(0)
-			for b.Loop() {
-				sum += m[keys[i]]
 				if i++; i == n {
 					i = 0
 				}
@@ -225,3 +211,39 @@ type flowState struct {
 	stats   [3]uint64
 	dropRun uint32
 }
+
+// BenchmarkKeyEqual compares Key.equal, the table's key comparison, with
+// the compiler's == on two equal keys (the case of every hit). It loops
+// over b.N, not b.Loop, which would keep equal from being inlined:
+//
+//	go test -run '^$' -bench KeyEqual ./flows
+func BenchmarkKeyEqual(b *testing.B) {
+	keys := make([]Key, 1024)
+	for i := range keys {
+		keys[i] = k(i)
+	}
+	other := make([]Key, len(keys))
+	copy(other, keys)
+	b.Run("equal", func(b *testing.B) {
+		n, i := 0, 0
+		for range b.N {
+			if keys[i].equal(&other[i]) {
+				n++
+			}
+			i = (i + 1) & 1023
+		}
+		sinkInt = n
+	})
+	b.Run("==", func(b *testing.B) {
+		n, i := 0, 0
+		for range b.N {
+			if keys[i] == other[i] {
+				n++
+			}
+			i = (i + 1) & 1023
+		}
+		sinkInt = n
+	})
+}
+
+var sinkInt int
