@@ -53,7 +53,7 @@ set -u -o pipefail
 PROG=rules.sh
 die() { echo "$PROG: $*" >&2; exit 2; }
 fail() { echo "$PROG: $*" >&2; exit 1; }
-usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
 NFT_TABLE=packetshaper
 TAG=packetshaper
@@ -140,10 +140,24 @@ if [ -n "$netns" ]; then
 fi
 [ "$dry" = 1 ] || [ "$(id -u)" = 0 ] || fail "must run as root (changes firewall rules)"
 
+# shquote ARG...: the arguments as a shell would need them, each word that
+# holds anything but [A-Za-z0-9_./:=@%+,-] in single quotes (a comment's
+# spaces, say), so that a --dry-run line pasted into a shell does the same.
+shquote() {
+	local a out=""
+	for a in "$@"; do
+		case "$a" in
+		'' | *[!A-Za-z0-9_./:=@%+,-]*) out="$out '${a//\'/\'\\\'\'}'" ;;
+		*) out="$out $a" ;;
+		esac
+	done
+	echo "${out# }"
+}
+
 # run CMD...: in the namespace if asked; with --dry-run only print it.
 run() {
 	if [ "$dry" = 1 ]; then
-		echo "${netns:+ip netns exec $netns }$*"
+		echo "${netns:+ip netns exec $netns }$(shquote "$@")"
 		return 0
 	fi
 	if [ -n "$netns" ]; then ip netns exec "$netns" "$@"; else "$@"; fi
@@ -285,7 +299,11 @@ nft_expr() {
 	*) e="${e}meta l4proto $proto " ;;
 	esac
 	[ -n "$dport" ] && e="${e}th dport $dport "
-	if [ "$qlo" = "$qhi" ]; then e="${e}counter queue flags bypass to $qlo"; else e="${e}counter queue flags bypass to $qlo-$qhi"; fi
+	if [ "$qlo" = "$qhi" ]; then
+		e="${e}counter queue flags bypass to $qlo"
+	else
+		e="${e}counter queue flags bypass to $qlo-$qhi"
+	fi
 	echo "$e comment \"$desc family=$family\""
 }
 
@@ -304,20 +322,20 @@ nft_add() {
 		return 0
 	fi
 	# "add table/chain" are no-ops when they exist; priority -10 runs before
-	# the usual filter chains (priority 0).
-	local err
+	# the usual filter chains (priority 0). --dry-run prints the very input
+	# nft -f gets, as a here-document: pasted into a shell, it does the same
+	# (the rule's comment keeps its quotes, which nft needs).
+	local err cmds
+	cmds="add table inet $NFT_TABLE
+add chain inet $NFT_TABLE $c { type filter hook $c priority -10; policy accept; }
+add rule inet $NFT_TABLE $c $(nft_expr)"
 	if [ "$dry" = 1 ]; then
-		echo "${netns:+ip netns exec $netns }nft add table inet $NFT_TABLE"
-		echo "${netns:+ip netns exec $netns }nft add chain inet $NFT_TABLE $c '{ type filter hook $c priority -10; policy accept; }'"
-		echo "${netns:+ip netns exec $netns }nft add rule inet $NFT_TABLE $c $(nft_expr)"
+		echo "${netns:+ip netns exec $netns }nft -f - <<'EOF'"
+		echo "$cmds"
+		echo "EOF"
 		return 0
 	fi
-	if ! err=$(run nft -f - 2>&1 <<-EOF
-		add table inet $NFT_TABLE
-		add chain inet $NFT_TABLE $c { type filter hook $c priority -10; policy accept; }
-		add rule inet $NFT_TABLE $c $(nft_expr)
-	EOF
-	); then
+	if ! err=$(run nft -f - 2>&1 <<<"$cmds"); then
 		echo "$err" >&2
 		nft_drop_empty_table
 		if echo "$err" | grep -q 'No such file or directory'; then
