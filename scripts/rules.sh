@@ -43,6 +43,9 @@
 # counter drop", so only traffic the queue rule would queue is ever dropped.
 # The table goes when its last rule does (del, del --all).
 #
+# RULES_SH_TEST_VERDICT=accept|continue (tests only; nft backend): that
+# verdict instead of the queue statement, for kernels without nft_queue.
+#
 # Examples
 #   sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000
 #   sudo scripts/rules.sh add --backend nft --queue 0-1 --chain FORWARD
@@ -139,6 +142,23 @@ if [ -n "$netns" ]; then
 	ip netns list 2>/dev/null | awk '{print $1}' | grep -qx -- "$netns" || fail "--netns '$netns': no such network namespace"
 fi
 [ "$dry" = 1 ] || [ "$(id -u)" = 0 ] || fail "must run as root (changes firewall rules)"
+# For tests only: RULES_SH_TEST_VERDICT=accept|continue puts that verdict in
+# the nft backend's rules instead of the queue statement, so that every other
+# part of them (table, chain, match, counter, tag) can be applied and checked
+# on a kernel without nft_queue (CONFIG_NFT_QUEUE). Such a rule queues
+# nothing: never use it outside a test's namespace.
+test_verdict=${RULES_SH_TEST_VERDICT:-}
+case "$test_verdict" in
+'') ;;
+accept | continue)
+	# Only add writes a verdict; del and list find the rules by their tag.
+	if [ "$cmd" = add ]; then
+		[ "$backend" = nft ] || die "RULES_SH_TEST_VERDICT is for --backend nft only"
+		echo "$PROG: RULES_SH_TEST_VERDICT=$test_verdict: the nft rule says '$test_verdict' instead of queueing (tests only)" >&2
+	fi
+	;;
+*) die "RULES_SH_TEST_VERDICT '$test_verdict': want accept or continue (tests only)" ;;
+esac
 
 # shquote ARG...: the arguments as a shell would need them, each word that
 # holds anything but [A-Za-z0-9_./:=@%+,-] in single quotes (a comment's
@@ -299,7 +319,9 @@ nft_expr() {
 	*) e="${e}meta l4proto $proto " ;;
 	esac
 	[ -n "$dport" ] && e="${e}th dport $dport "
-	if [ "$qlo" = "$qhi" ]; then
+	if [ -n "$test_verdict" ]; then
+		e="${e}counter $test_verdict"
+	elif [ "$qlo" = "$qhi" ]; then
 		e="${e}counter queue flags bypass to $qlo"
 	else
 		e="${e}counter queue flags bypass to $qlo-$qhi"
