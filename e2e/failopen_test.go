@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -56,6 +58,12 @@ func TestFailOpenKill(t *testing.T) {
 // queue-maxlen packets; beyond that the kernel's fail-open flag accepts
 // packets. After SIGCONT it gives the held packets their verdict (ACCEPT
 // under a high limit), so in the end everything arrives.
+//
+// It waits for conditions, not for fixed times: for every thread of
+// packetshaper to be stopped before sending, for the queue to hold
+// queue-maxlen packets, for it to be empty after SIGCONT, and for the
+// receiving namespace's sockets to have been read every datagram sent
+// before stopping the receiver (each within a bound, a failure past it).
 func TestFailOpenStop(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
@@ -63,19 +71,31 @@ func TestFailOpenStop(t *testing.T) {
 	const maxlen = 64
 	sh := tp.startShaper("--queue", "0", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", "64")
 	rc := tp.startRecv(":9000", "--duration", "30s")
+	readBefore := tp.udpInDatagrams(tp.B)
 	sh.signal(syscall.SIGSTOP)
 	t.Cleanup(func() { _ = sh.cmd.Process.Signal(syscall.SIGCONT) })
+	waitStopped(t, sh, 5*time.Second)
 
 	s := tp.send("--dst", tp.IPB+":9000", "--flows", "2", "--pps", "500", "--duration", "2s")
-	time.Sleep(300 * time.Millisecond)
-	q := tp.queue(0)
+	// The last packets sent may still be on their way through the veth.
+	q := tp.waitQueue(0, 5*time.Second, func(q queueState) bool { return q.Waiting == maxlen })
 	if q.Waiting != maxlen {
 		t.Errorf("while stopped: %d packets waiting in the queue, want queue-maxlen %d (%+v)", q.Waiting, maxlen, q)
 	}
 	sh.signal(syscall.SIGCONT)
-	time.Sleep(time.Second)
-	if q := tp.queue(0); q.Waiting != 0 {
-		t.Errorf("1 s after SIGCONT: %d packets still waiting", q.Waiting)
+	if q := tp.waitQueue(0, 10*time.Second, func(q queueState) bool { return q.Waiting == 0 }); q.Waiting != 0 {
+		t.Errorf("10 s after SIGCONT: %d packets still waiting", q.Waiting)
+	}
+	// The receiver stops reading at SIGTERM: wait until the namespace's
+	// UDP sockets have been read as many datagrams as were sent (psend
+	// recv is the only UDP socket in B), or 10 s.
+	deadline := time.Now().Add(10 * time.Second)
+	for n := tp.udpInDatagrams(tp.B) - readBefore; n < s.Sent; n = tp.udpInDatagrams(tp.B) - readBefore {
+		if time.Now().After(deadline) {
+			t.Logf("after 10 s the receiver has read %d of the %d datagrams sent", n, s.Sent)
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	r := stopRecv(rc)
 	if r.Total != s.Sent {
@@ -198,4 +218,94 @@ func TestFailClosedStop(t *testing.T) {
 	if fo := regexp.MustCompile(`final stats.*failopen_passed=0\s`).MatchString(log); !fo {
 		t.Errorf("fail-closed: failopen_passed should be 0:\n%s", indent(log))
 	}
+}
+
+// waitStopped waits up to d until every thread of p is stopped (state T in
+// /proc/PID/task/*/stat): a SIGSTOP takes effect asynchronously.
+func waitStopped(t *testing.T, p *proc, d time.Duration) {
+	t.Helper()
+	pid := p.cmd.Process.Pid
+	deadline := time.Now().Add(d)
+	for {
+		tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+		running := []string{}
+		for _, f := range tasks {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				continue // a thread that just exited
+			}
+			// "TID (comm) S ...": the state follows the last ')'.
+			st := string(b)
+			if i := strings.LastIndexByte(st, ')'); i >= 0 && i+2 < len(st) && st[i+2] != 'T' && st[i+2] != 't' {
+				running = append(running, fmt.Sprintf("%s: %c", filepath.Base(filepath.Dir(f)), st[i+2]))
+			}
+		}
+		if err == nil && len(tasks) > 0 && len(running) == 0 {
+			return
+		}
+		if p.exited() || time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d) not stopped within %v after SIGSTOP (exited: %v); threads not stopped: %v", p.name, pid, d, p.exited(), running)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitQueue polls queue q in B every 10 ms until ok says yes or d has
+// passed, and returns the last state read.
+func (tp *topo) waitQueue(q int, d time.Duration, ok func(queueState) bool) queueState {
+	tp.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		s := tp.queue(q)
+		if ok(s) || time.Now().After(deadline) {
+			return s
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// udpInDatagrams reads how many UDP datagrams (IPv4 and IPv6) sockets in ns
+// have been read: the kernel counts InDatagrams when a socket's owner
+// receives one, not when it is queued.
+func (tp *topo) udpInDatagrams(ns string) uint64 {
+	tp.t.Helper()
+	var sum uint64
+	found := 0
+	snmp := tp.must(ns, "cat", "/proc/net/snmp")
+	var head []string
+	for _, l := range strings.Split(snmp, "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 || f[0] != "Udp:" {
+			continue
+		}
+		if head == nil {
+			head = f
+			continue
+		}
+		for i, name := range head {
+			if name == "InDatagrams" && i < len(f) {
+				n, err := strconv.ParseUint(f[i], 10, 64)
+				if err != nil {
+					tp.t.Fatalf("/proc/net/snmp in %s: InDatagrams %q: %v", ns, f[i], err)
+				}
+				sum += n
+				found++
+			}
+		}
+		break
+	}
+	for _, l := range strings.Split(tp.must(ns, "cat", "/proc/net/snmp6"), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "Udp6InDatagrams" {
+			n, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				tp.t.Fatalf("/proc/net/snmp6 in %s: Udp6InDatagrams %q: %v", ns, f[1], err)
+			}
+			sum += n
+			found++
+		}
+	}
+	if found != 2 {
+		tp.t.Fatalf("no Udp InDatagrams and Udp6InDatagrams counters in %s's /proc/net/snmp and snmp6", ns)
+	}
+	return sum
 }

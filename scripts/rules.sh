@@ -43,6 +43,9 @@
 # counter drop", so only traffic the queue rule would queue is ever dropped.
 # The table goes when its last rule does (del, del --all).
 #
+# RULES_SH_TEST_VERDICT=accept|continue (tests only; nft backend): that
+# verdict instead of the queue statement, for kernels without nft_queue.
+#
 # Examples
 #   sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000
 #   sudo scripts/rules.sh add --backend nft --queue 0-1 --chain FORWARD
@@ -53,7 +56,7 @@ set -u -o pipefail
 PROG=rules.sh
 die() { echo "$PROG: $*" >&2; exit 2; }
 fail() { echo "$PROG: $*" >&2; exit 1; }
-usage() { sed -n '2,50p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
 NFT_TABLE=packetshaper
 TAG=packetshaper
@@ -139,11 +142,42 @@ if [ -n "$netns" ]; then
 	ip netns list 2>/dev/null | awk '{print $1}' | grep -qx -- "$netns" || fail "--netns '$netns': no such network namespace"
 fi
 [ "$dry" = 1 ] || [ "$(id -u)" = 0 ] || fail "must run as root (changes firewall rules)"
+# For tests only: RULES_SH_TEST_VERDICT=accept|continue puts that verdict in
+# the nft backend's rules instead of the queue statement, so that every other
+# part of them (table, chain, match, counter, tag) can be applied and checked
+# on a kernel without nft_queue (CONFIG_NFT_QUEUE). Such a rule queues
+# nothing: never use it outside a test's namespace.
+test_verdict=${RULES_SH_TEST_VERDICT:-}
+case "$test_verdict" in
+'') ;;
+accept | continue)
+	# Only add writes a verdict; del and list find the rules by their tag.
+	if [ "$cmd" = add ]; then
+		[ "$backend" = nft ] || die "RULES_SH_TEST_VERDICT is for --backend nft only"
+		echo "$PROG: RULES_SH_TEST_VERDICT=$test_verdict: the nft rule says '$test_verdict' instead of queueing (tests only)" >&2
+	fi
+	;;
+*) die "RULES_SH_TEST_VERDICT '$test_verdict': want accept or continue (tests only)" ;;
+esac
+
+# shquote ARG...: the arguments as a shell would need them, each word that
+# holds anything but [A-Za-z0-9_./:=@%+,-] in single quotes (a comment's
+# spaces, say), so that a --dry-run line pasted into a shell does the same.
+shquote() {
+	local a out=""
+	for a in "$@"; do
+		case "$a" in
+		'' | *[!A-Za-z0-9_./:=@%+,-]*) out="$out '${a//\'/\'\\\'\'}'" ;;
+		*) out="$out $a" ;;
+		esac
+	done
+	echo "${out# }"
+}
 
 # run CMD...: in the namespace if asked; with --dry-run only print it.
 run() {
 	if [ "$dry" = 1 ]; then
-		echo "${netns:+ip netns exec $netns }$*"
+		echo "${netns:+ip netns exec $netns }$(shquote "$@")"
 		return 0
 	fi
 	if [ -n "$netns" ]; then ip netns exec "$netns" "$@"; else "$@"; fi
@@ -285,7 +319,13 @@ nft_expr() {
 	*) e="${e}meta l4proto $proto " ;;
 	esac
 	[ -n "$dport" ] && e="${e}th dport $dport "
-	if [ "$qlo" = "$qhi" ]; then e="${e}counter queue flags bypass to $qlo"; else e="${e}counter queue flags bypass to $qlo-$qhi"; fi
+	if [ -n "$test_verdict" ]; then
+		e="${e}counter $test_verdict"
+	elif [ "$qlo" = "$qhi" ]; then
+		e="${e}counter queue flags bypass to $qlo"
+	else
+		e="${e}counter queue flags bypass to $qlo-$qhi"
+	fi
 	echo "$e comment \"$desc family=$family\""
 }
 
@@ -304,20 +344,20 @@ nft_add() {
 		return 0
 	fi
 	# "add table/chain" are no-ops when they exist; priority -10 runs before
-	# the usual filter chains (priority 0).
-	local err
+	# the usual filter chains (priority 0). --dry-run prints the very input
+	# nft -f gets, as a here-document: pasted into a shell, it does the same
+	# (the rule's comment keeps its quotes, which nft needs).
+	local err cmds
+	cmds="add table inet $NFT_TABLE
+add chain inet $NFT_TABLE $c { type filter hook $c priority -10; policy accept; }
+add rule inet $NFT_TABLE $c $(nft_expr)"
 	if [ "$dry" = 1 ]; then
-		echo "${netns:+ip netns exec $netns }nft add table inet $NFT_TABLE"
-		echo "${netns:+ip netns exec $netns }nft add chain inet $NFT_TABLE $c '{ type filter hook $c priority -10; policy accept; }'"
-		echo "${netns:+ip netns exec $netns }nft add rule inet $NFT_TABLE $c $(nft_expr)"
+		echo "${netns:+ip netns exec $netns }nft -f - <<'EOF'"
+		echo "$cmds"
+		echo "EOF"
 		return 0
 	fi
-	if ! err=$(run nft -f - 2>&1 <<-EOF
-		add table inet $NFT_TABLE
-		add chain inet $NFT_TABLE $c { type filter hook $c priority -10; policy accept; }
-		add rule inet $NFT_TABLE $c $(nft_expr)
-	EOF
-	); then
+	if ! err=$(run nft -f - 2>&1 <<<"$cmds"); then
 		echo "$err" >&2
 		nft_drop_empty_table
 		if echo "$err" | grep -q 'No such file or directory'; then

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/packetshaper/packetshaper/daemon/control"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
 )
@@ -411,12 +412,55 @@ func netnsUDP(t *testing.T, queue int) (received *[256]atomic.Int64, nsFd int) {
 	return received, nsFd
 }
 
+// queueCounts reads the counters of queue q from the control socket sock.
+func queueCounts(sock string, q uint16) (control.Queue, error) {
+	st, err := control.GetStatus(sock)
+	if err != nil {
+		return control.Queue{}, err
+	}
+	for _, c := range st.Queues {
+		if c.Queue == q {
+			return c, nil
+		}
+	}
+	return control.Queue{}, fmt.Errorf("status lists no queue %d: %+v", q, st.Queues)
+}
+
+// settle waits, up to 10 s, until the shaper on queue q (control socket
+// sock) has decided sent packets more than it had at before, the kernel
+// holds none of them, and received() (what the receiver counted since
+// before) has reached what the shaper accepted since before: every packet
+// sent has had its verdict and every accepted one has arrived. It returns
+// the queue's counters then. A fixed sleep stood here: under load it was
+// too short, and the receiver's count then too low.
+func settle(sock string, q uint16, before control.Queue, sent uint64, received func() int64) (control.Queue, error) {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := queueCounts(sock, q)
+		if err != nil {
+			return c, err
+		}
+		accepted := int64(c.Accepted - before.Accepted)
+		if c.Packets-before.Packets >= sent && c.Queued == 0 && received() >= accepted {
+			return c, nil
+		}
+		if time.Now().After(deadline) {
+			return c, fmt.Errorf("not settled after 10 s: queue %d decided %d of the %d packets sent (%d waiting in the kernel), accepted %d, the receiver counted %d",
+				q, c.Packets-before.Packets, sent, c.Queued, accepted, received())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // runLiveDriven runs runLive(args) on the calling goroutine (in the
 // namespace) while drive runs on another goroutine in the same namespace,
-// once the queue is bound; after drive, runLive gets SIGTERM. It returns
-// runLive's exit status and log.
-func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *syncBuffer) error) (int, string) {
+// once the queue is bound; after drive, runLive gets SIGTERM. drive gets
+// the log and runLive's control socket. It returns runLive's exit status
+// and log.
+func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *syncBuffer, sock string) error) (int, string) {
 	log := &syncBuffer{}
+	// A control socket of its own, not one under /run.
+	sock := filepath.Join(t.TempDir(), "ps.sock")
 	driverErr := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread joins the namespace
@@ -428,7 +472,7 @@ func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *syncBu
 		// SIGTERM are caught from before that.
 		err := waitLog(log, `msg=shaping`, 1)
 		if err == nil {
-			err = drive(log)
+			err = drive(log, sock)
 			syscall.Kill(os.Getpid(), syscall.SIGTERM)
 		}
 		driverErr <- err
@@ -442,8 +486,7 @@ func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *syncBu
 		}
 	})
 	defer watchdog.Stop()
-	// A control socket of its own, not one under /run.
-	args = append(args[:len(args):len(args)], "--control-socket", filepath.Join(t.TempDir(), "ps.sock"))
+	args = append(args[:len(args):len(args)], "--control-socket", sock)
 	code := runLive(args, io.Discard, log)
 	running.Store(false)
 	if err := <-driverErr; err != nil {
@@ -467,10 +510,16 @@ func TestReloadInNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	const perFlow = 30
+	var sock string // runLive's control socket
 	// send sends perFlow packets from each of 127.0.0.first..+n-1 port
-	// 40000 (round robin) and waits for the receiver to settle; it returns
-	// what arrived per source.
+	// 40000 (round robin) and waits until every one has had its verdict
+	// and every accepted one has arrived (settle); it returns what arrived
+	// per source.
 	send := func(first, n int) ([]int64, error) {
+		q0, err := queueCounts(sock, 5)
+		if err != nil {
+			return nil, err
+		}
 		before := make([]int64, n)
 		var txs []*net.UDPConn
 		for i := 0; i < n; i++ {
@@ -490,7 +539,16 @@ func TestReloadInNetns(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(300 * time.Millisecond)
+		arrived := func() int64 {
+			var sum int64
+			for i := range before {
+				sum += received[first+i].Load() - before[i]
+			}
+			return sum
+		}
+		if _, err := settle(sock, 5, q0, uint64(n*perFlow), arrived); err != nil {
+			return nil, err
+		}
 		got := make([]int64, n)
 		for i := range got {
 			got[i] = received[first+i].Load() - before[i]
@@ -505,7 +563,8 @@ func TestReloadInNetns(t *testing.T) {
 		}
 		return nil
 	}
-	code, log := runLiveDriven(t, nsFd, []string{"--queue", "5", "--policy", pol, "--stats-interval", "0"}, func(log *syncBuffer) error {
+	code, log := runLiveDriven(t, nsFd, []string{"--queue", "5", "--policy", pol, "--stats-interval", "0"}, func(log *syncBuffer, ctl string) error {
+		sock = ctl
 		got, err := send(10, 4)
 		if err != nil {
 			return err
@@ -597,9 +656,13 @@ func TestReloadInNetns(t *testing.T) {
 // shaper goes on (it would otherwise kill the process: here, the test).
 func TestSIGHUPWithoutPolicy(t *testing.T) {
 	received, nsFd := netnsUDP(t, 6)
-	code, log := runLiveDriven(t, nsFd, []string{"--queue", "6", "--pps", "0.001", "--burst", "2", "--stats-interval", "0"}, func(log *syncBuffer) error {
+	code, log := runLiveDriven(t, nsFd, []string{"--queue", "6", "--pps", "0.001", "--burst", "2", "--stats-interval", "0"}, func(log *syncBuffer, sock string) error {
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		if err := waitLog(log, "nothing to reload", 1); err != nil {
+			return err
+		}
+		q0, err := queueCounts(sock, 6)
+		if err != nil {
 			return err
 		}
 		tx, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 30)}, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
@@ -612,7 +675,9 @@ func TestSIGHUPWithoutPolicy(t *testing.T) {
 				return err
 			}
 		}
-		time.Sleep(300 * time.Millisecond)
+		if _, err := settle(sock, 6, q0, 10, received[30].Load); err != nil {
+			return err
+		}
 		if n := received[30].Load(); n != 2 {
 			return fmt.Errorf("after SIGHUP: received %d of 10, want 2 (burst 2: still shaping)", n)
 		}
