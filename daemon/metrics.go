@@ -101,6 +101,7 @@ func newCollector(d *state) *collector {
 	q("packetshaper_offload_reports_total", "Flows reported for offload by the engine.", counter, func(s *queueSample) float64 { return float64(s.snap.Offloads) })
 	q("packetshaper_lost_total", "Packets queued by the kernel that never reached packetshaper (socket buffer full).", counter, func(s *queueSample) float64 { return float64(s.Lost) })
 	q("packetshaper_enobufs_total", "Socket receive buffer overruns.", counter, func(s *queueSample) float64 { return float64(s.ENOBUFS) })
+	q("packetshaper_stop_accepted_total", "Packets still queued when the queue stopped, past the drain deadline, accepted at once by one batch verdict (their marks unchanged).", counter, func(s *queueSample) float64 { return float64(s.StopAccepted) })
 	q("packetshaper_errors_total", "Receive and verdict errors.", counter, func(s *queueSample) float64 { return float64(s.Errors) })
 	q("packetshaper_batches_total", "Batches of packets decided.", counter, func(s *queueSample) float64 { return float64(s.Batches) })
 	q("packetshaper_verdict_messages_total", "Verdict messages sent (one per run of equal verdicts in a batch).", counter, func(s *queueSample) float64 { return float64(s.VerdictMsgs) })

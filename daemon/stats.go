@@ -30,6 +30,7 @@ func sum(ws []*worker) totals {
 		t.VerdictMsgs += s.VerdictMsgs
 		t.ENOBUFS += s.ENOBUFS
 		t.Lost += s.Lost
+		t.StopAccepted += s.StopAccepted
 		t.Errors += s.Errors
 		sn := w.snap.Load()
 		e := &t.engine
@@ -84,7 +85,7 @@ func logStats(log *slog.Logger, msg string, ws []*worker, mon failOpen, off *off
 		"malformed", t.engine.Malformed, "no_ports", t.engine.NoPorts, "unmatched", t.engine.Unmatched,
 		"flows", t.engine.Flows, "evictions", t.engine.Evictions, "expired", t.engine.Expired,
 		"queued", t.kernel.QueueTotal, "queue_drops", t.kernel.QueueDropped,
-		"socket_drops", t.kernel.UserDropped, "lost", t.Lost, "enobufs", t.ENOBUFS,
+		"socket_drops", t.kernel.UserDropped, "lost", t.Lost, "enobufs", t.ENOBUFS, "stop_accepted", t.StopAccepted,
 		"errors", t.Errors, "batches", t.Batches, "verdict_msgs", t.VerdictMsgs,
 		"secs", fmt.Sprintf("%.3f", elapsed.Seconds()),
 	}
