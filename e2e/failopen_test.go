@@ -269,31 +269,8 @@ func (tp *topo) waitQueue(q int, d time.Duration, ok func(queueState) bool) queu
 // receives one, not when it is queued.
 func (tp *topo) udpInDatagrams(ns string) uint64 {
 	tp.t.Helper()
-	var sum uint64
-	found := 0
-	snmp := tp.must(ns, "cat", "/proc/net/snmp")
-	var head []string
-	for _, l := range strings.Split(snmp, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 || f[0] != "Udp:" {
-			continue
-		}
-		if head == nil {
-			head = f
-			continue
-		}
-		for i, name := range head {
-			if name == "InDatagrams" && i < len(f) {
-				n, err := strconv.ParseUint(f[i], 10, 64)
-				if err != nil {
-					tp.t.Fatalf("/proc/net/snmp in %s: InDatagrams %q: %v", ns, f[i], err)
-				}
-				sum += n
-				found++
-			}
-		}
-		break
-	}
+	sum := tp.udpSNMP(ns, "InDatagrams")
+	found := 1
 	for _, l := range strings.Split(tp.must(ns, "cat", "/proc/net/snmp6"), "\n") {
 		if f := strings.Fields(l); len(f) == 2 && f[0] == "Udp6InDatagrams" {
 			n, err := strconv.ParseUint(f[1], 10, 64)

@@ -537,7 +537,11 @@ func sendDone(p *proc) sendResult {
 // udpRcvbufErrors reads the UDP RcvbufErrors counter of /proc/net/snmp in
 // ns: datagrams the kernel dropped because a socket's receive buffer was
 // full.
-func (tp *topo) udpRcvbufErrors(ns string) uint64 {
+func (tp *topo) udpRcvbufErrors(ns string) uint64 { return tp.udpSNMP(ns, "RcvbufErrors") }
+
+// udpSNMP reads the counter name of the "Udp:" lines of /proc/net/snmp in
+// ns (IPv4).
+func (tp *topo) udpSNMP(ns, name string) uint64 {
 	tp.t.Helper()
 	out := tp.must(ns, "cat", "/proc/net/snmp")
 	var head []string
@@ -550,18 +554,18 @@ func (tp *topo) udpRcvbufErrors(ns string) uint64 {
 			head = f
 			continue
 		}
-		for i, name := range head {
-			if name == "RcvbufErrors" && i < len(f) {
+		for i, h := range head {
+			if h == name && i < len(f) {
 				n, err := strconv.ParseUint(f[i], 10, 64)
 				if err != nil {
-					tp.t.Fatalf("/proc/net/snmp in %s: RcvbufErrors %q: %v", ns, f[i], err)
+					tp.t.Fatalf("/proc/net/snmp in %s: %s %q: %v", ns, name, f[i], err)
 				}
 				return n
 			}
 		}
 		break
 	}
-	tp.t.Fatalf("/proc/net/snmp in %s: no Udp: RcvbufErrors counter:\n%s", ns, out)
+	tp.t.Fatalf("/proc/net/snmp in %s: no Udp: %s counter:\n%s", ns, name, out)
 	return 0
 }
 

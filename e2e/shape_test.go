@@ -169,8 +169,13 @@ func checkPacing(t *testing.T, s sendResult, r recvResult, log string, rate, bur
 	maxD := quantile(delays, 1)
 	t.Logf("delays (kernel receive time in B − send time): p50 %.1f ms, p99 %.1f ms, max %.3f ms; packetshaper's delay_max_us %.0f; %d arrivals the ideal shaper drops",
 		quantile(delays, 0.5)/1e6, quantile(delays, 0.99)/1e6, maxD/1e6, lastStatField(t, log, "delay_max_us"), notInModel)
-	if maxD > float64(maxDelay)+delayTol {
-		t.Errorf("a packet waited %.3f ms, more than max-delay %v (+%.0f ms for the way)", maxD/1e6, maxDelay, delayTol/1e6)
+	// A packet leaves at most max-delay after it arrived (the engine's
+	// delays, checked below), plus how late its verdict was written (the
+	// release lateness, bounded at p99 below; its max is one scheduling
+	// hiccup of the machine), plus the way.
+	lateWorst := lastStatField(t, log, "late_max_us") * 1e3
+	if maxD > float64(maxDelay)+delayTol+lateWorst {
+		t.Errorf("a packet waited %.3f ms, more than max-delay %v (+%.0f ms for the way, +%.3f ms the latest release)", maxD/1e6, maxDelay, delayTol/1e6, lateWorst/1e6)
 	}
 	if d := lastStatField(t, log, "delay_max_us"); d > float64(maxDelay.Microseconds()) {
 		t.Errorf("packetshaper's delay_max_us %.0f > max-delay %v", d, maxDelay)
