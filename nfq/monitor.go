@@ -116,8 +116,10 @@ type FailOpenStats struct {
 	//
 	// An estimate is the arrival rate of the last half second in which the
 	// queue was not full, times the time it was full, minus what got in:
-	// within a few percent for a steady rate (measured in the kernel
-	// tests: within 2% on a quiet 2-core VM, up to 7% on a loaded one), low
+	// within a few percent for a steady rate (TestMonitorFailOpen's and
+	// TestMonitorBalance's estimating monitors log it beside the truth
+	// and fail beyond 10 %:
+	// within 2% on a quiet 2-core VM, up to 7% on a loaded one), low
 	// after a surge, and near 0 for a burst out of silence.
 	Passed uint64
 	// Exact reports that Passed comes from rule counters: exact for the

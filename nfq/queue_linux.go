@@ -8,7 +8,10 @@ package nfq
 // fields and a whole-packet copy, and each SetVerdict builds a new message,
 // sends it and goes back through the runtime netpoller. Profiled under load
 // (nfq/PERFORMANCE.md) that is ~22 µs of CPU per packet against ~6 µs for
-// libnetfilter_queue, and the queue overflows at 45k packets/s.
+// libnetfilter_queue, and the queue overflows at 45k packets/s. One command
+// compares it with this file's loop in one run (root):
+//
+//	go test ./nfq -run '^$' -bench Consumers -benchmem -benchtime 100000x -count 3
 //
 // So this file talks to the kernel itself with golang.org/x/sys/unix:
 // non-blocking recvmmsg into buffers allocated once, messages parsed in
@@ -603,7 +606,8 @@ func (q *Queue) handle(n int, errno unix.Errno) error {
 // sched_yield. A real-time thread that yields gives its CPU only to threads
 // of its own priority, so with the reader alone at SCHED_FIFO and the other
 // thread on the same CPU, the reader spins until the kernel's real-time
-// throttling stops it: measured, 0.95 s stalls (nfq/PERFORMANCE.md). With
+// throttling stops it: measured once, 0.95 s stalls, with a design not kept
+// and so without a benchmark in the tree (nfq/PERFORMANCE.md). With
 // every thread at the same priority, a yield lets the other one run.
 func setProcessRealtime(prio int) error {
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
@@ -643,7 +647,9 @@ func setProcessRealtime(prio int) error {
 // Run used to block in recvmmsg (MSG_WAITFORONE, SO_RCVTIMEO 100 ms) on a
 // locked thread, through syscall.Syscall6. At moderate load (20k packets/s
 // in batches of a few packets) that cost about twice the CPU per packet of
-// the C consumer (nfq/PERFORMANCE.md, "Moderate load"), and half of it was
+// the C consumer (nfq/PERFORMANCE.md, "Moderate load"; the current loop
+// against the C consumer: sudo PARTS=moderate ./scripts/bench.sh; the
+// blocking loop was measured once, before it went), and half of it was
 // the runtime's system monitor (sysmon), not the reader. A goroutine
 // blocked in a system call keeps its P, so sysmon never sleeps for long; it
 // takes the P after 20 µs of a call when no other P is idle (GOMAXPROCS=1,
@@ -663,8 +669,8 @@ func setProcessRealtime(prio int) error {
 // to the kernel is processed in the call), so they are raw system calls,
 // without the runtime's bookkeeping for calls that may block.
 //
-// Blocking in recvmmsg through RawSyscall6 was measured too: about as cheap
-// per batch, but the runtime then sees the goroutine always running, so
+// Blocking in recvmmsg through RawSyscall6 was measured too, once (a design
+// not kept, so no benchmark in the tree): about as cheap per batch, but the runtime then sees the goroutine always running, so
 // sysmon never sleeps and preempts it with a signal every 10 ms (5-6 ms of
 // CPU a second with no traffic; the C consumer 0.5), a stop-the-world
 // waits for that signal, and each queue holds a P for good, which starves
@@ -861,7 +867,9 @@ func (q *Queue) appendDue(out []byte, now int64) ([]byte, int, []heldPkt) {
 // Waking on time. A timer's expiry reaches Run's goroutine only after the
 // kernel has woken the thread waiting in the netpoller and the runtime has
 // run the goroutine: on an idle virtual CPU that is tens of microseconds,
-// measured 80 µs at the median on the CI machine (a Firecracker VM), more
+// measured 80 µs at the median on the CI machine (a Firecracker VM;
+// BenchmarkHoldLateness gives the lateness with and without the early wake
+// and spin), more
 // than the verdict itself. So the timer is set to fire that long before the
 // departure, and Run, woken early, spins until it: the spin is the wake-up
 // latency it saves, at most spinMax per wake-up (not per packet: what is
