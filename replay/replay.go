@@ -465,7 +465,8 @@ func (r *Replayer) Rules() []RuleSummary {
 }
 
 // flowRec is a flow as the report sorts it: no name yet, so that sorting
-// a million flows costs 80 bytes each, not a formatted string each.
+// a million flows costs the struct's size each (unsafe.Sizeof: 80 bytes),
+// not a formatted string each.
 type flowRec struct {
 	dropped, packets, accepted uint64
 	rule                       int

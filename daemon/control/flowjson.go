@@ -8,9 +8,11 @@ import (
 )
 
 // A listing is mostly Flow lines: a million flows are a million lines. The
-// standard encoder and decoder (reflection) made the listing cost several
-// µs of CPU per flow on each side, time taken from the packets on a small
-// machine; these hand-written ones do the same in a fraction. The tests
+// standard encoder and decoder (reflection) cost about 0.6 µs to write a
+// flow and 2.5 µs to read one on the 2-core test VM, time taken from the
+// packets on a small machine; these hand-written ones take about 0.19 and
+// 0.47 µs, without allocating to write (BenchmarkFlowJSON runs all four:
+// go test -run '^$' -bench FlowJSON -benchmem ./daemon/control). The tests
 // hold them to encoding/json's results.
 
 // AppendJSON appends f as a JSON object, as encoding/json would write it

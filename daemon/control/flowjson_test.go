@@ -86,4 +86,21 @@ func BenchmarkFlowJSON(b *testing.B) {
 			g.UnmarshalJSON(line)
 		}
 	})
+	// encoding/json, which AppendJSON and UnmarshalJSON replace. Flow
+	// has its own methods, so the standard package is given a copy
+	// without them.
+	type plain Flow
+	b.Run("encoding-json-marshal", func(b *testing.B) {
+		p := plain(f)
+		for b.Loop() {
+			buf, _ = json.Marshal(&p)
+		}
+	})
+	b.Run("encoding-json-unmarshal", func(b *testing.B) {
+		line := f.AppendJSON(nil)
+		var g plain
+		for b.Loop() {
+			json.Unmarshal(line, &g)
+		}
+	})
 }
