@@ -23,20 +23,28 @@ type step struct {
 	ok   bool
 }
 
-func runSteps(t *testing.T, c LimiterConfig, steps []step) {
+// stepLimiter makes c's limiter and a state reset at t0+first, for a step
+// table.
+func stepLimiter(t *testing.T, c LimiterConfig, first int64) (*Limiter, *State) {
 	t.Helper()
 	l, err := NewLimiter(c)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var s State
-	l.Reset(&s, t0+steps[0].t)
+	l.Reset(&s, t0+first)
+	return l, &s
+}
+
+// stepCost is a step's cost: 1 unless given.
+func stepCost(c int64) int64 { return max(c, 1) }
+
+func runSteps(t *testing.T, c LimiterConfig, steps []step) {
+	t.Helper()
+	l, s := stepLimiter(t, c, steps[0].t)
 	for i, st := range steps {
-		cost := st.cost
-		if cost == 0 {
-			cost = 1
-		}
-		if ok := l.Allow(&s, t0+st.t, cost); ok != st.ok {
+		cost := stepCost(st.cost)
+		if ok := l.Allow(s, t0+st.t, cost); ok != st.ok {
 			t.Errorf("step %d: Allow(t0%+.4fs, %d) = %v, want %v", i, float64(st.t)/1e9, cost, ok, st.ok)
 		}
 	}

@@ -19,18 +19,10 @@ type shapeStep struct {
 
 func runShapeSteps(t *testing.T, c LimiterConfig, steps []shapeStep) {
 	t.Helper()
-	l, err := NewLimiter(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s State
-	l.Reset(&s, t0+steps[0].t)
+	l, s := stepLimiter(t, c, steps[0].t)
 	for i, st := range steps {
-		cost := st.cost
-		if cost == 0 {
-			cost = 1
-		}
-		dep, ok := l.Depart(&s, t0+st.t, cost, !st.noHold)
+		cost := stepCost(st.cost)
+		dep, ok := l.Depart(s, t0+st.t, cost, !st.noHold)
 		switch {
 		case st.drop && ok:
 			t.Errorf("step %d: Depart(t0%+.6fs, %d, hold=%v) = t0%+.6fs, want a drop", i, float64(st.t)/1e9, cost, !st.noHold, float64(dep-t0)/1e9)
