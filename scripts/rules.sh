@@ -391,11 +391,12 @@ nft_del() {
 	nft_drop_empty_table
 }
 
-nft_del_all() {
+# nft_del_table TABLE deletes table inet TABLE, if there is one.
+nft_del_table() {
 	command -v nft >/dev/null || return 0
-	if query nft list table inet "$NFT_TABLE" >/dev/null 2>&1; then
-		run nft delete table inet "$NFT_TABLE" || fail "nft: could not delete table inet $NFT_TABLE"
-		[ "$dry" = 1 ] || echo "$PROG: deleted: nft table inet $NFT_TABLE"
+	if query nft list table inet "$1" >/dev/null 2>&1; then
+		run nft delete table inet "$1" || fail "nft: could not delete table inet $1"
+		[ "$dry" = 1 ] || echo "$PROG: deleted: nft table inet $1"
 	fi
 	return 0
 }
@@ -522,15 +523,6 @@ off_del() {
 	off_drop_empty_table
 }
 
-off_del_all() {
-	command -v nft >/dev/null || return 0
-	if query nft list table inet "$OFF_TABLE" >/dev/null 2>&1; then
-		run nft delete table inet "$OFF_TABLE" || fail "nft: could not delete table inet $OFF_TABLE"
-		[ "$dry" = 1 ] || echo "$PROG: deleted: nft table inet $OFF_TABLE"
-	fi
-	return 0
-}
-
 off_list() {
 	command -v nft >/dev/null || return 0
 	query nft list table inet "$OFF_TABLE" 2>/dev/null | grep -E '@(no)?ports[46] ' | sed 's/^[[:space:]]*/nft /'
@@ -550,6 +542,6 @@ add)
 	} ;;
 del)
 	# A queue rule's drop rules go with it, --offload or not.
-	if [ "$all" = 1 ]; then ipt_del_all; nft_del_all; off_del_all; else "${backend/iptables/ipt}_del"; off_del; fi ;;
+	if [ "$all" = 1 ]; then ipt_del_all; nft_del_table "$NFT_TABLE"; nft_del_table "$OFF_TABLE"; else "${backend/iptables/ipt}_del"; off_del; fi ;;
 list) if [ "$backend" = nft ]; then nft_list; else ipt_list; nft_list; fi; off_list ;;
 esac
