@@ -670,11 +670,12 @@ func setProcessRealtime(prio int) error {
 // without the runtime's bookkeeping for calls that may block.
 //
 // Blocking in recvmmsg through RawSyscall6 was measured too, once (a design
-// not kept, so no benchmark in the tree): about as cheap per batch, but the runtime then sees the goroutine always running, so
-// sysmon never sleeps and preempts it with a signal every 10 ms (5-6 ms of
-// CPU a second with no traffic; the C consumer 0.5), a stop-the-world
-// waits for that signal, and each queue holds a P for good, which starves
-// the process's other goroutines when there are as many queues as Ps.
+// not kept, so no benchmark in the tree): about as cheap per batch, but the
+// runtime then sees the goroutine always running, so sysmon never sleeps
+// and preempts it with a signal every 10 ms (5-6 ms of CPU a second with no
+// traffic; the C consumer 0.5), a stop-the-world waits for that signal, and
+// each queue holds a P for good, which starves the process's other
+// goroutines when there are as many queues as Ps.
 
 // startPoll makes the socket non-blocking and registers it with the
 // runtime's netpoller as q.sock (from then on q.sock owns q.fd); it puts it
