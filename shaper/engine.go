@@ -210,6 +210,11 @@ type Meta struct {
 	InIf, OutIf uint32
 	// Queue is the NFQUEUE queue number the packet came from.
 	Queue uint16
+	// Len is the packet's real length as its source knows it beside the
+	// bytes it was given: live, the kernel's packet length (NFQA_CAP_LEN,
+	// nfq.Packet.Len); in replay, the record's original length. 0: unknown
+	// (the length of the bytes given).
+	Len int
 }
 
 // Classifier picks the rule that decides a packet: the index in
