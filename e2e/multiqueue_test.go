@@ -26,8 +26,9 @@ import (
 // the test would prove nothing. Then each source sends 50 packets/s to each
 // of its eight destinations for 3 s (400/s) against --pps 100 --burst 5:
 // what each receives must be what one token bucket lets through over the
-// send times (±5 %), and packetshaper flows must list one flow per source
-// with every packet of that source.
+// send times (±5 %); packetshaper flows must list one flow per source with
+// every packet of that source; status and the metrics count the rule's
+// packets once, the queues' own per queue.
 func TestMultiQueueOneBucketPerKey(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
@@ -51,7 +52,7 @@ func TestMultiQueueOneBucketPerKey(t *testing.T) {
 	tp.rules("add", "--queue", fmt.Sprintf("%d-%d", qFirst, qLast), "--proto", "udp", "--dport", "9000", "--family", "ipv4")
 	sock := filepath.Join(t.TempDir(), "ps.sock")
 	sh := tp.start(tp.B, "packetshaper", shaperBin, "--queue", fmt.Sprintf("%d-%d", qFirst, qLast), "--key", "src",
-		"--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--control-socket", sock, "--stats-interval", "0")
+		"--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--control-socket", sock, "--metrics-addr", "127.0.0.1:9464", "--stats-interval", "0")
 	for q := qFirst; q <= qLast; q++ {
 		tp.waitBound(sh, q)
 	}
@@ -209,6 +210,29 @@ func TestMultiQueueOneBucketPerKey(t *testing.T) {
 	if len(st.Rules) != 1 || st.Rules[0].Packets != total+uint64(probes) || st.Rules[0].Flows != srcs {
 		t.Errorf("status rules %+v: want one rule with %d packets and %d flows", st.Rules, total+uint64(probes), srcs)
 	}
+	// Metrics: each queue's packets on its own series (the spread, as
+	// packetshaper saw it), the rule's and the flows once, on the
+	// engine's series labelled with the queues it serves.
+	m := tp.scrape(tp.B, "127.0.0.1:9464")
+	var perQueue float64
+	for q := qFirst; q <= qLast; q++ {
+		n := m.get("packetshaper_packets_total", "queue="+strconv.Itoa(q))
+		perQueue += n
+		if n == 0 {
+			t.Errorf("metrics: queue %d decided no packet", q)
+		}
+		if _, ok := m.lookup("packetshaper_rule_packets_total", "queue="+strconv.Itoa(q)); ok {
+			t.Errorf("metrics: a rule series for queue %d alone: the rule's packets must be counted once, on the engine's series", q)
+		}
+	}
+	label := fmt.Sprintf("queue=%d-%d", qFirst, qLast)
+	all := float64(total + uint64(probes))
+	if perQueue != all {
+		t.Errorf("metrics: the queues decided %.0f packets, want %.0f", perQueue, all)
+	}
+	m.expect("rule packets", all, "packetshaper_rule_packets_total", label, "rule=default")
+	m.expect("flows", srcs, "packetshaper_flows", label)
+
 	acc, drop, line := finalStats(t, tp.stopShaper(sh))
 	t.Logf("final stats: %s", line)
 	if acc+drop != total+uint64(probes) {
