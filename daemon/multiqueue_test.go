@@ -136,9 +136,10 @@ func TestQueuesShareOneBucket(t *testing.T) {
 		t.Errorf("status: the queues' flows add up to %d, want 2", flowsSum)
 	}
 
-	// The listing is the engine's: one entry per key. The queues have
-	// stopped: a listing of a stopped engine ends at once, so list it
-	// from a fresh set of workers fed the same way.
+	// The listing is the engine's: one entry per key, while the four
+	// queues go on deciding packets of both sources. The queues above
+	// have stopped (a listing of a stopped engine ends at once): list a
+	// fresh set of workers.
 	ws2, _ := newMQWorkers(t, mqPolicy)
 	for qi, w := range ws2 {
 		b := srcPackets(qi%2, 2)
@@ -147,7 +148,7 @@ func TestQueuesShareOneBucket(t *testing.T) {
 	d2 := &state{cfg: d.cfg, ws: ws2, mon: fakeMonitor{}}
 	runs := make([]*fakeRun, len(ws2))
 	for i, w := range ws2 {
-		runs[i] = startFakeRun(w, time.Millisecond, nil)
+		runs[i] = startFakeRun(w, time.Millisecond, func(n int) []nfq.Packet { return srcPackets(n%2, 2) })
 	}
 	// startFakeRun set each worker's wake (the engine's, shared): wake
 	// them all.
@@ -176,8 +177,8 @@ func TestQueuesShareOneBucket(t *testing.T) {
 			t.Errorf("listed flow %+v: queue %d, want 20 (the engine's first queue)", f, f.Queue)
 		}
 	}
-	if len(listed) != 2 || len(keys) != 2 || listed[0].Packets+listed[1].Packets != 8 {
-		t.Errorf("listed %+v, want 2 flows (one per source) of 8 packets in all", listed)
+	if len(listed) != 2 || len(keys) != 2 || listed[0].Packets+listed[1].Packets < 8 {
+		t.Errorf("listed %+v, want 2 flows (one per source) of at least 8 packets in all", listed)
 	}
 
 	// Metrics: the queues' series per queue, the engine's once, labelled
