@@ -1,5 +1,6 @@
-// Package daemon is the running shaper: one worker per NFQUEUE queue, each
-// with its own engine, the fail-open monitor, the kernel offload, reloads on
+// Package daemon is the running shaper: one worker per NFQUEUE queue, all
+// deciding with one engine (so that a key is limited once whichever queue
+// its packets arrive on), the fail-open monitor, the kernel offload, reloads on
 // SIGHUP, the stats log, the metrics endpoint and the control socket
 // (package daemon/control). The command (cmd/packetshaper) parses flags and
 // wires a Config and a policy Source to Run.
@@ -121,13 +122,12 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}
 	// The global rules' store: opened now, not waited for (a store that
 	// is down makes them fall back); closed after the queues stopped.
-	gl := newGlobals(log, len(cfg.Queues))
+	gl := newGlobals(log, 1) // one engine
 	defer gl.close()
 	pol, _, err := gl.prepare(cfg.policy(comp), comp)
 	if err != nil {
 		return UsageError{fmt.Errorf("%s: %v", src.Describe(), err)}
 	}
-	var ws []*worker
 	var qs []*nfq.Queue
 	defer func() {
 		for _, q := range qs {
@@ -135,22 +135,29 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		}
 	}()
 	logf := func(format string, a ...any) { log.Warn(fmt.Sprintf(format, a...)) }
-	for _, qn := range cfg.Queues {
-		eng, err := shaper.NewPolicy(pol)
-		if err != nil {
-			return UsageError{err}
-		}
-		w := newWorker(qn, eng)
+	// One engine for every queue: the kernel spreads a key's packets
+	// over the queues (--queue-balance hashes addresses and protocol),
+	// and the key has one bucket.
+	eng, err := shaper.NewPolicy(pol)
+	if err != nil {
+		return UsageError{err}
+	}
+	ws := newWorkers(cfg.Queues, eng)
+	for _, w := range ws {
 		w.failClosed = cfg.Queue.FailClosed
 		qc := cfg.Queue
-		qc.Queue, qc.Idle, qc.Logf = qn, w.idle, logf
+		qc.Queue, qc.Idle, qc.Logf = w.queue, w.idle, logf
 		q, err := nfq.Open(qc)
 		if err != nil {
 			return err
 		}
-		w.q, w.wake = q, q.Wake
-		ws = append(ws, w)
+		w.q = q
 		qs = append(qs, q)
+	}
+	ws[0].wake = func() {
+		for _, q := range qs {
+			q.Wake()
+		}
 	}
 
 	// Startup hint: rules that send to queues nobody serves.
@@ -227,7 +234,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	log.Info("shaping", append([]any{"queues", queueList(cfg.Queues), "policy", src.Describe(), "rules", ruleNames(ws[0].eng),
 		"queue_maxlen", cfg.Queue.MaxQueueLen, "copy_range", cfg.Queue.CopyRange, "mode", mode, "offload", cfg.Offload,
 		"max_held", ws[0].q.HoldStats().MaxHeld,
-		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())*float64(len(ws))/(1<<20))}, gl.describe()...)...)
+		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())/(1<<20))}, gl.describe()...)...)
 
 	errs := make(chan error, len(ws))
 	var wg sync.WaitGroup
@@ -239,8 +246,8 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		go func() {
 			defer wg.Done()
 			err := w.q.Run(runCtx, w.decide)
-			w.snapshot(time.Now().UnixNano()) // Run has returned: the engine is ours
-			close(w.stopped)
+			w.stop(time.Now().UnixNano()) // the final snapshot
+
 			if err != nil {
 				errs <- err
 				cancel() // one queue failing stops all
@@ -326,9 +333,9 @@ func ruleNames(e *shaper.Engine) string {
 // rules name changed its index.
 const ifaceCheckEvery = 2 * time.Second
 
-// install hands each worker a new engine for comp, made by Engine.Reload
-// from its latest one, which the worker's own goroutine swaps in at its next
-// batch (worker.decide) — a reload on SIGHUP, or a recompile after an
+// install hands each engine (one, serving every queue) a new engine for
+// comp, made by Engine.Reload from its latest one, which the next queue to
+// decide a batch swaps in (worker.decide) — a reload on SIGHUP, or a recompile after an
 // interface changed. Rules whose name, match, key and limiter settings are
 // unchanged keep their flows and limiter state (a global rule its leases),
 // so it never grants a fresh burst; changed and new rules start empty;
@@ -348,8 +355,9 @@ func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker,
 	if err != nil {
 		return nil, fmt.Errorf("%s: %v", what, err)
 	}
-	for _, w := range ws {
-		k, err := w.install(func(base *shaper.Engine) (*shaper.Engine, []string, error) {
+	engs := engines(ws)
+	for _, sh := range engs {
+		k, err := sh.install(func(base *shaper.Engine) (*shaper.Engine, []string, error) {
 			return base.Reload(pol)
 		})
 		if err != nil {
@@ -359,11 +367,11 @@ func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker,
 		kept = k
 	}
 	// The global rules (and store) that only the previous policy used go
-	// once every queue runs the new one (or a later one).
+	// once every engine is the new one (or a later one).
 	go func() {
 		deadline := time.Now().Add(5 * time.Second)
-		for _, w := range ws {
-			for w.pending.Load() != nil && time.Now().Before(deadline) {
+		for _, sh := range engs {
+			for sh.pending.Load() != nil && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		}

@@ -24,8 +24,8 @@ import (
 // leases (global.Rule), across reloads: a global rule that a reload keeps
 // keeps its leases, as a local rule keeps its flows.
 type globals struct {
-	log    *slog.Logger
-	queues int
+	log     *slog.Logger
+	engines int // engines deciding packets, each with its own table
 
 	mu     sync.Mutex
 	client *global.Client
@@ -41,8 +41,8 @@ type ruleIdent struct {
 	limit       shaper.Config
 }
 
-func newGlobals(log *slog.Logger, queues int) *globals {
-	return &globals{log: log, queues: queues, rules: map[ruleIdent]*global.Rule{}, byName: map[string]*global.Rule{}}
+func newGlobals(log *slog.Logger, engines int) *globals {
+	return &globals{log: log, engines: engines, rules: map[ruleIdent]*global.Rule{}, byName: map[string]*global.Rule{}}
 }
 
 // prepare opens the store connection that comp needs (a new one when its
@@ -96,7 +96,7 @@ func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy
 				maxFlows = flows.DefaultMaxFlows
 			}
 			var err error
-			if gr, err = client.NewRule(global.RuleConfig{Name: r.Name, Limit: r.Limit, MaxKeys: maxFlows * g.queues}); err != nil {
+			if gr, err = client.NewRule(global.RuleConfig{Name: r.Name, Limit: r.Limit, MaxKeys: maxFlows * g.engines}); err != nil {
 				return fail(fmt.Errorf("rule %s: %v", r.Name, err))
 			}
 			made = append(made, gr)

@@ -14,9 +14,10 @@ import (
 
 // Flow listings.
 //
-// The engine belongs to the queue's goroutine, so a listing (packetshaper
-// flows) is copied out there, in chunks, between batches: the control
-// server hands the worker a listing; the worker, at the end of each batch
+// The engine belongs to the queue goroutine that holds it (shared), so a
+// listing (packetshaper flows) is copied out there, in chunks, between
+// batches: the control server hands the engine's queues a listing; the
+// queue that holds the engine, at the end of each batch
 // (one atomic load per batch while none is asked for), copies the next
 // flows of its engine (Engine.AppendFlows, from a cursor over the tables'
 // entry slots) into a free chunk, at most listChunk slots' worth, and hands
@@ -45,7 +46,7 @@ const (
 // errReloaded ends a listing that a reload interrupted.
 var errReloaded = errors.New("the policy was reloaded during the listing; list again")
 
-// listing is a flow listing in progress on one worker. The server makes it
+// listing is a flow listing in progress on one engine (shared). The server makes it
 // and waits on full; the worker fills the chunks it takes from free. The
 // fields above the line are the worker's once the listing is handed to it.
 type listing struct {
@@ -90,27 +91,27 @@ func newListing(rule string) *listing {
 // list copies the next flows of the listing in progress, if any, into up to
 // chunks free chunks. It runs on the queue's goroutine: at the end of a
 // batch (one chunk) and when idle (all it can).
-func (w *worker) list(now int64, chunks int) {
-	l := w.listing.Load()
+func (sh *shared) list(now int64, chunks int) {
+	l := sh.listing.Load()
 	if l == nil {
 		return
 	}
 	if l.cancelled.Load() {
-		w.listing.CompareAndSwap(l, nil) // not a listing the server began since
+		sh.listing.CompareAndSwap(l, nil) // not a listing the server began since
 		return
 	}
 	if l.eng == nil {
-		l.eng = w.eng
-		l.rules = make([]ruleInfo, w.eng.NumRules())
+		l.eng = sh.eng
+		l.rules = make([]ruleInfo, sh.eng.NumRules())
 		for i := range l.rules {
-			r := w.eng.Rule(i)
+			r := sh.eng.Rule(i)
 			l.rules[i] = ruleInfo{name: r.Name, key: r.Limit.Key, unit: unit(r.Limit.Bytes)}
 			if r.Name == l.rule {
 				l.ri, l.only = i, true
 			}
 		}
 		if l.rule != "" && !l.only {
-			w.endListing(l, now, errNoRule(l.rule))
+			sh.endListing(l, now, errNoRule(l.rule))
 			return
 		}
 	}
@@ -121,9 +122,9 @@ func (w *worker) list(now int64, chunks int) {
 		default:
 			return // the server has every chunk: at a later batch
 		}
-		if w.eng != l.eng {
+		if sh.eng != l.eng {
 			l.free <- buf
-			w.endListing(l, now, errReloaded)
+			sh.endListing(l, now, errReloaded)
 			return
 		}
 		buf = buf[:0]
@@ -133,7 +134,7 @@ func (w *worker) list(now int64, chunks int) {
 		for budget := listChunk; budget > 0 && !done; {
 			n := len(buf)
 			var next int
-			buf, next = w.eng.AppendFlows(buf, l.ri, l.slot, min(budget, cap(buf)-len(buf)), now)
+			buf, next = sh.eng.AppendFlows(buf, l.ri, l.slot, min(budget, cap(buf)-len(buf)), now)
 			if next >= 0 {
 				budget -= next - l.slot
 				l.slot = next
@@ -148,15 +149,15 @@ func (w *worker) list(now int64, chunks int) {
 		}
 		l.full <- flowChunk{flows: buf, now: now, rules: l.rules, done: done}
 		if done {
-			w.listing.CompareAndSwap(l, nil)
+			sh.listing.CompareAndSwap(l, nil)
 			return
 		}
 	}
 }
 
 // endListing hands the server the listing's last chunk, with err.
-func (w *worker) endListing(l *listing, now int64, err error) {
-	w.listing.CompareAndSwap(l, nil)
+func (sh *shared) endListing(l *listing, now int64, err error) {
+	sh.listing.CompareAndSwap(l, nil)
 	l.full <- flowChunk{now: now, done: true, err: err}
 }
 
@@ -172,21 +173,22 @@ func errNoRule(name string) error { return fmt.Errorf("no rule %q in the policy"
 // errStopped ends a listing of a queue that stopped.
 var errStopped = errors.New("packetshaper is stopping")
 
-// listFlows runs a listing on worker w, calling emit for each flow.
-// Listings of a worker take turns.
-func (w *worker) listFlows(ctx context.Context, rule string, emit func(*control.Flow) error) error {
+// listFlows runs a listing of the engine sh, calling emit for each flow
+// (Flow.Queue is the first of the queues sh serves: the flow is theirs).
+// Listings of an engine take turns.
+func (sh *shared) listFlows(ctx context.Context, rule string, emit func(*control.Flow) error) error {
 	select {
-	case w.listTurn <- struct{}{}:
+	case sh.listTurn <- struct{}{}:
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-w.stopped:
+	case <-sh.done:
 		return errStopped
 	}
-	defer func() { <-w.listTurn }()
+	defer func() { <-sh.listTurn }()
 	l := newListing(rule)
 	defer l.cancelled.Store(true) // the worker drops it at its next look, if it still has it
-	w.listing.Store(l)
-	w.wake()
+	sh.listing.Store(l)
+	sh.wake()
 	t := time.NewTicker(rewakeEvery)
 	defer t.Stop()
 	var f control.Flow
@@ -195,11 +197,11 @@ func (w *worker) listFlows(ctx context.Context, rule string, emit func(*control.
 		select {
 		case c = <-l.full:
 		case <-t.C:
-			w.wake()
+			sh.wake()
 			continue
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-w.stopped:
+		case <-sh.done:
 			return errStopped
 		}
 		if c.err != nil {
@@ -209,7 +211,7 @@ func (w *worker) listFlows(ctx context.Context, rule string, emit func(*control.
 			fi := &c.flows[i]
 			r := &c.rules[fi.Rule]
 			f = control.Flow{
-				Queue: w.queue, Rule: r.name, Key: r.key.Format(fi.Key),
+				Queue: sh.queues[0], Rule: r.name, Key: r.key.Format(fi.Key),
 				Packets: fi.Packets, Accepted: fi.Accepted, Dropped: fi.Dropped,
 				Left: fi.Left, Unit: r.unit, IdleSecs: float64(max(c.now-fi.Last, 0)) / 1e9, Expired: fi.Expired,
 			}
@@ -221,6 +223,6 @@ func (w *worker) listFlows(ctx context.Context, rule string, emit func(*control.
 			return nil
 		}
 		l.free <- c.flows
-		w.wake() // the worker may be waiting for packets: have it fill this chunk
+		sh.wake() // the worker may be waiting for packets: have it fill this chunk
 	}
 }

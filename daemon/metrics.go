@@ -18,8 +18,12 @@ import (
 // A collector emits every value at scrape time (prometheus.MustNewConstMetric)
 // from what the shaper keeps anyway: each queue's nfq counters (atomics),
 // the kernel's queue table, the fail-open Monitor, the offloader, and the
-// workers' snapshots of their engines' counters (published by each queue's
-// goroutine at most every 100 ms and when idle). Nothing is added to the
+// snapshots of the engine's counters (published by the queues' goroutines
+// at most every 100 ms and when idle). The engine's series (the rules',
+// flows, malformed, delays, ...) carry the queue label of the queues the
+// engine serves, "20-23" with --queue 20-23: one engine limits each key
+// once whichever queue its packets arrive on, and its counters are not
+// any one queue's. Nothing is added to the
 // per-packet path, and the values are current when no traffic flows.
 
 // latencyBounds are the verdict-latency histogram's buckets.
@@ -45,10 +49,27 @@ type queueMetric struct {
 	get func(*queueSample) float64
 }
 
+// engineMetric is a series of an engine's counters with its value.
+type engineMetric struct {
+	metric
+	get func(*snapshot) float64
+}
+
+// engineSample is what a scrape reads of one engine: its snapshot, and its
+// queue label, the queues it serves ("20-23"; "3" for an engine of one
+// queue). The daemon runs one engine for all its queues, so that a key is
+// limited once whichever queue its packets arrive on: its counters (the
+// rules', flows, malformed, ...) are the engine's, not any one queue's.
+type engineSample struct {
+	snap  *snapshot
+	label string
+}
+
 // queueSample is what a scrape reads of one queue.
 type queueSample struct {
 	nfq.Stats
-	snap     *snapshot
+	snap     *snapshot // its engine's
+	first    bool      // the first queue of its engine
 	kernel   nfq.KernelStats
 	bound    bool
 	failOpen nfq.FailOpenStats
@@ -60,6 +81,7 @@ type collector struct {
 	d *state
 
 	queue     []queueMetric
+	engine    []engineMetric
 	rule      []ruleMetric
 	shape     *shapeMetrics
 	latency   *prometheus.Desc
@@ -88,17 +110,21 @@ func newCollector(d *state) *collector {
 	q := func(name, help string, typ prometheus.ValueType, get func(*queueSample) float64) {
 		c.queue = append(c.queue, queueMetric{newMetric(name, help, typ, "queue"), get})
 	}
+	// The engine's counters, labelled by the queues it serves (engineSample).
+	e := func(name, help string, typ prometheus.ValueType, get func(*snapshot) float64) {
+		c.engine = append(c.engine, engineMetric{newMetric(name, help, typ, "queue"), get})
+	}
 	// The stats line's counters, per queue.
 	q("packetshaper_packets_total", "Packets decided.", counter, func(s *queueSample) float64 { return float64(s.Packets) })
 	q("packetshaper_accepted_total", "Packets accepted.", counter, func(s *queueSample) float64 { return float64(s.Accepted) })
 	q("packetshaper_dropped_total", "Packets dropped.", counter, func(s *queueSample) float64 { return float64(s.Dropped) })
-	q("packetshaper_malformed_total", "Packets whose IP header is invalid.", counter, func(s *queueSample) float64 { return float64(s.snap.Malformed) })
-	q("packetshaper_no_ports_total", "Packets whose ports could not be read, limited by address and protocol.", counter, func(s *queueSample) float64 { return float64(s.snap.NoPorts) })
-	q("packetshaper_unmatched_total", "Packets no rule matched (accepted).", counter, func(s *queueSample) float64 { return float64(s.snap.Unmatched) })
-	q("packetshaper_flows", "Flows in the flow tables.", gauge, func(s *queueSample) float64 { return float64(s.snap.Flows) })
-	q("packetshaper_flow_evictions_total", "Flows evicted from a full table.", counter, func(s *queueSample) float64 { return float64(s.snap.Evictions) })
-	q("packetshaper_flow_expirations_total", "Flows forgotten after their idle timeout.", counter, func(s *queueSample) float64 { return float64(s.snap.Expired) })
-	q("packetshaper_offload_reports_total", "Flows reported for offload by the engine.", counter, func(s *queueSample) float64 { return float64(s.snap.Offloads) })
+	e("packetshaper_malformed_total", "Packets whose IP header is invalid.", counter, func(s *snapshot) float64 { return float64(s.Malformed) })
+	e("packetshaper_no_ports_total", "Packets whose ports could not be read, limited by address and protocol.", counter, func(s *snapshot) float64 { return float64(s.NoPorts) })
+	e("packetshaper_unmatched_total", "Packets no rule matched (accepted).", counter, func(s *snapshot) float64 { return float64(s.Unmatched) })
+	e("packetshaper_flows", "Flows in the flow tables.", gauge, func(s *snapshot) float64 { return float64(s.Flows) })
+	e("packetshaper_flow_evictions_total", "Flows evicted from a full table.", counter, func(s *snapshot) float64 { return float64(s.Evictions) })
+	e("packetshaper_flow_expirations_total", "Flows forgotten after their idle timeout.", counter, func(s *snapshot) float64 { return float64(s.Expired) })
+	e("packetshaper_offload_reports_total", "Flows reported for offload by the engine.", counter, func(s *snapshot) float64 { return float64(s.Offloads) })
 	q("packetshaper_lost_total", "Packets queued by the kernel that never reached packetshaper (socket buffer full).", counter, func(s *queueSample) float64 { return float64(s.Lost) })
 	q("packetshaper_enobufs_total", "Socket receive buffer overruns.", counter, func(s *queueSample) float64 { return float64(s.ENOBUFS) })
 	q("packetshaper_stop_accepted_total", "Packets still queued when the queue stopped, past the drain deadline, accepted at once by one batch verdict (their marks unchanged).", counter, func(s *queueSample) float64 { return float64(s.StopAccepted) })
@@ -154,6 +180,9 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, m := range c.queue {
 		ch <- m.desc
 	}
+	for _, m := range c.engine {
+		ch <- m.desc
+	}
 	for _, m := range c.rule {
 		ch <- m.desc
 	}
@@ -180,12 +209,20 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.get(&samples[i]), strconv.Itoa(int(w.queue)))
 		}
 	}
+	var engs []engineSample
+	for _, sh := range engines(d.ws) {
+		engs = append(engs, engineSample{snap: sh.snap.Load(), label: sh.label()})
+	}
+	for _, m := range c.engine {
+		for _, es := range engs {
+			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.get(es.snap), es.label)
+		}
+	}
 	for _, m := range c.rule {
-		for i, w := range d.ws {
-			q := strconv.Itoa(int(w.queue))
-			for j := range samples[i].snap.rules {
-				r := &samples[i].snap.rules[j]
-				ch <- prometheus.MustNewConstMetric(m.desc, m.typ, float64(m.get(r)), q, r.name)
+		for _, es := range engs {
+			for j := range es.snap.rules {
+				r := &es.snap.rules[j]
+				ch <- prometheus.MustNewConstMetric(m.desc, m.typ, float64(m.get(r)), es.label, r.name)
 			}
 		}
 	}
@@ -199,7 +236,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstHistogram(c.latency, h.Count, h.Sum.Seconds(), buckets, strconv.Itoa(int(w.queue)))
 		}
 	}
-	c.shape.collect(ch, d.ws, samples)
+	c.shape.collect(ch, d.ws, samples, engs)
 	if d.off != nil {
 		ost := d.off.Stats()
 		kd, _, _ := d.off.KernelDrops()

@@ -41,7 +41,9 @@ func sumShape(ws []*worker) shapeTotals {
 		} else {
 			t.late.Count += h.Late.Count
 		}
-		sn := w.snap.Load()
+	}
+	for _, sh := range engines(ws) {
+		sn := sh.snap.Load()
 		t.delayed += sn.Delayed
 		t.overflow += sn.ShapeOverflow
 		d := sn.delays
@@ -75,11 +77,12 @@ func shapeRuleAttrs(r *ruleSnap) []any {
 }
 
 // shapeMetrics are shaping's series in the collector: per queue what it
-// holds and what its engine delayed, summaries of the delays given and of
+// holds, per engine what it delayed, summaries of the delays given and of
 // how late held packets were released, and per rule its delays and
 // overflow drops.
 type shapeMetrics struct {
 	queue      []queueMetric
+	engine     []engineMetric
 	delay      *prometheus.Desc
 	late       *prometheus.Desc
 	rule       []ruleMetric
@@ -95,9 +98,12 @@ func newShapeMetrics() *shapeMetrics {
 	q("packetshaper_held", "Packets held in the kernel's queue for a later verdict (shaping).", gauge, func(s *queueSample) float64 { return float64(s.hold.Held) })
 	q("packetshaper_held_peak", "The most packets held at once since start.", gauge, func(s *queueSample) float64 { return float64(s.hold.Peak) })
 	q("packetshaper_held_max", "The most packets the queue may hold at once (--max-held).", gauge, func(s *queueSample) float64 { return float64(s.hold.MaxHeld) })
-	q("packetshaper_delayed_total", "Packets shaping rules accepted later than they arrived.", counter, func(s *queueSample) float64 { return float64(s.snap.Delayed) })
-	q("packetshaper_shape_overflow_total", "Packets shaping rules dropped: their queue was full (max-delay) or --max-held packets were held.", counter, func(s *queueSample) float64 { return float64(s.snap.ShapeOverflow) })
-	q("packetshaper_shape_delay_max_seconds", "The longest delay a shaping rule gave a packet.", gauge, func(s *queueSample) float64 { return float64(s.snap.delays.Max) / 1e9 })
+	e := func(name, help string, typ prometheus.ValueType, get func(*snapshot) float64) {
+		m.engine = append(m.engine, engineMetric{newMetric(name, help, typ, "queue"), get})
+	}
+	e("packetshaper_delayed_total", "Packets shaping rules accepted later than they arrived.", counter, func(s *snapshot) float64 { return float64(s.Delayed) })
+	e("packetshaper_shape_overflow_total", "Packets shaping rules dropped: their queue was full (max-delay) or --max-held packets were held.", counter, func(s *snapshot) float64 { return float64(s.ShapeOverflow) })
+	e("packetshaper_shape_delay_max_seconds", "The longest delay a shaping rule gave a packet.", gauge, func(s *snapshot) float64 { return float64(s.delays.Max) / 1e9 })
 	q("packetshaper_release_late_max_seconds", "The latest a held packet got its verdict after its departure time.", gauge, func(s *queueSample) float64 { return s.hold.Late.Max.Seconds() })
 	m.delay = prometheus.NewDesc("packetshaper_shape_delay_seconds", "Delays shaping rules gave packets (from arrival to departure time).", []string{"queue"}, nil)
 	m.late = prometheus.NewDesc("packetshaper_release_late_seconds", "How late held packets got their verdicts after their departure time.", []string{"queue"}, nil)
@@ -113,6 +119,9 @@ func (m *shapeMetrics) describe(ch chan<- *prometheus.Desc) {
 	for _, q := range m.queue {
 		ch <- q.desc
 	}
+	for _, e := range m.engine {
+		ch <- e.desc
+	}
 	ch <- m.delay
 	ch <- m.late
 	for _, r := range m.rule {
@@ -120,27 +129,35 @@ func (m *shapeMetrics) describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// collect emits the series from the samples the collector took.
-func (m *shapeMetrics) collect(ch chan<- prometheus.Metric, ws []*worker, samples []queueSample) {
+// collect emits the series from the samples the collector took: the
+// queues' per queue, the engines' per engine (labelled by the queues it
+// serves: engineSample).
+func (m *shapeMetrics) collect(ch chan<- prometheus.Metric, ws []*worker, samples []queueSample, engs []engineSample) {
 	for _, q := range m.queue {
 		for i, w := range ws {
 			ch <- prometheus.MustNewConstMetric(q.desc, q.typ, q.get(&samples[i]), strconv.Itoa(int(w.queue)))
 		}
 	}
+	for _, e := range m.engine {
+		for _, es := range engs {
+			ch <- prometheus.MustNewConstMetric(e.desc, e.typ, e.get(es.snap), es.label)
+		}
+	}
 	for i, w := range ws {
-		label := strconv.Itoa(int(w.queue))
-		d, l := samples[i].snap.delays, samples[i].hold.Late
-		ch <- prometheus.MustNewConstSummary(m.delay, d.Count, float64(d.Sum)/1e9,
-			map[float64]float64{0.5: float64(d.P50) / 1e9, 0.99: float64(d.P99) / 1e9}, label)
+		l := samples[i].hold.Late
 		ch <- prometheus.MustNewConstSummary(m.late, l.Count, l.Sum.Seconds(),
-			map[float64]float64{0.5: l.P50.Seconds(), 0.99: l.P99.Seconds()}, label)
+			map[float64]float64{0.5: l.P50.Seconds(), 0.99: l.P99.Seconds()}, strconv.Itoa(int(w.queue)))
+	}
+	for _, es := range engs {
+		d := es.snap.delays
+		ch <- prometheus.MustNewConstSummary(m.delay, d.Count, float64(d.Sum)/1e9,
+			map[float64]float64{0.5: float64(d.P50) / 1e9, 0.99: float64(d.P99) / 1e9}, es.label)
 	}
 	for _, r := range m.rule {
-		for i, w := range ws {
-			q := strconv.Itoa(int(w.queue))
-			for j := range samples[i].snap.rules {
-				rs := &samples[i].snap.rules[j]
-				ch <- prometheus.MustNewConstMetric(r.desc, r.typ, float64(r.get(rs)), q, rs.name)
+		for _, es := range engs {
+			for j := range es.snap.rules {
+				rs := &es.snap.rules[j]
+				ch <- prometheus.MustNewConstMetric(r.desc, r.typ, float64(r.get(rs)), es.label, rs.name)
 			}
 		}
 	}

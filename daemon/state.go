@@ -100,7 +100,7 @@ func (d *state) maxQueueLen() uint32 {
 
 // sample reads one queue's counters now.
 func (d *state) sample(w *worker) queueSample {
-	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load(), hold: w.q.HoldStats()}
+	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load(), hold: w.q.HoldStats(), first: w.queue == w.queues[0]}
 	if ks, err := w.q.KernelStats(); err == nil {
 		s.kernel = ks
 		select {
@@ -143,15 +143,21 @@ func (d *state) Status() control.Status {
 			Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped,
 			QueueDrops: s.kernel.QueueDropped, SocketDrops: s.kernel.UserDropped, Lost: s.Lost, Errors: s.Errors,
 			FailOpenPassed: s.failOpen.Passed, FailOpenSecs: s.failOpen.Secs, FailOpenExact: s.failOpen.Exact, FailOpenActive: s.failOpen.Active,
-			Malformed: s.snap.Malformed, Unmatched: s.snap.Unmatched, Flows: s.snap.Flows,
+		}
+		if s.first {
+			// The engine's counters, once: on the first of the
+			// queues that share it.
+			q.Malformed, q.Unmatched, q.Flows = s.snap.Malformed, s.snap.Unmatched, s.snap.Flows
 		}
 		if q.MaxLen > 0 {
 			q.Fill = float64(q.Queued) / float64(q.MaxLen)
 		}
 		st.Queues = append(st.Queues, q)
-		// Rules as the policy in force has them (every queue's engine
-		// has the same), counters summed over the queues.
-		for _, r := range s.snap.rules {
+	}
+	// Rules as the policy in force has them (every engine has the same),
+	// counters summed over the engines (one, serving every queue).
+	for _, sh := range engines(d.ws) {
+		for _, r := range sh.snap.Load().rules {
 			i, seen := byName[r.name]
 			if !seen {
 				i = len(st.Rules)
@@ -222,8 +228,8 @@ func describeKey(k *flows.KeyConfig) string {
 	return s
 }
 
-// Flows lists the flows of every queue, one queue after the other
-// (control.Handler).
+// Flows lists the flows of every engine (one, serving every queue), one
+// after the other (control.Handler).
 func (d *state) Flows(ctx context.Context, rule string, emit func(*control.Flow) error) error {
 	if rule != "" {
 		// Every queue has the same rules: an unknown name is known
@@ -232,8 +238,8 @@ func (d *state) Flows(ctx context.Context, rule string, emit func(*control.Flow)
 			return errNoRule(rule)
 		}
 	}
-	for _, w := range d.ws {
-		if err := w.listFlows(ctx, rule, emit); err != nil {
+	for _, sh := range engines(d.ws) {
+		if err := sh.listFlows(ctx, rule, emit); err != nil {
 			return err
 		}
 	}

@@ -13,7 +13,7 @@ import (
 // totals sums the counters of all queues.
 type totals struct {
 	nfq.Stats
-	engine  snapshot        // engine counters summed over the queues; rules by name
+	engine  snapshot        // engine counters summed over the engines; rules by name
 	kernel  nfq.KernelStats // summed over the bound queues
 	latency nfq.LatencyStats
 }
@@ -32,7 +32,23 @@ func sum(ws []*worker) totals {
 		t.Lost += s.Lost
 		t.StopAccepted += s.StopAccepted
 		t.Errors += s.Errors
-		sn := w.snap.Load()
+		// Quantiles do not add up over queues: report the worst queue's.
+		if l := w.q.Latency(); l.P99 > t.latency.P99 || l.Max > t.latency.Max {
+			c := t.latency.Count + l.Count
+			t.latency = l
+			t.latency.Count = c
+		} else {
+			t.latency.Count += l.Count
+		}
+		if ks, err := w.q.KernelStats(); err == nil {
+			t.kernel.QueueTotal += ks.QueueTotal
+			t.kernel.QueueDropped += ks.QueueDropped
+			t.kernel.UserDropped += ks.UserDropped
+		}
+	}
+	// The engines' counters, each engine once (it serves several queues).
+	for _, sh := range engines(ws) {
+		sn := sh.snap.Load()
 		e := &t.engine
 		e.Malformed += sn.Malformed
 		e.NoPorts += sn.NoPorts
@@ -60,19 +76,6 @@ func sum(ws []*worker) totals {
 			a.Evictions += r.Evictions
 			a.Expired += r.Expired
 			a.Fallback += r.Fallback
-		}
-		// Quantiles do not add up over queues: report the worst queue's.
-		if l := w.q.Latency(); l.P99 > t.latency.P99 || l.Max > t.latency.Max {
-			c := t.latency.Count + l.Count
-			t.latency = l
-			t.latency.Count = c
-		} else {
-			t.latency.Count += l.Count
-		}
-		if ks, err := w.q.KernelStats(); err == nil {
-			t.kernel.QueueTotal += ks.QueueTotal
-			t.kernel.QueueDropped += ks.QueueDropped
-			t.kernel.UserDropped += ks.UserDropped
 		}
 	}
 	return t

@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,48 +15,71 @@ import (
 // (offload.Offloader); Add must not block or allocate.
 type offloader interface{ Add(k flows.Key) }
 
-// worker is one queue with its own engine. The engine is used only by the
-// queue's Run goroutine; what the logger and the metrics need from it is
-// copied into an immutable snapshot there, at most every snapEvery (and
-// when the queue is idle), and published with an atomic store.
+// shared is the one engine of a set of queues (the daemon's: every queue
+// it serves), so that a key has one bucket whichever queue the kernel
+// delivers its packets to (--queue-balance hashes addresses and protocol,
+// CPU fanout the CPU: one source's packets spread over the queues).
 //
-// Packets a shaping rule delays are held by the queue (nfq, Verdict.At),
-// not by the engine: they belong to the queue and keep their departure
-// times whatever engine decides the next packets (a reload). Before each
-// batch the engine learns how many more the queue can hold (HoldRoom), so
+// The engine is used by one goroutine at a time, as shaper.Engine asks: the
+// queue goroutine that holds mu, taken once per batch (decide) and on the
+// queue's idle turns (idle, which skips its turn when another queue holds
+// it). A batch is up to hundreds of packets and the engine decides one in
+// tens of ns, so the lock is amortised (BenchmarkDecideQueues). What the
+// logger and the metrics need from the engine is copied into an immutable
+// snapshot under mu, at most every snapEvery (and when idle), and published
+// with an atomic store.
+//
+// Packets a shaping rule delays are held by the queue that received them
+// (nfq, Verdict.At), not by the engine: they keep their departure times
+// whatever engine decides the next packets (a reload). Before each batch
+// the engine learns how many more the batch's queue can hold (HoldRoom), so
 // that it drops, uncharged, a packet it would delay beyond that.
 //
 // A reload (SIGHUP) stores a new engine in pending, made by Engine.Reload
-// from the current one so that unchanged rules share its state; decide swaps
-// it in at the start of its next batch, on the queue's goroutine, so the
-// per-packet path takes no lock: one atomic load per batch.
-type worker struct {
-	queue   uint16
-	q       nfqQueue
-	eng     *shaper.Engine                // Run's goroutine only
+// from the current one so that unchanged rules share its state; the next
+// queue to take mu swaps it in before deciding its batch, so no queue
+// decides with the old engine once one has used the new.
+type shared struct {
+	queues []uint16 // served by this engine, in order
+
+	mu       sync.Mutex
+	eng      *shaper.Engine // under mu
+	lastSnap int64          // under mu
+
 	cur     atomic.Pointer[shaper.Engine] // eng, for Reload on another goroutine
 	pending atomic.Pointer[shaper.Engine]
 	off     offloader // nil without --offload
-	// failClosed: the queue drops what does not fit (nothing passes).
-	failClosed bool
-
-	meta shaper.Meta
-	dec  shaper.Decision
-
-	lastSnap int64
-	snap     atomic.Pointer[snapshot]
+	snap    atomic.Pointer[snapshot]
 
 	// Flow listings (listing.go): the one in progress, the turn of the
-	// server's listings, and wake, which has the queue's goroutine call
+	// server's listings, and wake, which has the queues' goroutines call
 	// idle soon (nfq.Queue.Wake; a no-op without a queue).
 	listing  atomic.Pointer[listing]
 	listTurn chan struct{}
 	wake     func()
-	// stopped is closed when the queue's Run has returned.
+	// done is closed when every queue's Run has returned; running counts
+	// those that have not.
+	done    chan struct{}
+	running atomic.Int32
+}
+
+// worker is one queue, deciding its batches with the engine it shares with
+// the daemon's other queues (shared, embedded: w.eng is that engine).
+type worker struct {
+	*shared
+	queue uint16
+	q     nfqQueue
+	// failClosed: the queue drops what does not fit (nothing passes).
+	failClosed bool
+
+	meta shaper.Meta // Meta.Queue is this queue
+	dec  shaper.Decision
+
+	// stopped is closed when the queue's Run has returned (stop).
 	stopped chan struct{}
 }
 
-// snapshot is what a worker's engine had counted at one time.
+// snapshot is what an engine had counted at one time.
 type snapshot struct {
 	shaper.Stats
 	rules  []ruleSnap
@@ -69,12 +94,40 @@ type ruleSnap struct {
 
 const snapEvery = int64(100 * time.Millisecond)
 
+// newWorker returns the worker of one queue with its own engine.
 func newWorker(queue uint16, eng *shaper.Engine) *worker {
-	w := &worker{queue: queue, eng: eng, listTurn: make(chan struct{}, 1), wake: func() {}, stopped: make(chan struct{})}
-	w.meta.Queue = queue
-	w.cur.Store(eng)
-	w.snapshot(0)
-	return w
+	return newWorkers([]uint16{queue}, eng)[0]
+}
+
+// newWorkers returns the workers of queues, all deciding with eng.
+func newWorkers(queues []uint16, eng *shaper.Engine) []*worker {
+	sh := &shared{queues: queues, eng: eng, listTurn: make(chan struct{}, 1), done: make(chan struct{})}
+	ws := make([]*worker, len(queues))
+	for i, q := range queues {
+		ws[i] = &worker{shared: sh, queue: q, stopped: make(chan struct{})}
+		ws[i].meta.Queue = q
+	}
+	if len(ws) == 1 {
+		sh.done = ws[0].stopped // one channel: tests close stopped
+	}
+	sh.wake = func() {}
+	sh.running.Store(int32(len(ws)))
+	sh.cur.Store(eng)
+	sh.snapshot(0)
+	return ws
+}
+
+// stop records that the queue's Run has returned: its stopped is closed,
+// and the engine's done once every queue sharing it has stopped. The final
+// snapshot is taken first.
+func (w *worker) stop(now int64) {
+	w.mu.Lock()
+	w.snapshot(now)
+	w.mu.Unlock()
+	close(w.stopped)
+	if w.running.Add(-1) == 0 && w.done != w.stopped {
+		close(w.done)
+	}
 }
 
 // decide is the nfq.Handler: the engine decides, nfq answers (and holds
@@ -82,16 +135,19 @@ func newWorker(queue uint16, eng *shaper.Engine) *worker {
 // publish a snapshot (every snapEvery) and to copy out a chunk of a flow
 // listing (while one is asked for).
 func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
-	if w.pending.Load() != nil {
-		w.swap(now)
+	sh := w.shared
+	sh.mu.Lock()
+	if sh.pending.Load() != nil {
+		sh.swap(now)
 	}
+	eng := sh.eng
 	if w.q != nil {
-		w.eng.SetHoldRoom(w.q.HoldRoom())
+		eng.SetHoldRoom(w.q.HoldRoom())
 	}
 	for i := range batch {
 		p := &batch[i]
 		w.meta.Mark, w.meta.InIf, w.meta.OutIf = p.Mark, p.InDev, p.OutDev
-		w.eng.DecidePacket(p.Data, &w.meta, now, &w.dec)
+		eng.DecidePacket(p.Data, &w.meta, now, &w.dec)
 		switch {
 		case w.dec.Verdict == shaper.Drop:
 			verdicts[i].Action = nfq.Drop
@@ -100,69 +156,95 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 		}
 		verdicts[i].At = w.dec.Depart
 	}
-	if w.off != nil {
-		w.eng.TakeOffloads(w.off.Add)
+	if sh.off != nil {
+		eng.TakeOffloads(sh.off.Add)
 	}
-	if now-w.lastSnap >= snapEvery {
-		w.snapshot(now)
+	if now-sh.lastSnap >= snapEvery {
+		sh.snapshot(now)
 	}
-	if w.listing.Load() != nil {
-		w.list(now, 1)
+	if sh.listing.Load() != nil {
+		sh.list(now, 1)
 	}
+	sh.mu.Unlock()
 }
 
 // idle is nfq's Idle hook: counters stay current when no traffic flows,
-// and a flow listing goes on (the server wakes the queue for it).
+// and a flow listing goes on (the server wakes the queues for it). It
+// skips its turn when another queue holds the engine: that one does it.
 func (w *worker) idle(now int64) {
-	if w.pending.Load() != nil {
-		w.swap(now)
+	sh := w.shared
+	if !sh.mu.TryLock() {
+		return
 	}
-	if now-w.lastSnap >= snapEvery {
-		w.snapshot(now)
+	defer sh.mu.Unlock()
+	if sh.pending.Load() != nil {
+		sh.swap(now)
 	}
-	if w.listing.Load() != nil {
-		w.list(now, listBufs)
+	if now-sh.lastSnap >= snapEvery {
+		sh.snapshot(now)
+	}
+	if sh.listing.Load() != nil {
+		sh.list(now, listBufs)
 	}
 }
 
-// swap replaces the engine with the pending one (see worker).
-func (w *worker) swap(now int64) {
-	old := w.eng
-	w.eng = w.pending.Swap(nil)
-	w.eng.Retire(old) // the evictions of retired rules still count
-	w.cur.Store(w.eng)
-	w.lastSnap = now - snapEvery // the snapshot follows at this batch's end
+// swap replaces the engine with the pending one (see shared); under mu.
+func (sh *shared) swap(now int64) {
+	old := sh.eng
+	sh.eng = sh.pending.Swap(nil)
+	sh.eng.Retire(old) // the evictions of retired rules still count
+	sh.cur.Store(sh.eng)
+	sh.lastSnap = now - snapEvery // the snapshot follows at this batch's end
 }
 
-// install hands the worker an engine made from its latest one (the pending
-// one, if a reload has not been swapped in yet, else the current one) by
-// make: so that two reloads in quick succession chain, the second built on
-// the first, whatever the worker swaps meanwhile. It returns make's result.
-func (w *worker) install(make func(base *shaper.Engine) (*shaper.Engine, []string, error)) ([]string, error) {
+// install hands the queues an engine made from their latest one (the
+// pending one, if a reload has not been swapped in yet, else the current
+// one) by make: so that two reloads in quick succession chain, the second
+// built on the first, whatever a queue swaps meanwhile. It returns make's
+// result.
+func (sh *shared) install(make func(base *shaper.Engine) (*shaper.Engine, []string, error)) ([]string, error) {
 	for {
-		pend := w.pending.Load()
+		pend := sh.pending.Load()
 		base := pend
 		if base == nil {
-			base = w.cur.Load()
+			base = sh.cur.Load()
 		}
 		ne, kept, err := make(base)
 		if err != nil {
 			return nil, err
 		}
-		// Fails if the worker swapped pend in meanwhile: build again
+		// Fails if a queue swapped pend in meanwhile: build again
 		// from it (now current).
-		if w.pending.CompareAndSwap(pend, ne) {
+		if sh.pending.CompareAndSwap(pend, ne) {
 			return kept, nil
 		}
 	}
 }
 
-func (w *worker) snapshot(now int64) {
-	s := &snapshot{Stats: w.eng.Stats(), rules: make([]ruleSnap, w.eng.NumRules()), delays: w.eng.Delays()}
+// snapshot publishes the engine's counters; under mu (or before the
+// queues run).
+func (sh *shared) snapshot(now int64) {
+	s := &snapshot{Stats: sh.eng.Stats(), rules: make([]ruleSnap, sh.eng.NumRules()), delays: sh.eng.Delays()}
 	for i := range s.rules {
-		r := w.eng.Rule(i)
-		s.rules[i] = ruleSnap{name: r.Name, rule: r, RuleStats: w.eng.RuleStats(i)}
+		r := sh.eng.Rule(i)
+		s.rules[i] = ruleSnap{name: r.Name, rule: r, RuleStats: sh.eng.RuleStats(i)}
 	}
-	w.snap.Store(s)
-	w.lastSnap = now
+	sh.snap.Store(s)
+	sh.lastSnap = now
+}
+
+// label names the queues the engine serves, as the metrics' queue label
+// and the flag have them: "0", "20-23".
+func (sh *shared) label() string { return queueList(sh.queues) }
+
+// engines returns the engines of ws, each once, in the order of their
+// first queue.
+func engines(ws []*worker) []*shared {
+	var out []*shared
+	for _, w := range ws {
+		if !slices.Contains(out, w.shared) {
+			out = append(out, w.shared)
+		}
+	}
+	return out
 }

@@ -382,9 +382,11 @@ type globalRule struct {
 // offloadBuf is how many offload reports wait for TakeOffloads.
 const offloadBuf = 64
 
-// Engine decides packets. It is not safe for concurrent use: give each
-// packet source (each NFQUEUE queue) its own, and call Stats, Rules and
-// Flows from the goroutine that calls Decide.
+// Engine decides packets. It is not safe for concurrent use: one goroutine
+// at a time calls Decide, Stats, Rules and Flows. Sources that must share
+// limits share one Engine and serialize their calls (the daemon's queues
+// take turns under a lock, a batch at a time, so that a key has one bucket
+// whichever queue its packets arrive on).
 type Engine struct {
 	rules     []engineRule
 	hot       []hotRule // rules[i]'s per-packet settings

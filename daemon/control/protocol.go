@@ -113,7 +113,8 @@ type Status struct {
 	Reloads Reloads `json:"reloads"`
 	Queues  []Queue `json:"queues"`
 	// Rules are the rules of the policy in force, in order, with their
-	// counters summed over the queues.
+	// counters: each packet counted once, whichever queue it came from
+	// (one engine decides for every queue).
 	Rules []Rule `json:"rules"`
 }
 
@@ -163,9 +164,12 @@ type Queue struct {
 	FailOpenSecs   float64 `json:"failopen_secs"`
 	FailOpenExact  bool    `json:"failopen_exact"`
 	FailOpenActive bool    `json:"failopen_active"`
-	Malformed      uint64  `json:"malformed"`
-	Unmatched      uint64  `json:"unmatched"`
-	Flows          uint64  `json:"flows"`
+	// The engine's counters: one engine decides for all the queues (a
+	// key has one bucket whichever queue its packets arrive on), so they
+	// are given once, on its first queue, and are 0 on the others.
+	Malformed uint64 `json:"malformed"`
+	Unmatched uint64 `json:"unmatched"`
+	Flows     uint64 `json:"flows"`
 }
 
 // Rule is one rule of the policy with its counters.
