@@ -265,6 +265,13 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 	v := shaper.Accept
 	var depart int64
 	if ip, ok := Decap(lt, data); ok {
+		// The IP packet's real length: the record's original length
+		// (never less than what was copied) less the link-layer bytes
+		// before the IP header (ip is a subslice of data: the
+		// difference of their capacities is its offset). The engine
+		// charges it when the IP header's own length is 0 or more than
+		// the record holds (a snap length cut it).
+		r.meta.Len = max(ci.Length, len(data)) - (cap(data) - cap(ip))
 		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
 		v, depart = r.dec.Verdict, r.dec.Depart
 		if r.tl != nil {
