@@ -197,7 +197,8 @@ func (r *Reader) wrap(where string, err error) error {
 	switch {
 	case r.budget.over:
 		msg = fmt.Sprintf("record larger than %d bytes (or %d bytes of blocks without a packet)", MaxRecord, readBudget)
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		strings.HasSuffix(err.Error(), ": "+io.ErrUnexpectedEOF.Error()): // pcapgo's "could not discard n bytes: %v"
 		msg = "truncated: the file ends inside a record"
 		if where != "" {
 			msg = "truncated: the file ends inside it"

@@ -76,7 +76,7 @@ func realLenFrames(size int) map[string][]byte {
 // over the copied sizes, so the test tells the two apart).
 func TestSnapCutChargesOriginalLength(t *testing.T) {
 	const size, snap, n = 1400, 68, 100 // 68: the IPv6 packet's ports are in the record
-	const rate, burst = 20_000, 6_000 // bytes/s: 14 real packets/s, 400 copied ones
+	const rate, burst = 20_000, 6_000   // bytes/s: about 14 real packets/s, 370 copied ones
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
 	frames := realLenFrames(size)
 	kinds := []string{"ipv4", "ipv4-total-0", "ipv6-plen-0"}

@@ -20,9 +20,9 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"os"
 	"sort"
-	"math/bits"
 	"strconv"
 	"time"
 
@@ -175,11 +175,11 @@ type Replayer struct {
 	free      [bits.UintSize][][]byte
 	freeBytes int
 	heldSeq   uint64
-	index   uint64 // records so far, over all files
-	nonIP   uint64
-	first   int64
-	last    int64
-	any     bool
+	index     uint64 // records so far, over all files
+	nonIP     uint64
+	first     int64
+	last      int64
+	any       bool
 }
 
 // New returns a Replayer that asks eng for verdicts.
