@@ -43,6 +43,10 @@ only, so memory stays bounded by the tables, not by the capture. In a pcapng
 capture, the interface a packet was captured on stands for both its iif and
 its oif.
 
+Shaping rules hold packets as live does: at most --max-held at once (and at
+most 32 MiB of them); a packet a shaping rule would delay beyond that is
+dropped, uncharged (shape_overflow), so replay passes what live would.
+
 --report FILE also writes one self-contained HTML page (no script, nothing
 fetched): packets offered, accepted and dropped per second over capture
 time, in total and per rule (shadow drops, marks), unmatched and non-IP
