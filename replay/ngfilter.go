@@ -89,44 +89,69 @@ func (f *ngFilter) put32(b []byte, v uint32) {
 	}
 }
 
+// Read fills p with as much of the filtered stream as it can without
+// waiting for more input once it has some: pcapgo's buffered reader asks
+// for 64 KiB at a time, and a block's pieces (header, data, trailer) are
+// given in one call, not one call each.
 func (f *ngFilter) Read(p []byte) (int, error) {
-	for {
+	n := 0
+	for n < len(p) {
 		switch {
-		case len(p) == 0:
-			return 0, nil
 		case len(f.out) > 0:
-			n := copy(p, f.out)
-			f.out = f.out[n:]
-			return n, nil
+			c := copy(p[n:], f.out)
+			f.out = f.out[c:]
+			n += c
 		case f.pass > 0:
-			q := p
+			if n > 0 && f.src.Buffered() == 0 {
+				return n, nil
+			}
+			q := p[n:]
 			if int64(len(q)) > f.pass {
 				q = q[:f.pass]
 			}
-			n, err := f.src.Read(q)
-			f.pass -= int64(n)
-			if n > 0 {
-				return n, nil
-			}
-			return 0, truncated(err)
-		case f.skip > 0:
-			n, err := f.src.Discard(int(min(f.skip, 1<<30)))
-			f.skip -= int64(n)
+			c, err := f.src.Read(q)
+			f.pass -= int64(c)
+			n += c
 			if err != nil {
+				if n > 0 {
+					return n, nil
+				}
+				return 0, truncated(err)
+			}
+		case f.skip > 0:
+			d := min(f.skip, 1<<30)
+			if n > 0 {
+				if d = min(d, int64(f.src.Buffered())); d == 0 {
+					return n, nil
+				}
+			}
+			c, err := f.src.Discard(int(d))
+			f.skip -= int64(c)
+			if err != nil {
+				if n > 0 {
+					return n, nil
+				}
 				return 0, truncated(err)
 			}
 		case len(f.tail) > 0:
-			n := copy(p, f.tail)
-			f.tail = f.tail[n:]
-			return n, nil
+			c := copy(p[n:], f.tail)
+			f.tail = f.tail[c:]
+			n += c
 		case f.err != nil:
+			if n > 0 {
+				return n, nil
+			}
 			return 0, f.err
 		default:
+			if n > 0 && f.src.Buffered() < 64 {
+				return n, nil
+			}
 			if err := f.block(); err != nil {
 				f.err = err
 			}
 		}
 	}
+	return n, nil
 }
 
 // truncated: the file ends inside a block.
