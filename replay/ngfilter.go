@@ -89,10 +89,9 @@ func (f *ngFilter) put32(b []byte, v uint32) {
 	}
 }
 
-// Read fills p with as much of the filtered stream as it can without
-// waiting for more input once it has some: pcapgo's buffered reader asks
-// for 64 KiB at a time, and a block's pieces (header, data, trailer) are
-// given in one call, not one call each.
+// Read gives the rest of the current block, or the next block, in one
+// call (header, data and trailer, not one call each), without waiting for
+// more input once it has some.
 func (f *ngFilter) Read(p []byte) (int, error) {
 	n := 0
 	for n < len(p) {
@@ -143,7 +142,11 @@ func (f *ngFilter) Read(p []byte) (int, error) {
 			}
 			return 0, f.err
 		default:
-			if n > 0 && f.src.Buffered() < 64 {
+			if n > 0 {
+				// One block per call: a block may consume much more
+				// input than it gives (an interface's options), and
+				// what one packet read may consume is bounded (the
+				// Reader's budget).
 				return n, nil
 			}
 			if err := f.block(); err != nil {

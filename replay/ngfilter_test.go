@@ -266,3 +266,32 @@ func BenchmarkReadPcapng(b *testing.B) {
 func gopacketCI(ns int64, n int) gopacket.CaptureInfo {
 	return gopacket.CaptureInfo{Timestamp: time.Unix(0, ns), CaptureLength: n, Length: n}
 }
+
+// TestNgFilterLargeInterfaces: interfaces of 400 KB of options each, each
+// followed by a packet, read within the reader's per-packet budget
+// whatever the chunks the input comes in (plain, gzip'd fast or small):
+// the filter never reads ahead past more than the block at hand.
+func TestNgFilterLargeInterfaces(t *testing.T) {
+	b := &ngBuild{o: binary.LittleEndian}
+	b.shb()
+	val := bytes.Repeat([]byte{'a'}, 65532)
+	frame := cat(ethHdr, be16(0x0800), ipv4)
+	const n = 20
+	for i := range n {
+		b.idb(1, 0, b.opt(2, val), b.opt(1, val), b.opt(3, val), b.opt(11, val), b.opt(12, val), b.opt(0x0bad, val))
+		b.epb(uint32(i), uint64(i), frame, uint32(len(frame)))
+	}
+	for _, level := range []int{gzip.NoCompression - 1, gzip.BestSpeed, gzip.BestCompression} {
+		data := b.buf.Bytes()
+		if level >= gzip.BestSpeed {
+			var out bytes.Buffer
+			zw, _ := gzip.NewWriterLevel(&out, level)
+			zw.Write(data)
+			zw.Close()
+			data = out.Bytes()
+		}
+		if got, err := readAll(bytes.NewReader(data)); got != n || err != nil {
+			t.Errorf("gzip level %d: read %d packets, error %v; want %d", level, got, err, n)
+		}
+	}
+}

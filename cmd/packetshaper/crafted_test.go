@@ -31,7 +31,7 @@ func newNgCraft(t *testing.T, path string) *ngCraft {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zw, _ := gzip.NewWriterLevel(f, gzip.BestCompression)
+	zw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
 	c := &ngCraft{f: f, zw: zw, le: binary.LittleEndian}
 	// Section header: byte-order magic, version 1.0, section length -1.
 	c.block(0x0a0d0d0a, c.le.AppendUint32(c.le.AppendUint16(c.le.AppendUint16(c.le.AppendUint32(nil, 0x1a2b3c4d), 1), 0), 0xffffffff), c.le.AppendUint32(nil, 0xffffffff))
@@ -150,7 +150,7 @@ func writeHeldShape(t *testing.T, path string, n int) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	zw, _ := gzip.NewWriterLevel(f, gzip.BestCompression)
+	zw, _ := gzip.NewWriterLevel(f, gzip.BestSpeed)
 	le := binary.LittleEndian
 	const size = 262144
 	h := le.AppendUint32(nil, 0xa1b23c4d)
