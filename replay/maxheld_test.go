@@ -127,3 +127,61 @@ func countRecords(t *testing.T, capture []byte) int {
 	}
 	return n
 }
+
+// TestHeldBytesBounded: 20 flows of 128 KiB records, within 0.4 s,
+// through --pps 10 --shape --max-delay 10s with no bound on the count
+// held: the held packets would take 50 MiB; they never take more than
+// MaxHeldBytes, a packet beyond is dropped (shape_overflow), the verdicts
+// are the same whether --write-accepted copies the held packets or not,
+// and what the copies allocate is bounded by it too.
+func TestHeldBytesBounded(t *testing.T) {
+	const size, n = 128 << 10, 400
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	recs := make([]rec, n)
+	for i := range recs {
+		recs[i] = rec{t0 + int64(i)*1e6, udpFrame(uint16(1000+i%20), size-42)}
+	}
+	capture := pcapBytes(t, layers.LinkTypeEthernet, recs)
+	var out [2]bytes.Buffer
+	for i, output := range []bool{false, true} {
+		eng, err := shaper.New(shaper.Config{Rate: 10, Burst: 1, Shape: true, MaxDelay: int64(10 * time.Second)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o := Options{Verdicts: &out[i]}
+		if output {
+			o.Accepted = discard{}
+		}
+		r := New(eng, o)
+		rd, err := NewReader(bytes.NewReader(capture))
+		if err != nil {
+			t.Fatal(err)
+		}
+		peak := 0
+		a := allocated(func() {
+			for {
+				data, ci, lt, err := rd.Next()
+				if err != nil {
+					break
+				}
+				if err := r.packet(data, &ci, lt); err != nil {
+					t.Fatal(err)
+				}
+				peak = max(peak, r.heldBytes)
+			}
+			r.Flush()
+		})
+		s := r.Summary()
+		t.Logf("--write-accepted %v: %d accepted, %d delayed, %d shape_overflow; held at most %.1f MiB; allocated %.1f MiB",
+			output, s.Accepted, s.Delayed, s.ShapeOverflow, float64(peak)/(1<<20), float64(a)/(1<<20))
+		if peak > MaxHeldBytes || peak < MaxHeldBytes-2*size || s.ShapeOverflow == 0 || s.Packets != n {
+			t.Errorf("held at most %d bytes (bound %d), %d shape_overflow of %d packets", peak, MaxHeldBytes, s.ShapeOverflow, s.Packets)
+		}
+		if output && a > 3*MaxHeldBytes {
+			t.Errorf("copies of the held packets allocated %d bytes, more than 3 × %d", a, MaxHeldBytes)
+		}
+	}
+	if !bytes.Equal(out[0].Bytes(), out[1].Bytes()) {
+		t.Errorf("the verdicts differ with --write-accepted")
+	}
+}
