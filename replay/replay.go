@@ -9,7 +9,10 @@
 // Memory is bounded by the engine's flow table, not by the capture: the
 // per-packet path does not allocate, and per-flow figures come from the
 // flow table at the end (flows that were evicted or expired are folded
-// into the totals only).
+// into the totals only). Beside it, the packets shaping rules hold take at
+// most MaxHeldBytes (their copies for Accepted at most twice that, and as
+// much again in reusable buffers), and pcapng blocks that a reader would
+// keep for the whole section are never given to it (ngFilter).
 package replay
 
 import (
