@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // writeSendPcap writes a nanosecond pcap (raw IPv4) of one UDP packet
@@ -81,7 +82,7 @@ func TestShapeMaxHeldReplayEqualsLive(t *testing.T) {
 	sh := tp.startShaperIn(tp.A, append([]string{"--queue", "0", "--stats-interval", "0", "--rt-priority", "1"}, flags...)...)
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "5000", "--duration", "3s", "--times")
-	r := recvDone(rc, 35e9)
+	r := recvDone(rc, 35*time.Second)
 	log := tp.stopShaper(sh)
 	delivered := r.Received["9000"]["10000"]
 	liveAcc := uint64(lastStatField(t, log, "accepted"))
