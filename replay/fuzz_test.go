@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,8 +16,25 @@ import (
 
 // addCaptureSeeds adds the small captures of testdata/ and, when present,
 // of ../shared/pcaps to the fuzz seeds (the checked-in corpus under
-// testdata/fuzz/FuzzReplay holds more, including broken ones).
+// testdata/fuzz/FuzzReplay holds more, including broken ones), and
+// crafted pcapng files of every block kind (craftedNg: name-resolution
+// blocks with NUL names, interfaces with every option, statistics,
+// secrets, custom and unknown blocks), plain and gzip'd, and a section of
+// nothing but such blocks.
 func addCaptureSeeds(f *testing.F) {
+	ng := craftedNg()
+	f.Add(ng)
+	f.Add(gz(ng))
+	b := &ngBuild{o: binary.LittleEndian}
+	b.shb().idb(1, 0, b.opt(2, make([]byte, 100)), b.opt(1, make([]byte, 100)))
+	for range 8 {
+		b.block(4, b.opt(1, make([]byte, 4+200)), b.u32(0))
+		b.block(0x40000bad, b.u32(1), make([]byte, 64))
+		b.idb(101, 0, b.opt(3, make([]byte, 64)), b.opt(0x0bad, make([]byte, 8)))
+	}
+	b.epb(8, 1, ipv4, 1400, b.opt(1, make([]byte, 64)))
+	f.Add(b.buf.Bytes())
+	f.Add(gz(b.buf.Bytes()))
 	for _, dir := range []string{testdata, "../../shared/pcaps/normal", "../../shared/pcaps/malformed"} {
 		ents, _ := os.ReadDir(dir)
 		for _, e := range ents {

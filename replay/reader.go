@@ -29,13 +29,10 @@ const MaxRecord = 262144
 // one "record" after 1 MiB, instead of after gigabytes.
 const readBudget = 1 << 20
 
-// pcapng files can declare any number of interfaces and name records;
-// gopacket keeps them all for the section. Past these limits the file is
-// refused, so a file made of nothing else cannot grow memory without bound.
-const (
-	maxInterfaces  = 1 << 12
-	maxNameRecords = 1 << 20
-)
+// maxInterfaces is the most interfaces a pcapng section may declare:
+// gopacket keeps them all for the section (ngFilter keeps each small), and
+// past this the file is refused.
+const maxInterfaces = 1 << 12
 
 // File magics, as read little-endian from the first four bytes.
 const (
@@ -103,7 +100,10 @@ func NewReader(r io.Reader) (*Reader, error) {
 			return nil, unsupported(rd.lt)
 		}
 	case magicPcapng:
-		rd.ng, err = pcapgo.NewNgReader(br, pcapgo.NgReaderOptions{WantMixedLinkType: true})
+		// pcapgo reads the blocks replay uses, and only those: see
+		// ngFilter.
+		ngr := bufio.NewReaderSize(newNgFilter(br), 64<<10)
+		rd.ng, err = pcapgo.NewNgReader(ngr, pcapgo.NgReaderOptions{WantMixedLinkType: true})
 		if err == io.EOF {
 			// A section header and nothing else: a valid, empty capture.
 			rd.ng = nil
@@ -134,16 +134,8 @@ func (r *Reader) Next() (data []byte, ci gopacket.CaptureInfo, lt layers.LinkTyp
 		lt = r.lt
 	} else {
 		data, ci, err = r.ng.ZeroCopyReadPacketData()
-		if err == nil {
-			if n := r.ng.NInterfaces(); n > maxInterfaces {
-				return nil, ci, 0, fmt.Errorf("more than %d interfaces in a pcapng section", maxInterfaces)
-			}
-			if n := r.ng.NNames(); n > maxNameRecords {
-				return nil, ci, 0, fmt.Errorf("more than %d name records in a pcapng section", maxNameRecords)
-			}
-			if len(ci.AncillaryData) > 0 {
-				lt, _ = ci.AncillaryData[0].(layers.LinkType)
-			}
+		if err == nil && len(ci.AncillaryData) > 0 {
+			lt, _ = ci.AncillaryData[0].(layers.LinkType)
 		}
 	}
 	if err != nil {
@@ -205,7 +197,8 @@ func (r *Reader) wrap(where string, err error) error {
 	switch {
 	case r.budget.over:
 		msg = fmt.Sprintf("record larger than %d bytes (or %d bytes of blocks without a packet)", MaxRecord, readBudget)
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
+		strings.HasSuffix(err.Error(), ": "+io.ErrUnexpectedEOF.Error()): // pcapgo's "could not discard n bytes: %v"
 		msg = "truncated: the file ends inside a record"
 		if where != "" {
 			msg = "truncated: the file ends inside it"

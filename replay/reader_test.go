@@ -232,10 +232,13 @@ func TestHugeLengthsBounded(t *testing.T) {
 	epb := make([]byte, 28)
 	binary.LittleEndian.PutUint32(epb[0:], 6)
 	binary.LittleEndian.PutUint32(epb[4:], 0xfffffffc)
-	binary.LittleEndian.PutUint32(epb[20:], 0xfffffff0)
-	binary.LittleEndian.PutUint32(epb[24:], 0xfffffff0)
+	binary.LittleEndian.PutUint32(epb[20:], 0xffffffd0) // fits the block
+	binary.LittleEndian.PutUint32(epb[24:], 0xffffffd0)
 	ng.Write(epb)
 	ng.Write(make([]byte, 100))
+	// The same with a captured length that runs past the block.
+	ngPast := bytes.Clone(ng.Bytes())
+	binary.LittleEndian.PutUint32(ngPast[len(ngPast)-100-8:], 0xfffffff0)
 
 	// gzip bomb: a pcap whose second record claims 0x7fffffff bytes, and
 	// 256 MiB of zeros follow.
@@ -264,6 +267,7 @@ func TestHugeLengthsBounded(t *testing.T) {
 	}{
 		{"pcap 2 GiB record", huge, 1, "truncated"},
 		{"pcapng 4 GiB block", ng.Bytes(), 0, "truncated"},
+		{"pcapng 4 GiB record in a smaller block", ngPast, 0, "captured length 4294967280 runs past its block"},
 		{"gzip bomb", bomb.Bytes(), 1, "record larger than 262144 bytes"},
 	} {
 		var n int

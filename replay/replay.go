@@ -9,7 +9,10 @@
 // Memory is bounded by the engine's flow table, not by the capture: the
 // per-packet path does not allocate, and per-flow figures come from the
 // flow table at the end (flows that were evicted or expired are folded
-// into the totals only).
+// into the totals only). Beside it, the packets shaping rules hold take at
+// most MaxHeldBytes (their copies for Accepted at most twice that, and as
+// much again in reusable buffers), and pcapng blocks that a reader would
+// keep for the whole section are never given to it (ngFilter).
 package replay
 
 import (
@@ -20,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"math/bits"
 	"os"
 	"sort"
 	"strconv"
@@ -45,8 +49,8 @@ type Options struct {
 	// delays is written with its departure time as its timestamp, in
 	// departure order among the accepted ones (it is held, copied, until
 	// the capture's clock passes its departure, or the end: what is held
-	// is at most what the shaping rules' queues hold, max-delay's worth of
-	// each flow's rate). A pcap file holds one link type, so
+	// is at most what live would hold, MaxHeld packets and MaxHeldBytes).
+	// A pcap file holds one link type, so
 	// a record whose link type differs from the first one written is an
 	// error, unless AcceptedNg or DroppedNg make that output pcapng, which
 	// gets one interface per link type.
@@ -67,7 +71,28 @@ type Options struct {
 	// (Replayer.Timeline), for a report: at most TimelineMaxBuckets
 	// buckets of at least TimelineMinWidth, allocated once.
 	Timeline bool
+	// MaxHeld is live's --max-held: the most packets shaping rules hold
+	// at once for a later departure (those whose departure is after the
+	// capture's clock); a packet a shaping rule would delay beyond it is
+	// dropped, uncharged, as shape_overflow, as live drops it
+	// (shaper.Engine.SetHoldRoom). 0: no bound on the count; negative:
+	// none held. Whatever it is, what is held is also bounded by
+	// MaxHeldBytes.
+	MaxHeld int
 }
+
+// MaxHeldBytes bounds what the packets shaping rules hold at once cost
+// replay: their captured bytes plus heldOverhead each. A packet a shaping
+// rule would delay beyond it is dropped like one beyond Options.MaxHeld,
+// whether or not the packets are written (--write-accepted keeps a copy
+// of each held packet until its departure; the verdicts do not depend on
+// the outputs). 1024 packets held (live's default --max-held) reach it
+// only at 32 KiB each on average: GRO-sized records.
+const MaxHeldBytes = 32 << 20
+
+// heldOverhead is what a held packet costs beside its bytes: its heap
+// entry (heldRec) and its buffer's rounding.
+const heldOverhead = 128
 
 // A Replayer's Timeline has one row per rule of the engine, in the
 // policy's order, then these rows, numbered from NumRules.
@@ -142,17 +167,22 @@ type Replayer struct {
 	acc, drp pcapOut
 	tl       *Timeline // nil without Options.Timeline
 	nRules   int
-	// held are the delayed packets waiting for their departure to be
-	// written to Accepted, a min-heap by departure (then arrival); their
-	// buffers come from and go back to free.
-	held    []heldRec
-	free    [][]byte
-	heldSeq uint64
-	index   uint64 // records so far, over all files
-	nonIP   uint64
-	first   int64
-	last    int64
-	any     bool
+	// held are the delayed packets waiting for their departure (to be
+	// written to Accepted, when it is set: then they hold a copy of the
+	// record, else only their departure and size), a min-heap by departure
+	// (then arrival). heldBytes is their cost against MaxHeldBytes. Copies'
+	// buffers come from and go back to free, by size class (capacity
+	// 1<<k), with freeBytes of capacity there, at most MaxHeldBytes.
+	held      []heldRec
+	heldBytes int
+	free      [bits.UintSize][][]byte
+	freeBytes int
+	heldSeq   uint64
+	index     uint64 // records so far, over all files
+	nonIP     uint64
+	first     int64
+	last      int64
+	any       bool
 }
 
 // New returns a Replayer that asks eng for verdicts.
@@ -262,9 +292,22 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 	} else if now > r.last {
 		r.last = now
 	}
+	// The packets held so far that depart by now leave first (to
+	// Accepted, when it is set), and make room.
+	if err := r.release(now); err != nil {
+		return err
+	}
 	v := shaper.Accept
 	var depart int64
 	if ip, ok := Decap(lt, data); ok {
+		r.eng.SetHoldRoom(r.holdRoom(len(data)))
+		// The IP packet's real length: the record's original length
+		// (never less than what was copied) less the link-layer bytes
+		// before the IP header (ip is a subslice of data: the
+		// difference of their capacities is its offset). The engine
+		// charges it when the IP header's own length is 0 or more than
+		// the record holds (a snap length cut it).
+		r.meta.Len = max(ci.Length, len(data)) - (cap(data) - cap(ip))
 		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
 		v, depart = r.dec.Verdict, r.dec.Depart
 		if r.tl != nil {
@@ -313,18 +356,31 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 		}
 		return nil
 	}
-	if r.acc.buf == nil {
-		return nil
-	}
-	// The packets held so far that depart by now come first.
-	if err := r.release(now); err != nil {
-		return err
-	}
 	if depart != 0 {
 		r.hold(data, ci, lt, depart)
 		return nil
 	}
+	if r.acc.buf == nil {
+		return nil
+	}
 	return r.acc.write(data, ci, lt)
+}
+
+// holdRoom is how many more packets shaping rules may delay now, for a
+// packet of n captured bytes: Options.MaxHeld less those held, none if
+// holding it would take the held packets past MaxHeldBytes.
+func (r *Replayer) holdRoom(n int) int {
+	if r.heldBytes+n+heldOverhead > MaxHeldBytes {
+		return 0
+	}
+	switch m := r.opts.MaxHeld; {
+	case m == 0:
+		return math.MaxInt
+	case m < 0:
+		return 0
+	default:
+		return max(m-len(r.held), 0)
+	}
 }
 
 // heldRec is a delayed packet waiting to be written to Accepted.
@@ -333,25 +389,54 @@ type heldRec struct {
 	seq    uint64 // arrival order, for equal departures
 	ci     gopacket.CaptureInfo
 	lt     layers.LinkType
-	data   []byte
+	size   int    // captured bytes
+	data   []byte // a copy of them, when Accepted is written
+}
+
+// buffer returns an empty buffer of capacity at least n, at most 2n (or
+// 64), from the free ones of its size class if there is one.
+func (r *Replayer) buffer(n int) []byte {
+	k := 6
+	if n > 64 {
+		k = bits.Len(uint(n - 1))
+	}
+	if f := r.free[k]; len(f) > 0 {
+		b := f[len(f)-1]
+		r.free[k] = f[:len(f)-1]
+		r.freeBytes -= cap(b)
+		return b[:0]
+	}
+	return make([]byte, 0, 1<<k)
+}
+
+// recycle keeps b, a buffer from buffer, for reuse, unless the free
+// buffers would then take more than MaxHeldBytes.
+func (r *Replayer) recycle(b []byte) {
+	if b == nil || r.freeBytes+cap(b) > MaxHeldBytes {
+		return
+	}
+	k := bits.Len(uint(cap(b) - 1))
+	r.free[k] = append(r.free[k], b)
+	r.freeBytes += cap(b)
 }
 
 func (a *heldRec) before(b *heldRec) bool {
 	return a.depart < b.depart || a.depart == b.depart && a.seq < b.seq
 }
 
-// hold copies a delayed packet into the heap of held packets. Buffers are
-// reused: once the heap has grown to the shaping queues' size, holding
-// allocates nothing.
+// hold puts a delayed packet into the heap of held packets, with a copy
+// of its bytes when Accepted is written. Buffers are reused: once the heap
+// has grown to the shaping queues' size, holding allocates nothing.
 func (r *Replayer) hold(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkType, depart int64) {
-	var buf []byte
-	if n := len(r.free); n > 0 {
-		buf, r.free = r.free[n-1][:0], r.free[:n-1]
-	}
 	c := *ci
 	c.AncillaryData = nil
 	r.heldSeq++
-	r.held = append(r.held, heldRec{depart: depart, seq: r.heldSeq, ci: c, lt: lt, data: append(buf, data...)})
+	rec := heldRec{depart: depart, seq: r.heldSeq, ci: c, lt: lt, size: len(data)}
+	if r.acc.buf != nil {
+		rec.data = append(r.buffer(len(data)), data...)
+	}
+	r.heldBytes += len(data) + heldOverhead
+	r.held = append(r.held, rec)
 	h := r.held
 	for i := len(h) - 1; i > 0; {
 		p := (i - 1) / 2
@@ -363,9 +448,9 @@ func (r *Replayer) hold(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkTyp
 	}
 }
 
-// release writes to Accepted, in departure order, the held packets that
-// depart at or before until (all of them for math.MaxInt64), each with its
-// departure time as its timestamp.
+// release lets the held packets that depart at or before until (all of
+// them for math.MaxInt64) go: when Accepted is written, it writes them to
+// it in departure order, each with its departure time as its timestamp.
 func (r *Replayer) release(until int64) error {
 	for len(r.held) > 0 && r.held[0].depart <= until {
 		h := r.held
@@ -388,9 +473,13 @@ func (r *Replayer) release(until int64) error {
 			h[i], h[l] = h[l], h[i]
 			i = l
 		}
+		r.heldBytes -= top.size + heldOverhead
+		if r.acc.buf == nil {
+			continue
+		}
 		top.ci.Timestamp = time.Unix(0, top.depart).UTC()
 		err := r.acc.write(top.data, &top.ci, top.lt)
-		r.free = append(r.free, top.data)
+		r.recycle(top.data)
 		if err != nil {
 			return err
 		}

@@ -669,6 +669,12 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	cost := int64(1)
 	if rs.bytes {
 		cost = int64(p.Length)
+		if m != nil && m.Len > 0 && p.Length >= len(pkt) {
+			// The header's length is 0 (Decode then took the bytes
+			// given) or more than was copied (a capture's snap length):
+			// the source's length is the real one.
+			cost = int64(m.Len)
+		}
 	}
 	var f *flow
 	var ok bool

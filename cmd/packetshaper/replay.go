@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
 	"github.com/packetshaper/packetshaper/report"
@@ -41,6 +42,10 @@ still in the tables at the end: evicted or expired flows count in the totals
 only, so memory stays bounded by the tables, not by the capture. In a pcapng
 capture, the interface a packet was captured on stands for both its iif and
 its oif.
+
+Shaping rules hold packets as live does: at most --max-held at once (and at
+most 32 MiB of them); a packet a shaping rule would delay beyond that is
+dropped, uncharged (shape_overflow), so replay passes what live would.
 
 --report FILE also writes one self-contained HTML page (no script, nothing
 fetched): packets offered, accepted and dropped per second over capture
@@ -73,6 +78,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	reportPath := fs.String("report", "", "write an HTML report to `FILE`: packets offered, accepted and dropped per second over capture time, in total and per rule, the top flows by drops and the settings (one self-contained file)")
 	top := fs.Int("top", 10, "how many flows the summary (and --report) lists (most drops first)")
 	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	maxHeld := fs.Int("max-held", nfq.DefaultMaxHeld, fmt.Sprintf("with shaping rules: the most packets held at once for a later departure, as live's --max-held (one queue's); a packet a shaping rule would delay beyond it, or beyond %d MiB of held packets, is dropped (shape_overflow); 0: none held", replay.MaxHeldBytes>>20))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -82,6 +88,10 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	files := fs.Args()
 	if len(files) == 0 {
 		fmt.Fprintln(stderr, "packetshaper replay: no capture file given (packetshaper replay --help)")
+		return 2
+	}
+	if *maxHeld < 0 || *maxHeld > nfq.MaxMaxHeld {
+		fmt.Fprintf(stderr, "packetshaper replay: --max-held must be between 0 and %d, not %d\n", nfq.MaxMaxHeld, *maxHeld)
 		return 2
 	}
 	if *queue > 65535 {
@@ -150,6 +160,10 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		IfaceID:    comp.IfaceID,
 		Queue:      uint16(*queue),
 		Timeline:   *reportPath != "",
+		MaxHeld:    *maxHeld,
+	}
+	if *maxHeld == 0 {
+		opts.MaxHeld = -1 // none held
 	}
 	var outs []*os.File
 	var reportOut io.Writer
