@@ -623,7 +623,11 @@ var noMeta Meta
 // whole limiter.
 func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	p := &e.pkt
-	p.Decode(pkt)
+	wire := 0
+	if m != nil {
+		wire = m.Len
+	}
+	p.DecodeLen(pkt, wire)
 	e.stats.Packets++
 	d.SetMark, d.Exceeded, d.Malformed, d.Depart = false, false, false, 0
 	if p.Class == flows.Malformed {
