@@ -221,8 +221,10 @@ const (
 func TestToolHopByHopZero(t *testing.T) {
 	needRoot(t)
 	tp := newTopo(t)
-	rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
-	s := sendDone(tp.startHBH(200, time.Second, "200"))
+	rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "2s")
+	// Bounded by the count; the duration only caps it (a loaded machine
+	// may stall the sender).
+	s := sendDone(tp.startHBH(200, 10*time.Second, "200"))
 	r := recvDone(rc, 25*time.Second)
 	if s.Sent != 200 || r.Received["9000"]["10000"] != 200 {
 		t.Errorf("sent %d, received %d: want 200 and 200", s.Sent, r.Received["9000"]["10000"])
