@@ -61,54 +61,54 @@ var nftCases = []nftCase{
 	{
 		name: "udp dport, both families", args: []string{"--queue", "0", "--proto", "udp", "--dport", "9000"},
 		chain:   "input",
-		rule:    `meta l4proto udp th dport 9000 counter VERDICT comment "packetshaper queue=0 proto=udp dport=9000 family=both"`,
+		rule:    `meta l4proto udp th dport 9000 ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=0 proto=udp dport=9000 family=both"`,
 		comment: "packetshaper queue=0 proto=udp dport=9000 family=both",
-		matches: []string{"udp dport == 9000"},
+		matches: []string{"udp dport == 9000", "ct state in invalid,established,related,new,untracked"},
 	},
 	{
 		name: "tcp, IPv4, queue range, forward", args: []string{"--queue", "2-5", "--family", "ipv4", "--proto", "tcp", "--chain", "forward"},
 		chain:   "forward",
-		rule:    `meta nfproto ipv4 meta l4proto tcp counter VERDICT comment "packetshaper queue=2-5 proto=tcp family=ipv4"`,
+		rule:    `meta nfproto ipv4 meta l4proto tcp ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=2-5 proto=tcp family=ipv4"`,
 		comment: "packetshaper queue=2-5 proto=tcp family=ipv4",
-		matches: []string{"meta nfproto == ipv4", "meta l4proto == tcp"},
+		matches: []string{"meta nfproto == ipv4", "meta l4proto == tcp", "ct state in invalid,established,related,new,untracked"},
 	},
 	{
 		name: "icmp is icmpv6 for IPv6", args: []string{"--queue", "1", "--family", "ipv6", "--proto", "icmp"},
 		chain:   "input",
-		rule:    `meta nfproto ipv6 meta l4proto ipv6-icmp counter VERDICT comment "packetshaper queue=1 proto=icmpv6 family=ipv6"`,
+		rule:    `meta nfproto ipv6 meta l4proto ipv6-icmp ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=1 proto=icmpv6 family=ipv6"`,
 		comment: "packetshaper queue=1 proto=icmpv6 family=ipv6",
-		matches: []string{"meta l4proto == ipv6-icmp"},
+		matches: []string{"meta l4proto == ipv6-icmp", "ct state in invalid,established,related,new,untracked"},
 	},
 	{
 		name: "IPv6 source selects the family, output, range", args: []string{"--queue", "0-1", "--src", "fd00:213::/64", "--chain", "OUTPUT"},
 		chain:   "output",
-		rule:    `meta nfproto ipv6 ip6 saddr fd00:213::/64 counter VERDICT comment "packetshaper queue=0-1 src=fd00:213::/64 family=ipv6"`,
+		rule:    `meta nfproto ipv6 ip6 saddr fd00:213::/64 ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=0-1 src=fd00:213::/64 family=ipv6"`,
 		comment: "packetshaper queue=0-1 src=fd00:213::/64 family=ipv6",
-		matches: []string{"ip6 saddr == fd00:213::/64"},
+		matches: []string{"ip6 saddr == fd00:213::/64", "ct state in invalid,established,related,new,untracked"},
 	},
 	{
 		name: "icmp, both families", args: []string{"--queue", "3", "--proto", "icmp"},
 		chain:   "input",
-		rule:    `meta l4proto { icmp, ipv6-icmp } counter VERDICT comment "packetshaper queue=3 proto=icmp family=both"`,
+		rule:    `meta l4proto { icmp, ipv6-icmp } ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=3 proto=icmp family=both"`,
 		comment: "packetshaper queue=3 proto=icmp family=both",
-		matches: []string{"meta l4proto == { icmp, ipv6-icmp }"},
+		matches: []string{"meta l4proto == { icmp, ipv6-icmp }", "ct state in invalid,established,related,new,untracked"},
 	},
 	{
 		name: "IPv4 source, sctp dport", args: []string{"--queue", "7", "--src", "10.213.0.0/24", "--proto", "sctp", "--dport", "2905"},
 		chain:   "input",
-		rule:    `meta nfproto ipv4 ip saddr 10.213.0.0/24 meta l4proto sctp th dport 2905 counter VERDICT comment "packetshaper queue=7 proto=sctp dport=2905 src=10.213.0.0/24 family=ipv4"`,
+		rule:    `meta nfproto ipv4 ip saddr 10.213.0.0/24 meta l4proto sctp th dport 2905 ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=7 proto=sctp dport=2905 src=10.213.0.0/24 family=ipv4"`,
 		comment: "packetshaper queue=7 proto=sctp dport=2905 src=10.213.0.0/24 family=ipv4",
-		matches: []string{"ip saddr == 10.213.0.0/24", "sctp dport == 2905"},
+		matches: []string{"ip saddr == 10.213.0.0/24", "sctp dport == 2905", "ct state in invalid,established,related,new,untracked"},
 	},
 	{
 		name: "offload, udp dport, IPv4", args: []string{"--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4", "--offload"},
 		chain:   "input",
-		rule:    `meta nfproto ipv4 meta l4proto udp th dport 9000 counter VERDICT comment "packetshaper queue=0 proto=udp dport=9000 family=ipv4"`,
+		rule:    `meta nfproto ipv4 meta l4proto udp th dport 9000 ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=0 proto=udp dport=9000 family=ipv4"`,
 		comment: "packetshaper queue=0 proto=udp dport=9000 family=ipv4",
 		offload: offloadSets + `add chain inet packetshaper_offload input { type filter hook input priority -20; policy accept; }
 add rule inet packetshaper_offload input meta nfproto ipv4 meta l4proto udp th dport 9000 ip saddr . ip daddr . meta l4proto . th sport . th dport @ports4 counter drop comment "packetshaper queue=0 proto=udp dport=9000 family=ipv4 backend=nft"
 `,
-		matches: []string{"meta nfproto == ipv4", "udp dport == 9000"},
+		matches: []string{"meta nfproto == ipv4", "udp dport == 9000", "ct state in invalid,established,related,new,untracked"},
 		drops: map[string][]string{
 			"ports4": {"udp dport == 9000", "ip saddr . ip daddr . meta l4proto . udp sport . udp dport == @ports4"},
 		},
@@ -116,7 +116,7 @@ add rule inet packetshaper_offload input meta nfproto ipv4 meta l4proto udp th d
 	{
 		name: "offload, every protocol, both families, queue range, forward", args: []string{"--queue", "4-7", "--chain", "FORWARD", "--offload"},
 		chain:   "forward",
-		rule:    `counter VERDICT comment "packetshaper queue=4-7 family=both"`,
+		rule:    `ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=4-7 family=both"`,
 		comment: "packetshaper queue=4-7 family=both",
 		offload: offloadSets + `add chain inet packetshaper_offload forward { type filter hook forward priority -20; policy accept; }
 add rule inet packetshaper_offload forward meta nfproto ipv4 meta l4proto { tcp, udp, udplite, sctp } ip saddr . ip daddr . meta l4proto . th sport . th dport @ports4 counter drop comment "packetshaper queue=4-7 family=both backend=nft"
@@ -124,7 +124,7 @@ add rule inet packetshaper_offload forward meta nfproto ipv4 ip saddr . ip daddr
 add rule inet packetshaper_offload forward meta nfproto ipv6 meta l4proto { tcp, udp, udplite, sctp } ip6 saddr . ip6 daddr . meta l4proto . th sport . th dport @ports6 counter drop comment "packetshaper queue=4-7 family=both backend=nft"
 add rule inet packetshaper_offload forward meta nfproto ipv6 ip6 saddr . ip6 daddr . meta l4proto @noports6 counter drop comment "packetshaper queue=4-7 family=both backend=nft"
 `,
-		matches: nil,
+		matches: []string{"ct state in invalid,established,related,new,untracked"},
 		drops: map[string][]string{
 			"ports4":   {"meta l4proto == { tcp, udp, sctp, udplite }", "ip saddr . ip daddr . meta l4proto . th sport . th dport == @ports4"},
 			"noports4": {"ip saddr . ip daddr . meta l4proto == @noports4"},
@@ -135,12 +135,12 @@ add rule inet packetshaper_offload forward meta nfproto ipv6 ip6 saddr . ip6 dad
 	{
 		name: "offload, gre from an IPv4 prefix, queue range", args: []string{"--queue", "0-1", "--src", "10.0.0.0/8", "--proto", "gre", "--offload"},
 		chain:   "input",
-		rule:    `meta nfproto ipv4 ip saddr 10.0.0.0/8 meta l4proto gre counter VERDICT comment "packetshaper queue=0-1 proto=gre src=10.0.0.0/8 family=ipv4"`,
+		rule:    `meta nfproto ipv4 ip saddr 10.0.0.0/8 meta l4proto gre ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=0-1 proto=gre src=10.0.0.0/8 family=ipv4"`,
 		comment: "packetshaper queue=0-1 proto=gre src=10.0.0.0/8 family=ipv4",
 		offload: offloadSets + `add chain inet packetshaper_offload input { type filter hook input priority -20; policy accept; }
 add rule inet packetshaper_offload input meta nfproto ipv4 ip saddr 10.0.0.0/8 meta l4proto gre ip saddr . ip daddr . meta l4proto @noports4 counter drop comment "packetshaper queue=0-1 proto=gre src=10.0.0.0/8 family=ipv4 backend=nft"
 `,
-		matches: []string{"ip saddr == 10.0.0.0/8", "meta l4proto == gre"},
+		matches: []string{"ip saddr == 10.0.0.0/8", "meta l4proto == gre", "ct state in invalid,established,related,new,untracked"},
 		drops: map[string][]string{
 			"noports4": {"ip saddr == 10.0.0.0/8", "meta l4proto == gre", "ip saddr . ip daddr . meta l4proto == @noports4"},
 		},
@@ -437,6 +437,9 @@ func nftExprString(v any) string {
 		}
 		if m, ok := e["meta"].(map[string]any); ok {
 			return fmt.Sprintf("meta %s", m["key"])
+		}
+		if c, ok := e["ct"].(map[string]any); ok {
+			return fmt.Sprintf("ct %s", c["key"])
 		}
 		if p, ok := e["prefix"].(map[string]any); ok {
 			return fmt.Sprintf("%s/%s", nftExprString(p["addr"]), nftExprString(p["len"]))

@@ -30,23 +30,56 @@ import "encoding/binary"
 // options, AH: those the kernel's ipv6_ext_hdr walks) are followed for as
 // long as the bytes last; each is at least 8 bytes, so the walk is bounded by
 // the packet's length.
-func (p *Packet) Decode(b []byte) {
-	*p = Packet{Length: len(b)}
-	if len(b) < 1 {
-		return
+func (p *Packet) Decode(b []byte) { p.DecodeLen(b, 0) }
+
+// DecodeLen is Decode for a packet whose real length the caller knows
+// beside the bytes it gives (b may be cut short: a copy range, a snap
+// length): wire is that length (live, the kernel's packet length; in
+// replay, the record's original length), 0 if unknown. It sets Length, the
+// packet's real length, what a byte-rate limiter charges:
+//
+//   - the IP header's length (IPv4 total length, IPv6 payload length + 40)
+//     when it is set and consistent: wire is unknown, or equal to it;
+//   - else wire: when the header's length is 0 (big TCP, jumbograms, an IPv6
+//     payload length 0 behind a hop-by-hop header, which the kernel does
+//     not trim and delivers whole) or disagrees with the source's;
+//   - else (header length 0 and wire unknown) the length of b.
+//
+// Never the copied length when the real one is known: a packet cut by the
+// copy range is charged whole. A wire shorter than b is taken as len(b).
+// Ports are still read only from within the header's stated length.
+func (p *Packet) DecodeLen(b []byte, wire int) {
+	if wire > 0 && wire < len(b) {
+		wire = len(b)
 	}
-	switch b[0] >> 4 {
-	case 4:
-		p.decode4(b)
-	case 6:
-		p.decode6(b)
+	*p = Packet{}
+	if len(b) >= 1 {
+		switch b[0] >> 4 {
+		case 4:
+			p.decode4(b, wire)
+		case 6:
+			p.decode6(b, wire)
+		}
 	}
 	if p.Class == Malformed {
-		*p = Packet{Length: len(b)}
+		*p = Packet{Length: realLength(0, wire, len(b))}
 	}
 }
 
-func (p *Packet) decode4(b []byte) {
+// realLength is the length rule of DecodeLen: hdr is the IP header's length
+// (0: not set), wire the source's (0: unknown, else >= n), n the length of
+// the bytes given.
+func realLength(hdr, wire, n int) int {
+	switch {
+	case hdr > 0 && (wire == 0 || hdr == wire):
+		return hdr
+	case wire > 0:
+		return wire
+	}
+	return n
+}
+
+func (p *Packet) decode4(b []byte, wire int) {
 	if len(b) < 20 {
 		return
 	}
@@ -55,22 +88,24 @@ func (p *Packet) decode4(b []byte) {
 		return
 	}
 	total := int(binary.BigEndian.Uint16(b[2:4]))
+	// end bounds where ports are read: the header's length when set.
+	end := total
 	if total < ihl {
-		// TSO/GRO "big TCP" packets carry total length 0; trust the
-		// captured length then, anything else shorter than the header is
-		// malformed.
+		// TSO/GRO "big TCP" packets carry total length 0: the real
+		// length is the source's (or, unknown, at least what was
+		// captured); anything else shorter than the header is malformed.
 		if total != 0 {
 			return
 		}
-		total = max(len(b), ihl)
+		end = len(b)
 	}
+	p.Length = max(realLength(total, wire, len(b)), ihl)
 	proto := b[9]
 	frag := binary.BigEndian.Uint16(b[6:8])
 	offset := frag & 0x1fff
 	copy(p.Src[:4], b[12:16])
 	copy(p.Dst[:4], b[16:20])
 	p.Proto = proto
-	p.Length = total
 	p.Class = IPv4
 	if offset != 0 {
 		p.Fragment = true
@@ -84,7 +119,7 @@ func (p *Packet) decode4(b []byte) {
 	}
 	// Ports are read only from within the packet's stated length, never
 	// from link-layer padding or bytes past it.
-	p.ports(proto, b[ihl:min(len(b), total)], false)
+	p.ports(proto, b[ihl:min(len(b), end)], false)
 }
 
 // IPv6 extension headers that Decode walks to find the transport header.
@@ -97,7 +132,7 @@ const (
 	ipv6NoNext   = 59
 )
 
-func (p *Packet) decode6(b []byte) {
+func (p *Packet) decode6(b []byte, wire int) {
 	if len(b) < 40 {
 		return
 	}
@@ -105,14 +140,17 @@ func (p *Packet) decode6(b []byte) {
 	copy(p.Dst[:], b[24:40])
 	p.Class = IPv6
 	plen := int(binary.BigEndian.Uint16(b[4:6]))
-	p.Length = 40 + plen
+	hdr, end := 40+plen, 40+plen
 	if plen == 0 {
-		// Jumbogram (hop-by-hop jumbo option) or big TCP: the 16-bit
-		// field can't say; charge what we were given.
-		p.Length = len(b)
+		// Jumbogram (hop-by-hop jumbo option), big TCP, or a payload
+		// length 0 behind a hop-by-hop header (which the kernel does not
+		// trim): the 16-bit field can't say; the real length is the
+		// source's (or, unknown, what we were given).
+		hdr, end = 0, len(b)
 	}
+	p.Length = realLength(hdr, wire, len(b))
 	next := b[6]
-	rest := b[40:min(len(b), p.Length)]
+	rest := b[40:min(len(b), end)]
 	// cut marks a chain that ends before its transport header: the
 	// protocol is unknown and the ports out of reach.
 	cut := func() {

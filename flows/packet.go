@@ -78,8 +78,11 @@ type Packet struct {
 	// for other ICMP messages SrcPort holds type<<8|code and DstPort is 0.
 	// Zero for every other protocol and for non-first fragments.
 	SrcPort, DstPort uint16
-	// Length is the packet's IP length from its header (IPv4 total length,
-	// or IPv6 payload length + 40), not the number of bytes captured. It is
-	// what a byte-rate limiter charges. For Malformed packets it is len(b).
+	// Length is the packet's real length, never the number of bytes
+	// captured: its IP header's (IPv4 total length, or IPv6 payload length
+	// + 40) when that is set and agrees with the length the source knows
+	// (DecodeLen's wire), else the source's, else the bytes given (see
+	// DecodeLen). It is what a byte-rate limiter charges. For Malformed
+	// packets it is the source's length, or len(b).
 	Length int
 }

@@ -301,13 +301,15 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 	var depart int64
 	if ip, ok := Decap(lt, data); ok {
 		r.eng.SetHoldRoom(r.holdRoom(len(data)))
-		// The IP packet's real length: the record's original length
-		// (never less than what was copied) less the link-layer bytes
-		// before the IP header (ip is a subslice of data: the
-		// difference of their capacities is its offset). The engine
-		// charges it when the IP header's own length is 0 or more than
-		// the record holds (a snap length cut it).
-		r.meta.Len = max(ci.Length, len(data)) - (cap(data) - cap(ip))
+		// The IP packet's real length when the record was cut (a snap
+		// length): its original length less the link-layer bytes before
+		// the IP header (ip is a subslice of data: the difference of
+		// their capacities is its offset). A whole record passes 0, so
+		// the IP header's length is charged, not link-layer padding.
+		r.meta.Len = 0
+		if ci.Length > len(data) {
+			r.meta.Len = ci.Length - (cap(data) - cap(ip))
+		}
 		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
 		v, depart = r.dec.Verdict, r.dec.Depart
 		if r.tl != nil {

@@ -29,6 +29,18 @@
 # Every rule carries the bypass flag (iptables --queue-bypass, nft "bypass"):
 # when no packetshaper is bound to the queue, packets are accepted instead of
 # dropped, so stopping or killing packetshaper never cuts the network.
+# Every rule also carries a conntrack match that every packet passes
+# (iptables -m conntrack --ctstate INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED,
+# nft "ct state invalid,new,established,related,untracked"): while such a
+# rule exists, the kernel has connection tracking, and with it defragmentation
+# (nf_defrag_ipv4/ipv6, hooked at priority -400, before any filter chain), on
+# in the namespace, so fragments are reassembled before the queue hook and
+# packetshaper sees, and charges, each datagram whole, in INPUT, FORWARD and
+# OUTPUT. Without it, a port match (--dport) cannot match the fragments after
+# the first (they carry no ports) and they would pass uncharged. The cost:
+# conntrack tracks all traffic of the namespace (net.netfilter.nf_conntrack_max
+# bounds its table; a full table drops new connections).
+#
 # iptables rules are inserted at the top of the chain and tagged with a
 # comment "packetshaper ..." naming the rule; nft rules live in their own
 # table "inet packetshaper" (removed when its last rule goes), also tagged;
@@ -60,6 +72,10 @@ usage() { sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
 
 NFT_TABLE=packetshaper
 TAG=packetshaper
+# Every conntrack state: the match that keeps defragmentation on (see above)
+# and lets every packet through.
+IPT_CTSTATE=INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED
+NFT_CTSTATE=invalid,new,established,related,untracked
 # The offload table and sets: the same names as package offload's constants
 # (its tests check that they agree).
 OFF_TABLE=packetshaper_offload
@@ -207,6 +223,8 @@ ipt_spec() { # tool -> rule spec (without chain)
 	[ -n "$src" ] && spec+=(-s "$src")
 	[ -n "$p" ] && spec+=(-p "$p")
 	[ -n "$dport" ] && spec+=(--dport "$dport")
+	# Defragmentation before the queue (see the top of this file).
+	spec+=(-m conntrack --ctstate "$IPT_CTSTATE")
 	spec+=(-m comment --comment "$desc" -j NFQUEUE)
 	if [ "$qlo" = "$qhi" ]; then spec+=(--queue-num "$qlo"); else spec+=(--queue-balance "$qlo:$qhi"); fi
 	spec+=(--queue-bypass)
@@ -319,6 +337,8 @@ nft_expr() {
 	*) e="${e}meta l4proto $proto " ;;
 	esac
 	[ -n "$dport" ] && e="${e}th dport $dport "
+	# Defragmentation before the queue (see the top of this file).
+	e="${e}ct state $NFT_CTSTATE "
 	if [ -n "$test_verdict" ]; then
 		e="${e}counter $test_verdict"
 	elif [ "$qlo" = "$qhi" ]; then

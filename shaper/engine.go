@@ -625,7 +625,11 @@ var noMeta Meta
 // whole limiter.
 func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	p := &e.pkt
-	p.Decode(pkt)
+	wire := 0
+	if m != nil {
+		wire = m.Len
+	}
+	p.DecodeLen(pkt, wire)
 	e.stats.Packets++
 	d.SetMark, d.Exceeded, d.Malformed, d.Depart = false, false, false, 0
 	if p.Class == flows.Malformed {
@@ -668,13 +672,7 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	rs.key.KeyTo(&d.Key, p)
 	cost := int64(1)
 	if rs.bytes {
-		cost = int64(p.Length)
-		if m != nil && m.Len > 0 && p.Length >= len(pkt) {
-			// The header's length is 0 (Decode then took the bytes
-			// given) or more than was copied (a capture's snap length):
-			// the source's length is the real one.
-			cost = int64(m.Len)
-		}
+		cost = int64(p.Length) // the real length: flows.Packet.DecodeLen
 	}
 	var f *flow
 	var ok bool

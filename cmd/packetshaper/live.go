@@ -76,7 +76,7 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	f := &liveFlags{}
 	fs.StringVar(&f.queue, "queue", "0", "NFQUEUE number `N`, or a range N-M: one reader and one engine per queue (rule: --queue-balance N:M, which keeps each flow on one queue)")
 	fs.UintVar(&f.maxLen, "queue-maxlen", nfq.DefaultMaxQueueLen, "packets the kernel holds per queue waiting for a verdict; beyond it packets fail open (or are dropped with --fail-closed)")
-	fs.UintVar(&f.copyRange, "copy-range", nfq.DefaultCopyRange, "bytes of each packet copied from the kernel, from the IP header (enough for the headers; the length for --bitrate comes from the IP header)")
+	fs.UintVar(&f.copyRange, "copy-range", nfq.DefaultCopyRange, "bytes of each packet copied from the kernel, from the IP header (enough for the headers; --bitrate charges the packet's real length, from its IP header or the kernel, whatever was copied)")
 	fs.IntVar(&f.readBuffer, "read-buffer", nfq.DefaultReadBuffer, "netlink socket receive buffer in `bytes` per queue")
 	fs.IntVar(&f.batch, "batch", nfq.DefaultBatchSize, "most packets read and answered at once (batches never wait to fill)")
 	fs.BoolVar(&f.failClosed, "fail-closed", false, "drop packets that find the queue full instead of accepting them")

@@ -97,6 +97,10 @@ type SendResult struct {
 
 // sendOpts are the flags send and send6x share: which flows, how fast, for
 // how long.
+// maxUDPPayload is the largest UDP payload of an IPv4 datagram (65535 less
+// the IPv4 and UDP headers), and so of --size.
+const maxUDPPayload = 65535 - 20 - 8
+
 type sendOpts struct {
 	dst, src string
 	flows    int
@@ -121,7 +125,7 @@ func addSendFlags(fs *flag.FlagSet) *sendOpts {
 	fs.Float64Var(&o.pps, "pps", 100, "packets per second per flow and destination; 0: unpaced, as fast as sendmmsg goes (bound it with --count and --duration)")
 	fs.DurationVar(&o.dur, "duration", 3*time.Second, "how long to send (max 10m)")
 	fs.Uint64Var(&o.count, "count", 0, "stop after this many packets per flow and destination (0 = only --duration)")
-	fs.IntVar(&o.size, "size", 64, "UDP payload bytes (0..1400)")
+	fs.IntVar(&o.size, "size", 64, fmt.Sprintf("UDP payload bytes (0..%d; above the path's MTU less the headers, the kernel fragments each datagram)", maxUDPPayload))
 	fs.DurationVar(&o.window, "window", 0, "also count packets per flow per window of this length, aligned to the Unix epoch")
 	fs.BoolVar(&o.times, "times", false, "also report each packet's send time per flow (µs after the flow's first)")
 	fs.BoolVar(&o.seq, "seq", false, "send: number each flow's packets from 0 in the payload's first 8 bytes (big-endian), for recv --times; paced, one destination")
@@ -142,8 +146,8 @@ func (o *sendOpts) check() error {
 		return badFlag("--sport %d with %d flows: ports must stay within 1..65535", o.sport, o.flows)
 	case !(o.pps >= 0 && o.pps <= 1e6):
 		return badFlag("--pps %v: must be 0 (unpaced) or > 0 and <= 1000000", o.pps)
-	case o.size < 0 || o.size > 1400:
-		return badFlag("--size %d: must be 0..1400", o.size)
+	case o.size < 0 || o.size > maxUDPPayload:
+		return badFlag("--size %d: must be 0..%d", o.size, maxUDPPayload)
 	case o.window < 0:
 		return badFlag("--window %v: must be >= 0", o.window)
 	case o.align < 0 || o.align > time.Minute:

@@ -57,6 +57,8 @@ func runSend6x(ctx context.Context, args []string) (any, error) {
 		return nil, badFlag("--dstopt-len %d: must be 8..%d", *optLen, maxDstOptLen)
 	case *nopts*hlen > maxExtBytes:
 		return nil, badFlag("--dstopts %d × --dstopt-len %d: at most %d bytes of headers", *nopts, hlen, maxExtBytes)
+	case *nopts*hlen+8+o.size > 65535:
+		return nil, badFlag("--size %d with %d bytes of headers: more than an IPv6 payload length can say (65535)", o.size, *nopts*hlen)
 	}
 	for _, d := range dsts {
 		if !d.Addr().Is6() {
