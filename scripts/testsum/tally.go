@@ -126,7 +126,10 @@ func (t *tally) event(e event, live io.Writer) {
 	k := key{e.Package, e.Test}
 	switch {
 	case e.Action == actionExit:
-		t.exit = e.Output
+		// Several commands may make one stage: the first that failed.
+		if t.exit == "" || t.exit == "0" {
+			t.exit = e.Output
+		}
 	case e.Action == "build-output":
 		appendBounded(buf(t.buildOut, e.ImportPath), e.Output)
 	case e.Action == "build-fail":
