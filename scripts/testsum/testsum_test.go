@@ -175,17 +175,20 @@ func TestRealGoTest(t *testing.T) {
 		t.Skipf("no go command in PATH: %v", err)
 	}
 	dir := t.TempDir()
+	// The test functions indented, so that scripts/test.sh, which finds
+	// fuzz targets as lines starting "func Fuzz" in test files, does not
+	// take this file's for its own.
 	files := map[string]string{
 		"go.mod": "module ex\n\ngo 1.22\n",
 		"a/a_test.go": `package a
 
 import "testing"
 
-func TestPass(t *testing.T) {}
-func TestSkip(t *testing.T) { t.Skipf("no shared captures (%s)", "open ../shared: no such file") }
-func TestSkipNow(t *testing.T) { t.SkipNow() }
-func TestFail(t *testing.T) { t.Error("want 1, got 2") }
-func FuzzSeeds(f *testing.F) { f.Add(1); f.Fuzz(func(t *testing.T, n int) {}) }
+	func TestPass(t *testing.T) {}
+	func TestSkip(t *testing.T) { t.Skipf("no shared captures (%s)", "open ../shared: no such file") }
+	func TestSkipNow(t *testing.T) { t.SkipNow() }
+	func TestFail(t *testing.T) { t.Error("want 1, got 2") }
+	func FuzzSeeds(f *testing.F) { f.Add(1); f.Fuzz(func(t *testing.T, n int) {}) }
 `,
 		"b/b_test.go": "package b\n\nfunc broken( {\n",
 	}
