@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
 // TestHoldRealKernel: against the real kernel, packets held (Verdict.At)
@@ -189,8 +191,9 @@ func TestHoldRoom(t *testing.T) {
 }
 
 // TestHoldIdleTimer: with nothing held, Run sleeps as before (the timer is
-// disarmed); a single held packet wakes it at its time, to well under a
-// millisecond, though the netpoller's own timers could not.
+// disarmed); a single held packet wakes it at its time, well before the
+// receive timeout (the timing figure: to well under a millisecond, though
+// the netpoller's own timers could not).
 func TestHoldIdleTimer(t *testing.T) {
 	const queue = 1
 	newNetns(t, queue)
@@ -214,9 +217,13 @@ func TestHoldIdleTimer(t *testing.T) {
 		t.Fatalf("HoldStats %+v", hs)
 	}
 	t.Logf("lateness of 20 lone releases: %+v", hs.Late)
-	if hs.Late.P50 > time.Millisecond {
-		t.Errorf("lone releases %v late at the median, want well under 1 ms", hs.Late.P50)
+	// Without the timer the release would wait for the receive timeout
+	// (100 ms, less the 37 ms held): far later than a loaded machine makes
+	// it. Well under a millisecond is the timing figure.
+	if hs.Late.P50 > 30*time.Millisecond {
+		t.Errorf("lone releases %v late at the median, want well under the receive timeout: the timer did not wake Run", hs.Late.P50)
 	}
+	timing.Check(t, hs.Late.P50 <= time.Millisecond, "lone releases %v late at the median, want well under 1 ms", hs.Late.P50)
 }
 
 // BenchmarkHoldLateness measures how late lone held packets get their

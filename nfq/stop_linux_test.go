@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
 // Stopping with a full queue (issue 13). The kernel drops every packet
@@ -213,9 +215,7 @@ send:
 	if runErr != nil {
 		t.Fatal(runErr)
 	}
-	if took > time.Second {
-		t.Errorf("Run returned %v after cancel, want < 1 s", took)
-	}
+	timing.Check(t, took <= time.Second, "Run returned %v after cancel, want < 1 s", took)
 	if got := p.waitCount(int64(sent), 3*time.Second); got != int64(sent) {
 		t.Errorf("received %d of %d packets", got, sent)
 	}
@@ -267,9 +267,10 @@ func testCleanStopFull(t *testing.T) {
 				f.p.send(t, uint16(f.sent), 16)
 				f.sent++
 			}
-			if took < stopDrainTimeout || took > 1500*time.Millisecond {
-				t.Errorf("Run returned %v after cancel, want from %v (the drain deadline) to 1.5 s", took, stopDrainTimeout)
+			if took < stopDrainTimeout {
+				t.Errorf("Run returned %v after cancel, want at least %v (the drain deadline)", took, stopDrainTimeout)
 			}
+			timing.Check(t, took <= 1500*time.Millisecond, "Run returned %v after cancel, want from %v (the drain deadline) to 1.5 s", took, stopDrainTimeout)
 			f.checkAllArrived(t)
 			s, ks := f.checkAnsweredOnce(t)
 			if s.StopAccepted == 0 {
@@ -307,9 +308,13 @@ func TestCleanStopClockStep(t *testing.T) {
 			if skew := time.Duration(f.skew.Load()); (skew + step).Abs() > time.Second {
 				t.Fatalf("Handler's now - time.Now() = %v, want about %v (the clock hook not used?)", skew, -step)
 			}
-			if took < stopDrainTimeout || took > 2*time.Second {
-				t.Errorf("Run returned %v after cancel, want from %v (the drain deadline) to 2 s", took, stopDrainTimeout)
+			// A deadline on the stepped clock would end the drain at once
+			// (or never: an hour): the bounds show it with a loaded
+			// machine's margin; 2 s is the timing figure.
+			if took < stopDrainTimeout || took > 10*time.Second {
+				t.Errorf("Run returned %v after cancel, want from %v (the drain deadline) to 10 s", took, stopDrainTimeout)
 			}
+			timing.Check(t, took <= 2*time.Second, "Run returned %v after cancel, want from %v (the drain deadline) to 2 s", took, stopDrainTimeout)
 			f.checkAllArrived(t)
 			s, _ := f.checkAnsweredOnce(t)
 			t.Logf("Run returned in %v; %d answered by the Handler, %d by the final verdict", took, s.Packets, s.StopAccepted)

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
 // errorCases are rule files Parse must refuse, with the one line it must
@@ -391,12 +394,21 @@ func TestMatchBytesCap(t *testing.T) {
 		}
 		b.WriteString("], proto = [\"udp\"] }\npps = 10\n\n")
 	}
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	t0 := time.Now()
 	_, err := Parse("big.toml", []byte(b.String()))
+	d := time.Since(t0)
+	runtime.ReadMemStats(&m1)
 	if err == nil || !strings.Contains(err.Error(), "MiB compiled") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("Parse of 4000 rules × 60 ports: %v", err)
 	}
-	if d := time.Since(t0); d > 20*time.Second {
-		t.Errorf("refusing took %v", d)
+	// Before compiling: the tables refused would have taken over 100 MiB;
+	// refusing allocates less than the cap.
+	alloc := m1.TotalAlloc - m0.TotalAlloc
+	t.Logf("refused in %v, %d MiB allocated", d, alloc>>20)
+	if alloc > MaxMatchBytes {
+		t.Errorf("refusing allocated %d MiB, more than the %d MiB cap: the tables were compiled", alloc>>20, MaxMatchBytes>>20)
 	}
+	timing.Check(t, d <= 20*time.Second, "refusing took %v, want at most 20 s", d)
 }

@@ -35,13 +35,43 @@ func addCaptureSeeds(f *testing.F) {
 	b.epb(8, 1, ipv4, 1400, b.opt(1, make([]byte, 64)))
 	f.Add(b.buf.Bytes())
 	f.Add(gz(b.buf.Bytes()))
-	for _, dir := range []string{testdata, "../../shared/pcaps/normal", "../../shared/pcaps/malformed"} {
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
-			if err == nil && len(b) <= 16<<10 && !e.IsDir() {
-				f.Add(b)
-			}
+	for _, dir := range append([]string{testdata}, sharedSeedDirs...) {
+		for _, b := range captureSeeds(dir) {
+			f.Add(b)
+		}
+	}
+}
+
+// sharedSeedDirs are the shared captures' directories that seed the fuzz
+// targets when present (TestSharedFuzzSeeds says when they are not).
+var sharedSeedDirs = []string{"../../shared/pcaps/normal", "../../shared/pcaps/malformed"}
+
+// captureSeeds are the captures in dir small enough to be fuzz seeds (16
+// KiB at most); none if dir cannot be read.
+func captureSeeds(dir string) [][]byte {
+	var seeds [][]byte
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err == nil && len(b) <= 16<<10 && !e.IsDir() {
+			seeds = append(seeds, b)
+		}
+	}
+	return seeds
+}
+
+// TestSharedFuzzSeeds: the shared captures are there to seed FuzzReplay,
+// or the test skips and says that the fuzz targets run without them (the
+// summary of scripts/test.sh lists the skip with this reason).
+func TestSharedFuzzSeeds(t *testing.T) {
+	for _, dir := range sharedSeedDirs {
+		if _, err := os.ReadDir(dir); err != nil {
+			t.Skipf("no shared captures (%v): FuzzReplay runs without their seeds; they live in ../shared/pcaps next to the repository", err)
+		}
+		if n := len(captureSeeds(dir)); n == 0 {
+			t.Errorf("%s: no capture of at most 16 KiB to seed the fuzz targets", dir)
+		} else {
+			t.Logf("%s: %d seeds", dir, n)
 		}
 	}
 }

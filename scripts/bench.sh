@@ -22,8 +22,9 @@
 #           departure lateness; default and --rt-priority 1); a reload
 #           with packets held; SIGTERM and SIGKILL with packets held; and
 #           the kernel's cost of verdicts by id against the packets held
-#           (root; go test ./e2e -run '^TestShape' and ./nfq -bench
-#           'HeldVerdicts|KernelListWalk'; about 3 minutes)
+#           (root; PS_STRICT_TIMING=1 go test ./e2e -run '^TestShape': the
+#           tests' timing figures enforced, see internal/timing; and ./nfq
+#           -bench 'HeldVerdicts|KernelListWalk'; about 3 minutes)
 #   global  a global rule's Decide beside the same rule run locally, in one
 #           run (go test -bench DecideGlobal ./shaper: leases that never run
 #           dry; ./global: leases from a real redis-server through the
@@ -31,14 +32,28 @@
 #           with 10, 1 000 and 100 000 active keys (go test -bench RedisLoad
 #           ./global; needs redis-server, which the tests start themselves on
 #           loopback ports)
+#   timing  the timing figures that go test reports but does not enforce
+#           (internal/timing), enforced: the tests that check them run with
+#           PS_STRICT_TIMING=1 -v; their log lines (the figures, each one
+#           over its bound with the load average beside it) and PASS or
+#           FAIL per test are reported, with the load average before and
+#           after each package: nfq
+#           (Wake to Idle, lone-release lateness, stop times), global
+#           (fallback and return times; redis-server), daemon (idle
+#           listing), policy (refusing a huge file), cmd/packetshaper (the
+#           live run), e2e (flood rate, listing latency, the store's
+#           return, exit after SIGTERM); the shape part covers the shaping
+#           tests' (root for nfq, cmd and e2e, which skip otherwise; about
+#           4 minutes)
 #
-#   sudo ./scripts/bench.sh                       # all seven, about 10-14 minutes
+#   sudo ./scripts/bench.sh                       # all eight, about 14-18 minutes
 #   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 1.5 minutes
 #   sudo PARTS=moderate ./scripts/bench.sh        # CPU per packet only, about 3 minutes
 #   sudo PARTS=shape ./scripts/bench.sh           # shaping only, about 3 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #   PARTS=global ./scripts/bench.sh               # no root needed (redis-server installed)
+#   sudo PARTS=timing ./scripts/bench.sh          # the tests' timing figures, enforced
 #
 # It drives the reference harness ../shared/nfqbench/run.sh (NFQBENCH=path to
 # change it), which creates its own namespaces, sends 64-byte UDP from a
@@ -97,7 +112,7 @@
 # of bypassing, and "via consumer" (the queue's id_sequence, or the consumer's
 # own packets= count) is shown beside "delivered".
 #
-# Environment (defaults): PARTS=engine,replay,live,queues,moderate,shape,global
+# Environment (defaults): PARTS=engine,replay,live,queues,moderate,shape,global,timing
 #   engine: ENGINE_COUNT=3 (go test -count)
 #   replay: REPLAY_PACKETS=1000000 REPLAY_FLOWS=10000 REPLAY_RUNS=3
 #   live:   REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000 LIMITED_PPS=1000
@@ -121,7 +136,7 @@ LIMITED_PPS=${LIMITED_PPS:-1000}
 SIZE=${SIZE:-64}
 PS_ARGS=${PS_ARGS:-}
 OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
-PARTS=${PARTS:-engine,replay,live,queues,moderate,shape,global}
+PARTS=${PARTS:-engine,replay,live,queues,moderate,shape,global,timing}
 QUEUE_RATES=${QUEUE_RATES:-150000 200000 300000 0}
 QUEUE_CPUS=${QUEUE_CPUS:-0,1}
 MODERATE_RATES=${MODERATE_RATES:-5000 20000 50000 0}
@@ -141,9 +156,9 @@ case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""
 between() { [ "${!1}" -ge "$2" ] && [ "${!1}" -le "$3" ]; }
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 for p in ${PARTS//,/ }; do
-	case "$p" in engine | replay | live | queues | moderate | shape | global) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate, shape, global)" ;; esac
+	case "$p" in engine | replay | live | queues | moderate | shape | global | timing) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate, shape, global, timing)" ;; esac
 done
-[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate, shape, global)"
+[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate, shape, global, timing)"
 if want live || want queues || want moderate; then
 	[ "$(id -u)" = 0 ] || die "the live, queues and moderate parts must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
 	[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh, or PARTS=engine,replay)"
@@ -253,15 +268,15 @@ fi
 if want shape; then
 	log "shape: go test ./e2e -run '^TestShape' -v, then go test ./nfq -bench 'HeldVerdicts|KernelListWalk'"
 	load0=$(cut -d' ' -f1-3 /proc/loadavg)
-	(cd "$ROOT" && timeout 900 go test ./e2e -run '^TestShape' -count=1 -v -timeout 14m) >"$OUT/shape.txt" 2>&1
+	(cd "$ROOT" && PS_STRICT_TIMING=1 timeout 900 go test ./e2e -run '^TestShape' -count=1 -v -timeout 14m) >"$OUT/shape.txt" 2>&1
 	shape_rc=$?
 	(cd "$ROOT" && timeout 600 go test ./nfq -run '^$' -bench 'HeldVerdicts|KernelListWalk' -benchtime 20000x -count 1 -timeout 9m) >"$OUT/held.txt" 2>&1 ||
 		{ tail -20 "$OUT/held.txt" >&2; die "the held-verdicts benchmark failed (log: $OUT/held.txt)"; }
 	{
-		printf "## Shaping: end to end (go test ./e2e -run '^TestShape' -v; load average before: %s)
+		printf "## Shaping: end to end (PS_STRICT_TIMING=1 go test ./e2e -run '^TestShape' -v; load average before: %s, after: %s)
 
-" "$load0"
-		grep -E '^ *shape_test\.go:[0-9]+: |^ *--- (PASS|FAIL)' "$OUT/shape.txt" | sed -E 's/^ *shape_test\.go:[0-9]+: /    /; s/^ *(--- )/  \1/'
+" "$load0" "$(cut -d' ' -f1-3 /proc/loadavg)"
+		grep -E '^ *(shape|harness)_test\.go:[0-9]+: |^ *--- (PASS|FAIL)' "$OUT/shape.txt" | sed -E 's/^ *(shape|harness)_test\.go:[0-9]+: /    /; s/^ *(--- )/  \1/'
 		[ "$shape_rc" = 0 ] || echo "    (go test exit status $shape_rc: see $OUT/shape.txt)"
 		echo
 		echo "## Shaping: the kernel's cost of verdicts by id with packets held (go test ./nfq -bench 'HeldVerdicts|KernelListWalk')"
@@ -317,6 +332,37 @@ if want global; then
 		for (i=1;i<=nr;i++) print row[i]
 		print ""
 	}' "$OUT/global-load.txt" >>"$OUT/bench.md" || die "cannot read the Redis load benchmark output ($OUT/global-load.txt)"
+fi
+
+# ---------------------------------------------------------------- timing
+# The tests whose figures go test checks with timing.Check (reported, not
+# enforced there), with PS_STRICT_TIMING=1: a figure over its bound fails
+# its test here. A test that gains a timing.Check belongs in this list.
+if want timing; then
+	{
+		echo "## Timing figures of the tests, enforced (PS_STRICT_TIMING=1 go test -v; see internal/timing)"
+		echo
+	} >>"$OUT/bench.md"
+	for spec in \
+		"./nfq TestWake|TestIdleRunParks|TestCleanStop|TestCleanStopClockStep|TestHoldIdleTimer" \
+		"./global TestFallbackAndReturn" \
+		"./daemon TestListFlowsIdle" \
+		"./policy TestMatchBytesCap" \
+		"./cmd/packetshaper TestLiveInNetns" \
+		"./e2e TestToolFlood|TestFlowsListingUnderLoad|TestGlobalLimit"; do
+		pkg=${spec%% *} tests=${spec#* }
+		name=$(echo "$pkg" | tr -c 'A-Za-z0-9\n' _)
+		log "timing: PS_STRICT_TIMING=1 go test $pkg -run '^($tests)\$'"
+		la0=$(cut -d' ' -f1-3 /proc/loadavg)
+		(cd "$ROOT" && PS_STRICT_TIMING=1 timeout 900 go test "$pkg" -run "^($tests)\$" -count=1 -p 1 -v -timeout 14m) >"$OUT/timing$name.txt" 2>&1
+		rc=$?
+		{
+			printf "%s (load average before: %s, after: %s)\n\n" "$pkg -run '^($tests)\$'" "$la0" "$(cut -d' ' -f1-3 /proc/loadavg)"
+			grep -E '^ *--- (PASS|FAIL|SKIP)|^ *[a-z_]+_test\.go:[0-9]+: ' "$OUT/timing$name.txt" | sed 's/^ */    /'
+			[ "$rc" = 0 ] || echo "    (go test exit status $rc: see $OUT/timing$name.txt)"
+			echo
+		} >>"$OUT/bench.md"
+	done
 fi
 
 # finish: the machine and the command under the report, then print it.

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
 func TestParseQueues(t *testing.T) {
@@ -216,10 +217,11 @@ func testLive(t *testing.T, queues string, rule []string, flows int) {
 		}()
 	}()
 	// Whatever goes wrong, runLive gets a SIGTERM after 20 s.
-	var running atomic.Bool
+	var running, fired atomic.Bool
 	running.Store(true)
 	watchdog := time.AfterFunc(20*time.Second, func() {
 		if running.Load() {
+			fired.Store(true)
 			syscall.Kill(os.Getpid(), syscall.SIGTERM)
 		}
 	})
@@ -235,9 +237,12 @@ func testLive(t *testing.T, queues string, rule []string, flows int) {
 	if code != 0 {
 		t.Fatalf("runLive = %d, want 0\nlog:\n%s", code, stderr.String())
 	}
-	if el := time.Since(t0); el > 10*time.Second {
-		t.Errorf("runLive took %v", el)
+	// It ended by itself, not at the watchdog's SIGTERM.
+	el := time.Since(t0)
+	if fired.Load() {
+		t.Errorf("runLive ran %v: it ended at the watchdog's SIGTERM, not by itself", el)
 	}
+	timing.Check(t, el <= 10*time.Second, "runLive took %v, want at most 10 s", el)
 	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
 	last := lines[len(lines)-1]
 	if !strings.Contains(last, `msg="final stats"`) {

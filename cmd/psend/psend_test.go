@@ -169,3 +169,33 @@ func background(f func() (any, error)) <-chan out {
 	}()
 	return rc
 }
+
+// TestPacedLateWakeup: a paced sender woken after the end of its run (a
+// loaded machine) still sends every packet that was due before the end:
+// the rate over the run is exact.
+func TestPacedLateWakeup(t *testing.T) {
+	const pps, flows = 100, 2
+	sent := make([]int, flows)
+	targets := make([][]target, flows)
+	for f := range targets {
+		targets[f] = []target{{write: func() error { sent[f]++; return nil }}}
+	}
+	o := &sendOpts{pps: pps, flows: flows}
+	// A run of 1 s that ended 1 s ago.
+	start := time.Now().Add(-2 * time.Second)
+	end := start.Add(time.Second)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var counted uint64
+	count := func(f int, ns int64, n uint64) { counted += n }
+	note := func(int, int64, uint64) {}
+	paced(context.Background(), o, targets, start, end, timer, &SendResult{}, count, note)
+	for f, n := range sent {
+		if n != pps {
+			t.Errorf("flow %d: sent %d, want %d (its rate × the run)", f, n, pps)
+		}
+	}
+	if counted != pps*flows {
+		t.Errorf("counted %d, want %d", counted, pps*flows)
+	}
+}

@@ -335,9 +335,12 @@ func sendLoop(ctx context.Context, o *sendOpts, targets [][]target, res *SendRes
 
 func paced(ctx context.Context, o *sendOpts, targets [][]target, start, end time.Time, timer *time.Timer,
 	res *SendResult, count, note func(f int, ns int64, n uint64)) {
-	interval := time.Duration(float64(time.Second) / (o.pps * float64(o.flows)))
-	if interval <= 0 {
-		interval = 1
+	// dueAt is packet i's time, i / (pps × flows) seconds after start,
+	// not rounded per packet: a run of d seconds is exactly pps × d
+	// packets per flow (i × a rounded interval would fit one more in).
+	perSec := o.pps * float64(o.flows)
+	dueAt := func(i uint64) time.Time {
+		return start.Add(time.Duration(float64(i) * float64(time.Second) / perSec))
 	}
 	total := uint64(0)
 	if o.count > 0 {
@@ -346,12 +349,11 @@ func paced(ctx context.Context, o *sendOpts, targets [][]target, start, end time
 	var i uint64
 	for {
 		now := time.Now()
-		if !now.Before(end) {
-			return
-		}
-		// Send everything that is due now.
+		// Send everything that is due now: woken late, past the end too,
+		// everything that was due before the end (a loaded machine makes
+		// no packet fewer).
 		for ; total == 0 || i < total; i++ {
-			due := start.Add(time.Duration(i) * interval)
+			due := dueAt(i)
 			if due.After(now) {
 				break
 			}
@@ -371,10 +373,10 @@ func paced(ctx context.Context, o *sendOpts, targets [][]target, start, end time
 			}
 			note(f, ns, ok)
 		}
-		if total > 0 && i >= total {
+		if (total > 0 && i >= total) || !now.Before(end) {
 			return
 		}
-		next := start.Add(time.Duration(i) * interval)
+		next := dueAt(i)
 		timer.Reset(time.Until(next))
 		select {
 		case <-ctx.Done():
