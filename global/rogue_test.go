@@ -2,7 +2,6 @@ package global
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"strconv"
 	"sync"
@@ -99,7 +98,7 @@ func TestScriptRogueState(t *testing.T) {
 	c.Del(ctx, key)
 	c.HSet(ctx, key, "tk", "-1e300", "ts", storeNow(t, c))
 	runScript(t, c, key, tb("a", 0, 0, 10))
-	if tk, _ := c.HGet(ctx, key, "tk").Float64(); tk < -(20+(maxHosts+1)*1) {
+	if tk, _ := c.HGet(ctx, key, "tk").Float64(); tk < -(20 + (maxHosts+1)*1) {
 		t.Errorf("tokens %v after a forged debt of -1e300, want at least -(burst + (maxHosts+1) × mincap)", tk)
 	}
 }
@@ -340,5 +339,3 @@ func TestRogueWriter(t *testing.T) {
 		})
 	}
 }
-
-var _ = fmt.Sprint
