@@ -8,6 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"strconv"
+	"unicode"
 )
 
 // TLSConfig returns the TLS settings of the connections to the store that
@@ -50,7 +52,7 @@ func (rd *Redis) loadTLS() (*tls.Config, string, error) {
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, "redis.ca-file", fmt.Errorf("%s holds no PEM certificate", rd.CAFile)
+			return nil, "redis.ca-file", fmt.Errorf("%s holds no PEM certificate", show(rd.CAFile))
 		}
 		cfg.RootCAs = pool
 	}
@@ -70,11 +72,22 @@ func (rd *Redis) loadTLS() (*tls.Config, string, error) {
 		}
 		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
-			return nil, "redis.cert-file", fmt.Errorf("%s and %s: %v", rd.CertFile, rd.KeyFile, err)
+			return nil, "redis.cert-file", fmt.Errorf("%s and %s: %v", show(rd.CertFile), show(rd.KeyFile), err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
 	return cfg, "", nil
+}
+
+// show is a file name for an error of one line: as it is, or quoted if it
+// holds what is not printable.
+func show(name string) string {
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(name)
+		}
+	}
+	return name
 }
 
 // maxCertFile bounds what readFile reads.
@@ -88,7 +101,7 @@ func readFile(name string) ([]byte, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, fmt.Errorf("cannot read %s: %v", name, err)
+		return nil, fmt.Errorf("cannot read %s: %v", show(name), err)
 	}
 	st, err := os.Stat(name)
 	if err != nil {

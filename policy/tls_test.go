@@ -93,6 +93,8 @@ func TestRedisTLSErrors(t *testing.T) {
 			"p.toml:4:11: redis.ca-file: cannot read " + missing + ": no such file or directory"},
 		{"ca-file a directory", head + "ca-file = " + q(dir) + "\n",
 			"p.toml:4:11: redis.ca-file: cannot read " + dir + ": not a regular file"},
+		{"ca-file name of two lines", head + "ca-file = \"a\\nb\"\n",
+			"p.toml:4:11: redis.ca-file: cannot read \"a\\nb\": no such file or directory"},
 		{"ca-file a device", head + "ca-file = \"/dev/zero\"\n",
 			"p.toml:4:11: redis.ca-file: cannot read /dev/zero: not a regular file"},
 		{"ca-file not PEM", head + "ca-file = " + q(notPEM) + "\n",
@@ -134,3 +136,38 @@ func TestRedisTLSErrors(t *testing.T) {
 }
 
 func q(s string) string { return `"` + s + `"` }
+
+// FuzzRedisTLS: [redis] tables with TLS settings, real files among them:
+// Parse never panics, its errors are one line, and what it accepts Format
+// writes back.
+func FuzzRedisTLS(f *testing.F) {
+	c := testcerts.Write(f, f.TempDir(), "")
+	rule := "[[rule]]\nname = \"g\"\npps = 10\nscope = \"global\"\n"
+	f.Add("[redis]\naddrs = [\"r:6379\"]\ntls = true\nca-file = " + q(c.CA) + "\ncert-file = " + q(c.ClientCert) +
+		"\nkey-file = " + q(c.ClientKey) + "\nserver-name = \"r\"\nusername = \"u\"\n" + rule)
+	f.Add("redis = { addrs = [\"r:6379\"], tls = true, ca-file = " + q(c.ClientKey) + " }\n" + rule)
+	f.Add("redis.addrs = [\"r:6379\"]\nredis.ca-file = \"/dev/null\"\nredis.tls = true\n" + rule)
+	f.Fuzz(func(t *testing.T, text string) {
+		file, err := Parse("fuzz.toml", []byte(text))
+		if err != nil {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("error is a %T: %v", err, err)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error of more than one line: %q", err)
+			}
+			return
+		}
+		var b bytes.Buffer
+		if err := file.Format(&b); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Parse("formatted.toml", b.Bytes())
+		if err != nil {
+			t.Fatalf("Parse(Format(f)): %v\n%s", err, b.Bytes())
+		}
+		if !reflect.DeepEqual(g.Redis, file.Redis.WithDefaults()) {
+			t.Fatalf("Parse(Format(f)).Redis = %+v, want %+v", g.Redis, file.Redis.WithDefaults())
+		}
+	})
+}
