@@ -146,4 +146,15 @@ func TestACL(t *testing.T) {
 	if n := s.cli("eval", "return #redis.call('keys', 'ps:*')", "0"); n != "1" {
 		t.Errorf("%s keys under ps: after the refused writes, want 1", n)
 	}
+	// The script's every path runs under the ACL: a key flooded with
+	// fake hosts (by another user) is cleaned up by packetshaper's.
+	name := rawClient(t, s.addr()).Keys(bg, "ps:*").Val()[0]
+	var args []any
+	for i := range 1000 {
+		args = append(args, "a:fake"+strconv.Itoa(i), "1")
+	}
+	rawClient(t, s.addr()).HSet(bg, name, args...)
+	if r := runScript(t, u, name, tb("a", 0, 0, 1)); r.hosts != 1 {
+		t.Errorf("after the flood: %s, want 1 host", fmtReply(r))
+	}
 }
