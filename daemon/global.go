@@ -138,8 +138,12 @@ func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {
 		}
 		password = strings.TrimRight(string(b), "\r\n")
 	}
+	tlsConfig, err := rd.TLSConfig()
+	if err != nil {
+		return nil, err
+	}
 	c, err := global.Open(global.Config{
-		Addrs: rd.Addrs, Cluster: *rd.Cluster, Password: password,
+		Addrs: rd.Addrs, Cluster: *rd.Cluster, Username: rd.Username, Password: password, TLS: tlsConfig,
 		Timeout: time.Duration(rd.Timeout), KeyPrefix: *rd.KeyPrefix, Logger: log,
 	})
 	if err != nil {

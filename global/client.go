@@ -3,6 +3,7 @@ package global
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -36,8 +37,12 @@ type Config struct {
 	// or with Cluster the seed nodes of a Redis Cluster. Required.
 	Addrs   []string
 	Cluster bool
-	// Password for AUTH; "" for none.
-	Password string
+	// Username and Password for AUTH (an ACL user, or "" for the
+	// default user); "" for no password.
+	Username, Password string
+	// TLS, if not nil, makes every connection use TLS with these
+	// settings (go-redis's TLSConfig).
+	TLS *tls.Config
 	// Timeout bounds each request (a pipeline of n asks gets Timeout plus
 	// n × max(100 µs, twice the store's recent time per ask)). Default
 	// DefaultTimeout.
@@ -150,7 +155,7 @@ func Open(cfg Config) (*Client, error) {
 	// per connection, any Redis or Valkey version.
 	if cfg.Cluster {
 		c.rdb = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: cfg.Addrs, Password: cfg.Password, Protocol: 2, DisableIdentity: true,
+			Addrs: cfg.Addrs, Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
 			MaxRetries: -1, DialTimeout: max(to, 100*time.Millisecond), DialerRetries: 1,
 			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, // deadlines from each request's context
 			MaxRedirects: 3, PoolSize: 4,
@@ -158,7 +163,7 @@ func Open(cfg Config) (*Client, error) {
 		})
 	} else {
 		c.rdb = redis.NewClient(&redis.Options{
-			Addr: cfg.Addrs[0], Password: cfg.Password, Protocol: 2, DisableIdentity: true,
+			Addr: cfg.Addrs[0], Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
 			MaxRetries: -1, DialTimeout: max(to, 100*time.Millisecond), DialerRetries: 1,
 			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, PoolSize: 4,
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
@@ -319,6 +324,7 @@ func (c *Client) send(batch []*entry) (ok, failed int) {
 		c.commands.Add(1)
 		if err != nil {
 			c.errs.Add(1)
+			c.lastErr.Store(&errText{err.Error()})
 			for _, e := range again {
 				e.r.failed(e, c.clock(), c.timeout)
 			}
@@ -422,8 +428,12 @@ func (c *Client) enterFallback(rules []*Rule) {
 	for _, r := range rules {
 		parts = append(parts, fmt.Sprintf("%s=%.4g/s (share %.2f of %d hosts)", r.name, r.fbRate, r.fbShare, r.fbHosts))
 	}
+	lastErr := ""
+	if e := c.lastErr.Load(); e != nil {
+		lastErr = e.s
+	}
 	c.log.Warn("global: the store does not answer: global rules fall back to local limits until it does",
-		"failing_for", time.Duration(now-c.failingSince).Round(time.Millisecond).String(),
+		"failing_for", time.Duration(now-c.failingSince).Round(time.Millisecond).String(), "error", lastErr,
 		"timeout", time.Duration(c.timeout).String(), "local_limits", strings.Join(parts, ","))
 }
 
@@ -440,6 +450,7 @@ func (c *Client) tryReturn(rules []*Rule) {
 		c.commands.Add(1)
 		if err != nil {
 			c.errs.Add(1)
+			c.lastErr.Store(&errText{err.Error()})
 			failed = 1
 		} else {
 			ok = 1

@@ -66,6 +66,39 @@
 // limit (+ the same credit): grants are counted in the window, and a host's
 // lease ends before the window does.
 //
+// # A store written by others
+//
+// The script reads every field of a key as untrusted (see leaseScript): a
+// value that packetshaper cannot have written (not a finite number, a
+// negative time, a token count above the burst, a window far ahead, a
+// state missing from a key that exists) counts as an empty bucket or a
+// spent window, never a full one; a time ahead of the store's clock is its
+// now; a debt is cut to what the hosts' credit can make. A key that a host
+// held a lease of within the horizon and finds gone (a FLUSHALL, a DEL, a
+// restart without persistence: the key's TTL outlives the horizon, so it
+// cannot have expired) restarts empty too. Host fields are counted at most
+// maxHosts (256) times, expire after the horizon, and a hash with more
+// fields than 256 hosts write loses all but the budget's state and the
+// asker's at its next ask, without being read.
+//
+// So under a writer that may flush or delete keys at any time, the bound
+// above holds with ΣH ≤ N × S (the hosts are counted again as they ask)
+// and one packet of forgiven credit per host and flush: a flush grants
+// nothing, it only loses the bucket's refill (what the bucket held, at most
+// the burst: burst / rate seconds of refill). Only a host's first ask of a
+// key (a lease new on that host) can find the key gone and make it full,
+// as it would without the writer. Under a writer that rewrites fields with
+// values packetshaper cannot have written (a huge, NaN or infinite token
+// count, NaN, infinite, negative or future times, a negative count, 5000
+// fake hosts) the bound holds as well, and the real hosts keep their fair
+// share of the rate: a fake host shrinks the caps (at most to S / 257),
+// never the budget. A writer that writes values packetshaper could have
+// written (a full bucket's count, an old time, a window's count of 0) is
+// indistinguishable from the script: each such write may grant up to one
+// burst (or window's limit). Keep such writers out with a Redis ACL that
+// lets packetshaper's user run only its script on its key prefix (see the
+// README) and no one else write that prefix.
+//
 // # When the store is gone
 //
 // A request that fails or takes longer than the timeout is counted as an

@@ -242,11 +242,16 @@ func (r *Rule) Stats() RuleStats {
 
 // args are the script's ARGV for e's ask.
 func (r *Rule) args(e *entry) []any {
+	horizon := r.c.life + r.c.life/4
 	a := askArgs{
 		fixedWindow: r.fixedWindow, rate: r.rate, size: r.size, windowUs: r.lc.Window / 1000,
 		slack: r.slack, mincap: r.mincap, host: r.c.host,
 		held: e.held, charge: e.charge, want: e.want,
-		horizonUs: (r.c.life + r.c.life/4) / 1000, decayUs: int64(decay * 1e6),
+		horizonUs: horizon / 1000, decayUs: int64(decay * 1e6),
+		// The key lives at least horizon + 1 s of the store's clock
+		// after the reply's script ran: if it is gone now, it was
+		// flushed or lost, and restarts empty.
+		known: e.replied != 0 && r.c.clock()-e.replied < horizon,
 	}
 	return a.argv()
 }

@@ -21,19 +21,36 @@ import (
 //
 // A host that has not asked for longer than the horizon holds nothing (its
 // leases expired before that on its own clock) and is forgotten. The hosts
-// that asked within the horizon share the slack: a host's cap is
-// max(mincap, slack / hosts), and it is granted no more than its cap minus
-// what it holds. (A host keeps what it was granted under an earlier, larger
+// that asked within the horizon (at most maxhosts others) share the slack:
+// a host's cap is max(mincap, slack / hosts), and it is granted no more
+// than its cap minus what it holds. (A host keeps what it was granted under an earlier, larger
 // cap until its next ask: while hosts arrive, together they may hold more
 // than the slack, for at most a lease's life; refusing the newcomers
 // instead would starve them until the first one spent its lease.)
+//
+// The store may be written by others than packetshaper (see the package
+// documentation, "A store written by others"): the script reads every field
+// as untrusted and never takes what it cannot have written for a full
+// bucket. A field that is not a finite number, or is negative where a
+// count or time cannot be, counts as spent (no tokens, the window used
+// up); so does a token count above the burst, and a missing state when the
+// key exists or this host held a lease of it within the horizon (the key
+// cannot have expired: it was flushed, deleted or lost). A time ahead of
+// the store's clock is its now (no refill until then; a window more than
+// one ahead is spent). A debt is kept, but never beyond what every host's
+// credit can make. Host fields are read only while the hash holds no more
+// than 8 + 3 × maxhosts fields (more: the others are fakes and are
+// dropped, the budget's state and this host's kept); a host field whose
+// time is not a time or more than the horizon away from now is dropped;
+// decayed grants are kept between 0 and size + 2 × rate × decay.
 //
 // KEYS[1]: the key. ARGV: algorithm (0 token bucket, 1 fixed window), rate
 // (cost units per second), burst (token bucket) or limit per window (fixed
 // window), window (µs), slack (cost units), mincap (cost units), host id,
 // held (what the host holds now, >= 0), charge (credit it spent, taken from
 // the budget whatever it holds), want, horizon (µs), decay (µs, the shares'
-// time constant).
+// time constant), known (1 if this host had a reply for the key within the
+// horizon), maxhosts (the most other hosts counted).
 //
 // Returns {granted, hosts, cap, wait µs, window left µs, own share ×1000,
 // all shares ×1000}: wait is how long the host should wait before asking
@@ -60,44 +77,101 @@ local charge = tonumber(ARGV[9])
 local want = tonumber(ARGV[10])
 local horizon = tonumber(ARGV[11])
 local decay = tonumber(ARGV[12])
+local known = ARGV[13] == '1'
+local maxhosts = tonumber(ARGV[14])
 
 -- Lua would write numbers with 14 digits: times in µs need 16.
 local function num(x) return string.format('%.17g', x) end
 local function int(x) return string.format('%d', x) end
-
-local h = redis.call('HGETALL', KEYS[1])
-local f = {}
-for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
-
-local cw, c = tonumber(f.w), tonumber(f.c) or 0
-if algo == 1 then
-  local w = math.floor(now / win)
-  -- a store clock that went back stays in the newer window
-  if cw == nil or w > cw then cw = w; c = 0 end
+-- Others may have written the key: every field read is checked. fin is a
+-- field as a finite number, nil if missing, not a number, NaN or infinite.
+local function fin(s)
+  local x = tonumber(s)
+  if x == nil or x ~= x or x == math.huge or x == -math.huge then return nil end
+  return x
+end
+-- A time (µs): nil unless finite and not negative; one ahead of the
+-- store's clock is now (a clock that went back grants nothing, and a
+-- forged future holds nothing up).
+local function time(s)
+  local x = fin(s)
+  if x == nil or x < 0 then return nil end
+  return math.min(x, now)
+end
+-- A host's decayed grants: from 0 to more than any host is granted.
+local gmax = size + 2 * rate * decay / 1e6
+local function grants(s)
+  local x = fin(s)
+  if x == nil or x < 0 then return 0 end
+  return math.min(x, gmax)
+end
+local function hdel(list)
+  for i = 1, #list, 900 do
+    redis.call('HDEL', KEYS[1], unpack(list, i, math.min(i + 899, #list)))
+  end
 end
 
-local n, total, short = 1, 0, 0
+local len = redis.call('HLEN', KEYS[1])
+local exists = len > 0
+local f = {}
+if len > 8 + 3 * maxhosts then
+  -- More fields than maxhosts hosts write: fake ones. Keep the budget's
+  -- state and this host's fields, drop the rest (real hosts are counted
+  -- again at their next asks); never read them all.
+  local names = {'tk', 'ts', 'w', 'c', 'a:' .. me, 'g:' .. me, 's:' .. me}
+  local v = redis.call('HMGET', KEYS[1], unpack(names))
+  for i = 1, #names do if v[i] then f[names[i]] = v[i] end end
+  redis.call('DEL', KEYS[1])
+else
+  local h = redis.call('HGETALL', KEYS[1])
+  for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
+end
+-- A key gone (a FLUSHALL, a DEL, a store that lost it) while this host
+-- held a lease of it within the horizon, or an existing key that lacks
+-- its state, restarts empty: only a key no one used for its TTL is new.
+local fresh = not exists and not known
+
+local cw, c
+if algo == 1 then
+  local w = math.floor(now / win)
+  cw, c = fin(f.w), fin(f.c)
+  if cw == nil or cw < 0 or cw ~= math.floor(cw) or cw > w + 1 then
+    -- no window, or a forged one: this window is spent (a new key's is
+    -- not)
+    cw = w
+    if fresh then c = 0 else c = size end
+  elseif cw < w then
+    cw = w; c = 0
+  elseif c == nil or c < 0 then
+    -- (a store clock that went back less than a window stays in the
+    -- newer window)
+    c = size
+  end
+end
+
+local others, total, short = 0, 0, 0
 local gone = {}
 for k, v in pairs(f) do
   if string.sub(k, 1, 2) == 'a:' then
     local id = string.sub(k, 3)
     if id ~= me then
-      local at = tonumber(v)
-      if now - at > horizon then
+      local at = fin(v)
+      if at == nil or at < 0 or now - at > horizon or at - now > horizon then
         gone[#gone + 1] = k
         gone[#gone + 1] = 'g:' .. id
         gone[#gone + 1] = 's:' .. id
-      else
-        n = n + 1
-        total = total + (tonumber(f['g:' .. id]) or 0) * math.exp(-math.max(now - at, 0) / decay)
-        if (tonumber(f['s:' .. id]) or 0) > now - horizon / 2 then short = short + 1 end
+      elseif others < maxhosts then
+        others = others + 1
+        total = total + grants(f['g:' .. id]) * math.exp(-math.max(now - at, 0) / decay)
+        if (time(f['s:' .. id]) or 0) > now - horizon / 2 then short = short + 1 end
       end
     end
   end
 end
-if #gone > 0 then redis.call('HDEL', KEYS[1], unpack(gone)) end
-local myat = tonumber(f['a:' .. me]) or now
-local mine = (tonumber(f['g:' .. me]) or 0) * math.exp(-math.max(now - myat, 0) / decay)
+hdel(gone)
+local n = 1 + others
+local myat = time(f['a:' .. me]) or now
+local mine = grants(f['g:' .. me]) * math.exp(-(now - myat) / decay)
 
 local cap = math.max(mincap, slack / n)
 local room = cap - held
@@ -106,8 +180,18 @@ local ask = math.min(want, room)
 
 local g, wait, left, ttl, state = 0, 0, 0, 0, nil
 if algo == 0 then
-  local tk, ts = tonumber(f.tk), tonumber(f.ts)
-  if tk == nil then tk = size; ts = now end
+  local tk, ts = fin(f.tk), time(f.ts)
+  if tk == nil then
+    -- missing or not a number: empty, unless the key is new
+    if fresh then tk = size else tk = 0 end
+    ts = now
+  elseif tk > size then
+    -- more than a bucket holds: forged
+    tk = 0
+  end
+  -- no debt beyond what the credit of every host counted can make
+  tk = math.max(tk, -(size + (maxhosts + 1) * mincap))
+  if ts == nil then ts = now end
   if now > ts then
     tk = math.min(size, tk + (now - ts) * rate / 1e6)
     ts = now
@@ -156,15 +240,30 @@ type askArgs struct {
 	host               string
 	held, charge, want int64
 	horizonUs, decayUs int64
+	known              bool
+	maxHosts           int64
 }
+
+// maxHosts is the most hosts besides the asker that the script counts for
+// one key (and so the least cap is slack / (maxHosts + 1)); a key's hash
+// with more fields than that many hosts write is taken as tampered with.
+const maxHosts = 256
 
 func (a *askArgs) argv() []any {
 	algo := 0
 	if a.fixedWindow {
 		algo = 1
 	}
+	known := 0
+	if a.known {
+		known = 1
+	}
+	mh := a.maxHosts
+	if mh <= 0 {
+		mh = maxHosts
+	}
 	return []any{algo, ftoa(a.rate), ftoa(a.size), a.windowUs, ftoa(a.slack), ftoa(a.mincap),
-		a.host, a.held, a.charge, a.want, a.horizonUs, a.decayUs}
+		a.host, a.held, a.charge, a.want, a.horizonUs, a.decayUs, known, mh}
 }
 
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }

@@ -47,6 +47,15 @@
 //	timeout = "20ms"              # default
 //	key-prefix = "packetshaper:"  # default
 //	# password-file = "/etc/packetshaper/redis.pw"
+//	# username = "packetshaper"   # an ACL user (see the README's ACL)
+//	# tls = true                  # default false; the rest needs it:
+//	# ca-file = "/etc/packetshaper/redis-ca.pem"    # default: the system's roots
+//	# cert-file = "/etc/packetshaper/client.pem"    # a client certificate,
+//	# key-file = "/etc/packetshaper/client.key"     #   both or neither
+//	# server-name = "redis.example"                 # default: each address's host
+//
+// The TLS files are read when the file is checked: one missing, unreadable
+// or holding the wrong thing is an error at its place.
 //
 // # Matching
 //

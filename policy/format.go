@@ -31,6 +31,17 @@ func (f *File) Format(w io.Writer) error {
 		}
 		fmt.Fprintf(bw, "timeout = %s\n", quote(formatDuration(rd.Timeout)))
 		fmt.Fprintf(bw, "key-prefix = %s\n", quote(*rd.KeyPrefix))
+		if rd.Username != "" {
+			fmt.Fprintf(bw, "username = %s\n", quote(rd.Username))
+		}
+		if rd.TLS != nil {
+			fmt.Fprintf(bw, "tls = %t\n", *rd.TLS)
+		}
+		for _, kv := range [][2]string{{"ca-file", rd.CAFile}, {"cert-file", rd.CertFile}, {"key-file", rd.KeyFile}, {"server-name", rd.ServerName}} {
+			if kv[1] != "" {
+				fmt.Fprintf(bw, "%s = %s\n", kv[0], quote(kv[1]))
+			}
+		}
 	}
 	for _, r := range f.Rules {
 		d := r.WithDefaults()

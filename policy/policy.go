@@ -129,6 +129,19 @@ type Redis struct {
 	// KeyPrefix starts every key packetshaper writes (default
 	// "packetshaper:").
 	KeyPrefix *string `toml:"key-prefix,omitempty"`
+	// Username is the ACL user to AUTH as (with the password); "" for
+	// the default user.
+	Username string `toml:"username,omitempty"`
+	// TLS makes every connection to the store use TLS (default false).
+	// CAFile names the PEM certificates that the server's must chain
+	// to ("": the system's); CertFile and KeyFile a client certificate
+	// and its key, both or neither (PEM); ServerName the name the
+	// server's certificate must hold ("": the host of each address).
+	TLS        *bool  `toml:"tls,omitempty"`
+	CAFile     string `toml:"ca-file,omitempty"`
+	CertFile   string `toml:"cert-file,omitempty"`
+	KeyFile    string `toml:"key-file,omitempty"`
+	ServerName string `toml:"server-name,omitempty"`
 }
 
 // Match is a rule's match table. Every field given must hold (AND); a list
@@ -344,6 +357,12 @@ type rawRedis struct {
 	PasswordFile *string  `toml:"password-file"`
 	Timeout      *string  `toml:"timeout"`
 	KeyPrefix    *string  `toml:"key-prefix"`
+	Username     *string  `toml:"username"`
+	TLS          *bool    `toml:"tls"`
+	CAFile       *string  `toml:"ca-file"`
+	CertFile     *string  `toml:"cert-file"`
+	KeyFile      *string  `toml:"key-file"`
+	ServerName   *string  `toml:"server-name"`
 }
 
 type rawRule struct {
@@ -469,12 +488,25 @@ func (f *File) fromRaw(raw *rawFile) errList {
 		}
 	}
 	if rr := raw.Redis; rr != nil {
-		rd := &Redis{Addrs: rr.Addrs, Cluster: rr.Cluster, KeyPrefix: rr.KeyPrefix}
-		if rr.PasswordFile != nil {
-			if *rr.PasswordFile == "" {
-				errs.add(f.redisErr("redis.password-file", -1, "must not be empty"))
+		rd := &Redis{Addrs: rr.Addrs, Cluster: rr.Cluster, KeyPrefix: rr.KeyPrefix, TLS: rr.TLS}
+		for _, s := range []struct {
+			field string
+			raw   *string
+			to    *string
+		}{
+			{"redis.password-file", rr.PasswordFile, &rd.PasswordFile},
+			{"redis.username", rr.Username, &rd.Username},
+			{"redis.ca-file", rr.CAFile, &rd.CAFile},
+			{"redis.cert-file", rr.CertFile, &rd.CertFile},
+			{"redis.key-file", rr.KeyFile, &rd.KeyFile},
+			{"redis.server-name", rr.ServerName, &rd.ServerName},
+		} {
+			if s.raw != nil {
+				if *s.raw == "" {
+					errs.add(f.redisErr(s.field, -1, "must not be empty"))
+				}
+				*s.to = *s.raw
 			}
-			rd.PasswordFile = *rr.PasswordFile
 		}
 		if rr.Timeout != nil {
 			d, err := parseDuration(*rr.Timeout)

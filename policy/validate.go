@@ -509,6 +509,7 @@ func (f *File) checkRedis(errs *errList) {
 	if p := rd.KeyPrefix; p != nil && strings.ContainsAny(*p, "{}") {
 		bad("redis.key-prefix", -1, "must not hold \"{\" or \"}\": each key's hash tag is in braces")
 	}
+	rd.checkTLS(bad)
 }
 
 // checkHostPort accepts host:port with a port 1-65535 and a host name or
@@ -523,8 +524,8 @@ func checkHostPort(a string) error {
 }
 
 // WithDefaults returns rd with every setting it leaves out filled in: cluster
-// false, timeout DefaultRedisTimeout, key-prefix DefaultKeyPrefix. nil stays
-// nil.
+// false, timeout DefaultRedisTimeout, key-prefix DefaultKeyPrefix (tls
+// stays unset when not given: false). nil stays nil.
 func (rd *Redis) WithDefaults() *Redis {
 	if rd == nil {
 		return nil

@@ -143,6 +143,7 @@ var ruleSchema = map[string]kind{
 
 var redisSchema = map[string]kind{
 	"addrs": kStrings, "cluster": kBool, "password-file": kString, "timeout": kString, "key-prefix": kString,
+	"username": kString, "tls": kBool, "ca-file": kString, "cert-file": kString, "key-file": kString, "server-name": kString,
 }
 
 var matchSchema = map[string]kind{

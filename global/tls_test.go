@@ -1,0 +1,160 @@
+package global
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/testcerts"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// tlsConfig is the client side of c: its CA as the roots, its client
+// certificate.
+func tlsConfig(t testing.TB, c testcerts.Files) *tls.Config {
+	t.Helper()
+	pem, err := os.ReadFile(c.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	cert, err := tls.LoadX509KeyPair(c.ClientCert, c.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+}
+
+// startTLSRedis starts a redis-server that also listens with TLS (Debian's
+// is built with it) on a port of its own, asking clients for a
+// certificate of the CA; it returns the server and the TLS address.
+func startTLSRedis(t testing.TB, c testcerts.Files) (*server, string) {
+	t.Helper()
+	port := freePort(t)
+	s := startRedis(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", c.ServerCert, "--tls-key-file", c.ServerKey,
+		"--tls-ca-cert-file", c.CA, "--tls-auth-clients", "yes")
+	return s, "127.0.0.1:" + strconv.Itoa(port)
+}
+
+// TestTLS: the client takes leases over TLS (with a client certificate);
+// a client that does not trust the server's CA gets nothing, falls back,
+// and says why in its fallback line.
+func TestTLS(t *testing.T) {
+	dir := t.TempDir()
+	certs := testcerts.Write(t, dir, "")
+	other := testcerts.Write(t, dir, "other-")
+	_, addr := startTLSRedis(t, certs)
+	limit := shaper.Config{Rate: 1000, Burst: 100, GlobalSlack: 0.1}
+
+	h := newHost(t, Config{Addrs: []string{addr}, TLS: tlsConfig(t, certs), Timeout: 200 * time.Millisecond}, limit)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.drive(ctx, []flows.Key{key(7)}, 500, 0)
+	for deadline := time.Now().Add(5 * time.Second); h.r.Stats().Granted < 100; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no grants over TLS: %+v, last error %q", h.r.Stats(), h.c.Stats().LastError)
+		}
+	}
+	if st := h.r.Stats(); st.Fallback {
+		t.Errorf("fallback over TLS: %+v, last error %q", st, h.c.Stats().LastError)
+	}
+
+	bad := newHost(t, Config{Addrs: []string{addr}, TLS: tlsConfig(t, other), Timeout: 200 * time.Millisecond}, limit)
+	go bad.drive(ctx, []flows.Key{key(8)}, 500, 0)
+	for deadline := time.Now().Add(5 * time.Second); !bad.r.Stats().Fallback; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a client with the wrong CA does not fall back: %+v", bad.r.Stats())
+		}
+	}
+	const why = "x509: certificate signed by unknown authority"
+	if st := bad.r.Stats(); st.Granted != 0 || !strings.Contains(bad.c.Stats().LastError, why) {
+		t.Errorf("wrong CA: %+v, last error %q, want %q", st, bad.c.Stats().LastError, why)
+	}
+	if log := bad.log.String(); !strings.Contains(log, why) || strings.Count(log, "does not answer") != 1 {
+		t.Errorf("wrong CA: the fallback line does not say why:\n%s", log)
+	}
+}
+
+// aclUser is the ACL of the README: packetshaper's user may run its
+// script (and the commands the script runs) on its key prefix, and
+// nothing else.
+func aclUser(prefix, password string) []string {
+	return []string{"ACL", "SETUSER", "packetshaper", "reset", "on", ">" + password, "~" + prefix + "*", "resetchannels", "-@all",
+		"+evalsha", "+script|load", "+ping",
+		"+time", "+hlen", "+hgetall", "+hmget", "+hset", "+hdel", "+del", "+pexpire"}
+}
+
+// TestACL: under the ACL of the README, packetshaper's client takes
+// leases as usual; the same user's FLUSHALL, SET, EVAL, a write outside its
+// prefix or a CONFIG SET are refused.
+func TestACL(t *testing.T) {
+	s := startRedis(t)
+	if out := s.cli(aclUser("ps:", "s3cret")...); out != "OK" {
+		t.Fatalf("ACL SETUSER: %s", out)
+	}
+	limit := shaper.Config{Rate: 1000, Burst: 100, GlobalSlack: 0.1}
+	// (A generous timeout: the point is the permissions, and this
+	// machine is shared.)
+	h := newHost(t, Config{Addrs: []string{s.addr()}, Username: "packetshaper", Password: "s3cret", KeyPrefix: "ps:",
+		Timeout: 200 * time.Millisecond}, limit)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.drive(ctx, []flows.Key{key(9)}, 2000, 0)
+	for deadline := time.Now().Add(5 * time.Second); h.r.Stats().Granted < 500; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no grants under the ACL: %+v, last error %q", h.r.Stats(), h.c.Stats().LastError)
+		}
+	}
+	cancel()
+	if st := h.r.Stats(); st.Fallback || strings.Contains(h.c.Stats().LastError, "NOPERM") {
+		t.Errorf("under the ACL: %+v, last error %q", st, h.c.Stats().LastError)
+	}
+	if n := s.cli("eval", "return #redis.call('keys', 'ps:*')", "0"); n != "1" {
+		t.Errorf("%s keys under ps:, want 1", n)
+	}
+
+	u := redis.NewClient(&redis.Options{Addr: s.addr(), Username: "packetshaper", Password: "s3cret", Protocol: 2, DisableIdentity: true})
+	defer u.Close()
+	bg := context.Background()
+	for _, c := range []struct {
+		name string
+		cmd  []any
+	}{
+		{"flushall", []any{"flushall"}},
+		{"flushdb", []any{"flushdb"}},
+		{"set in the prefix", []any{"set", "ps:x", "1"}},
+		{"hset outside the prefix", []any{"hset", "other:{x}", "tk", "1e9"}},
+		{"eval", []any{"eval", "return redis.call('flushall')", "0"}},
+		{"script flush", []any{"script", "flush"}},
+		{"config set", []any{"config", "set", "save", ""}},
+		{"keys", []any{"keys", "*"}},
+	} {
+		err := u.Do(bg, c.cmd...).Err()
+		if err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
+			t.Errorf("%s by packetshaper's user: %v, want NOPERM", c.name, err)
+		}
+	}
+	if n := s.cli("eval", "return #redis.call('keys', 'ps:*')", "0"); n != "1" {
+		t.Errorf("%s keys under ps: after the refused writes, want 1", n)
+	}
+	// The script's every path runs under the ACL: a key flooded with
+	// fake hosts (by another user) is cleaned up by packetshaper's.
+	name := rawClient(t, s.addr()).Keys(bg, "ps:*").Val()[0]
+	var args []any
+	for i := range 1000 {
+		args = append(args, "a:fake"+strconv.Itoa(i), "1")
+	}
+	rawClient(t, s.addr()).HSet(bg, name, args...)
+	if r := runScript(t, u, name, tb("a", 0, 0, 1)); r.hosts != 1 {
+		t.Errorf("after the flood: %s, want 1 host", fmtReply(r))
+	}
+}

@@ -1,0 +1,173 @@
+package policy
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/packetshaper/packetshaper/internal/testcerts"
+)
+
+// TestRedisTLS reads the [redis] table's TLS settings, as a table and
+// dotted; TLSConfig maps them to a tls.Config (the CA as the roots, the
+// client certificate, the server name); Format writes them back.
+func TestRedisTLS(t *testing.T) {
+	dir := t.TempDir()
+	c := testcerts.Write(t, dir, "")
+	for _, text := range []string{
+		"[redis]\naddrs = [\"r:6379\"]\nusername = \"packetshaper\"\ntls = true\nca-file = " + q(c.CA) + "\ncert-file = " + q(c.ClientCert) +
+			"\nkey-file = " + q(c.ClientKey) + "\nserver-name = \"redis.example\"\n",
+		"redis.addrs = [\"r:6379\"]\nredis.username = \"packetshaper\"\nredis.tls = true\nredis.ca-file = " + q(c.CA) + "\nredis.cert-file = " + q(c.ClientCert) +
+			"\nredis.key-file = " + q(c.ClientKey) + "\nredis.server-name = \"redis.example\"\n",
+	} {
+		f, err := Parse("p.toml", []byte(text+"[[rule]]\nname = \"g\"\npps = 10\nscope = \"global\"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := &Redis{Addrs: []string{"r:6379"}, Username: "packetshaper", TLS: ptr(true), CAFile: c.CA, CertFile: c.ClientCert,
+			KeyFile: c.ClientKey, ServerName: "redis.example"}
+		if !reflect.DeepEqual(f.Redis, want) {
+			t.Errorf("Redis = %+v, want %+v", f.Redis, want)
+		}
+		cfg, err := f.Redis.TLSConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		pem, _ := os.ReadFile(c.CA)
+		pool := x509.NewCertPool()
+		pool.AppendCertsFromPEM(pem)
+		if cfg.ServerName != "redis.example" || cfg.RootCAs == nil || !cfg.RootCAs.Equal(pool) || len(cfg.Certificates) != 1 || cfg.InsecureSkipVerify {
+			t.Errorf("TLSConfig = %+v", cfg)
+		}
+		var b bytes.Buffer
+		if err := f.Format(&b); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Parse("formatted.toml", b.Bytes())
+		if err != nil {
+			t.Fatalf("%v\n%s", err, b.Bytes())
+		}
+		if !reflect.DeepEqual(g.Redis, f.Redis.WithDefaults()) {
+			t.Errorf("Parse(Format(f)).Redis = %+v, want %+v\n%s", g.Redis, f.Redis.WithDefaults(), b.Bytes())
+		}
+	}
+	// tls = true alone: the system's roots, no client certificate.
+	rule := "[[rule]]\nname = \"g\"\npps = 10\nscope = \"global\"\n"
+	f, err := Parse("p.toml", []byte("redis = { addrs = [\"r:6379\"], tls = true }\n"+rule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := f.Redis.TLSConfig(); err != nil || cfg == nil || cfg.RootCAs != nil || len(cfg.Certificates) != 0 {
+		t.Errorf("tls = true alone: %+v, %v", cfg, err)
+	}
+	// No tls: no TLS.
+	f, err = Parse("p.toml", []byte("redis = { addrs = [\"r:6379\"], tls = false }\n"+rule))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg, err := f.Redis.TLSConfig(); err != nil || cfg != nil {
+		t.Errorf("tls = false: %+v, %v", cfg, err)
+	}
+}
+
+// TestRedisTLSErrors: a TLS setting that cannot work is an error at its
+// place, FILE:LINE:COL, one line: a file missing or holding the wrong
+// thing, half a client certificate, a setting without tls = true.
+func TestRedisTLSErrors(t *testing.T) {
+	dir := t.TempDir()
+	c := testcerts.Write(t, dir, "")
+	other := testcerts.Write(t, dir, "other-")
+	missing := filepath.Join(dir, "missing.pem")
+	notPEM := filepath.Join(dir, "not.pem")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	head := "[redis]\naddrs = [\"r:6379\"]\ntls = true\n"
+	for _, tc := range []struct{ name, in, want string }{
+		{"ca-file missing", head + "ca-file = " + q(missing) + "\n",
+			"p.toml:4:11: redis.ca-file: cannot read " + missing + ": no such file or directory"},
+		{"ca-file a directory", head + "ca-file = " + q(dir) + "\n",
+			"p.toml:4:11: redis.ca-file: cannot read " + dir + ": not a regular file"},
+		{"ca-file name of two lines", head + "ca-file = \"a\\nb\"\n",
+			"p.toml:4:11: redis.ca-file: cannot read \"a\\nb\": no such file or directory"},
+		{"ca-file a device", head + "ca-file = \"/dev/zero\"\n",
+			"p.toml:4:11: redis.ca-file: cannot read /dev/zero: not a regular file"},
+		{"ca-file not PEM", head + "ca-file = " + q(notPEM) + "\n",
+			"p.toml:4:11: redis.ca-file: " + notPEM + " holds no PEM certificate"},
+		{"cert-file missing", head + "cert-file = " + q(missing) + "\nkey-file = " + q(c.ClientKey) + "\n",
+			"p.toml:4:13: redis.cert-file: cannot read " + missing + ": no such file or directory"},
+		{"key-file missing", head + "cert-file = " + q(c.ClientCert) + "\nkey-file = " + q(missing) + "\n",
+			"p.toml:5:12: redis.key-file: cannot read " + missing + ": no such file or directory"},
+		{"cert without key", head + "cert-file = " + q(c.ClientCert) + "\n",
+			"p.toml:4:13: redis.cert-file: needs key-file: the client certificate's key"},
+		{"key without cert", head + "key-file = " + q(c.ClientKey) + "\n",
+			"p.toml:4:12: redis.key-file: needs cert-file: the client certificate of the key"},
+		{"key of another certificate", head + "cert-file = " + q(c.ClientCert) + "\nkey-file = " + q(other.ClientKey) + "\n",
+			"p.toml:4:13: redis.cert-file: " + c.ClientCert + " and " + other.ClientKey + ": tls: private key does not match public key"},
+		{"ca-file without tls", "[redis]\naddrs = [\"r:6379\"]\nca-file = " + q(c.CA) + "\n",
+			"p.toml:3:11: redis.ca-file: needs tls = true"},
+		{"server-name with tls = false", "[redis]\naddrs = [\"r:6379\"]\ntls = false\nserver-name = \"r\"\n",
+			"p.toml:4:15: redis.server-name: needs tls = true"},
+		{"tls not a bool", "[redis]\naddrs = [\"r:6379\"]\ntls = \"yes\"\n",
+			"p.toml:3:7: redis.tls: want true or false, not a string"},
+		{"server-name empty", head + "server-name = \"\"\n",
+			"p.toml:4:15: redis.server-name: must not be empty"},
+		{"username empty", head + "username = \"\"\n",
+			"p.toml:4:12: redis.username: must not be empty"},
+		{"unknown field", head + "ca = " + q(c.CA) + "\n",
+			"p.toml:4:1: redis.ca: unknown field"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("p.toml", []byte(tc.in+"[[rule]]\nname = \"g\"\npps = 10\nscope = \"global\"\n"))
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("Parse: %v, want an *Error", err)
+			}
+			if got := err.Error(); !strings.HasPrefix(got, tc.want) || strings.Contains(got, "\n") {
+				t.Errorf("Parse:\n got %s\nwant %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func q(s string) string { return `"` + s + `"` }
+
+// FuzzRedisTLS: [redis] tables with TLS settings, real files among them:
+// Parse never panics, its errors are one line, and what it accepts Format
+// writes back.
+func FuzzRedisTLS(f *testing.F) {
+	c := testcerts.Write(f, f.TempDir(), "")
+	rule := "[[rule]]\nname = \"g\"\npps = 10\nscope = \"global\"\n"
+	f.Add("[redis]\naddrs = [\"r:6379\"]\ntls = true\nca-file = " + q(c.CA) + "\ncert-file = " + q(c.ClientCert) +
+		"\nkey-file = " + q(c.ClientKey) + "\nserver-name = \"r\"\nusername = \"u\"\n" + rule)
+	f.Add("redis = { addrs = [\"r:6379\"], tls = true, ca-file = " + q(c.ClientKey) + " }\n" + rule)
+	f.Add("redis.addrs = [\"r:6379\"]\nredis.ca-file = \"/dev/null\"\nredis.tls = true\n" + rule)
+	f.Fuzz(func(t *testing.T, text string) {
+		file, err := Parse("fuzz.toml", []byte(text))
+		if err != nil {
+			if _, ok := err.(*Error); !ok {
+				t.Fatalf("error is a %T: %v", err, err)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error of more than one line: %q", err)
+			}
+			return
+		}
+		var b bytes.Buffer
+		if err := file.Format(&b); err != nil {
+			t.Fatal(err)
+		}
+		g, err := Parse("formatted.toml", b.Bytes())
+		if err != nil {
+			t.Fatalf("Parse(Format(f)): %v\n%s", err, b.Bytes())
+		}
+		if !reflect.DeepEqual(g.Redis, file.Redis.WithDefaults()) {
+			t.Fatalf("Parse(Format(f)).Redis = %+v, want %+v", g.Redis, file.Redis.WithDefaults())
+		}
+	})
+}
