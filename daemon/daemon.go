@@ -261,6 +261,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	ifTick := time.NewTicker(ifaceCheckEvery)
 	defer ifTick.Stop()
 	latency := cfg.Queue.Latency
+	rl := &reloader{src: src}
 loop:
 	for {
 		select {
@@ -272,7 +273,10 @@ loop:
 				d.reloaded(reloadRecord{at: time.Now(), err: "no --policy file, nothing to reload"})
 				continue
 			}
-			next, err := src.Load()
+			next, stopped, err := rl.load(finished)
+			if stopped {
+				break loop
+			}
 			var kept []string
 			if err == nil {
 				kept, err = install(log, &cfg, next, ws, off, gl, "reloaded", src.Describe())
