@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -194,11 +193,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", h)
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
-		defer srv.Close()
+		defer serveMetrics(ln, h).Close()
 	}
 	if cfg.ControlSocket != "" {
 		ln, err := control.Listen(cfg.ControlSocket)
