@@ -127,6 +127,7 @@ func TestForgetIdleGivesNoMore(t *testing.T) {
 		{"pps = 0.5\nalgo = \"sliding-window-counter\"\nwindow = \"2m\"\n", 80, 20},
 	} {
 		comp := mustCompile(t, "[[rule]]\nname = \"a\"\n"+c.rule, Options{})
+		gap := 61 * sec
 		run := func(timeout int64) (accepted int) {
 			pol := comp.Policy()
 			pol.Rules = slices.Clone(pol.Rules)
@@ -142,7 +143,7 @@ func TestForgetIdleGivesNoMore(t *testing.T) {
 			// Aligned to the hour, so that every window starts at t0.
 			t0 := int64(1e18) / (3600 * sec) * (3600 * sec)
 			for g := range c.gaps {
-				at := t0 + int64(g)*61*sec
+				at := t0 + int64(g)*gap
 				for i := range c.burst {
 					e.DecidePacket(pkt, nil, at+int64(i), &d)
 					if d.Verdict == shaper.Accept {
@@ -152,9 +153,14 @@ func TestForgetIdleGivesNoMore(t *testing.T) {
 			}
 			return accepted
 		}
-		got, kept := run(0), run(-1)
-		if kept == 0 || got > kept {
-			t.Errorf("%q: with the default flow-timeout %d accepted, never forgetting %d", c.rule, got, kept)
+		// Gaps just past the old default, and just past the flow
+		// timeout itself (each flow forgotten at each gap).
+		for _, gap = range []int64{61 * sec, comp.Policy().Rules[0].Limit.FlowTimeout + 1} {
+			got, kept := run(0), run(-1)
+			t.Logf("%q: %d bursts of %d, %v apart: %d accepted with the default flow-timeout, %d never forgetting", c.rule, c.gaps, c.burst, time.Duration(gap), got, kept)
+			if kept == 0 || got > kept {
+				t.Errorf("%q, gaps of %v: with the default flow-timeout %d accepted, never forgetting %d", c.rule, time.Duration(gap), got, kept)
+			}
 		}
 	}
 }
