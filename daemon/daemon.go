@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"strings"
 	"sync"
@@ -201,11 +200,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		if err != nil {
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", h)
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		go srv.Serve(ln)
-		defer srv.Close()
+		defer serveMetrics(ln, h).Close()
 	}
 	if cfg.ControlSocket != "" {
 		ln, err := control.Listen(cfg.ControlSocket)
@@ -268,6 +263,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	ifTick := time.NewTicker(ifaceCheckEvery)
 	defer ifTick.Stop()
 	latency := cfg.Queue.Latency
+	rl := &reloader{src: src}
 loop:
 	for {
 		select {
@@ -279,7 +275,10 @@ loop:
 				d.reloaded(reloadRecord{at: time.Now(), err: "no --policy file, nothing to reload"})
 				continue
 			}
-			next, err := src.Load()
+			next, stopped, err := rl.load(finished)
+			if stopped {
+				break loop
+			}
 			var kept []string
 			if err == nil {
 				kept, err = install(log, &cfg, next, ws, off, gl, "reloaded", src.Describe())

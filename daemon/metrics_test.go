@@ -315,8 +315,10 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("rules: %+v", st.Rules)
 	}
 	a, b, rest := st.Rules[0], st.Rules[1], st.Rules[2]
+	// Flow timeout: the default raised to what the bucket remembers,
+	// burst 2 / 0.001 per second.
 	if a.Name != "a" || a.Action != "limit" || a.Algorithm != "token-bucket" || a.Rate != 0.001 || a.Burst != 2 || a.Unit != "packets" ||
-		a.Key != "5tuple" || a.MaxFlows != 65536 || a.FlowTimeoutSecs != 60 || a.Packets != 5 || a.Dropped != 3 || a.Flows != 1 {
+		a.Key != "5tuple" || a.MaxFlows != 65536 || a.FlowTimeoutSecs != 2000 || a.Packets != 5 || a.Dropped != 3 || a.Flows != 1 {
 		t.Errorf("rule a: %+v", a)
 	}
 	if b.Name != "b" || b.Packets != 5 || b.Accepted != 4 || b.Dropped != 1 || b.Flows != 2 {

@@ -56,6 +56,11 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 		c.warnings = append(c.warnings, "[redis]: no rule is global (scope = \"global\"): the store is not used")
 	}
 	for i := range specs {
+		if w := specs[i].warn; w != "" {
+			c.warnings = append(c.warnings, w)
+		}
+	}
+	for i := range specs {
 		s := &specs[i]
 		s.rule.Match = s.match.canonical()
 		c.rules = append(c.rules, s.rule)

@@ -122,7 +122,7 @@ key = "src"
 name = "default-delay"
 pps = 0.5
 shape = true
-flow-timeout = "2s"
+flow-timeout = "11s"
 
 [[rule]]
 name = "polices"

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	toml "github.com/pelletier/go-toml/v2"
@@ -251,18 +252,47 @@ func (e *Error) Error() string {
 }
 
 // Load reads the rule file at path (at most MaxFileSize bytes) and parses
-// it.
+// it. The file must be a regular file: it is opened without blocking
+// (O_NONBLOCK), so that a named pipe, a device or a socket at path is an
+// error at once rather than a read that waits for a writer forever.
 func Load(path string) (*File, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, &Error{File: path, Msg: ioProblem(err)}
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, &Error{File: path, Msg: ioProblem(err)}
+	}
+	if !st.Mode().IsRegular() {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("not a regular file (%s): a rule file must be one", fileKind(st.Mode()))}
+	}
+	if st.Size() > MaxFileSize {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file too large: more than %d bytes (16 MiB)", MaxFileSize)}
+	}
 	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
 		return nil, &Error{File: path, Msg: ioProblem(err)}
 	}
 	return Parse(path, data)
+}
+
+// fileKind names the type of a file that is not a regular one.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "mode " + m.Type().String()
 }
 
 // ioProblem is err without the path that Error already shows.

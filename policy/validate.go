@@ -54,6 +54,8 @@ func parseAlgo(s string) (a shaper.Algorithm, shape bool, err error) {
 type ruleSpec struct {
 	rule  shaper.Rule // Match not yet set
 	match matchSpec
+	// warn is a warning for Compiled.Warnings, or "".
+	warn string
 }
 
 type portRange struct{ lo, hi uint16 }
@@ -375,7 +377,9 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	}
 	if err != nil {
 		bad(blame(r, &c), "%s", trim(err))
+		return
 	}
+	s.warn = f.checkFlowTimeout(i, &d, errs)
 	s.rule.Limit = c
 }
 
@@ -548,8 +552,10 @@ func (rd *Redis) WithDefaults() *Redis {
 // a limit rule the mode, on-exceed, burst (from the rate: 5 packets, or
 // max(65535 bytes, 0.1 s of rate), at most shaper.MaxBurst), algo, shape
 // (true for algo "leaky-bucket"), max-delay (a shaping rule's), window,
-// key, the four prefix lengths, symmetric, max-flows, flow-timeout, scope
-// and, for a global rule, global-slack. An
+// key, the four prefix lengths, symmetric, max-flows, flow-timeout (60 s,
+// or what the limiter remembers of an idle flow if longer: see
+// shaper.LimiterConfig.Memory), scope and, for a global rule,
+// global-slack. An
 // empty Match becomes nil. Settings given are kept as they are.
 func (r Rule) WithDefaults() Rule {
 	d := r
@@ -616,6 +622,9 @@ func (r Rule) WithDefaults() Rule {
 	}
 	if d.Scope == "global" && d.GlobalSlack == nil {
 		d.GlobalSlack = ptr(DefaultGlobalSlack)
+	}
+	if r.FlowTimeout == 0 && d.Burst != nil { // else the rate is bad: no limiter
+		d.FlowTimeout = max(d.FlowTimeout, minFlowTimeout(d.memory()))
 	}
 	return d
 }
@@ -795,11 +804,19 @@ func parsePrefix(s string) (netip.Prefix, error) {
 		if m := p.Masked(); m != p {
 			return p, fmt.Errorf("bad CIDR %q: bits set past /%d (did you mean %q?)", s, p.Bits(), m.String())
 		}
+		if p.Addr().Is4In6() {
+			// Masked, so at least /96: the IPv4 prefix it stands for.
+			v4 := netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+			return p, fmt.Errorf("bad CIDR %q: an IPv4-mapped IPv6 prefix never matches IPv4 packets, which carry IPv4 addresses (write %q)", s, v4.String())
+		}
 		return p, nil
 	}
 	a, err := netip.ParseAddr(s)
 	if err != nil || a.Zone() != "" {
 		return netip.Prefix{}, fmt.Errorf("bad address %q (want an address or CIDR such as \"10.1.0.0/16\" or \"fd00::/8\")", s)
+	}
+	if a.Is4In6() {
+		return netip.Prefix{}, fmt.Errorf("bad address %q: an IPv4-mapped IPv6 address never matches IPv4 packets, which carry IPv4 addresses (write %q)", s, a.Unmap().String())
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }

@@ -55,7 +55,7 @@ func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
 	fs.IntVar(&l.dstPrefix6, "dst-prefix6", 128, "IPv6 destination prefix length")
 	fs.BoolVar(&l.symmetric, "symmetric", false, "count both directions of a conversation as one flow")
 	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap (about 180 bytes per flow); when full, a flow seen once is evicted before any that keeps sending (see README, Flow table)")
-	fs.DurationVar(&l.flowTimeout, "flow-timeout", time.Duration(shaper.DefaultFlowTimeout), "forget a flow after this long without packets")
+	fs.DurationVar(&l.flowTimeout, "flow-timeout", 0, "forget a flow after this long without packets (default 1m, raised with a warning to what the limiter remembers of an idle flow when longer: burst / rate, the window, 2 windows for sliding-window-counter; one given shorter than that is refused)")
 	fs.BoolVar(&l.global, "global", false, "one limit per flow key for every host running the rule, kept in --redis and taken in leases (token-bucket and fixed-window; see README, Global limits)")
 	fs.Float64Var(&l.globalSlack, "global-slack", 0, "with --global: the fraction of the rate × 1 s that all hosts together may hold in leases of one key (default 0.01)")
 	fs.StringVar(&l.redis, "redis", "", "with --global: the store, `host:port` (a Redis/Valkey server or primary), or several for a Redis Cluster")

@@ -182,6 +182,12 @@ func writeAnswer(c net.Conn, a answer) error {
 func serveConn(ctx context.Context, c net.Conn, h Handler) error {
 	c.SetReadDeadline(time.Now().Add(readTimeout))
 	line, err := bufio.NewReaderSize(c, maxRequest).ReadSlice('\n')
+	if perr := checkPeer(c); perr != nil {
+		// Told after its request is read, so that it reads the answer
+		// rather than fail to send.
+		writeAnswer(c, answer{Error: ptr(perr.Error())})
+		return nil
+	}
 	if err != nil {
 		if errors.Is(err, bufio.ErrBufferFull) {
 			writeAnswer(c, answer{Error: ptr("request line too long")})
