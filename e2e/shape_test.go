@@ -97,7 +97,7 @@ func quiet() (bool, string) {
 // waits for a CPU now and then, for milliseconds. So the default
 // configuration is held to them only when the load average is below 1 (and
 // to bounds 5× to 100× looser otherwise), and the same run with
-// --rt-priority 1, which the README advises for such machines, always.
+// --rt-priority 1, which docs/shaping.md advises for such machines, always.
 func TestShapeUDPPacing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
