@@ -70,7 +70,7 @@ func writePolicy(t *testing.T, path, text string) {
 	}
 }
 
-// TestPolicyClasses runs a four-class policy like the README's example on
+// TestPolicyClasses runs a four-class policy (docs/configuration.md) on
 // real traffic: an allowlist that is never limited, a class limited per
 // source /24 with one bucket for all its flows, a shadow rule that accepts
 // everything but counts what it would drop, and a fixed-window catch-all

@@ -365,7 +365,7 @@ func vmHWM(t *testing.T, pid int) uint64 {
 	return n << 10
 }
 
-// Live memory, as the README states it: a process's peak RSS is about
+// Live memory, as docs/design.md states it: a process's peak RSS is about
 // liveRSSFixed plus tableBytesPerFlow per flow in its tables (×1.1).
 const (
 	liveRSSFixed      = 24 << 20
@@ -374,7 +374,7 @@ const (
 
 // TestLiveMemory fills a --max-flows 1000000 table with a random-source
 // flood (a new flow per packet) and checks the shaper's peak RSS against
-// the README's figure for the flows it held.
+// the figure of docs/design.md for the flows it held.
 func TestLiveMemory(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)

@@ -640,7 +640,7 @@ func TestFlowStateSize(t *testing.T) {
 	}
 }
 
-// TestTableMemoryPerFlow measures what one flow costs, as the README
+// TestTableMemoryPerFlow measures what one flow costs, as docs/design.md
 // states, with shaper's per-flow state, the ghost included.
 func TestTableMemoryPerFlow(t *testing.T) {
 	if testing.Short() {

@@ -60,7 +60,7 @@ const (
 	// Config.MaxHeld is 0, or a quarter of MaxQueueLen if that is less.
 	// Held packets sit at the head of the kernel's queue, and on kernels
 	// without a hash table of queued packets each verdict given by id
-	// walks past them: nfq/PERFORMANCE.md ("Holding packets") measures
+	// walks past them: docs/design.md ("Holding packets") measures
 	// that cost against the number held, which sets this default.
 	DefaultMaxHeld = 1024
 	// MaxMaxHeld bounds Config.MaxHeld.
@@ -107,7 +107,8 @@ type Config struct {
 	// MaxRealtimePriority; 1, the lowest, is enough), in Open. The reader
 	// thread then preempts every normal (SCHED_OTHER) thread of other
 	// processes on its CPU as soon as a packet wakes it, which cuts the
-	// verdict latency's tail when they load the machine (nfq/PERFORMANCE.md).
+	// verdict latency's tail when they load the machine (docs/design.md,
+	// "Verdict latency").
 	// Every thread of the process, not only the reader, because a Go thread
 	// alone at a real-time priority can spin waiting for another thread of
 	// the runtime that it keeps off the CPU (see setProcessRealtime). The

@@ -7,8 +7,9 @@ package nfq
 // attributes are unmarshalled into a new Attribute struct with pointer
 // fields and a whole-packet copy, and each SetVerdict builds a new message,
 // sends it and goes back through the runtime netpoller. Profiled under load
-// (nfq/PERFORMANCE.md) that is ~22 µs of CPU per packet against ~6 µs for
-// libnetfilter_queue, and the queue overflows at 45k packets/s. One command
+// (docs/design.md, "nfq: performance of the live path") that is ~22 µs of
+// CPU per packet against ~6 µs for libnetfilter_queue, and the queue
+// overflows at 45k packets/s. One command
 // compares it with this file's loop in one run (root):
 //
 //	go test ./nfq -run '^$' -bench Consumers -benchmem -benchtime 100000x -count 3
@@ -607,7 +608,7 @@ func (q *Queue) handle(n int, errno unix.Errno) error {
 // of its own priority, so with the reader alone at SCHED_FIFO and the other
 // thread on the same CPU, the reader spins until the kernel's real-time
 // throttling stops it: measured once, 0.95 s stalls, with a design not kept
-// and so without a benchmark in the tree (nfq/PERFORMANCE.md). With
+// and so without a benchmark in the tree (docs/design.md). With
 // every thread at the same priority, a yield lets the other one run.
 func setProcessRealtime(prio int) error {
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
@@ -647,7 +648,7 @@ func setProcessRealtime(prio int) error {
 // Run used to block in recvmmsg (MSG_WAITFORONE, SO_RCVTIMEO 100 ms) on a
 // locked thread, through syscall.Syscall6. At moderate load (20k packets/s
 // in batches of a few packets) that cost about twice the CPU per packet of
-// the C consumer (nfq/PERFORMANCE.md, "Moderate load"; the current loop
+// the C consumer (docs/design.md, "Moderate load"; the current loop
 // against the C consumer: sudo PARTS=moderate ./scripts/bench.sh; the
 // blocking loop was measured once, before it went), and half of it was
 // the runtime's system monitor (sysmon), not the reader. A goroutine

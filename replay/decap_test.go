@@ -157,7 +157,7 @@ var benchFrames = [][]byte{
 
 // BenchmarkDecap compares Decap with gopacket's DecodingLayerParser
 // doing the same job (find the IPv4/IPv6 header under Ethernet and VLAN
-// tags): the README cites the ratio.
+// tags): docs/design.md cites the ratio.
 func BenchmarkDecap(b *testing.B) {
 	b.Run("handwritten", func(b *testing.B) {
 		b.ReportAllocs()

@@ -124,10 +124,10 @@ bound && bad "queue 0 still bound after stop" || ok "queue 0 unbound"
 journalctl -u packetshaper.service --no-pager | grep -q 'msg="final stats"' && ok "final stats logged" || bad "no final stats in the journal"
 [ "$(systemctl show -p Result --value packetshaper.service)" = success ] || bad "Result=$(systemctl show -p Result --value packetshaper.service) after stop"
 
-# --rt-priority with the README's drop-in: LimitRTPRIO=1 (SCHED_FIFO without
+# --rt-priority with docs/operations.md's drop-in: LimitRTPRIO=1 (SCHED_FIFO without
 # CAP_SYS_NICE) where systemd can raise that limit (it needs
 # CAP_SYS_RESOURCE, which some machines' root lacks: then systemd quietly
-# keeps the hard limit, 0), else the README's other one, CAP_SYS_NICE.
+# keeps the hard limit, 0), else docs/operations.md's other one, CAP_SYS_NICE.
 mkdir -p /etc/systemd/system/packetshaper.service.d
 if prlimit --rtprio=1:1 true 2>/dev/null; then
 	rt=LimitRTPRIO=1

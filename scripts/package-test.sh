@@ -8,8 +8,10 @@
 #  1. dist/packetshaper.service: systemd-analyze security --offline=true
 #     rates it at most 2.0.
 #  2. scripts/package.sh builds the .deb; apt-get installs it (a packetshaper
-#     already installed is purged first); every file is where it belongs,
-#     the two conffiles are conffiles.
+#     already installed is purged first); every file is where it belongs
+#     (the docs/ chapters the README links to too), the copyright file is in
+#     Debian copyright format 1.0 with packetshaper's Apache-2.0, the two
+#     conffiles are conffiles.
 #  3. The installed unit: systemd-analyze verify says nothing, security still
 #     at most 2.0; packetshaper --version names the package's version and
 #     this commit; packetshaper check accepts /etc/packetshaper/policy.toml.
@@ -20,10 +22,10 @@
 #     CAP_NET_ADMIN only, no_new_privs, a seccomp filter), UDP traffic is
 #     limited per flow, /metrics answers, systemctl reload re-reads the
 #     policy, SIGKILL brings a restart, systemctl stop removes the rules and
-#     unbinds the queue, --rt-priority works with the README's drop-in; the
-#     maintainer scripts with systemd running (dpkg -r stops and disables,
-#     dpkg -i neither enables nor starts, an upgrade restarts). Nothing of it
-#     touches this machine's network.
+#     unbinds the queue, --rt-priority works with docs/operations.md's
+#     drop-in; the maintainer scripts with systemd running (dpkg -r stops
+#     and disables, dpkg -i neither enables nor starts, an upgrade
+#     restarts). Nothing of it touches this machine's network.
 #  5. apt-get remove (an enabled unit leaves no link behind), then purge:
 #     nothing of the package is left, conffiles included.
 #
@@ -101,12 +103,25 @@ step "apt-get install $deb"
 apt install "$(realpath "$deb")" >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "apt-get install failed"; }
 dpkg-query -W -f='${Status}' packetshaper | grep -q 'install ok installed' || fail "packetshaper is not installed after apt-get install"
 files=(/usr/bin/packetshaper /usr/sbin/packetshaper-rules "$UNIT" /etc/default/packetshaper /etc/packetshaper/policy.toml
-	/usr/share/doc/packetshaper/README.md /usr/share/doc/packetshaper/copyright)
+	/usr/share/doc/packetshaper/README.md /usr/share/doc/packetshaper/copyright
+	/usr/share/doc/packetshaper/docs/configuration.md /usr/share/doc/packetshaper/docs/operations.md)
 for f in "${files[@]}"; do
 	[ -f "$f" ] || fail "$f is missing after install"
 	dpkg -S "$f" >/dev/null 2>&1 || fail "$f is not the package's (dpkg -S)"
 done
 [ -x /usr/bin/packetshaper ] && [ -x /usr/sbin/packetshaper-rules ] || fail "the binary or packetshaper-rules is not executable"
+# The README's chapters are shipped beside it, at the paths it links to.
+for f in $(grep -o '](docs/[a-z-]*\.md' README.md | sed 's/^](//' | sort -u); do
+	[ -f "/usr/share/doc/packetshaper/$f" ] || fail "/usr/share/doc/packetshaper/$f (a chapter the README links to) is missing after install"
+done
+# The copyright file: Debian copyright format 1.0, packetshaper under
+# Apache-2.0 pointing at the common license, then the linked modules.
+copyright=/usr/share/doc/packetshaper/copyright
+head -1 "$copyright" | grep -qx 'Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/' ||
+	fail "$copyright: the first line is not the copyright format 1.0 header"
+grep -qx 'License: Apache-2.0' "$copyright" || fail "$copyright: no 'License: Apache-2.0' paragraph"
+grep -q '/usr/share/common-licenses/Apache-2.0' "$copyright" || fail "$copyright: no pointer to /usr/share/common-licenses/Apache-2.0"
+[ -f /usr/share/common-licenses/Apache-2.0 ] || fail "/usr/share/common-licenses/Apache-2.0 (base-files) is missing"
 conffiles=$(dpkg-query -W -f='${Conffiles}' packetshaper | awk 'NF { print $1 }' | sort | tr '\n' ' ')
 [ "$conffiles" = "/etc/default/packetshaper /etc/packetshaper/policy.toml " ] || fail "conffiles are '$conffiles', want /etc/default/packetshaper /etc/packetshaper/policy.toml"
 echo "$PROG: installed: ${files[*]}; conffiles: $conffiles"

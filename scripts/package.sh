@@ -4,8 +4,9 @@
 #   ./scripts/package.sh [--out DIR]      (default DIR: build/)
 #
 # Builds /usr/bin/packetshaper (static, CGO_ENABLED=0) with the version and
-# commit in it (packetshaper --version), writes the copyright file (the
-# licenses of every Go module linked in), and packs dist/nfpm.yaml's files
+# commit in it (packetshaper --version), writes the copyright file (Debian
+# copyright format 1.0: packetshaper's Apache-2.0 from dist/deb/copyright,
+# and the license of every Go module linked in), and packs dist/nfpm.yaml's files
 # with nfpm, pinned in scripts/package/go.mod (fetched through the Go module
 # proxy on first use). Prints the .deb's path on its last line. Needs Go and
 # git; not root.
@@ -64,27 +65,25 @@ CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath \
 build/packetshaper --version
 
 # ---------------------------------------------------------------- copyright
-# Every module linked into the binary, with its license text as found in
-# the module cache, and Go's own (the runtime and standard library).
+# Debian copyright format 1.0: dist/deb/copyright (packetshaper itself,
+# Apache-2.0), then a paragraph per Go module linked into the binary, with
+# its license text as found in the module cache, and Go's own (the runtime
+# and standard library). License text lines are indented by one space, and
+# empty lines written as " .", as the format asks.
+fmtlicense() { sed -e 's/[[:space:]]*$//' -e 's/^$/./' -e 's/^/ /' "$1"; }
 {
-	cat <<-EOF
-	packetshaper, built from commit $commit.
-
-	packetshaper itself: copyright the packetshaper authors. The project has
-	not stated a license yet.
-
-	/usr/bin/packetshaper is a static Go binary. It contains the Go runtime
-	and standard library and the Go modules listed below, each under the
-	license whose text follows it.
-	EOF
-	printf '\n==== Go %s (runtime and standard library)\n\n' "$(go env GOVERSION)"
-	cat "$(go env GOROOT)/LICENSE"
+	sed "s/@COMMIT@/$commit/" dist/deb/copyright
+	goversion=$(go env GOVERSION)
+	printf '\nFiles: go/*\nCopyright: The Go Authors\nLicense: Go\n'
+	fmtlicense "$(go env GOROOT)/LICENSE"
+	printf 'Comment: Go %s: the runtime and standard library linked into\n /usr/bin/packetshaper.\n' "$goversion"
 	go list -deps -f '{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}} {{.Dir}}{{end}}{{end}}' ./cmd/packetshaper | sort -u |
 		while read -r path ver dir; do
 			lic=$(find "$dir" -maxdepth 1 -type f \( -iname 'LICENSE*' -o -iname 'COPYING*' -o -iname 'LICENCE*' \) | sort | head -1)
 			[ -n "$lic" ] || { echo "$PROG: no license file in module $path $ver ($dir)" >&2; exit 1; }
-			printf '\n==== %s %s\n\n' "$path" "$ver"
-			cat "$lic"
+			printf '\nFiles: vendor/%s/*\nCopyright: the authors of %s, as its license text states\nLicense: %s\n' "$path" "$path" "$path"
+			fmtlicense "$lic"
+			printf 'Comment: the Go module %s %s, linked into /usr/bin/packetshaper.\n' "$path" "$ver"
 		done
 } >build/copyright
 

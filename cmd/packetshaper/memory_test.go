@@ -7,10 +7,10 @@ import (
 	"time"
 )
 
-// What the README ("Flow table and memory") states about a replay's peak
+// What docs/design.md ("Flow table and memory") states about a replay's peak
 // memory, as the operating system sees it: peak RSS is at most
 // replayRSSFixed + replayRSSPerFlow × flows held × 1.1. TestReplayMemory
-// checks it. Change these with the README.
+// checks it. Change these with docs/design.md.
 const (
 	// replayRSSPerFlow (bytes) is what a flow in the table costs a replay
 	// at its peak: its table entry, index slots and ghost slot (flows'
@@ -54,7 +54,7 @@ func writeManyFlows(t *testing.T, path string, n int) {
 
 // TestReplayMemory replays a million distinct flows through tables of 1000
 // and of a million flows and checks the peak RSS of each against the
-// README's figures (replayRSSPerFlow, replayRSSFixed); the small table
+// figures of docs/design.md (replayRSSPerFlow, replayRSSFixed); the small table
 // measures the fixed part, the difference the cost per flow.
 func TestReplayMemory(t *testing.T) {
 	if testing.Short() {
