@@ -9,9 +9,11 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-// offloader is what a worker hands the flows to drop in the kernel to
-// (offload.Offloader); Add must not block or allocate.
-type offloader interface{ Add(k flows.Key) }
+// offloader is what a worker hands the flows to hold to their rule's limit
+// in the kernel to (offload.Offloader); Add must not block or allocate.
+type offloader interface {
+	Add(k flows.Key, l shaper.OffloadLimit)
+}
 
 // worker is one queue with its own engine. The engine is used only by the
 // queue's Run goroutine; what the logger and the metrics need from it is
