@@ -187,29 +187,41 @@ func (e *elemConn) dump(table, set string) ([]kstate, error) {
 	}
 	var out []kstate
 	for _, m := range msgs {
-		if len(m.Data) < 4 {
-			continue
-		}
-		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		ks, err := parseElems(m.Data)
 		if err != nil {
 			return nil, err
 		}
-		for ad.Next() {
-			if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
-				continue
+		out = append(out, ks...)
+	}
+	return out, nil
+}
+
+// parseElems reads the elements of one NEWSETELEM message of a dump (its
+// data: the nfgenmsg header, then attributes).
+func parseElems(data []byte) ([]kstate, error) {
+	if len(data) < 4 {
+		return nil, nil
+	}
+	ad, err := netlink.NewAttributeDecoder(data[4:])
+	if err != nil {
+		return nil, err
+	}
+	var out []kstate
+	for ad.Next() {
+		if ad.Type() != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
+			continue
+		}
+		ad.Nested(func(l *netlink.AttributeDecoder) error {
+			for l.Next() {
+				var k kstate
+				l.Nested(func(d *netlink.AttributeDecoder) error { return decodeElem(d, &k) })
+				out = append(out, k)
 			}
-			ad.Nested(func(l *netlink.AttributeDecoder) error {
-				for l.Next() {
-					var k kstate
-					l.Nested(func(d *netlink.AttributeDecoder) error { return decodeElem(d, &k) })
-					out = append(out, k)
-				}
-				return nil
-			})
-		}
-		if err := ad.Err(); err != nil {
-			return nil, err
-		}
+			return nil
+		})
+	}
+	if err := ad.Err(); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
