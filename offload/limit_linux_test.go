@@ -103,3 +103,25 @@ func TestRefreshWhileDropping(t *testing.T) {
 	}
 	t.Logf("the element went %v after the flood's last packet (timeout %v)", time.Since(stop), timeout)
 }
+
+// TestLimitBytes: a rule limited in bytes holds its offloaded tuple to a
+// bucket of bytes (IP length): a burst of 200 bytes lets 5 datagrams of 40
+// bytes through (20 IP + 8 UDP + 12 payload).
+func TestLimitBytes(t *testing.T) {
+	newNetns(t)
+	rules(t, "add", "--queue", "0", "--chain", "OUTPUT", "--proto", "udp", "--dport", fmt.Sprint(testPort), "--offload")
+	o := open(t, Config{Timeout: MaxTimeout})
+	dst := net.JoinHostPort("127.0.0.1", fmt.Sprint(testPort))
+	r := newReceiver(t, "udp4", dst)
+	const sport, n = 40021, 20
+	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.1", sport, testPort), shaper.OffloadLimit{Rate: 1.0 / 60, Burst: 200, Bytes: true})
+	waitStats(t, o, "the element", func(s Stats) bool { return s.Offloaded == 1 })
+	if l := listSet(t, "ports4"); !strings.Contains(l, "limit rate over 1 bytes/minute burst 200 bytes") {
+		t.Errorf("no byte limit in the element:\n%s", l)
+	}
+	send(t, "udp4", "127.0.0.1", dst, sport, n)
+	send(t, "udp4", "127.0.0.1", dst, sport+1, n) // not offloaded: all arrive, after the others
+	if other, got := r.wait(sport+1, n), r.count(sport); got != 5 || other != n {
+		t.Errorf("a burst of 200 bytes let %d datagrams of 40 bytes through, want 5 (another tuple: %d of %d)", got, other, n)
+	}
+}
