@@ -455,7 +455,7 @@ func (o *Offloader) refreshDropping(now time.Time) {
 	}
 	o.connMu.Unlock()
 	if err != nil {
-		o.logRefusal(now, 0, fmt.Errorf("reading the sets: %w", err))
+		o.logRefusal(now, 0, err)
 		return
 	}
 	var adds [numSets][]kelem
@@ -506,7 +506,11 @@ func (o *Offloader) logRefusal(now time.Time, n int, err error) {
 	} else if errors.Is(err, unix.ENFILE) {
 		hint = " (a set is full)"
 	}
-	o.logf("offload: the kernel refused %d flows (%d refusals since the last report)%s: %v", n, o.nLog, hint, err)
+	what := fmt.Sprintf("the kernel refused %d flows", n)
+	if n == 0 {
+		what = "could not read the sets to refresh the flows still dropping"
+	}
+	o.logf("offload: %s (%d refusals since the last report)%s: %v", what, o.nLog, hint, err)
 	o.lastLog, o.nLog = now, 0
 }
 
