@@ -131,9 +131,23 @@ func spoofUDP(t *testing.T, ns string, src, dst netip.AddrPort, n int) int {
 	}
 	ch := make(chan res, 1)
 	go func() {
-		// The thread enters ns and is never unlocked: it exits with
-		// this goroutine, and no other goroutine runs in ns.
+		// The thread enters ns and comes back before it is unlocked.
+		// It must not exit instead: the harness starts its processes
+		// with Pdeathsig, which the kernel sends when the thread that
+		// forked them exits, and this one may have.
 		runtime.LockOSThread()
+		home, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			runtime.UnlockOSThread()
+			ch <- res{err: err}
+			return
+		}
+		defer func() {
+			if unix.Setns(int(home.Fd()), unix.CLONE_NEWNET) == nil {
+				runtime.UnlockOSThread()
+			} // else the thread stays locked and dies with the goroutine
+			home.Close()
+		}()
 		f, err := os.Open("/var/run/netns/" + ns)
 		if err != nil {
 			ch <- res{err: err}
