@@ -11,9 +11,11 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-// offloader is what a worker hands the flows to drop in the kernel to
-// (offload.Offloader); Add must not block or allocate.
-type offloader interface{ Add(k flows.Key) }
+// offloader is what a worker hands the flows to hold to their rule's limit
+// in the kernel to (offload.Offloader); Add must not block or allocate.
+type offloader interface {
+	Add(k flows.Key, l shaper.OffloadLimit)
+}
 
 // shared is the one engine of a set of queues (the daemon's: every queue
 // it serves), so that a key has one bucket whichever queue the kernel

@@ -166,8 +166,8 @@ func TestRulesScriptOffload(t *testing.T) {
 			len(r), nfqueue("iptables"), nfqueue("ip6tables"), strings.Join(r, "\n"))
 	}
 	for i, set := range []string{"@ports4", "@ports6"} {
-		if !strings.Contains(r[i], "udp dport 9000") || !strings.Contains(r[i], set+" counter packets 0 bytes 0 drop") {
-			t.Errorf("drop rule %d does not match udp dport 9000 and drop on %s with a counter: %s", i, set, r[i])
+		if !strings.Contains(r[i], "udp dport 9000") || !strings.Contains(r[i], " "+set+" add "+set+" { ") || !strings.Contains(r[i], " limit rate over 4000000000/second } counter packets 0 bytes 0 drop") {
+			t.Errorf("drop rule %d does not match udp dport 9000 and drop on %s, by the element's limit, with a counter: %s", i, set, r[i])
 		}
 	}
 	tp.rules(append([]string{"add", "--offload"}, gre...)...)
@@ -175,7 +175,7 @@ func TestRulesScriptOffload(t *testing.T) {
 		t.Errorf("after add --offload --proto gre --src: want a third rule on @noports4 for 10.213.0.0/24:\n%s", strings.Join(r, "\n"))
 	}
 	nft := tp.must(tp.B, "nft", "list", "table", "inet", table)
-	for _, want := range []string{"chain input {", "chain forward {", "type filter hook input priority -20;", "flags timeout"} {
+	for _, want := range []string{"chain input {", "chain forward {", "type filter hook input priority -20;", "flags dynamic,timeout", "timeout 10s"} {
 		if !strings.Contains(nft, want) {
 			t.Errorf("offload table has no %q:\n%s", want, nft)
 		}
@@ -196,7 +196,7 @@ func TestRulesScriptOffload(t *testing.T) {
 		tp.rules("del", "--backend", "nft", "--queue", "2", "--proto", "tcp")
 	}
 
-	if l := tp.rules("list"); strings.Count(l, "@ports") != 2 || strings.Count(l, "@noports") != 1 {
+	if l := tp.rules("list"); strings.Count(l, "@ports") != 4 || strings.Count(l, "@noports") != 2 { // each twice: lookup, add
 		t.Errorf("list does not show the 3 drop rules:\n%s", l)
 	}
 	tp.rules(append([]string{"del"}, udp...)...) // no --offload: the drop rules go all the same

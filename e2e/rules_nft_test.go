@@ -51,10 +51,10 @@ type nftCase struct {
 }
 
 const offloadSets = `add table inet packetshaper_offload
-add set inet packetshaper_offload ports4 { type ipv4_addr . ipv4_addr . inet_proto . inet_service . inet_service; flags timeout; size 65536; counter; }
-add set inet packetshaper_offload noports4 { type ipv4_addr . ipv4_addr . inet_proto; flags timeout; size 65536; counter; }
-add set inet packetshaper_offload ports6 { type ipv6_addr . ipv6_addr . inet_proto . inet_service . inet_service; flags timeout; size 65536; counter; }
-add set inet packetshaper_offload noports6 { type ipv6_addr . ipv6_addr . inet_proto; flags timeout; size 65536; counter; }
+add set inet packetshaper_offload ports4 { type ipv4_addr . ipv4_addr . inet_proto . inet_service . inet_service; flags dynamic,timeout; timeout 10s; size 65536; }
+add set inet packetshaper_offload noports4 { type ipv4_addr . ipv4_addr . inet_proto; flags dynamic,timeout; timeout 10s; size 65536; }
+add set inet packetshaper_offload ports6 { type ipv6_addr . ipv6_addr . inet_proto . inet_service . inet_service; flags dynamic,timeout; timeout 10s; size 65536; }
+add set inet packetshaper_offload noports6 { type ipv6_addr . ipv6_addr . inet_proto; flags dynamic,timeout; timeout 10s; size 65536; }
 `
 
 var nftCases = []nftCase{
@@ -106,7 +106,7 @@ var nftCases = []nftCase{
 		rule:    `meta nfproto ipv4 meta l4proto udp th dport 9000 ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=0 proto=udp dport=9000 family=ipv4"`,
 		comment: "packetshaper queue=0 proto=udp dport=9000 family=ipv4",
 		offload: offloadSets + `add chain inet packetshaper_offload input { type filter hook input priority -20; policy accept; }
-add rule inet packetshaper_offload input meta nfproto ipv4 meta l4proto udp th dport 9000 ip saddr . ip daddr . meta l4proto . th sport . th dport @ports4 counter drop comment "packetshaper queue=0 proto=udp dport=9000 family=ipv4 backend=nft"
+add rule inet packetshaper_offload input meta nfproto ipv4 meta l4proto udp th dport 9000 ip saddr . ip daddr . meta l4proto . th sport . th dport @ports4 add @ports4 { ip saddr . ip daddr . meta l4proto . th sport . th dport limit rate over 4000000000/second } counter drop comment "packetshaper queue=0 proto=udp dport=9000 family=ipv4 backend=nft"
 `,
 		matches: []string{"meta nfproto == ipv4", "udp dport == 9000", "ct state in invalid,established,related,new,untracked"},
 		drops: map[string][]string{
@@ -119,10 +119,10 @@ add rule inet packetshaper_offload input meta nfproto ipv4 meta l4proto udp th d
 		rule:    `ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=4-7 family=both"`,
 		comment: "packetshaper queue=4-7 family=both",
 		offload: offloadSets + `add chain inet packetshaper_offload forward { type filter hook forward priority -20; policy accept; }
-add rule inet packetshaper_offload forward meta nfproto ipv4 meta l4proto { tcp, udp, udplite, sctp } ip saddr . ip daddr . meta l4proto . th sport . th dport @ports4 counter drop comment "packetshaper queue=4-7 family=both backend=nft"
-add rule inet packetshaper_offload forward meta nfproto ipv4 ip saddr . ip daddr . meta l4proto @noports4 counter drop comment "packetshaper queue=4-7 family=both backend=nft"
-add rule inet packetshaper_offload forward meta nfproto ipv6 meta l4proto { tcp, udp, udplite, sctp } ip6 saddr . ip6 daddr . meta l4proto . th sport . th dport @ports6 counter drop comment "packetshaper queue=4-7 family=both backend=nft"
-add rule inet packetshaper_offload forward meta nfproto ipv6 ip6 saddr . ip6 daddr . meta l4proto @noports6 counter drop comment "packetshaper queue=4-7 family=both backend=nft"
+add rule inet packetshaper_offload forward meta nfproto ipv4 meta l4proto { tcp, udp, udplite, sctp } ip saddr . ip daddr . meta l4proto . th sport . th dport @ports4 add @ports4 { ip saddr . ip daddr . meta l4proto . th sport . th dport limit rate over 4000000000/second } counter drop comment "packetshaper queue=4-7 family=both backend=nft"
+add rule inet packetshaper_offload forward meta nfproto ipv4 ip saddr . ip daddr . meta l4proto @noports4 add @noports4 { ip saddr . ip daddr . meta l4proto limit rate over 4000000000/second } counter drop comment "packetshaper queue=4-7 family=both backend=nft"
+add rule inet packetshaper_offload forward meta nfproto ipv6 meta l4proto { tcp, udp, udplite, sctp } ip6 saddr . ip6 daddr . meta l4proto . th sport . th dport @ports6 add @ports6 { ip6 saddr . ip6 daddr . meta l4proto . th sport . th dport limit rate over 4000000000/second } counter drop comment "packetshaper queue=4-7 family=both backend=nft"
+add rule inet packetshaper_offload forward meta nfproto ipv6 ip6 saddr . ip6 daddr . meta l4proto @noports6 add @noports6 { ip6 saddr . ip6 daddr . meta l4proto limit rate over 4000000000/second } counter drop comment "packetshaper queue=4-7 family=both backend=nft"
 `,
 		matches: []string{"ct state in invalid,established,related,new,untracked"},
 		drops: map[string][]string{
@@ -138,7 +138,7 @@ add rule inet packetshaper_offload forward meta nfproto ipv6 ip6 saddr . ip6 dad
 		rule:    `meta nfproto ipv4 ip saddr 10.0.0.0/8 meta l4proto gre ct state invalid,new,established,related,untracked counter VERDICT comment "packetshaper queue=0-1 proto=gre src=10.0.0.0/8 family=ipv4"`,
 		comment: "packetshaper queue=0-1 proto=gre src=10.0.0.0/8 family=ipv4",
 		offload: offloadSets + `add chain inet packetshaper_offload input { type filter hook input priority -20; policy accept; }
-add rule inet packetshaper_offload input meta nfproto ipv4 ip saddr 10.0.0.0/8 meta l4proto gre ip saddr . ip daddr . meta l4proto @noports4 counter drop comment "packetshaper queue=0-1 proto=gre src=10.0.0.0/8 family=ipv4 backend=nft"
+add rule inet packetshaper_offload input meta nfproto ipv4 ip saddr 10.0.0.0/8 meta l4proto gre ip saddr . ip daddr . meta l4proto @noports4 add @noports4 { ip saddr . ip daddr . meta l4proto limit rate over 4000000000/second } counter drop comment "packetshaper queue=0-1 proto=gre src=10.0.0.0/8 family=ipv4 backend=nft"
 `,
 		matches: []string{"ip saddr == 10.0.0.0/8", "meta l4proto == gre", "ct state in invalid,established,related,new,untracked"},
 		drops: map[string][]string{
@@ -331,9 +331,10 @@ type nftChain struct {
 }
 
 type nftSet struct {
-	Type  []string
-	Flags []string
-	Size  int
+	Type    []string
+	Flags   []string
+	Size    int
+	Timeout int // seconds
 }
 
 type nftRule struct {
@@ -367,7 +368,7 @@ func listRuleset(t *testing.T, ns string) nftRuleset {
 				Family, Table, Name, Chain, Comment string
 				Type                                any
 				Hook, Policy                        string
-				Prio, Handle, Size                  int
+				Prio, Handle, Size, Timeout         int
 				Flags                               []string
 				Expr                                []map[string]any
 			}
@@ -390,7 +391,7 @@ func listRuleset(t *testing.T, ns string) nftRuleset {
 						typ = append(typ, fmt.Sprint(e))
 					}
 				}
-				rs.Sets[v.Table+" "+v.Name] = nftSet{Type: typ, Flags: v.Flags, Size: v.Size}
+				rs.Sets[v.Table+" "+v.Name] = nftSet{Type: typ, Flags: v.Flags, Size: v.Size, Timeout: v.Timeout}
 			case "rule":
 				r := nftRule{Table: v.Table, Chain: v.Chain, Comment: v.Comment, Handle: v.Handle}
 				for _, e := range v.Expr {
@@ -402,6 +403,23 @@ func listRuleset(t *testing.T, ns string) nftRuleset {
 						case "queue":
 							q, _ := ev.(map[string]any)
 							r.Stmts = append(r.Stmts, fmt.Sprintf("queue num=%s flags=%s", nftExprString(q["num"]), nftExprString(q["flags"])))
+						case "set": // the offload rules' "add @set { elem limit ... }"
+							d, _ := ev.(map[string]any)
+							st := fmt.Sprintf("%s %s { %s", d["op"], d["set"], nftExprString(d["elem"]))
+							ss, _ := d["stmt"].([]any)
+							for _, x := range ss {
+								if l, ok := x.(map[string]any)["limit"].(map[string]any); ok {
+									over := ""
+									if l["inv"] == true {
+										over = "over "
+									}
+									st += fmt.Sprintf(" limit rate %s%.0f/%s burst %.0f", over, l["rate"], l["per"], l["burst"])
+								} else {
+									b, _ := json.Marshal(x)
+									st += " " + string(b)
+								}
+							}
+							r.Stmts = append(r.Stmts, st+" }")
 						default:
 							r.Stmts = append(r.Stmts, k)
 						}
@@ -661,10 +679,10 @@ func checkNftRuleset(t *testing.T, rs nftRuleset, wantStmts func(nftCase) []stri
 	}
 	v4, v6 := "ipv4_addr", "ipv6_addr"
 	wantSets := map[string]nftSet{
-		"packetshaper_offload ports4":   {Type: []string{v4, v4, "inet_proto", "inet_service", "inet_service"}, Flags: []string{"timeout"}, Size: 65536},
-		"packetshaper_offload noports4": {Type: []string{v4, v4, "inet_proto"}, Flags: []string{"timeout"}, Size: 65536},
-		"packetshaper_offload ports6":   {Type: []string{v6, v6, "inet_proto", "inet_service", "inet_service"}, Flags: []string{"timeout"}, Size: 65536},
-		"packetshaper_offload noports6": {Type: []string{v6, v6, "inet_proto"}, Flags: []string{"timeout"}, Size: 65536},
+		"packetshaper_offload ports4":   {Type: []string{v4, v4, "inet_proto", "inet_service", "inet_service"}, Flags: []string{"timeout"}, Size: 65536, Timeout: 10},
+		"packetshaper_offload noports4": {Type: []string{v4, v4, "inet_proto"}, Flags: []string{"timeout"}, Size: 65536, Timeout: 10},
+		"packetshaper_offload ports6":   {Type: []string{v6, v6, "inet_proto", "inet_service", "inet_service"}, Flags: []string{"timeout"}, Size: 65536, Timeout: 10},
+		"packetshaper_offload noports6": {Type: []string{v6, v6, "inet_proto"}, Flags: []string{"timeout"}, Size: 65536, Timeout: 10},
 	}
 	if !reflect.DeepEqual(rs.Sets, wantSets) {
 		t.Errorf("sets\n%+v\nwant\n%+v", rs.Sets, wantSets)
@@ -691,8 +709,15 @@ func checkNftRuleset(t *testing.T, rs nftRuleset, wantStmts func(nftCase) []stri
 				set = d.Matches[len(d.Matches)-1]
 				set = set[strings.LastIndex(set, "@")+1:]
 			}
-			if want, ok := c.drops[set]; !ok || d.Chain != c.chain || !reflect.DeepEqual(d.Matches, want) || !reflect.DeepEqual(d.Stmts, []string{"counter", "drop"}) {
-				t.Errorf("%s: drop rule %+v; want chain %s, matches %q, statements counter, drop", c.name, d, c.chain, want)
+			// The add runs the element's limit; its own (for an element
+			// it would create) limits nothing.
+			var add string
+			if len(d.Matches) > 0 {
+				tuple, _, _ := strings.Cut(d.Matches[len(d.Matches)-1], " == @")
+				add = "add @" + set + " { " + tuple + " limit rate over 4000000000/second burst 5 }"
+			}
+			if want, ok := c.drops[set]; !ok || d.Chain != c.chain || !reflect.DeepEqual(d.Matches, want) || !reflect.DeepEqual(d.Stmts, []string{add, "counter", "drop"}) {
+				t.Errorf("%s: drop rule %+v; want chain %s, matches %q, statements %q, counter, drop", c.name, d, c.chain, want, add)
 			}
 		}
 	}

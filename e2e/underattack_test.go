@@ -264,9 +264,9 @@ func (tp *topo) nftCounter(ns, table, chain string) uint64 {
 // above what a shaper slowed to a fifth of a core can take, plus 4 flows
 // at 500 packets/s, all limited to 100/s per 5-tuple. Without --offload the
 // flood fills the queue and fail-open lets packets through unlimited, the
-// legitimate flows' among them. With --offload the flood's 5-tuple is
-// dropped in the kernel after 1000 drops in a row: the legitimate flows get
-// their limit ±5 %, the flood at most its own; and after the exit and
+// legitimate flows' among them. With --offload the flood's 5-tuple is held
+// to its limit in the kernel after 100 drops in a row: the legitimate flows
+// get their limit ±5 %, the flood at most its own; and after the exit and
 // rules.sh del no set element or rule is left.
 func TestOffloadFlood(t *testing.T) {
 	for _, withOffload := range []bool{false, true} {

@@ -2,9 +2,11 @@ package offload
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -120,12 +122,12 @@ func TestRulesScriptAgrees(t *testing.T) {
 		t.Errorf("rules.sh does not add table inet %s:\n%s", DefaultTable, s)
 	}
 	for i, n := range setNames {
-		want := "add set inet " + DefaultTable + " " + n + " { type " + setTypes[i] + "; flags timeout;"
+		want := "add set inet " + DefaultTable + " " + n + " { type " + setTypes[i] + "; flags dynamic,timeout; timeout " + fmt.Sprint(MaxTimeout) + ";"
 		if !strings.Contains(s, want) {
 			t.Errorf("rules.sh does not add %q:\n%s", want, s)
 		}
-		if !strings.Contains(s, "@"+n+" counter drop") {
-			t.Errorf("rules.sh adds no drop rule on @%s (no --proto: every set):\n%s", n, s)
+		if !regexp.MustCompile(" @" + n + " add @" + n + ` \{ [^}]* limit rate over 4000000000/second \} counter drop`).MatchString(s) {
+			t.Errorf("rules.sh adds no limit rule on @%s (no --proto: every set):\n%s", n, s)
 		}
 	}
 	src, err := os.ReadFile("../scripts/rules.sh")

@@ -1,11 +1,16 @@
-// Package offload drops flooding flows in the kernel instead of in the queue.
+// Package offload holds flooding flows to their limit in the kernel instead
+// of in the queue.
 //
 // When the shaper has dropped a flow's packets many times in a row
 // (shaper.Policy.OffloadAfter), the live path hands the flow's exact 5-tuple
-// to Add. A background goroutine pushes it, in batches, into an nftables set
-// with a timeout; a drop rule ahead of the queue rule (scripts/rules.sh add
-// ... --offload) then drops the flow's packets in the kernel, so that a flood
-// costs a set lookup instead of a trip through NFQUEUE.
+// and its rule's limit (shaper.OffloadLimit) to Add. A background goroutine
+// pushes it, in batches, into an nftables set as an element with a timeout
+// and a limit of its own ("limit rate over R/second burst B packets|bytes",
+// then a counter); a rule ahead of the queue rule (scripts/rules.sh add ...
+// --offload) runs the element's limit on each of the flow's packets: those
+// over it are dropped in the kernel, a set lookup instead of a trip through
+// NFQUEUE; those under it go on to the queue as before, where the shaper
+// still decides them.
 //
 //	o, err := offload.Open(offload.Config{Timeout: 2 * time.Second})
 //	if err != nil { ... }   // one line: missing sets and how to add them, permissions
@@ -21,29 +26,41 @@
 // ports6), other protocols except ICMP and ICMPv6 by addresses and protocol
 // (sets noports4, noports6). Such a tuple belongs to one flow of the rule
 // that dropped it, whatever that rule's key mode, so no other flow of that
-// rule loses packets. For Timeout, every packet with that tuple that reaches
-// the offload chain (its hook, and the queue rule's match) is dropped there:
-// it never reaches the queue and packetshaper does not count it; the drop
-// rules and each set element carry an nft counter instead (`nft list table
-// inet packetshaper_offload`, KernelDrops). Then the element expires by
-// itself and the flow's packets come back to the shaper, whose flow entry
-// and limiter state are as they were if the flow is still in the table (the
-// limiter has refilled meanwhile, as for any idle flow; the drop run starts
-// again from 0). So an offloaded flow gets at most what the limiter would
-// have given it: nothing while offloaded. Only flows an enforcing rule drops
-// are offloaded: never for shadow rules, marking rules or accept rules (the
-// engine reports only those).
+// rule loses packets. The kernel holds the tuple to a token bucket never
+// stricter than the rule (shaper.OffloadLimit: the rule's rate and burst;
+// for a shaping rule the room of its queue too; for the window algorithms a
+// burst of two windows' limit): a flow that floods once and then sends under
+// its limit gets what its limit allows, and packets with a spoofed copy of a
+// flow's tuple take from the kernel's bucket what they would have taken from
+// the shaper's. What the kernel passes, the shaper still counts and limits
+// exactly; what it drops, packetshaper does not count: each element and the
+// rule carry an nft counter instead (`nft list table inet
+// packetshaper_offload`, KernelDrops; the kernel counts each of an
+// element's drops twice on 6.18).
+//
+// An element goes Timeout after it was added, unless refreshed: at every
+// tick (a quarter of Timeout) the Offloader reads the sets and adds again,
+// timeout restarted, the elements whose counter went up (the kernel dropped
+// some of their packets), and the shaper's new reports of a live flow do
+// the same. So an element outlives the last drop it made by at most
+// Timeout, and packetshaper's end (a kill included) by at most Timeout:
+// nothing it installed limits a flow longer than MaxTimeout after it died.
+// Open flushes the sets (what a killed packetshaper left goes at once), and
+// Close deletes what this Offloader added. Only flows an enforcing rule
+// drops are offloaded: never for shadow rules, marking rules or accept
+// rules (the engine reports only those).
 //
 // The kernel matches the tuple alone. Non-first fragments carry no ports:
 // the kernel cannot match them in ports4/ports6, and they still reach the
 // queue. And a policy that classifies the packets of one tuple into
-// different rules by something else (mark, interface, queue) sees all of
-// them dropped while the tuple is offloaded.
+// different rules by something else (mark, interface, queue) would see them
+// all held to one rule's limit (the daemon refuses --offload with such a
+// policy).
 //
 // # Kernel objects
 //
 // Table inet Table (default DefaultTable, the name scripts/rules.sh uses)
-// with four sets, flags timeout:
+// with four sets, flags dynamic,timeout, a default timeout of MaxTimeout:
 //
 //	ports4   ipv4_addr . ipv4_addr . inet_proto . inet_service . inet_service
 //	noports4 ipv4_addr . ipv4_addr . inet_proto
@@ -52,10 +69,15 @@
 //
 // and rules.sh's base chains (one per hook it was asked for, priority -20)
 // holding "<queue rule's match> ip saddr . ip daddr . meta l4proto . th sport
-// . th dport @ports4 counter drop" and the like. Open only checks that the
-// sets exist with these key types; it creates nothing. Elements it adds have
-// a timeout and go by themselves; Close deletes those still live, so nothing
-// is left behind on a clean exit, and at most Timeout of drops after a crash.
+// . th dport @ports4 add @ports4 { ip saddr . ip daddr . meta l4proto . th
+// sport . th dport limit rate over 4000000000/second } counter drop" and the
+// like. The lookup matches only the elements packetshaper added; the "add"
+// statement finds that element and runs its limit (it creates an element
+// only in the instant an element expires between the two, and then one
+// that limits nothing and goes within MaxTimeout). Open checks that the
+// sets exist with these key types and flushes them; it creates nothing.
+// Elements it adds carry the limit and a counter (google/nftables v0.3.0
+// cannot send those: elems_linux.go does, on a netlink socket of its own).
 //
 // Besides nfq, this is the one package that speaks netlink (nftables).
 package offload
@@ -74,8 +96,13 @@ const DefaultTable = "packetshaper_offload"
 
 // Defaults for zero Config fields.
 const (
-	// DefaultTimeout is how long an element drops its flow.
+	// DefaultTimeout is how long an element holds its flow to its limit
+	// after it was added or last refreshed.
 	DefaultTimeout = 2 * time.Second
+	// MaxTimeout bounds Config.Timeout, and is the sets' default timeout
+	// (scripts/rules.sh): nothing packetshaper installed limits a flow
+	// longer than this after packetshaper died.
+	MaxTimeout = 10 * time.Second
 	// DefaultBuffer is how many keys Add can hold for the background
 	// goroutine.
 	DefaultBuffer = 4096
@@ -113,8 +140,9 @@ var ErrNoSets = errors.New("offload: sets missing or of another type")
 // Config configures an Offloader. The zero value is valid: every field says
 // what 0 means. Open never writes to it.
 type Config struct {
-	// Timeout is how long an element drops its flow in the kernel (0:
-	// DefaultTimeout). At least a millisecond, the kernel's unit.
+	// Timeout is how long an element holds its flow to its limit in the
+	// kernel after it was added or refreshed (0: DefaultTimeout). From a
+	// millisecond, the kernel's unit, to MaxTimeout.
 	Timeout time.Duration
 	// Table is the nft table, family inet ("": DefaultTable).
 	Table string
@@ -131,11 +159,10 @@ type Stats struct {
 	// Offloaded counts elements added for flows that were not offloaded
 	// (as far as the Offloader knows).
 	Offloaded uint64
-	// Refreshed counts elements added again, timeout restarted, for flows
-	// reported while their element may still be live, but too late to be
-	// packets queued before it was added: the kernel is not dropping them
-	// (the element went: deleted by hand, set flushed, just expired; or
-	// the packets come by a hook without offload rules).
+	// Refreshed counts elements added again, timeout restarted: those
+	// whose limit dropped packets since the last tick, and flows the
+	// shaper reported again while their element may still be live, but
+	// too late to be packets queued before it was added.
 	Refreshed uint64
 	// Skipped counts reports of flows offloaded moments before (packets
 	// that were already queued) and repeats within a batch: nothing sent.
@@ -146,7 +173,7 @@ type Stats struct {
 	// Lost counts keys Add found no room for (buffer full, or after Close);
 	// Full, keys not added because the set already held Size elements of
 	// this Offloader; Invalid, keys that are not an exact 5-tuple of an
-	// offloadable protocol.
+	// offloadable protocol, or whose limit is no limit (rate or burst 0).
 	Lost, Full, Invalid uint64
 	// Errors counts elements whose batch the kernel refused (no table, set
 	// full of other elements, ...); they are not offloaded.

@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
 const (
@@ -37,7 +39,7 @@ type Offloader struct {
 	sets            [numSets]*nftables.Set
 	logf            func(string, ...any)
 
-	ch     chan flows.Key
+	ch     chan item
 	stop   chan struct{}
 	done   chan error
 	clear  chan chan error // Clear's requests to the background goroutine
@@ -50,6 +52,7 @@ type Offloader struct {
 	// goroutine and KernelDrops): a reply must go to whoever asked.
 	connMu sync.Mutex
 	conn   *nftables.Conn
+	ec     *elemConn // adds and dumps elements with their expressions
 
 	// Owned by the background goroutine.
 	live    map[flows.Key]entry
@@ -59,9 +62,17 @@ type Offloader struct {
 	nLog    int
 }
 
+// item is what Add queues: a flow and its rule's limit.
+type item struct {
+	k flows.Key
+	l shaper.OffloadLimit
+}
+
 // entry is what the Offloader knows of an element it added.
 type entry struct {
 	added, expires time.Time
+	lim            expr.Limit
+	drops          uint64 // the element's counter when last read
 }
 
 // Open checks, in the calling thread's network namespace, that the offload
@@ -73,8 +84,8 @@ func Open(c Config) (*Offloader, error) {
 	if o.timeout == 0 {
 		o.timeout = DefaultTimeout
 	}
-	if o.timeout < time.Millisecond {
-		return nil, fmt.Errorf("offload: timeout %v: want at least 1ms", c.Timeout)
+	if o.timeout < time.Millisecond || o.timeout > MaxTimeout {
+		return nil, fmt.Errorf("offload: timeout %v: want 1ms to %v", c.Timeout, MaxTimeout)
 	}
 	o.recent = min(o.timeout/2, maxRecent)
 	name := c.Table
@@ -105,16 +116,31 @@ func Open(c Config) (*Offloader, error) {
 			}
 			return nil, openErr(err, "offload: set inet %s %s: %v", name, setNames[i], err)
 		}
-		if s.KeyType.Name != setTypes[i] || s.KeyType.Bytes != uint32(keyLens[i]) || !s.HasTimeout || s.Interval || s.IsMap || s.Constant {
+		if s.KeyType.Name != setTypes[i] || s.KeyType.Bytes != uint32(keyLens[i]) || !s.HasTimeout || !s.Dynamic || s.Interval || s.IsMap || s.Constant {
 			conn.CloseLasting()
 			return nil, &openError{kind: ErrNoSets, msg: fmt.Sprintf(
-				"offload: set inet %s %s is not { type %s; flags timeout; }: delete the table (scripts/rules.sh del --all) and add the offload rules with scripts/rules.sh add ... --offload",
+				"offload: set inet %s %s is not { type %s; flags dynamic,timeout; }: delete the table (scripts/rules.sh del --all) and add the offload rules with scripts/rules.sh add ... --offload",
 				name, setNames[i], setTypes[i])}
 		}
 		o.sets[i] = s
 	}
+	// What an earlier packetshaper left (killed before its Close) goes
+	// now, not when it expires.
+	for _, s := range o.sets {
+		conn.FlushSet(s)
+	}
+	if err := conn.Flush(); err != nil {
+		conn.CloseLasting()
+		return nil, openErr(err, "offload: flushing the sets of table inet %s: %v", name, err)
+	}
+	ec, err := dialElems()
+	if err != nil {
+		conn.CloseLasting()
+		return nil, openErr(err, "offload: netlink: %v", err)
+	}
+	o.ec = ec
 	o.conn = conn
-	o.ch = make(chan flows.Key, buf)
+	o.ch = make(chan item, buf)
 	o.stop = make(chan struct{})
 	o.clear = make(chan chan error)
 	o.done = make(chan error, 1)
@@ -140,11 +166,11 @@ func openErr(err error, format string, args ...any) error {
 	return &openError{err: err, msg: fmt.Sprintf(format, args...)}
 }
 
-// Add queues k, the exact 5-tuple of a flow to drop in the kernel (what
-// shaper.Engine.TakeOffloads reports). It never blocks and never allocates:
-// when the buffer is full, or after Close, k is counted as Lost. A nil
-// Offloader ignores it.
-func (o *Offloader) Add(k flows.Key) {
+// Add queues k, the exact 5-tuple of a flow to hold to l in the kernel
+// (what shaper.Engine.TakeOffloads reports). It never blocks and never
+// allocates: when the buffer is full, or after Close, k is counted as Lost.
+// A nil Offloader ignores it.
+func (o *Offloader) Add(k flows.Key, l shaper.OffloadLimit) {
 	if o == nil {
 		return
 	}
@@ -153,7 +179,7 @@ func (o *Offloader) Add(k flows.Key) {
 		return
 	}
 	select {
-	case o.ch <- k:
+	case o.ch <- item{k, l}:
 	default:
 		o.c.lost.Add(1)
 	}
@@ -181,6 +207,7 @@ func (o *Offloader) Close() error {
 		o.err = <-o.done
 		o.connMu.Lock()
 		o.conn.CloseLasting()
+		o.ec.close()
 		o.connMu.Unlock()
 	})
 	return o.err
@@ -250,7 +277,7 @@ func (o *Offloader) KernelDrops() (packets, bytes uint64, err error) {
 func (o *Offloader) run() {
 	tick := time.NewTicker(min(max(o.timeout/4, 50*time.Millisecond), time.Second))
 	defer tick.Stop()
-	batch := make([]flows.Key, 0, maxBatch)
+	batch := make([]item, 0, maxBatch)
 	for {
 		select {
 		case <-o.stop:
@@ -266,13 +293,14 @@ func (o *Offloader) run() {
 			reply <- err
 		case now := <-tick.C:
 			o.expire(now)
-		case k := <-o.ch:
-			batch = append(batch[:0], k)
+			o.refreshDropping(now)
+		case it := <-o.ch:
+			batch = append(batch[:0], it)
 		fill:
 			for len(batch) < maxBatch {
 				select {
-				case k := <-o.ch:
-					batch = append(batch, k)
+				case it := <-o.ch:
+					batch = append(batch, it)
 				default:
 					break fill
 				}
@@ -305,21 +333,47 @@ func (o *Offloader) expire(now time.Time) {
 type pending struct {
 	k       flows.Key
 	set     int
+	lim     expr.Limit
 	refresh bool
 }
 
-// flush sends one batch: new elements, and for refreshed ones a delete and
-// an add in the same transaction (an add alone does not restart the timeout
-// of an element that exists).
-func (o *Offloader) flush(keys []flows.Key, now time.Time) {
-	var adds, dels [numSets][]nftables.SetElement
+// kernelLimit is l as the kernel's limit statement ("limit rate over R/unit
+// burst B packets|bytes"), never stricter: the rate rounded up in the
+// smallest unit that keeps it within 0.1 % (or the week), the burst rounded
+// up. ok is false for a limit that is no limit (0, negative, NaN, infinite).
+func kernelLimit(l shaper.OffloadLimit) (k expr.Limit, ok bool) {
+	if !(l.Rate > 0) || !(l.Burst > 0) || math.IsInf(l.Rate, 0) || math.IsInf(l.Burst, 0) {
+		return k, false
+	}
+	k = expr.Limit{Type: expr.LimitTypePkts, Over: true, Unit: expr.LimitTimeWeek}
+	if l.Bytes {
+		k.Type = expr.LimitTypePktBytes
+	}
+	for _, u := range []expr.LimitTime{expr.LimitTimeSecond, expr.LimitTimeMinute, expr.LimitTimeHour, expr.LimitTimeDay, expr.LimitTimeWeek} {
+		r := l.Rate * float64(u)
+		if math.Ceil(r) <= r*1.001 || u == expr.LimitTimeWeek {
+			k.Unit = u
+			k.Rate = uint64(min(math.Ceil(r), math.MaxUint32))
+			break
+		}
+	}
+	k.Burst = uint32(min(math.Ceil(l.Burst), math.MaxUint32))
+	return k, true
+}
+
+// flush sends one batch: new elements, and again those to refresh (an add
+// of an element that exists restarts its timeout and keeps its limit's
+// state and counter).
+func (o *Offloader) flush(items []item, now time.Time) {
+	var adds [numSets][]kelem
 	var ps []pending
 	clear(o.seen)
 	var b [maxKeyLen]byte
-	for i := range keys {
-		k := &keys[i]
+	for i := range items {
+		k := &items[i].k
 		set, n, ok := encodeKey(k, &b)
-		if !ok {
+		lim, lok := kernelLimit(items[i].l)
+		if !ok || !lok {
 			o.c.invalid.Add(1)
 			continue
 		}
@@ -328,9 +382,8 @@ func (o *Offloader) flush(keys []flows.Key, now time.Time) {
 			continue
 		}
 		o.seen[*k] = struct{}{}
-		// Live as far as we know, or expired so lately that the
-		// kernel, whose timeout started after ours, may still hold it:
-		// then a plain add would not restart its timeout.
+		// Live as far as we know, or expired so lately that the kernel,
+		// whose timeout started after ours, may still hold it.
 		e, known := o.live[*k]
 		refresh := known && now.Before(e.expires.Add(expirySlack))
 		if refresh && now.Sub(e.added) < o.recent {
@@ -341,71 +394,105 @@ func (o *Offloader) flush(keys []flows.Key, now time.Time) {
 			o.c.full.Add(1)
 			continue
 		}
-		el := nftables.SetElement{Key: append([]byte(nil), b[:n]...), Timeout: o.timeout}
-		if refresh {
-			dels[set] = append(dels[set], nftables.SetElement{Key: el.Key})
-		}
-		adds[set] = append(adds[set], el)
-		ps = append(ps, pending{k: *k, set: set, refresh: refresh})
+		adds[set] = append(adds[set], kelem{key: append([]byte(nil), b[:n]...), timeout: o.timeout, lim: lim})
+		ps = append(ps, pending{k: *k, set: set, lim: lim, refresh: refresh})
 	}
 	if len(ps) == 0 {
 		return
 	}
-	err := o.send(&adds, &dels)
-	if err != nil && errors.Is(err, unix.ENOENT) && hasAny(&dels) {
-		// An element to refresh is gone already (expired, or deleted
-		// by hand), and the transaction with it: add them all afresh.
-		err = o.send(&adds, nil)
-	}
-	if err != nil {
+	if err := o.send(&adds); err != nil {
 		o.c.errors.Add(uint64(len(ps)))
 		o.logRefusal(now, len(ps), err)
 		return
 	}
 	for _, p := range ps {
+		e, known := o.live[p.k]
 		if p.refresh {
 			o.c.refreshed.Add(1)
 		} else {
 			o.c.offloaded.Add(1)
 			o.c.active.Add(1) // expire counts exactly, at each tick
-			if _, known := o.live[p.k]; !known {
+			if !known {
 				o.perSet[p.set]++
 			}
+			e.drops = 0 // a new element: its counter starts at 0
 		}
-		o.live[p.k] = entry{added: now, expires: now.Add(o.timeout)}
+		e.added, e.expires, e.lim = now, now.Add(o.timeout), p.lim
+		o.live[p.k] = e
 	}
 }
 
-func hasAny(s *[numSets][]nftables.SetElement) bool {
-	for _, e := range s {
-		if len(e) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
-// send deletes dels and adds adds in one transaction.
-func (o *Offloader) send(adds, dels *[numSets][]nftables.SetElement) error {
+// send adds adds in one transaction.
+func (o *Offloader) send(adds *[numSets][]kelem) error {
 	o.connMu.Lock()
 	defer o.connMu.Unlock()
-	if dels != nil {
-		for i, d := range dels {
-			if len(d) > 0 {
-				if err := o.conn.SetDeleteElements(o.sets[i], d); err != nil {
-					return err
-				}
-			}
+	return o.ec.add(o.table.Name, setNames[:], adds[:])
+}
+
+// refreshDropping restarts the timeout of the live elements whose limit
+// dropped packets since the last look: an offloaded flow stays held to its
+// limit while it floods and packetshaper runs, and its element expires
+// within Timeout of its last drop, or of packetshaper's end.
+func (o *Offloader) refreshDropping(now time.Time) {
+	if len(o.live) == 0 {
+		return
+	}
+	o.connMu.Lock()
+	var dumps [numSets]map[string]kstate
+	var err error
+	for i := range o.sets {
+		if o.perSet[i] == 0 {
+			continue
+		}
+		var ks []kstate
+		if ks, err = o.ec.dump(o.table.Name, setNames[i]); err != nil {
+			break
+		}
+		dumps[i] = make(map[string]kstate, len(ks))
+		for _, k := range ks {
+			dumps[i][string(k.key)] = k
 		}
 	}
-	for i, a := range adds {
-		if len(a) > 0 {
-			if err := o.conn.SetAddElements(o.sets[i], a); err != nil {
-				return err
-			}
-		}
+	o.connMu.Unlock()
+	if err != nil {
+		o.logRefusal(now, 0, err)
+		return
 	}
-	return o.conn.Flush()
+	var adds [numSets][]kelem
+	var ks []flows.Key
+	var b [maxKeyLen]byte
+	for k, e := range o.live {
+		if !now.Before(e.expires) {
+			continue // gone, or going: a drop brings it back by the shaper
+		}
+		set, n, _ := encodeKey(&k, &b)
+		st, ok := dumps[set][string(b[:n])]
+		if !ok || st.drops <= e.drops {
+			if ok {
+				e.drops = st.drops
+				o.live[k] = e
+			}
+			continue
+		}
+		e.drops = st.drops
+		o.live[k] = e
+		adds[set] = append(adds[set], kelem{key: append([]byte(nil), b[:n]...), timeout: o.timeout, lim: e.lim})
+		ks = append(ks, k)
+	}
+	if len(ks) == 0 {
+		return
+	}
+	if err := o.send(&adds); err != nil {
+		o.c.errors.Add(uint64(len(ks)))
+		o.logRefusal(now, len(ks), err)
+		return
+	}
+	for _, k := range ks {
+		e := o.live[k]
+		e.added, e.expires = now, now.Add(o.timeout)
+		o.live[k] = e
+		o.c.refreshed.Add(1)
+	}
 }
 
 func (o *Offloader) logRefusal(now time.Time, n int, err error) {
@@ -419,7 +506,11 @@ func (o *Offloader) logRefusal(now time.Time, n int, err error) {
 	} else if errors.Is(err, unix.ENFILE) {
 		hint = " (a set is full)"
 	}
-	o.logf("offload: the kernel refused %d flows (%d refusals since the last report)%s: %v", n, o.nLog, hint, err)
+	what := fmt.Sprintf("the kernel refused %d flows", n)
+	if n == 0 {
+		what = "could not read the sets to refresh the flows still dropping"
+	}
+	o.logf("offload: %s (%d refusals since the last report)%s: %v", what, o.nLog, hint, err)
 	o.lastLog, o.nLog = now, 0
 }
 
@@ -449,18 +540,17 @@ func (o *Offloader) cleanup() error {
 			if ours[i] == nil {
 				continue
 			}
-			elems, gerr := o.conn.GetSetElements(s)
+			elems, gerr := o.ec.dump(o.table.Name, setNames[i])
 			if gerr != nil {
-				// GetSetElements keeps no errno; GetSetByName does.
-				if _, serr := o.conn.GetSetByName(o.table, setNames[i]); errors.Is(serr, unix.ENOENT) {
+				if errors.Is(gerr, unix.ENOENT) {
 					continue // the set is gone, and its elements
 				}
 				return fmt.Errorf("offload: reading set %s: %v", setNames[i], gerr)
 			}
 			var del []nftables.SetElement
 			for _, e := range elems {
-				if ours[i][string(e.Key)] && (e.Expires > 0 || e.Timeout == 0) {
-					del = append(del, nftables.SetElement{Key: e.Key})
+				if ours[i][string(e.key)] && e.expires > 0 {
+					del = append(del, nftables.SetElement{Key: e.key})
 				}
 			}
 			if len(del) > 0 {

@@ -17,7 +17,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/shaper"
 )
+
+// perMinute5 lets a burst of 5 packets through, then one a minute: within
+// a test, exactly 5.
+var perMinute5 = shaper.OffloadLimit{Rate: 1.0 / 60, Burst: 5}
 
 // These tests run against the real kernel in a network namespace of their
 // own, as nfq's do: each locks its goroutine to an OS thread and unshares a
@@ -165,9 +170,11 @@ func send(t testing.TB, network, src, dst string, sport, n int) {
 	}
 }
 
-// TestOffloadUDP offloads one UDP 5-tuple (IPv4 and IPv6): its packets are
-// dropped by the kernel and counted by the drop rule, another 5-tuple's pass,
-// and once the element expires the first 5-tuple passes again.
+// TestOffloadUDP offloads one UDP 5-tuple (IPv4 and IPv6) with a limit of a
+// burst of 5 then 1 a minute: of its packets the kernel lets 5 through and
+// drops the others, counted by the drop rule and the element; another
+// 5-tuple's all pass; once the element expires the first 5-tuple passes
+// again.
 func TestOffloadUDP(t *testing.T) {
 	for _, c := range []struct{ network, addr, nftAddr string }{
 		{"udp4", "127.0.0.1", "127.0.0.1"},
@@ -183,7 +190,7 @@ func TestOffloadUDP(t *testing.T) {
 			const offPort, otherPort, n = 40001, 40002, 20
 
 			k := key(flows.ProtoUDP, c.addr, c.addr, offPort, testPort)
-			o.Add(k)
+			o.Add(k, perMinute5)
 			added := time.Now()
 			waitStats(t, o, "the element", func(s Stats) bool { return s.Offloaded == 1 })
 			set := "ports4"
@@ -191,8 +198,8 @@ func TestOffloadUDP(t *testing.T) {
 				set = "ports6"
 			}
 			want := fmt.Sprintf("%s . %s . udp . %d . %d", c.nftAddr, c.nftAddr, offPort, testPort)
-			if l := listSet(t, set); !strings.Contains(l, want) {
-				t.Fatalf("set %s has no %q:\n%s", set, want, l)
+			if l := listSet(t, set); !strings.Contains(l, want+" limit rate over 1/minute counter packets 0 ") { // burst 5: nft does not list the default
+				t.Fatalf("set %s has no %q with its limit and counter:\n%s", set, want, l)
 			}
 
 			send(t, c.network, c.addr, dst, offPort, n)
@@ -202,14 +209,15 @@ func TestOffloadUDP(t *testing.T) {
 			}
 			// lo queues datagrams in order: once the other port's have
 			// all been read, none of the first port's is still coming.
-			if other, got := r.wait(otherPort, n), r.count(offPort); got != 0 || other != n {
-				t.Errorf("offloaded 5-tuple: %d of %d arrived, want 0; another 5-tuple: %d, want %d", got, n, other, n)
+			const burst = 5
+			if other, got := r.wait(otherPort, n), r.count(offPort); got != burst || other != n {
+				t.Errorf("offloaded 5-tuple: %d of %d arrived, want its burst, %d; another 5-tuple: %d, want %d", got, n, burst, other, n)
 			}
-			if l := listSet(t, set); !strings.Contains(l, fmt.Sprintf("%s counter packets %d ", want, n)) {
-				t.Errorf("element's counter does not show %d packets:\n%s", n, l)
+			if l := listSet(t, set); !regexp.MustCompile(regexp.QuoteMeta(want) + ` limit rate over 1/minute counter packets [1-9]`).MatchString(l) {
+				t.Errorf("element's counter shows no drops:\n%s", l)
 			}
-			if p, _, err := o.KernelDrops(); err != nil || p != n {
-				t.Errorf("KernelDrops() = %d packets, %v; want %d", p, err, n)
+			if p, _, err := o.KernelDrops(); err != nil || p != n-burst {
+				t.Errorf("KernelDrops() = %d packets, %v; want %d", p, err, n-burst)
 			}
 			if s := o.Stats(); s.Active != 1 || s.Errors != 0 || s.Lost != 0 {
 				t.Errorf("stats %+v: want Active 1, no errors, none lost", s)
@@ -225,8 +233,8 @@ func TestOffloadUDP(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			send(t, c.network, c.addr, dst, offPort, n)
-			if got := r.wait(offPort, n); got != n {
-				t.Errorf("after the timeout: %d of %d arrived", got, n)
+			if got := r.wait(offPort, burst+n); got != burst+n {
+				t.Errorf("after the timeout: %d of %d arrived", got-burst, n)
 			}
 			waitStats(t, o, "Active 0", func(s Stats) bool { return s.Active == 0 })
 			if err := o.Close(); err != nil {
@@ -237,11 +245,11 @@ func TestOffloadUDP(t *testing.T) {
 }
 
 // TestOffloadNoPorts offloads a protocol without ports (GRE) by addresses
-// and protocol.
+// and protocol, held to its limit.
 func TestOffloadNoPorts(t *testing.T) {
 	newNetns(t)
 	rules(t, "add", "--queue", "0", "--chain", "OUTPUT", "--proto", "gre", "--family", "ipv4", "--offload")
-	o := open(t, Config{Timeout: time.Minute})
+	o := open(t, Config{Timeout: MaxTimeout})
 	rx, err := net.ListenPacket("ip4:gre", "0.0.0.0")
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +271,7 @@ func TestOffloadNoPorts(t *testing.T) {
 			}
 		}
 	}()
-	o.Add(key(47, "127.0.0.1", "127.0.0.2", 0, 0))
+	o.Add(key(47, "127.0.0.1", "127.0.0.2", 0, 0), perMinute5)
 	waitStats(t, o, "the element", func(s Stats) bool { return s.Offloaded == 1 })
 	if l := listSet(t, "noports4"); !strings.Contains(l, "127.0.0.1 . 127.0.0.2 . gre") {
 		t.Fatalf("set noports4 has no 127.0.0.1 . 127.0.0.2 . gre:\n%s", l)
@@ -289,8 +297,8 @@ func TestOffloadNoPorts(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if got[2] != 0 || got[3] != n {
-		t.Errorf("GRE to the offloaded pair: %d of %d arrived, want 0; to another address: %d, want %d", got[2], n, got[3], n)
+	if got[2] != 5 || got[3] != n {
+		t.Errorf("GRE to the offloaded pair: %d of %d arrived, want its burst, 5; to another address: %d, want %d", got[2], n, got[3], n)
 	}
 }
 
@@ -299,13 +307,12 @@ func TestOffloadNoPorts(t *testing.T) {
 func TestClose(t *testing.T) {
 	newNetns(t)
 	rules(t, "add", "--queue", "0", "--chain", "OUTPUT", "--offload")
+	o := open(t, Config{Timeout: MaxTimeout})
 	run(t, "nft", "add", "element", "inet", DefaultTable, "ports4", "{ 10.9.9.9 . 10.9.9.8 . tcp . 1 . 2 timeout 1m }")
-
-	o := open(t, Config{Timeout: time.Minute})
-	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000))
-	o.Add(key(flows.ProtoTCP, "::1", "::2", 1000, 2000))
-	o.Add(key(47, "127.0.0.1", "127.0.0.2", 0, 0))
-	o.Add(key(50, "::1", "::2", 0, 0))
+	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000), perMinute5)
+	o.Add(key(flows.ProtoTCP, "::1", "::2", 1000, 2000), perMinute5)
+	o.Add(key(47, "127.0.0.1", "127.0.0.2", 0, 0), perMinute5)
+	o.Add(key(50, "::1", "::2", 0, 0), perMinute5)
 	waitStats(t, o, "4 elements", func(s Stats) bool { return s.Offloaded == 4 })
 	for _, s := range setNames {
 		if l := listSet(t, s); !strings.Contains(l, "elements =") {
@@ -330,14 +337,14 @@ func TestClose(t *testing.T) {
 	if err := o.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1, 2))
+	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1, 2), perMinute5)
 	if s := o.Stats(); s.Lost != 1 {
 		t.Errorf("Add after Close: Lost %d, want 1", s.Lost)
 	}
 
 	// Elements that expired before Close: nothing to delete, no error.
 	o2 := open(t, Config{Timeout: 50 * time.Millisecond})
-	o2.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1, 2))
+	o2.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1, 2), perMinute5)
 	waitStats(t, o2, "the element", func(s Stats) bool { return s.Offloaded == 1 })
 	time.Sleep(200 * time.Millisecond)
 	if err := o2.Close(); err != nil {
@@ -346,11 +353,11 @@ func TestClose(t *testing.T) {
 
 	// The whole table deleted under a running Offloader: adds are
 	// refused (counted), Close has nothing left to delete.
-	o3 := open(t, Config{Timeout: time.Minute})
-	o3.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1, 2))
+	o3 := open(t, Config{Timeout: MaxTimeout})
+	o3.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1, 2), perMinute5)
 	waitStats(t, o3, "the element", func(s Stats) bool { return s.Offloaded == 1 })
 	rules(t, "del", "--all")
-	o3.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 3, 4))
+	o3.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 3, 4), perMinute5)
 	waitStats(t, o3, "a refusal", func(s Stats) bool { return s.Errors == 1 })
 	if err := o3.Close(); err != nil {
 		t.Errorf("Close with the table gone: %v", err)
@@ -367,14 +374,14 @@ func TestRefresh(t *testing.T) {
 	const timeout = 2 * time.Second
 	o := open(t, Config{Timeout: timeout})
 	k := key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000)
-	o.Add(k)
-	o.Add(k)
+	o.Add(k, perMinute5)
+	o.Add(k, perMinute5)
 	waitStats(t, o, "one add, one repeat", func(s Stats) bool { return s.Offloaded == 1 && s.Skipped == 1 })
-	o.Add(k)
+	o.Add(k, perMinute5)
 	waitStats(t, o, "a report within the grace skipped", func(s Stats) bool { return s.Skipped == 2 })
 
 	time.Sleep(2 * maxRecent)
-	o.Add(k)
+	o.Add(k, perMinute5)
 	waitStats(t, o, "a refresh", func(s Stats) bool { return s.Refreshed == 1 })
 	// The first add's element had at most timeout-2*maxRecent left.
 	l := listSet(t, "ports4")
@@ -386,7 +393,7 @@ func TestRefresh(t *testing.T) {
 
 	run(t, "nft", "delete", "element", "inet", DefaultTable, "ports4", "{ 127.0.0.1 . 127.0.0.2 . udp . 1000 . 2000 }")
 	time.Sleep(2 * maxRecent)
-	o.Add(k)
+	o.Add(k, perMinute5)
 	waitStats(t, o, "a refresh of a deleted element", func(s Stats) bool { return s.Refreshed == 2 })
 	if l := listSet(t, "ports4"); !strings.Contains(l, "127.0.0.1 . 127.0.0.2 . udp . 1000 . 2000") {
 		t.Errorf("element not back after a refresh:\n%s", l)
@@ -444,12 +451,12 @@ func TestOpenErrors(t *testing.T) {
 	run(t, "nft", "add", "set", "inet", DefaultTable, "ports4", "{ type ipv4_addr . inet_service; flags timeout; }")
 	_, err = Open(Config{})
 	t.Logf("Open with a set of another type: %v", err)
-	if err == nil || !errors.Is(err, ErrNoSets) || !strings.Contains(err.Error(), "is not { type ipv4_addr . ipv4_addr . inet_proto . inet_service . inet_service; flags timeout; }") {
+	if err == nil || !errors.Is(err, ErrNoSets) || !strings.Contains(err.Error(), "is not { type ipv4_addr . ipv4_addr . inet_proto . inet_service . inet_service; flags dynamic,timeout; }") {
 		t.Errorf("Open with a set of another type: %v", err)
 	}
 	run(t, "nft", "delete", "table", "inet", DefaultTable)
 	rules(t, "add", "--queue", "0", "--offload")
-	for _, c := range []Config{{Timeout: -time.Second}, {Timeout: time.Microsecond}, {Buffer: -1}} {
+	for _, c := range []Config{{Timeout: -time.Second}, {Timeout: time.Microsecond}, {Timeout: MaxTimeout + time.Millisecond}, {Buffer: -1}} {
 		if o, err := Open(c); err == nil {
 			o.Close()
 			t.Errorf("Open(%+v) succeeded", c)
@@ -473,17 +480,17 @@ func TestOpenErrors(t *testing.T) {
 func TestAddNoAllocs(t *testing.T) {
 	newNetns(t)
 	rules(t, "add", "--queue", "0", "--chain", "OUTPUT", "--offload")
-	o := open(t, Config{Timeout: time.Minute, Buffer: 8})
+	o := open(t, Config{Timeout: MaxTimeout, Buffer: 8})
 	k := key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000)
-	if a := testing.AllocsPerRun(1000, func() { o.Add(k) }); a != 0 {
+	if a := testing.AllocsPerRun(1000, func() { o.Add(k, perMinute5) }); a != 0 {
 		t.Errorf("Add: %v allocations, want 0", a)
 	}
 	o.Close()
-	if a := testing.AllocsPerRun(1000, func() { o.Add(k) }); a != 0 {
+	if a := testing.AllocsPerRun(1000, func() { o.Add(k, perMinute5) }); a != 0 {
 		t.Errorf("Add after Close: %v allocations, want 0", a)
 	}
 	var nilO *Offloader
-	nilO.Add(k)
+	nilO.Add(k, perMinute5)
 	if s := nilO.Stats(); s != (Stats{}) {
 		t.Errorf("nil Offloader stats %+v", s)
 	}
@@ -493,14 +500,14 @@ func TestAddNoAllocs(t *testing.T) {
 func TestAddConcurrent(t *testing.T) {
 	newNetns(t)
 	rules(t, "add", "--queue", "0", "--chain", "OUTPUT", "--offload")
-	o := open(t, Config{Timeout: time.Minute})
+	o := open(t, Config{Timeout: MaxTimeout})
 	var wg sync.WaitGroup
 	for g := 0; g < 4; g++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 500; i++ {
-				o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", uint16(1000+g), uint16(i+1)))
+				o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", uint16(1000+g), uint16(i+1)), perMinute5)
 				_ = o.Stats()
 			}
 		}()
@@ -523,8 +530,8 @@ func TestAddConcurrent(t *testing.T) {
 func TestClear(t *testing.T) {
 	newNetns(t)
 	rules(t, "add", "--queue", "0", "--chain", "OUTPUT", "--offload")
-	o := open(t, Config{Timeout: time.Minute})
-	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000))
+	o := open(t, Config{Timeout: MaxTimeout})
+	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000), perMinute5)
 	waitStats(t, o, "the element", func(s Stats) bool { return s.Offloaded == 1 })
 	if err := o.Clear(); err != nil {
 		t.Fatalf("Clear: %v", err)
@@ -535,7 +542,7 @@ func TestClear(t *testing.T) {
 	if s := o.Stats(); s.Active != 0 {
 		t.Errorf("Active after Clear: %d", s.Active)
 	}
-	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000))
+	o.Add(key(flows.ProtoUDP, "127.0.0.1", "127.0.0.2", 1000, 2000), perMinute5)
 	waitStats(t, o, "the element again", func(s Stats) bool { return s.Offloaded == 2 })
 	if l := listSet(t, "ports4"); !strings.Contains(l, "127.0.0.1") {
 		t.Errorf("set ports4 after a new Add:\n%s", l)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // Offloader pushes flows into the kernel's offload sets; nftables exists
@@ -20,7 +21,7 @@ func Open(c Config) (*Offloader, error) {
 	return nil, fmt.Errorf("offload: not implemented on %s (nftables is Linux only)", runtime.GOOS)
 }
 
-func (o *Offloader) Add(k flows.Key) {
+func (o *Offloader) Add(k flows.Key, l shaper.OffloadLimit) {
 	if o != nil {
 		o.c.lost.Add(1)
 	}

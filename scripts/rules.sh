@@ -48,11 +48,17 @@
 #
 # --offload (either backend; needs nft): in table "inet packetshaper_offload",
 # sets of flows that packetshaper pushes when they keep dropping (elements
-# with a timeout: ports4/ports6 by address . address . protocol . port . port,
+# with a timeout, at most OFF_TIMEOUT, and a limit of their own, the flow's
+# rule's: ports4/ports6 by address . address . protocol . port . port,
 # noports4/noports6 by address . address . protocol), a chain on the queue
 # rule's hook at priority -20 (before filter chains and the nft backend's -10)
 # and, per family, rules "<the queue rule's match> <the packet's tuple> @set
-# counter drop", so only traffic the queue rule would queue is ever dropped.
+# add @set { <the tuple> limit ... } counter drop": the lookup matches only
+# elements packetshaper added, the add runs that element's limit, and only
+# the packets over it are dropped (only traffic the queue rule would queue);
+# the others go on to the queue. (The add's own "limit rate over
+# 4000000000/second", which limits nothing, is for an element the add would
+# create if one expired between the lookup and the add.)
 # The table goes when its last rule does (del, del --all).
 #
 # RULES_SH_TEST_VERDICT=accept|continue (tests only; nft backend): that
@@ -81,6 +87,11 @@ NFT_CTSTATE=invalid,new,established,related,untracked
 OFF_TABLE=packetshaper_offload
 OFF_PRIO=-20
 OFF_SIZE=65536
+# The sets' default timeout: offload.MaxTimeout. No element outlives a
+# killed packetshaper longer.
+OFF_TIMEOUT=10s
+# The add statement's own limit: none (see --offload above).
+OFF_NOLIMIT="limit rate over 4000000000/second"
 
 cmd=${1:-}
 [ -n "$cmd" ] || { usage >&2; exit 2; }
@@ -445,7 +456,7 @@ off_tag() { echo "comment \"$desc family=$family backend=$backend\""; }
 # queue rule would queue are ever dropped, then looks the packet's exact
 # tuple up in the set. ICMP is never offloaded: no rule for it.
 off_rules() {
-	local f m a pm
+	local f m a pm t
 	for f in $(off_fams); do
 		a=ip
 		[ "$f" = 6 ] && a=ip6
@@ -457,12 +468,14 @@ off_rules() {
 		'' | udp | tcp | sctp | udplite)
 			pm=""
 			[ -z "$proto" ] && pm="meta l4proto { tcp, udp, udplite, sctp } "
-			printf 'ports%s\t%s%s%s saddr . %s daddr . meta l4proto . th sport . th dport @ports%s counter drop\n' "$f" "$m" "$pm" "$a" "$a" "$f"
+			t="$a saddr . $a daddr . meta l4proto . th sport . th dport"
+			printf 'ports%s\t%s%s%s @ports%s add @ports%s { %s %s } counter drop\n' "$f" "$m" "$pm" "$t" "$f" "$f" "$t" "$OFF_NOLIMIT"
 			;;
 		esac
 		case "$proto" in
 		'' | esp | ah | gre)
-			printf 'noports%s\t%s%s saddr . %s daddr . meta l4proto @noports%s counter drop\n' "$f" "$m" "$a" "$a" "$f"
+			t="$a saddr . $a daddr . meta l4proto"
+			printf 'noports%s\t%s%s @noports%s add @noports%s { %s %s } counter drop\n' "$f" "$m" "$t" "$f" "$f" "$t" "$OFF_NOLIMIT"
 			;;
 		esac
 	done
@@ -480,8 +493,8 @@ off_sets() { # the table and its sets, as nft -f lines ("add" is a no-op when th
 	for f in 4 6; do
 		t=ipv4_addr
 		[ "$f" = 6 ] && t=ipv6_addr
-		echo "add set inet $OFF_TABLE ports$f { type $t . $t . inet_proto . inet_service . inet_service; flags timeout; size $OFF_SIZE; counter; }"
-		echo "add set inet $OFF_TABLE noports$f { type $t . $t . inet_proto; flags timeout; size $OFF_SIZE; counter; }"
+		echo "add set inet $OFF_TABLE ports$f { type $t . $t . inet_proto . inet_service . inet_service; flags dynamic,timeout; timeout $OFF_TIMEOUT; size $OFF_SIZE; }"
+		echo "add set inet $OFF_TABLE noports$f { type $t . $t . inet_proto; flags dynamic,timeout; timeout $OFF_TIMEOUT; size $OFF_SIZE; }"
 	done
 }
 

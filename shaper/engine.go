@@ -354,6 +354,7 @@ type ruleState struct {
 	shape  bool // lim shapes: Depart, not Allow
 	key    flows.KeyConfig
 	stats  RuleStats
+	off    OffloadLimit // what the kernel may hold an offloaded flow to
 }
 
 // engineRule is one of an Engine's rules: its settings, which belong to
@@ -403,6 +404,7 @@ type Engine struct {
 	holdRoom int
 
 	offloads [offloadBuf]flows.Key
+	offLims  [offloadBuf]OffloadLimit
 	nOff     int
 
 	// pkt is the packet being decided. It lives here, not on
@@ -535,7 +537,7 @@ func newLimitState(c Config, global bool) (*ruleState, error) {
 	if timeout == 0 {
 		timeout = DefaultFlowTimeout
 	}
-	rs := &ruleState{lim: *lim, key: c.Key, bytes: c.Bytes, shape: lim.maxDelay > 0}
+	rs := &ruleState{lim: *lim, key: c.Key, bytes: c.Bytes, shape: lim.maxDelay > 0, off: offloadLimit(c.LimiterConfig(), c.Bytes)}
 	if global {
 		rs.gtable = flows.NewTable[gflow](c.MaxFlows, timeout)
 	} else {
@@ -738,7 +740,7 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		if e.offAfter > 0 {
 			if f.dropRun++; f.dropRun >= e.offAfter {
 				f.dropRun = 0
-				e.offload(p)
+				e.offload(rs, p)
 			}
 		}
 	}
@@ -773,7 +775,7 @@ func (e *Engine) shape(rs *ruleState, f *flow, p *flows.Packet, now, cost int64,
 	if e.offAfter > 0 {
 		if f.dropRun++; f.dropRun >= e.offAfter {
 			f.dropRun = 0
-			e.offload(p)
+			e.offload(rs, p)
 		}
 	}
 }
@@ -829,9 +831,9 @@ func (f *gflow) allowLocal(lim *Limiter, now, cost int64) bool {
 	return lim.Allow(&f.state, now, cost)
 }
 
-// offload queues the exact 5-tuple of p for TakeOffloads, if the kernel can
-// match it as exactly.
-func (e *Engine) offload(p *flows.Packet) {
+// offload queues the exact 5-tuple of p, with its rule's OffloadLimit, for
+// TakeOffloads, if the kernel can match it as exactly.
+func (e *Engine) offload(rs *ruleState, p *flows.Packet) {
 	if p.NoPorts || p.Proto == flows.ProtoICMP || p.Proto == flows.ProtoICMPv6 {
 		return
 	}
@@ -841,15 +843,42 @@ func (e *Engine) offload(p *flows.Packet) {
 	}
 	var exact flows.KeyConfig
 	exact.KeyTo(&e.offloads[e.nOff], p)
+	e.offLims[e.nOff] = rs.off
 	e.nOff++
 	e.stats.Offloads++
 }
 
+// OffloadLimit is the token bucket the kernel may hold an offloaded flow
+// to, per 5-tuple: never stricter than the flow's rule. Rate is per second
+// and Burst the bucket's capacity, in packets, or bytes (IP length) when
+// Bytes.
+type OffloadLimit struct {
+	Rate, Burst float64
+	Bytes       bool
+}
+
+// offloadLimit is the bucket that accepts at least what a limiter of c
+// accepts, over any interval: a token bucket its own (with Shape, the room
+// of its queue too: burst + rate × MaxDelay), the window algorithms a rate
+// of Limit per Window with a burst of 2×Limit (what an interval of length
+// Window can hold at most).
+func offloadLimit(c LimiterConfig, bytes bool) OffloadLimit {
+	l := OffloadLimit{Rate: c.Rate, Burst: c.Burst, Bytes: bytes}
+	switch c.Algorithm {
+	case TokenBucket:
+		l.Burst += c.Rate * float64(c.MaxDelay) / 1e9
+	default:
+		l.Burst = 2 * c.Rate * float64(c.Window) / 1e9
+	}
+	return l
+}
+
 // TakeOffloads calls fn for each flow reported since the last call (see
-// Policy.OffloadAfter): its exact 5-tuple key (mode 5tuple, no prefixes).
-func (e *Engine) TakeOffloads(fn func(k flows.Key)) {
+// Policy.OffloadAfter): its exact 5-tuple key (mode 5tuple, no prefixes)
+// and the limit of the rule that dropped it.
+func (e *Engine) TakeOffloads(fn func(k flows.Key, l OffloadLimit)) {
 	for i := 0; i < e.nOff; i++ {
-		fn(e.offloads[i])
+		fn(e.offloads[i], e.offLims[i])
 	}
 	e.nOff = 0
 }

@@ -439,8 +439,9 @@ func TestOffloadReports(t *testing.T) {
 	})
 	p := udpTo(5, 4242, 9000)
 	var got []flows.Key
+	var lims []OffloadLimit
 	take := func() {
-		e.TakeOffloads(func(k flows.Key) { got = append(got, k) })
+		e.TakeOffloads(func(k flows.Key, l OffloadLimit) { got, lims = append(got, k), append(lims, l) })
 	}
 	for i := 0; i < 10; i++ { // 1 accepted, 9 dropped
 		e.Decide(p, t0)
@@ -457,6 +458,9 @@ func TestOffloadReports(t *testing.T) {
 	k := got[0]
 	if k.Mode != flows.FiveTuple || k.SrcPort != 4242 || k.DstPort != 9000 || k.Proto != flows.ProtoUDP || k.Src[3] != 5 {
 		t.Errorf("reported %+v, want the packet's exact 5-tuple", k)
+	}
+	if lims[0] != (OffloadLimit{Rate: 1, Burst: 1}) {
+		t.Errorf("reported limit %+v, want the rule's: rate 1, burst 1, packets", lims[0])
 	}
 	for i := 0; i < 100; i++ {
 		e.Decide(udpTo(6, 1, 80), t0)
@@ -555,4 +559,24 @@ func TestEmptyRuleCost(t *testing.T) {
 		t.Errorf("%.0f bytes per empty limiting rule, want under 4 KiB", per)
 	}
 	runtime.KeepAlive(e)
+}
+
+// TestOffloadLimit: the kernel's bucket for an offloaded flow is never
+// stricter than its rule's limiter.
+func TestOffloadLimit(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want OffloadLimit
+	}{
+		{Config{Rate: 100, Burst: 20}, OffloadLimit{Rate: 100, Burst: 20}},
+		{Config{Rate: 100}, OffloadLimit{Rate: 100, Burst: DefaultBurstPackets}},
+		{Config{Rate: 1e6, Burst: 5e4, Bytes: true}, OffloadLimit{Rate: 1e6, Burst: 5e4, Bytes: true}},
+		{Config{Rate: 100, Burst: 10, Shape: true, MaxDelay: int64(time.Second / 2)}, OffloadLimit{Rate: 100, Burst: 60}},
+		{Config{Algorithm: FixedWindow, Rate: 10, Window: int64(2 * time.Second)}, OffloadLimit{Rate: 10, Burst: 40}},
+		{Config{Algorithm: SlidingWindowCounter, Rate: 1000, Bytes: true, Window: int64(time.Second)}, OffloadLimit{Rate: 1000, Burst: 2000, Bytes: true}},
+	} {
+		if got := offloadLimit(c.cfg.LimiterConfig(), c.cfg.Bytes); got != c.want {
+			t.Errorf("%+v: offload limit %+v, want %+v", c.cfg, got, c.want)
+		}
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/packetshaper/packetshaper/daemon"
 	"github.com/packetshaper/packetshaper/daemon/control"
 	"github.com/packetshaper/packetshaper/nfq"
+	"github.com/packetshaper/packetshaper/offload"
 	"github.com/packetshaper/packetshaper/policy"
 )
 
@@ -87,9 +88,9 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 or a management address; they reveal traffic volumes, rule names and drop counts to whoever can reach ADDR: bind to loopback or firewall it (see README, Logs and metrics)")
 	fs.StringVar(&f.controlSocket, "control-socket", control.DefaultPath("0"), "the control socket `PATH` for packetshaper status and flows (root only, mode 0600); by default packetshaper-N[-M].sock for --queue N[-M] other than 0; each process needs its own; \"\" for none")
 	fs.IntVar(&f.maxHeld, "max-held", nfq.DefaultMaxHeld, "with shaping rules: the most packets held per queue for a later verdict, at most half of --queue-maxlen (default 1024, or a quarter of --queue-maxlen if less); a packet a shaping rule would delay beyond it is dropped (shape_overflow); 0: none held")
-	fs.BoolVar(&f.offload, "offload", false, "drop a flow that keeps being dropped in the kernel for --offload-timeout, so that its flood never fills the queue (needs the offload set and rule: scripts/rules.sh add ... --offload)")
+	fs.BoolVar(&f.offload, "offload", false, "hold a flow that keeps being dropped to its rule's limit in the kernel, so that its flood never fills the queue: the kernel drops what is over the limit, the rest still comes to the queue (needs the offload sets and rules: scripts/rules.sh add ... --offload)")
 	fs.UintVar(&f.offloadAfter, "offload-after", 1000, "with --offload: offload a flow after this many of its packets in a row were dropped")
-	fs.DurationVar(&f.offloadTimeout, "offload-timeout", 2*time.Second, "with --offload: how long an offloaded flow is dropped in the kernel before it comes back to the shaper")
+	fs.DurationVar(&f.offloadTimeout, "offload-timeout", offload.DefaultTimeout, "with --offload: how long the kernel holds an offloaded flow to its limit after the last of its packets it dropped (refreshed while it drops some and packetshaper runs), at most 10s: nothing installed outlives packetshaper longer")
 	return f
 }
 
@@ -172,8 +173,8 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return usage("--stats-interval must not be negative, not %v", f.statsEvery)
 	case f.offload && (f.offloadAfter < 1 || f.offloadAfter > 1<<31):
 		return usage("--offload-after must be between 1 and %d, not %d", 1<<31, f.offloadAfter)
-	case f.offload && (f.offloadTimeout < time.Second/10 || f.offloadTimeout > time.Minute):
-		return usage("--offload-timeout must be between 100ms and 1m, not %v", f.offloadTimeout)
+	case f.offload && (f.offloadTimeout < time.Second/10 || f.offloadTimeout > offload.MaxTimeout):
+		return usage("--offload-timeout must be between 100ms and %v, not %v", offload.MaxTimeout, f.offloadTimeout)
 	case flagGiven(fs, "max-held") && (f.maxHeld < 0 || f.maxHeld > nfq.MaxMaxHeld || f.maxHeld > int(f.maxLen/2)):
 		return usage("--max-held must be between 0 and half of --queue-maxlen (%d, at most %d), not %d: held packets must never fill the queue", f.maxLen/2, nfq.MaxMaxHeld, f.maxHeld)
 	}
