@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/failopen"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/offload"
 	"github.com/packetshaper/packetshaper/policy"
@@ -161,13 +162,13 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}
 
 	// Startup hint: rules that send to queues nobody serves.
-	if rules, err := nfq.QueueRules(); err == nil {
+	if rules, err := failopen.QueueRules(); err == nil {
 		bound, _ := nfq.BoundQueues()
-		for _, u := range nfq.UnservedQueues(rules, bound) {
+		for _, u := range failopen.UnservedQueues(rules, bound) {
 			log.Warn(u.String())
 		}
 	}
-	mon, err := nfq.NewMonitor(qs, nfq.MonitorConfig{Logger: log})
+	mon, err := failopen.NewMonitor(qs, failopen.MonitorConfig{Logger: log})
 	if err != nil {
 		return err
 	}

@@ -1,26 +1,34 @@
 // Package nfq receives packets from a Linux NFQUEUE queue and sends their
 // verdicts back, in batches, without allocating per packet.
 //
-// It is the only package of packetshaper that speaks netlink. It knows
-// nothing about flows or limiters: a Handler gets a batch of packets and the
-// time the batch was read, and fills in one Verdict per packet.
+// It is the only package of packetshaper that speaks nfnetlink_queue (its
+// own netlink socket, golang.org/x/sys/unix only); the nf_tables netlink
+// is spoken by failopen (reading rule counters) and offload (set
+// elements). It knows nothing about flows or limiters: a Handler gets a
+// batch of packets and the time the batch was read, and fills in one
+// Verdict per packet.
 //
 //	q, err := nfq.Open(nfq.Config{Queue: 0})
 //	if err != nil { ... }           // one-line error: permission, busy queue, missing module
 //	defer q.Close()
 //	err = q.Run(ctx, func(b []nfq.Packet, v []nfq.Verdict, now int64) { ... })
 //
-// One Queue is read by one goroutine (Run locks it to an OS thread); use one
-// Queue per NFQUEUE number and let the kernel's --queue-balance spread flows
-// over them. Nothing is shared between queues, so nothing is locked.
+// One Queue is read by one goroutine at a time (Run's: it waits in the
+// runtime's netpoller, on no thread of its own); use one Queue per NFQUEUE
+// number and let the kernel's --queue-balance spread flows over them.
+// Nothing is shared between queues, so nothing is locked.
 //
 // Overload is counted beside the queues, not in them: a packet that finds
 // its queue full passes without a verdict (fail-open) and the kernel counts
-// it nowhere. A Monitor counts those packets per queue (FailOpenStats),
-// exactly from the counters of the rules that queue them where it can read
-// them, else estimated, and logs when it starts and ends. QueueRules lists
-// those rules, and UnservedQueues the queues they send to that nobody
-// serves.
+// it nowhere. Package failopen counts those packets per queue, from the
+// kernel's table of queues (QueueTable) and the counters of the rules that
+// queue them; a Queue lets it take its last reading as it stops (OnStop).
+//
+// The files follow the package's jobs: nfq.go the types, wire.go the
+// messages, queue_linux.go the socket's setup and bind, run_linux.go the
+// receive loop, verdict_linux.go the verdict writes, hold.go and
+// hold_linux.go the hold scheduler (Verdict.At), stop_linux.go the stop,
+// drain and unbind, proc*.go the kernel's table of queues.
 package nfq
 
 import (
@@ -74,7 +82,7 @@ type Config struct {
 	Queue uint16
 	// MaxQueueLen is the most packets the kernel holds for this queue
 	// waiting for a verdict; 0 means DefaultMaxQueueLen. When it is full
-	// the kernel accepts new packets without asking (fail-open: a Monitor
+	// the kernel accepts new packets without asking (fail-open: package failopen
 	// counts them), or drops them if FailClosed is set.
 	MaxQueueLen uint32
 	// CopyRange is the number of bytes of each packet copied to user

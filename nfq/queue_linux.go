@@ -65,7 +65,7 @@ type Queue struct {
 	// proc is the kernel's queue table, opened in the queue's namespace
 	// by Open (nil if that failed: then KernelStats reads it from the
 	// calling thread's namespace).
-	proc *procFile
+	proc *QueueTable
 	// final holds the kernel's counters read just before the queue was
 	// unbound; nil until then.
 	final atomic.Pointer[KernelStats]
@@ -256,7 +256,7 @@ func Open(c Config) (*Queue, error) {
 	q.unbound = false
 	// Opened while the thread is in the queue's namespace, so that
 	// KernelStats and the final read in Run work from any thread.
-	q.proc, _ = openProc()
+	q.proc, _ = OpenQueueTable()
 	return q, nil
 }
 
@@ -339,6 +339,14 @@ func (q *Queue) LatencyHistogram(bounds []time.Duration) LatencyHistogram {
 	return q.latency.histogram(bounds)
 }
 
+// Config returns the queue's configuration, with the defaults Open filled
+// in.
+func (q *Queue) Config() Config { return q.cfg }
+
+// Bound reports whether the queue is still bound: false once it has been
+// unbound (Run returned, or Close). For Run's goroutine, or before Run.
+func (q *Queue) Bound() bool { return !q.unbound }
+
 // PortID is the netlink port of the queue's socket: the kernel's table of
 // queues (KernelStats) names it for a queue bound by this Queue.
 func (q *Queue) PortID() uint32 { return q.portID }
@@ -403,10 +411,10 @@ func (q *Queue) readKernel() (KernelStats, error) {
 }
 
 func readKernelStats(queue uint16) (KernelStats, error) {
-	p, err := openProc()
+	p, err := OpenQueueTable()
 	if err != nil {
 		return KernelStats{}, err
 	}
-	defer p.close()
+	defer p.Close()
 	return p.stats(queue)
 }

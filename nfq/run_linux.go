@@ -28,8 +28,8 @@ const maxFailures = 1000
 // is held and answered at At, in the write of the batch then at hand or
 // alone, Run waking for it (see hold.go).
 //
-// When ctx is cancelled, Run lets a Monitor of the queue take its last
-// reading; sets the kernel queue's length to 0, so that new packets bypass
+// When ctx is cancelled, Run runs the OnStop hooks (a fail-open monitor
+// takes its last reading); sets the kernel queue's length to 0, so that new packets bypass
 // it (accepted) instead of waiting (with FailClosed the queue keeps taking
 // packets until the end of the stop instead: a stop does not drop them as
 // an overload would); gives every held packet its verdict at once;

@@ -15,7 +15,7 @@ func (q *Queue) stop() error {
 	// monotonic clock, so a wall-clock step cannot end the drain at once
 	// (a step back) or make it last (a step forward).
 	stopBy := q.now() + int64(stopDrainTimeout)
-	q.stopping() // a Monitor's last reading, while the queue takes packets
+	q.stopping() // the OnStop hooks (a monitor's last reading), while the queue takes packets
 	if !q.cfg.FailClosed {
 		q.closeIntake()
 	}
@@ -64,11 +64,13 @@ func (q *Queue) quit(err error) error {
 	return err
 }
 
-// onStop registers fn to be called once, when the queue starts to stop
+// OnStop registers fn to be called once, when the queue starts to stop
 // (Run's context cancelled, Run failing, or Close): from that goroutine,
-// while the queue is still bound and before it stops taking packets. It
-// reports false if the queue has already stopped.
-func (q *Queue) onStop(fn func()) bool {
+// while the queue is still bound and before it stops taking packets (a
+// fail-open monitor takes its last reading there: package failopen). It
+// reports false if the queue has already stopped. Safe to call from any
+// goroutine.
+func (q *Queue) OnStop(fn func()) bool {
 	q.hookMu.Lock()
 	defer q.hookMu.Unlock()
 	if q.hooksDone {
@@ -202,7 +204,7 @@ func (q *Queue) Close() error {
 			q.closeErr = unix.Close(q.fd)
 		}
 		if q.proc != nil {
-			q.proc.close()
+			q.proc.Close()
 		}
 		if uerr != nil {
 			q.closeErr = uerr

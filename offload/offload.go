@@ -57,7 +57,8 @@
 // a timeout and go by themselves; Close deletes those still live, so nothing
 // is left behind on a clean exit, and at most Timeout of drops after a crash.
 //
-// Besides nfq, this is the one package that speaks netlink (nftables).
+// Besides nfq (nfnetlink_queue) and failopen (reading rule counters), this
+// is the one package that speaks netlink (nftables): the only one writing.
 package offload
 
 import (
