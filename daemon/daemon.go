@@ -38,11 +38,30 @@ type Source interface {
 	Describe() string
 }
 
+// MaxRealtimePriority is the highest Config.RealtimePriority (the
+// kernel's highest SCHED_FIFO priority).
+const MaxRealtimePriority = 99
+
 // Config is how the daemon runs. Queue is the template of every queue's
 // nfq.Config (its Queue and Idle fields are set per queue).
 type Config struct {
 	Queues []uint16
 	Queue  nfq.Config
+	// RealtimePriority, if above 0, puts the whole process under the
+	// real-time scheduling policy SCHED_FIFO at this priority (1 to
+	// MaxRealtimePriority; 1, the lowest, is enough), once, before Run
+	// opens the queues. The queues' readers then preempt every normal
+	// (SCHED_OTHER) thread of other processes on their CPU as soon as a
+	// packet wakes them, which cuts the verdict latency's tail when those
+	// load the machine (nfq/PERFORMANCE.md). Every thread of the process,
+	// not only a reader's (see setProcessRealtime). The process stays
+	// real-time until it exits; the kernel's real-time throttling
+	// (kernel.sched_rt_runtime_us) still leaves other processes their
+	// share. Same effect as starting it under `chrt -f 1`. It needs root
+	// or CAP_SYS_NICE (or an RLIMIT_RTPRIO of at least the priority): Run
+	// fails with an error wrapping nfq.ErrPermission without it. 0 (the
+	// default) leaves the scheduling policy alone.
+	RealtimePriority int
 	// Malformed is the verdict for packets with an invalid IP header.
 	Malformed shaper.Verdict
 	// Offload turns on the kernel offload of flows dropped OffloadAfter
@@ -142,6 +161,16 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	eng, err := shaper.NewPolicy(pol)
 	if err != nil {
 		return UsageError{err}
+	}
+	// The real-time policy: once for the whole process, before the
+	// queues open (threads the runtime starts later inherit it).
+	if p := cfg.RealtimePriority; p != 0 {
+		if p < 0 || p > MaxRealtimePriority {
+			return UsageError{fmt.Errorf("--rt-priority %d out of range (1..%d, or 0 for none)", p, MaxRealtimePriority)}
+		}
+		if err := setProcessRealtime(p); err != nil {
+			return fmt.Errorf("--rt-priority: %w", err)
+		}
 	}
 	ws := newWorkers(cfg.Queues, eng)
 	for _, w := range ws {

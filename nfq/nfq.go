@@ -61,9 +61,6 @@ const (
 	DefaultBatchSize = 64
 	// MaxCopyRange is the largest copy range the kernel accepts.
 	MaxCopyRange = 0xffff
-	// MaxRealtimePriority is the highest Config.RealtimePriority (the
-	// kernel's highest SCHED_FIFO priority).
-	MaxRealtimePriority = 99
 	// DefaultMaxHeld is the most packets held at once (Verdict.At) when
 	// Config.MaxHeld is 0, or a quarter of MaxQueueLen if that is less.
 	// Held packets sit at the head of the kernel's queue, and on kernels
@@ -110,22 +107,6 @@ type Config struct {
 	// costs Run one more clock read per batch. Packets without a kernel
 	// timestamp (locally generated ones, in OUTPUT) are not measured.
 	Latency bool
-	// RealtimePriority, if above 0, puts the whole process under the
-	// real-time scheduling policy SCHED_FIFO at this priority (1 to
-	// MaxRealtimePriority; 1, the lowest, is enough), in Open. The reader
-	// thread then preempts every normal (SCHED_OTHER) thread of other
-	// processes on its CPU as soon as a packet wakes it, which cuts the
-	// verdict latency's tail when they load the machine (nfq/PERFORMANCE.md).
-	// Every thread of the process, not only the reader, because a Go thread
-	// alone at a real-time priority can spin waiting for another thread of
-	// the runtime that it keeps off the CPU (see setProcessRealtime). The
-	// process stays real-time until it exits; the kernel's real-time
-	// throttling (kernel.sched_rt_runtime_us) still leaves other processes
-	// their share. Same effect as starting it under `chrt -f 1`. It needs
-	// root or CAP_SYS_NICE (or an RLIMIT_RTPRIO of at least the priority):
-	// Open fails with an error wrapping ErrPermission without it. 0 (the
-	// default) leaves the scheduling policy alone.
-	RealtimePriority int
 	// MaxHeld is the most packets held at once for a later verdict
 	// (Verdict.At). 0 means DefaultMaxHeld, or MaxQueueLen/4 if that is
 	// less; negative: none (At is ignored). It must be at most half of

@@ -162,9 +162,6 @@ type Queue struct {
 // ErrNoSupport where one of them is the cause. Open does not modify c.
 func Open(c Config) (*Queue, error) {
 	cfg := c.withDefaults()
-	if p := cfg.RealtimePriority; p < 0 || p > MaxRealtimePriority {
-		return nil, fmt.Errorf("nfq: queue %d: real-time priority %d out of range (1..%d, or 0 for none)", cfg.Queue, p, MaxRealtimePriority)
-	}
 	if err := cfg.checkMaxHeld(); err != nil {
 		return nil, err
 	}
@@ -172,12 +169,6 @@ func Open(c Config) (*Queue, error) {
 	// the thread's network namespace: stay on one thread meanwhile.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-
-	if cfg.RealtimePriority > 0 {
-		if err := setProcessRealtime(cfg.RealtimePriority); err != nil {
-			return nil, fmt.Errorf("nfq: queue %d: %w", cfg.Queue, err)
-		}
-	}
 
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, netlinkNetfilter)
 	if err != nil {

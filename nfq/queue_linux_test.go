@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strconv"
@@ -17,8 +15,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // waitFor polls cond until it holds or the timeout passes, and reports
@@ -176,11 +172,11 @@ func TestSecondBindFails(t *testing.T) {
 }
 
 // TestNotRoot re-runs this test binary as nobody, in the same namespace,
-// to see the error a user without CAP_NET_ADMIN gets, and the one for a
-// real-time priority without CAP_SYS_NICE.
+// to see the error a user without CAP_NET_ADMIN gets. (The one for a
+// real-time priority without CAP_SYS_NICE: daemon's TestRealtimeNotRoot.)
 func TestNotRoot(t *testing.T) {
 	if netnstest.ChildMode() != "" {
-		_, err := Open(Config{Queue: 1, RealtimePriority: map[string]int{"rt": 1}[netnstest.ChildMode()]})
+		_, err := Open(Config{Queue: 1})
 		fmt.Printf("ERR=%v\n", err)
 		if errors.Is(err, ErrPermission) {
 			fmt.Println("IS_PERMISSION")
@@ -190,77 +186,12 @@ func TestNotRoot(t *testing.T) {
 	netnstest.NewNetns(t, 1)
 	for mode, want := range map[string]string{
 		"plain": "ERR=nfq: queue 1: permission denied: binding an NFQUEUE queue needs root (CAP_NET_ADMIN)\n",
-		"rt":    "ERR=nfq: queue 1: real-time priority 1: permission denied: SCHED_FIFO needs root or CAP_SYS_NICE (or RLIMIT_RTPRIO >= 1)\n",
 	} {
 		out := netnstest.RunChild(t, "TestNotRoot", mode, 65534)
 		if !strings.Contains(out, "IS_PERMISSION") || !strings.Contains(out, want) {
 			t.Errorf("Open as nobody (%s):\n%s", mode, out)
 		}
 	}
-}
-
-// TestRealtimePriority opens a queue with RealtimePriority in a child
-// process (it makes the whole process real-time): every thread, those that
-// existed and those the runtime starts afterwards, must be SCHED_FIFO at
-// that priority, and packets still pass.
-func TestRealtimePriority(t *testing.T) {
-	const queue, prio, n = 9, 3, 200
-	if netnstest.ChildMode() == "rt" {
-		p := netnstest.NewUDPPair(t)
-		q := openQueue(t, Config{Queue: queue, RealtimePriority: prio})
-		stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
-		// Make the runtime start threads: goroutines locked to threads
-		// and blocked in the kernel at the same time.
-		var wg sync.WaitGroup
-		release := make(chan struct{})
-		for i := 0; i < 8; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				<-release
-			}()
-		}
-		for i := 0; i < n; i++ {
-			p.Send(t, uint16(i), 16)
-		}
-		if got := p.WaitCount(n, 3*time.Second); got != n {
-			t.Errorf("received %d of %d packets", got, n)
-		}
-		ents, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			var tid int
-			fmt.Sscan(e.Name(), &tid)
-			a, err := unix.SchedGetAttr(tid, 0)
-			if err != nil {
-				continue // gone
-			}
-			if a.Policy != unix.SCHED_FIFO || a.Priority != prio {
-				t.Errorf("thread %d: policy %d priority %d, want SCHED_FIFO (%d) priority %d", tid, a.Policy, a.Priority, unix.SCHED_FIFO, prio)
-			}
-		}
-		close(release)
-		wg.Wait()
-		if _, err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		fmt.Printf("THREADS=%d\n", len(ents))
-		return
-	}
-	if _, err := Open(Config{Queue: queue, RealtimePriority: MaxRealtimePriority + 1}); err == nil ||
-		err.Error() != "nfq: queue 9: real-time priority 100 out of range (1..99, or 0 for none)" {
-		t.Errorf("Open with priority 100: %v", err)
-	}
-	netnstest.NewNetns(t, queue)
-	out := netnstest.RunChild(t, "TestRealtimePriority", "rt", 0)
-	if !strings.Contains(out, "THREADS=") || strings.Contains(out, "FAIL") {
-		t.Errorf("child:\n%s", out)
-	}
-	t.Logf("child:\n%s", out)
 }
 
 // TestFailOpenWhenStalled: a queue nobody reads fills up; then the kernel

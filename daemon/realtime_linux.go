@@ -1,4 +1,4 @@
-package nfq
+package daemon
 
 import (
 	"errors"
@@ -6,16 +6,20 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/packetshaper/packetshaper/nfq"
 	"golang.org/x/sys/unix"
 )
 
 // setProcessRealtime puts every thread of the process under SCHED_FIFO at
-// priority prio; threads the runtime starts later inherit it from the
-// thread that creates them. The error is one line and wraps ErrPermission
-// when the kernel refuses.
+// priority prio (Config.RealtimePriority); threads the runtime starts
+// later inherit it from the thread that creates them. Run calls it once,
+// before it opens the queues. The error is one line and wraps
+// nfq.ErrPermission when the kernel refuses.
 //
-// The whole process, not only the reader thread: a Go thread does not run
-// alone. Right after a read returns, the reader may have to wait for
+// The whole process, not the reader's thread: a queue's Run is not locked
+// to a thread (it waits in the runtime's netpoller, and any thread of the
+// runtime runs it after a wake-up), so a per-thread setting would not
+// follow it. And a Go thread does not run alone. Right after a read returns, the reader may have to wait for
 // another thread of the runtime (a GC worker scanning its stack, the thread
 // holding its P), and the runtime waits for it by spinning with
 // sched_yield. A real-time thread that yields gives its CPU only to threads
@@ -28,7 +32,7 @@ func setProcessRealtime(prio int) error {
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
 	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
 		if errors.Is(err, unix.EPERM) {
-			return fmt.Errorf("real-time priority %d: %w: SCHED_FIFO needs root or CAP_SYS_NICE (or RLIMIT_RTPRIO >= %d)", prio, ErrPermission, prio)
+			return fmt.Errorf("real-time priority %d: %w: SCHED_FIFO needs root or CAP_SYS_NICE (or RLIMIT_RTPRIO >= %d)", prio, nfq.ErrPermission, prio)
 		}
 		return fmt.Errorf("real-time priority %d: sched_setattr(SCHED_FIFO): %w", prio, err)
 	}
