@@ -2,7 +2,6 @@ package nfq
 
 import (
 	"fmt"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -54,16 +53,14 @@ const (
 	spinBurst      = int64(5 * time.Millisecond)
 )
 
-// spinShare: spinning takes at most 1/spinShare of a CPU (a variable for
-// the benchmark that compares without it).
-var spinShare atomic.Int64
-
-func init() { spinShare.Store(20) }
+// defaultSpinShare: spinning takes at most 1/defaultSpinShare of a CPU
+// (Queue.spinShare: the benchmark that compares without it changes it).
+const defaultSpinShare = 20
 
 // spinRoom is how long Run may spin now (see spinShare).
 func (q *Queue) spinRoom(now int64) int64 {
 	if now > q.spinLast {
-		q.spinTokens = min(q.spinTokens+(now-q.spinLast)/spinShare.Load(), spinBurst)
+		q.spinTokens = min(q.spinTokens+(now-q.spinLast)/q.spinShare.Load(), spinBurst)
 		q.spinLast = now
 	}
 	return q.spinTokens

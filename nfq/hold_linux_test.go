@@ -239,13 +239,12 @@ func BenchmarkHoldLateness(b *testing.B) {
 		}
 	})
 	defer stop()
-	saved := spinShare.Load()
-	defer spinShare.Store(saved)
+	saved := q.spinShare.Load()
 	var hists [2]latencyHist // on, off
 	seq := 0
 	for i := 0; i < b.N; i++ {
 		for k, share := range []int64{saved, 1 << 62} {
-			spinShare.Store(share)
+			q.spinShare.Store(share)
 			q.spinTokens = 0 // Run is idle
 			for j := 0; j < 30; j++ {
 				seq++
@@ -288,8 +287,8 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 			if rc, err := p.Tx.SyscallConn(); err == nil {
 				rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 256<<20) })
 			}
-			q := openQueue(b, Config{Queue: queue, MaxQueueLen: 65536, MaxHeld: max(held, 1)})
-			q.timeWrites = true
+			var writeNs atomic.Int64
+			q := openQueue(b, Config{Queue: queue, MaxQueueLen: 65536, MaxHeld: max(held, 1)}, withTimedWrites(&writeNs))
 			var n atomic.Int64
 			stop := runQueue(b, q, func(batch []Packet, v []Verdict, now int64) {
 				for i := range batch {
@@ -311,7 +310,7 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 			if h := q.HoldStats().Held; h != uint64(held) {
 				b.Fatalf("%d held, want %d", h, held)
 			}
-			w0, m0 := q.writeNs.Load(), q.Stats().VerdictMsgs
+			w0, m0 := writeNs.Load(), q.Stats().VerdictMsgs
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				if _, err := p.Tx.Write(payload); err != nil {
@@ -320,7 +319,7 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 			}
 			p.WaitCount(int64(b.N), 10*time.Second)
 			b.StopTimer()
-			w, m := q.writeNs.Load()-w0, q.Stats().VerdictMsgs-m0
+			w, m := writeNs.Load()-w0, q.Stats().VerdictMsgs-m0
 			b.ReportMetric(float64(w)/float64(b.N), "write_ns/verdict")
 			b.ReportMetric(float64(m)/float64(b.N), "msgs/packet")
 			if got := p.N.Load(); got != int64(b.N) {

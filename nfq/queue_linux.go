@@ -116,17 +116,18 @@ type Queue struct {
 	halting              bool
 	late                 latencyHist
 	holdCnt              struct{ held, peak, total, released, full atomic.Uint64 }
-	// timeWrites (tests) adds up the time spent in verdict writes.
-	timeWrites bool
-	writeNs    atomic.Int64
-	// writeHook (tests), if not nil, is called with every message write
-	// before it is made; an error it returns fails the write.
-	writeHook func(b []byte) error
-	// wallClock (tests), if not nil, replaces the wall clock (ns since the
-	// Unix epoch) read at Run's start to set the engine's clock: a test
-	// makes the engine's clock differ from time.Now(), as after a
+	// spinShare: spinning takes at most 1/spinShare of a CPU (see
+	// spinRoom): defaultSpinShare, which only a benchmark changes.
+	spinShare atomic.Int64
+	// writer sends messages to the kernel: writeSys. A test wraps it (a
+	// write made to fail, timed) with an option (options_linux_test.go);
+	// the production path calls it and checks nothing.
+	writer func(b []byte) error
+	// wallNs is the wall clock read at Run's start as ns since the Unix
+	// epoch, the engine clock's base: time.Time.UnixNano. A test replaces
+	// it to make the engine's clock differ from time.Now(), as after a
 	// wall-clock step.
-	wallClock func() int64
+	wallNs func(time.Time) int64
 	// intakeClosed: the kernel queue's length has been set to 0.
 	intakeClosed bool
 
@@ -178,6 +179,8 @@ func Open(c Config) (*Queue, error) {
 		return nil, fmt.Errorf("nfq: queue %d: netlink socket: %w", cfg.Queue, err)
 	}
 	q := &Queue{cfg: cfg, fd: fd, unbound: true, epfd: -1, tfd: -1, wakeEst: wakeEstStart}
+	q.spinShare.Store(defaultSpinShare)
+	q.writer, q.wallNs = q.writeSys, time.Time.UnixNano
 	fail := func(err error) (*Queue, error) {
 		unix.Close(fd)
 		return nil, err

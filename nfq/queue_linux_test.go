@@ -30,9 +30,15 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 	return true
 }
 
-func openQueue(t testing.TB, c Config) *Queue {
+// openQueue opens a queue, closed when the test ends, and applies the
+// test options to it.
+func openQueue(t testing.TB, c Config, opts ...testOption) *Queue {
 	t.Helper()
-	return netnstest.Open(t, Open, c)
+	q := netnstest.Open(t, Open, c)
+	for _, o := range opts {
+		o(q)
+	}
+	return q
 }
 
 // runQueue runs q in a goroutine and returns a stop function that cancels

@@ -69,10 +69,7 @@ func (q *Queue) Run(ctx context.Context, fn Handler) error {
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m1)
 	q.base = time.Now()
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &m2)
-	q.baseNs = q.base.UnixNano()
-	if q.wallClock != nil {
-		q.baseNs = q.wallClock()
-	}
+	q.baseNs = q.wallNs(q.base)
 	// The monotonic clock at base, for the hold timer: Go's monotonic
 	// clock is CLOCK_MONOTONIC, so engine time t is monoBase + t − baseNs.
 	q.monoBase = (m1.Nano() + m2.Nano()) / 2

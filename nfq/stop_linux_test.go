@@ -43,11 +43,11 @@ type fullQueue struct {
 	logs  []string
 }
 
-// fillQueue binds queue c.Queue in a new namespace (with hook, if not nil,
-// applied to the Queue before Run), runs it with a Handler taking delay per
+// fillQueue binds queue c.Queue in a new namespace (with the test options
+// opts applied to the Queue before Run), runs it with a Handler taking delay per
 // batch whose first batch waits for f.open, and sends fullMaxLen packets:
 // it returns once the kernel's queue holds all of them.
-func fillQueue(t *testing.T, c Config, delay time.Duration, hook func(*Queue)) *fullQueue {
+func fillQueue(t *testing.T, c Config, delay time.Duration, opts ...testOption) *fullQueue {
 	t.Helper()
 	c.MaxQueueLen = fullMaxLen
 	netnstest.NewNetns(t, c.Queue)
@@ -67,10 +67,7 @@ func fillQueue(t *testing.T, c Config, delay time.Duration, hook func(*Queue)) *
 			}
 		})
 	}
-	f.q = openQueue(t, c)
-	if hook != nil {
-		hook(f.q)
-	}
+	f.q = openQueue(t, c, opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go func() {
@@ -244,7 +241,7 @@ send:
 func testCleanStopFull(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
-			f := fillQueue(t, Config{Queue: 4, FailClosed: failClosed}, 2*time.Millisecond, nil)
+			f := fillQueue(t, Config{Queue: 4, FailClosed: failClosed}, 2*time.Millisecond)
 			var took time.Duration
 			var runErr error
 			stopped := make(chan struct{})
@@ -297,11 +294,10 @@ func testCleanStopFull(t *testing.T) {
 func TestCleanStopClockStep(t *testing.T) {
 	for _, step := range []time.Duration{-time.Hour, time.Hour} {
 		t.Run(fmt.Sprintf("step=%v", step), func(t *testing.T) {
-			f := fillQueue(t, Config{Queue: 4, BatchSize: 8}, 2*time.Millisecond, func(q *Queue) {
+			f := fillQueue(t, Config{Queue: 4, BatchSize: 8}, 2*time.Millisecond,
 				// A step of the wall clock by step after Run's start: the
 				// engine's clock runs -step off time.Now().
-				q.wallClock = func() int64 { return time.Now().UnixNano() - int64(step) }
-			})
+				withWallClock(func() int64 { return time.Now().UnixNano() - int64(step) }))
 			took, err := f.stop(t)
 			if err != nil {
 				t.Fatal(err)
@@ -331,19 +327,17 @@ func TestStopAfterWriteFailure(t *testing.T) {
 		t.Run(fmt.Sprintf("finalFails=%v", finalFails), func(t *testing.T) {
 			var f *fullQueue
 			var failed atomic.Int64
-			f = fillQueue(t, Config{Queue: 4}, 0, func(q *Queue) {
-				q.writeHook = func(b []byte) error {
-					typ := le.Uint16(b[4:])
-					if typ != nfqnlMsgVerdict && typ != nfqnlMsgVerdictBatch || f.batches.Load() <= failAfter {
-						return nil
-					}
-					if finalFails || failed.Load() == 0 {
-						failed.Add(1)
-						return unix.EIO
-					}
+			f = fillQueue(t, Config{Queue: 4}, 0, withWriteHook(func(b []byte) error {
+				typ := le.Uint16(b[4:])
+				if typ != nfqnlMsgVerdict && typ != nfqnlMsgVerdictBatch || f.batches.Load() <= failAfter {
 					return nil
 				}
-			})
+				if finalFails || failed.Load() == 0 {
+					failed.Add(1)
+					return unix.EIO
+				}
+				return nil
+			}))
 			close(f.open)
 			err := f.wait(t)
 			if err == nil || !strings.Contains(err.Error(), "sending verdicts") || strings.Contains(err.Error(), "\n") {

@@ -112,18 +112,14 @@ func (q *Queue) writeRetry(b []byte) error {
 	return err
 }
 
-// write sends verdict messages; the kernel processes them before write
-// returns, without waiting for anything but memory, so it is a raw system
-// call (see "Why Run waits in the netpoller").
-func (q *Queue) write(b []byte) error {
-	if q.timeWrites {
-		defer func(t0 time.Time) { q.writeNs.Add(int64(time.Since(t0))) }(time.Now())
-	}
-	if q.writeHook != nil {
-		if err := q.writeHook(b); err != nil {
-			return err
-		}
-	}
+// write sends verdict (or configuration) messages, through q.writer:
+// writeSys, which a test may wrap.
+func (q *Queue) write(b []byte) error { return q.writer(b) }
+
+// writeSys sends messages; the kernel processes them before write returns,
+// without waiting for anything but memory, so it is a raw system call (see
+// "Why Run waits in the netpoller").
+func (q *Queue) writeSys(b []byte) error {
 	for {
 		_, _, e := unix.RawSyscall(unix.SYS_WRITE, uintptr(q.fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 		if e == unix.EINTR {
