@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/failopen"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/offload"
 	"github.com/packetshaper/packetshaper/policy"
@@ -36,11 +37,30 @@ type Source interface {
 	Describe() string
 }
 
+// MaxRealtimePriority is the highest Config.RealtimePriority (the
+// kernel's highest SCHED_FIFO priority).
+const MaxRealtimePriority = 99
+
 // Config is how the daemon runs. Queue is the template of every queue's
 // nfq.Config (its Queue and Idle fields are set per queue).
 type Config struct {
 	Queues []uint16
 	Queue  nfq.Config
+	// RealtimePriority, if above 0, puts the whole process under the
+	// real-time scheduling policy SCHED_FIFO at this priority (1 to
+	// MaxRealtimePriority; 1, the lowest, is enough), once, before Run
+	// opens the queues. The queues' readers then preempt every normal
+	// (SCHED_OTHER) thread of other processes on their CPU as soon as a
+	// packet wakes them, which cuts the verdict latency's tail when those
+	// load the machine (docs/design.md). Every thread of the process,
+	// not only a reader's (see setProcessRealtime). The process stays
+	// real-time until it exits; the kernel's real-time throttling
+	// (kernel.sched_rt_runtime_us) still leaves other processes their
+	// share. Same effect as starting it under `chrt -f 1`. It needs root
+	// or CAP_SYS_NICE (or an RLIMIT_RTPRIO of at least the priority): Run
+	// fails with an error wrapping nfq.ErrPermission without it. 0 (the
+	// default) leaves the scheduling policy alone.
+	RealtimePriority int
 	// Malformed is the verdict for packets with an invalid IP header.
 	Malformed shaper.Verdict
 	// Offload turns on the kernel offload of flows dropped OffloadAfter
@@ -141,6 +161,16 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	if err != nil {
 		return UsageError{err}
 	}
+	// The real-time policy: once for the whole process, before the
+	// queues open (threads the runtime starts later inherit it).
+	if p := cfg.RealtimePriority; p != 0 {
+		if p < 0 || p > MaxRealtimePriority {
+			return UsageError{fmt.Errorf("--rt-priority %d out of range (1..%d, or 0 for none)", p, MaxRealtimePriority)}
+		}
+		if err := setProcessRealtime(p); err != nil {
+			return fmt.Errorf("--rt-priority: %w", err)
+		}
+	}
 	ws := newWorkers(cfg.Queues, eng)
 	for _, w := range ws {
 		w.failClosed = cfg.Queue.FailClosed
@@ -160,13 +190,13 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}
 
 	// Startup hint: rules that send to queues nobody serves.
-	if rules, err := nfq.QueueRules(); err == nil {
+	if rules, err := failopen.QueueRules(); err == nil {
 		bound, _ := nfq.BoundQueues()
-		for _, u := range nfq.UnservedQueues(rules, bound) {
+		for _, u := range failopen.UnservedQueues(rules, bound) {
 			log.Warn(u.String())
 		}
 	}
-	mon, err := nfq.NewMonitor(qs, nfq.MonitorConfig{Logger: log})
+	mon, err := failopen.NewMonitor(qs, failopen.MonitorConfig{Logger: log})
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/packetshaper/packetshaper/failopen"
 	"github.com/packetshaper/packetshaper/nfq"
 )
 
@@ -72,7 +73,7 @@ type queueSample struct {
 	first    bool      // the first queue of its engine
 	kernel   nfq.KernelStats
 	bound    bool
-	failOpen nfq.FailOpenStats
+	failOpen failopen.FailOpenStats
 	hold     nfq.HoldStats
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/packetshaper/packetshaper/failopen"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -60,10 +61,10 @@ func (q *fakeQueue) Wake() {
 	q.mu.Unlock()
 }
 
-type fakeMonitor map[uint16]nfq.FailOpenStats
+type fakeMonitor map[uint16]failopen.FailOpenStats
 
-func (m fakeMonitor) Stats(q uint16) nfq.FailOpenStats { return m[q] }
-func (m fakeMonitor) Total() nfq.FailOpenStats         { return nfq.FailOpenStats{} }
+func (m fakeMonitor) Stats(q uint16) failopen.FailOpenStats { return m[q] }
+func (m fakeMonitor) Total() failopen.FailOpenStats         { return failopen.FailOpenStats{} }
 
 // testPolicy is two limit rules, by source port: "a" (sport 1000, burst 2)
 // and "b" (sport 1001, burst 3), and "rest" accepting the others.

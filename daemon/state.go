@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/failopen"
 	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/offload"
@@ -31,13 +32,13 @@ type nfqQueue interface {
 
 var _ nfqQueue = (*nfq.Queue)(nil)
 
-// failOpen is what the daemon needs of the nfq.Monitor.
+// failOpen is what the daemon needs of the failopen.Monitor.
 type failOpen interface {
-	Stats(queue uint16) nfq.FailOpenStats
-	Total() nfq.FailOpenStats
+	Stats(queue uint16) failopen.FailOpenStats
+	Total() failopen.FailOpenStats
 }
 
-var _ failOpen = (*nfq.Monitor)(nil)
+var _ failOpen = (*failopen.Monitor)(nil)
 
 // state is the running daemon as the stats log, the metrics and the
 // control socket see it: everything here is safe to read from any

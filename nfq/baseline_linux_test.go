@@ -1,6 +1,8 @@
 package nfq
 
 import (
+	"github.com/packetshaper/packetshaper/internal/netnstest"
+
 	"context"
 	"fmt"
 	"runtime"
@@ -32,8 +34,8 @@ import (
 func BenchmarkConsumers(b *testing.B) {
 	b.Run("nfq", func(b *testing.B) {
 		const queue = 11
-		newNetns(b, queue)
-		p := newUDPPair(b)
+		netnstest.NewNetns(b, queue)
+		p := netnstest.NewUDPPair(b)
 		q := openQueue(b, Config{Queue: queue, FailClosed: true})
 		stop := runQueue(b, q, func([]Packet, []Verdict, int64) {})
 		windowedSend(b, p)
@@ -42,8 +44,8 @@ func BenchmarkConsumers(b *testing.B) {
 	})
 	b.Run("go-nfqueue", func(b *testing.B) {
 		const queue = 12
-		newNetns(b, queue)
-		p := newUDPPair(b)
+		netnstest.NewNetns(b, queue)
+		p := netnstest.NewUDPPair(b)
 		nf, err := nfqueue.Open(&nfqueue.Config{
 			NfQueue:      queue,
 			MaxPacketLen: 0xffff,
@@ -95,20 +97,20 @@ const window = 256
 
 // windowedSend sends b.N datagrams over p, never more than window ahead of
 // the receiver, and waits for all of them (at most 10 s after the last).
-func windowedSend(b *testing.B, p *udpPair) {
+func windowedSend(b *testing.B, p *netnstest.UDPPair) {
 	b.Helper()
 	payload := make([]byte, 32)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		for int64(i)-p.n.Load() >= window {
+		for int64(i)-p.N.Load() >= window {
 			runtime.Gosched()
 		}
-		if _, err := p.tx.Write(payload); err != nil {
+		if _, err := p.Tx.Write(payload); err != nil {
 			b.Fatal(err)
 		}
 	}
-	got := p.waitCount(int64(b.N), 10*time.Second)
+	got := p.WaitCount(int64(b.N), 10*time.Second)
 	b.StopTimer()
 	if got != int64(b.N) {
 		b.Fatal(fmt.Sprintf("received %d of %d packets", got, b.N))

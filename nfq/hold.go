@@ -9,7 +9,7 @@ import "slices"
 // binary min-heap by time, of fixed capacity (Config.MaxHeld), on its own
 // goroutine: no goroutine, timer or allocation per packet. One kernel
 // timer (a timerfd, in the same wait as the socket) is set to the earliest
-// time, so Run wakes for it with or without traffic (queue_linux.go).
+// time, so Run wakes for it with or without traffic (hold_linux.go).
 //
 // Verdicts must not release a held packet early: see appendVerdicts and
 // appendReleases for how batch verdicts are kept to runs that cover no held

@@ -1,6 +1,8 @@
 package nfq
 
 import (
+	"github.com/packetshaper/packetshaper/internal/netnstest"
+
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -20,8 +22,8 @@ import (
 func TestHoldRealKernel(t *testing.T) {
 	const queue, n = 5, 300
 	const hold = 150 * time.Millisecond
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, BatchSize: 16})
 	var mu sync.Mutex
 	sched := map[uint16]int64{} // seq → At, engine clock
@@ -47,28 +49,28 @@ func TestHoldRealKernel(t *testing.T) {
 	sent := map[uint16]int64{}
 	for i := 0; i < n; i++ {
 		sent[uint16(i)] = time.Now().UnixNano()
-		p.send(t, uint16(i), 32)
+		p.Send(t, uint16(i), 32)
 		if i%50 == 49 {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	p.waitCount(2*n/3, 3*time.Second)
+	p.WaitCount(2*n/3, 3*time.Second)
 	// Then one packet alone: its release is the only event.
 	time.Sleep(300 * time.Millisecond)
 	sent[n] = time.Now().UnixNano()
-	p.send(t, n, 32)
-	p.waitCount(2*n/3+1, 3*time.Second)
+	p.Send(t, n, 32)
+	p.WaitCount(2*n/3+1, 3*time.Second)
 	if _, err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.Mu.Lock()
+	defer p.Mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	off := base.Load()
 	var lateMax int64
 	for i := uint16(0); i <= n; i++ {
-		c := p.got[i]
+		c := p.Got[i]
 		switch i % 3 {
 		case 0:
 			at, ok := sched[i]
@@ -77,7 +79,7 @@ func TestHoldRealKernel(t *testing.T) {
 				continue
 			}
 			// Arrival on the engine's clock, against its time.
-			if early := at - (p.at[i] + off); early > int64(releaseEarly)+int64(time.Millisecond)/10 {
+			if early := at - (p.At[i] + off); early > int64(releaseEarly)+int64(time.Millisecond)/10 {
 				t.Errorf("held packet %d arrived %v before its time", i, time.Duration(early))
 			} else {
 				lateMax = max(lateMax, -early)
@@ -85,7 +87,7 @@ func TestHoldRealKernel(t *testing.T) {
 		case 1:
 			if c != 1 {
 				t.Errorf("packet %d (accept) arrived %d times", i, c)
-			} else if d := p.at[i] - sent[i]; d > int64(hold)/2 {
+			} else if d := p.At[i] - sent[i]; d > int64(hold)/2 {
 				t.Errorf("packet %d (accept) took %v: it waited for a held packet", i, time.Duration(d))
 			}
 		case 2:
@@ -110,8 +112,8 @@ func TestHoldRealKernel(t *testing.T) {
 // and leaves nothing queued in the kernel.
 func TestHoldStop(t *testing.T) {
 	const queue, n = 3, 200
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
 		for i := range batch {
@@ -119,21 +121,21 @@ func TestHoldStop(t *testing.T) {
 		}
 	})
 	for i := 0; i < n; i++ {
-		p.send(t, uint16(i), 32)
+		p.Send(t, uint16(i), 32)
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for q.HoldStats().Held < n && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
-	if ks, _ := q.KernelStats(); ks.QueueTotal != n || p.n.Load() != 0 {
-		t.Fatalf("before the stop: %d queued in the kernel, %d arrived; want %d, 0", ks.QueueTotal, p.n.Load(), n)
+	if ks, _ := q.KernelStats(); ks.QueueTotal != n || p.N.Load() != 0 {
+		t.Fatalf("before the stop: %d queued in the kernel, %d arrived; want %d, 0", ks.QueueTotal, p.N.Load(), n)
 	}
 	msgs := q.Stats().VerdictMsgs
 	took, err := stop()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := p.waitCount(n, 2*time.Second); got != n {
+	if got := p.WaitCount(n, 2*time.Second); got != n {
 		t.Errorf("after the stop %d of %d held packets arrived", got, n)
 	}
 	if ks, _ := q.KernelStats(); ks.QueueTotal != 0 {
@@ -152,8 +154,8 @@ func TestHoldStop(t *testing.T) {
 // more may be; a verdict with At beyond it is given at once and counted.
 func TestHoldRoom(t *testing.T) {
 	const queue, n = 2, 40
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, MaxHeld: 10, MaxQueueLen: 100})
 	var rooms []int
 	var mu sync.Mutex
@@ -166,10 +168,10 @@ func TestHoldRoom(t *testing.T) {
 		}
 	})
 	for i := 0; i < n; i++ {
-		p.send(t, uint16(i), 32)
+		p.Send(t, uint16(i), 32)
 		time.Sleep(time.Millisecond)
 	}
-	if got := p.waitCount(n-10, 2*time.Second); got != n-10 {
+	if got := p.WaitCount(n-10, 2*time.Second); got != n-10 {
 		t.Errorf("%d arrived, want %d (all but the 10 held)", got, n-10)
 	}
 	hs := q.HoldStats()
@@ -182,7 +184,7 @@ func TestHoldRoom(t *testing.T) {
 	}
 	mu.Unlock()
 	stop()
-	if got := p.waitCount(n, 2*time.Second); got != n {
+	if got := p.WaitCount(n, 2*time.Second); got != n {
 		t.Errorf("after the stop %d of %d arrived", got, n)
 	}
 	if _, err := Open(Config{Queue: 9, MaxHeld: 60, MaxQueueLen: 100}); err == nil {
@@ -196,8 +198,8 @@ func TestHoldRoom(t *testing.T) {
 // the netpoller's own timers could not).
 func TestHoldIdleTimer(t *testing.T) {
 	const queue = 1
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	var at atomic.Int64
 	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
@@ -208,8 +210,8 @@ func TestHoldIdleTimer(t *testing.T) {
 	})
 	defer stop()
 	for i := 0; i < 20; i++ {
-		p.send(t, uint16(i), 32)
-		p.waitCount(int64(i+1), time.Second)
+		p.Send(t, uint16(i), 32)
+		p.WaitCount(int64(i+1), time.Second)
 		time.Sleep(10 * time.Millisecond)
 	}
 	hs := q.HoldStats()
@@ -235,8 +237,8 @@ func TestHoldIdleTimer(t *testing.T) {
 //	go test ./nfq -run '^$' -bench HoldLateness -benchtime 4x   (root)
 func BenchmarkHoldLateness(b *testing.B) {
 	const queue = 12
-	newNetns(b, queue)
-	p := newUDPPair(b)
+	netnstest.NewNetns(b, queue)
+	p := netnstest.NewUDPPair(b)
 	q := openQueue(b, Config{Queue: queue})
 	stop := runQueue(b, q, func(batch []Packet, v []Verdict, now int64) {
 		for i := range batch {
@@ -244,18 +246,17 @@ func BenchmarkHoldLateness(b *testing.B) {
 		}
 	})
 	defer stop()
-	saved := spinShare.Load()
-	defer spinShare.Store(saved)
+	saved := q.spinShare.Load()
 	var hists [2]latencyHist // on, off
 	seq := 0
 	for i := 0; i < b.N; i++ {
 		for k, share := range []int64{saved, 1 << 62} {
-			spinShare.Store(share)
+			q.spinShare.Store(share)
 			q.spinTokens = 0 // Run is idle
 			for j := 0; j < 30; j++ {
 				seq++
-				p.send(b, uint16(seq), 32)
-				p.waitCount(int64(seq), time.Second)
+				p.Send(b, uint16(seq), 32)
+				p.WaitCount(int64(seq), time.Second)
 				time.Sleep(7 * time.Millisecond)
 			}
 			// Run is idle: move this round's counts.
@@ -287,14 +288,14 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 	for _, held := range []int{0, 1, 64, 256, 1024, 4096, 16384} {
 		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
 			const queue = 11
-			newNetns(b, queue)
-			p := newUDPPair(b)
+			netnstest.NewNetns(b, queue)
+			p := netnstest.NewUDPPair(b)
 			// Held packets keep their memory charged to the sending socket.
-			if rc, err := p.tx.SyscallConn(); err == nil {
+			if rc, err := p.Tx.SyscallConn(); err == nil {
 				rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 256<<20) })
 			}
-			q := openQueue(b, Config{Queue: queue, MaxQueueLen: 65536, MaxHeld: max(held, 1)})
-			q.timeWrites = true
+			var writeNs atomic.Int64
+			q := openQueue(b, Config{Queue: queue, MaxQueueLen: 65536, MaxHeld: max(held, 1)}, withTimedWrites(&writeNs))
 			var n atomic.Int64
 			stop := runQueue(b, q, func(batch []Packet, v []Verdict, now int64) {
 				for i := range batch {
@@ -305,7 +306,7 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 			})
 			payload := make([]byte, 32)
 			for i := 0; i < held; i++ {
-				if _, err := p.tx.Write(payload); err != nil {
+				if _, err := p.Tx.Write(payload); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -316,19 +317,19 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 			if h := q.HoldStats().Held; h != uint64(held) {
 				b.Fatalf("%d held, want %d", h, held)
 			}
-			w0, m0 := q.writeNs.Load(), q.Stats().VerdictMsgs
+			w0, m0 := writeNs.Load(), q.Stats().VerdictMsgs
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := p.tx.Write(payload); err != nil {
+				if _, err := p.Tx.Write(payload); err != nil {
 					b.Fatal(err)
 				}
 			}
-			p.waitCount(int64(b.N), 10*time.Second)
+			p.WaitCount(int64(b.N), 10*time.Second)
 			b.StopTimer()
-			w, m := q.writeNs.Load()-w0, q.Stats().VerdictMsgs-m0
+			w, m := writeNs.Load()-w0, q.Stats().VerdictMsgs-m0
 			b.ReportMetric(float64(w)/float64(b.N), "write_ns/verdict")
 			b.ReportMetric(float64(m)/float64(b.N), "msgs/packet")
-			if got := p.n.Load(); got != int64(b.N) {
+			if got := p.N.Load(); got != int64(b.N) {
 				b.Errorf("%d of %d arrived", got, b.N)
 			}
 			stop()

@@ -1,26 +1,34 @@
 // Package nfq receives packets from a Linux NFQUEUE queue and sends their
 // verdicts back, in batches, without allocating per packet.
 //
-// It is the only package of packetshaper that speaks netlink. It knows
-// nothing about flows or limiters: a Handler gets a batch of packets and the
-// time the batch was read, and fills in one Verdict per packet.
+// It is the only package of packetshaper that speaks nfnetlink_queue (its
+// own netlink socket, golang.org/x/sys/unix only); the nf_tables netlink
+// is spoken by failopen (reading rule counters) and offload (set
+// elements). It knows nothing about flows or limiters: a Handler gets a
+// batch of packets and the time the batch was read, and fills in one
+// Verdict per packet.
 //
 //	q, err := nfq.Open(nfq.Config{Queue: 0})
 //	if err != nil { ... }           // one-line error: permission, busy queue, missing module
 //	defer q.Close()
 //	err = q.Run(ctx, func(b []nfq.Packet, v []nfq.Verdict, now int64) { ... })
 //
-// One Queue is read by one goroutine (Run locks it to an OS thread); use one
-// Queue per NFQUEUE number and let the kernel's --queue-balance spread flows
-// over them. Nothing is shared between queues, so nothing is locked.
+// One Queue is read by one goroutine at a time (Run's: it waits in the
+// runtime's netpoller, on no thread of its own); use one Queue per NFQUEUE
+// number and let the kernel's --queue-balance spread flows over them.
+// Nothing is shared between queues, so nothing is locked.
 //
 // Overload is counted beside the queues, not in them: a packet that finds
 // its queue full passes without a verdict (fail-open) and the kernel counts
-// it nowhere. A Monitor counts those packets per queue (FailOpenStats),
-// exactly from the counters of the rules that queue them where it can read
-// them, else estimated, and logs when it starts and ends. QueueRules lists
-// those rules, and UnservedQueues the queues they send to that nobody
-// serves.
+// it nowhere. Package failopen counts those packets per queue, from the
+// kernel's table of queues (QueueTable) and the counters of the rules that
+// queue them; a Queue lets it take its last reading as it stops (OnStop).
+//
+// The files follow the package's jobs: nfq.go the types, wire.go the
+// messages, queue_linux.go the socket's setup and bind, run_linux.go the
+// receive loop, verdict_linux.go the verdict writes, hold.go and
+// hold_linux.go the hold scheduler (Verdict.At), stop_linux.go the stop,
+// drain and unbind, proc*.go the kernel's table of queues.
 package nfq
 
 import (
@@ -53,9 +61,6 @@ const (
 	DefaultBatchSize = 64
 	// MaxCopyRange is the largest copy range the kernel accepts.
 	MaxCopyRange = 0xffff
-	// MaxRealtimePriority is the highest Config.RealtimePriority (the
-	// kernel's highest SCHED_FIFO priority).
-	MaxRealtimePriority = 99
 	// DefaultMaxHeld is the most packets held at once (Verdict.At) when
 	// Config.MaxHeld is 0, or a quarter of MaxQueueLen if that is less.
 	// Held packets sit at the head of the kernel's queue, and on kernels
@@ -74,7 +79,7 @@ type Config struct {
 	Queue uint16
 	// MaxQueueLen is the most packets the kernel holds for this queue
 	// waiting for a verdict; 0 means DefaultMaxQueueLen. When it is full
-	// the kernel accepts new packets without asking (fail-open: a Monitor
+	// the kernel accepts new packets without asking (fail-open: package failopen
 	// counts them), or drops them if FailClosed is set.
 	MaxQueueLen uint32
 	// CopyRange is the number of bytes of each packet copied to user
@@ -102,23 +107,6 @@ type Config struct {
 	// costs Run one more clock read per batch. Packets without a kernel
 	// timestamp (locally generated ones, in OUTPUT) are not measured.
 	Latency bool
-	// RealtimePriority, if above 0, puts the whole process under the
-	// real-time scheduling policy SCHED_FIFO at this priority (1 to
-	// MaxRealtimePriority; 1, the lowest, is enough), in Open. The reader
-	// thread then preempts every normal (SCHED_OTHER) thread of other
-	// processes on its CPU as soon as a packet wakes it, which cuts the
-	// verdict latency's tail when they load the machine (docs/design.md,
-	// "Verdict latency").
-	// Every thread of the process, not only the reader, because a Go thread
-	// alone at a real-time priority can spin waiting for another thread of
-	// the runtime that it keeps off the CPU (see setProcessRealtime). The
-	// process stays real-time until it exits; the kernel's real-time
-	// throttling (kernel.sched_rt_runtime_us) still leaves other processes
-	// their share. Same effect as starting it under `chrt -f 1`. It needs
-	// root or CAP_SYS_NICE (or an RLIMIT_RTPRIO of at least the priority):
-	// Open fails with an error wrapping ErrPermission without it. 0 (the
-	// default) leaves the scheduling policy alone.
-	RealtimePriority int
 	// MaxHeld is the most packets held at once for a later verdict
 	// (Verdict.At). 0 means DefaultMaxHeld, or MaxQueueLen/4 if that is
 	// less; negative: none (At is ignored). It must be at most half of

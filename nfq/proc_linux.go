@@ -15,28 +15,32 @@ import (
 // thread).
 const procPath = "/proc/thread-self/net/netfilter/nfnetlink_queue"
 
-// procFile is procPath opened once, in the namespace of the thread that
-// opened it: the kernel binds an open /proc/net file to that namespace, so
-// it can be read again (from offset 0) from any thread. Safe for
-// concurrent use.
-type procFile struct {
+// QueueTable is the kernel's table of bound queues (procPath), opened
+// once, in the namespace of the thread that opened it: the kernel binds an
+// open /proc/net file to that namespace, so it can be read again (from
+// offset 0) from any thread. Safe for concurrent use. Queue reads it for
+// KernelStats; package failopen samples it.
+type QueueTable struct {
 	mu  sync.Mutex
 	f   *os.File
 	buf []byte
 }
 
-// openProc opens procPath in the calling thread's network namespace.
-func openProc() (*procFile, error) {
+// OpenQueueTable opens the kernel's table of bound queues in the calling
+// thread's network namespace. The error is one line, starting with "nfq:",
+// and wraps the open's error (fs.ErrNotExist without nfnetlink_queue).
+func OpenQueueTable() (*QueueTable, error) {
 	f, err := os.Open(procPath)
 	if err != nil {
 		return nil, fmt.Errorf("nfq: %w", err)
 	}
-	return &procFile{f: f, buf: make([]byte, 4096)}, nil
+	return &QueueTable{f: f, buf: make([]byte, 4096)}, nil
 }
 
-// scan reads the whole table and calls fn for each queue in it, with the
-// file locked (fn must not call scan).
-func (p *procFile) scan(fn func(queue uint16, ks KernelStats)) error {
+// Scan reads the whole table and calls fn for each queue in it, with the
+// file locked (fn must not call Scan). It allocates only when the table
+// outgrows its buffer.
+func (p *QueueTable) Scan(fn func(queue uint16, ks KernelStats)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.f == nil {
@@ -59,10 +63,10 @@ func (p *procFile) scan(fn func(queue uint16, ks KernelStats)) error {
 }
 
 // stats returns the counters of one queue, or ErrNotBound.
-func (p *procFile) stats(queue uint16) (KernelStats, error) {
+func (p *QueueTable) stats(queue uint16) (KernelStats, error) {
 	var out KernelStats
 	found := false
-	err := p.scan(func(q uint16, ks KernelStats) {
+	err := p.Scan(func(q uint16, ks KernelStats) {
 		if q == queue {
 			out, found = ks, true
 		}
@@ -76,7 +80,9 @@ func (p *procFile) stats(queue uint16) (KernelStats, error) {
 	return out, nil
 }
 
-func (p *procFile) close() error {
+// Close closes the table; Scan then fails. It is safe to call more than
+// once.
+func (p *QueueTable) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.f == nil {
@@ -90,15 +96,15 @@ func (p *procFile) close() error {
 // BoundQueues lists the queues bound by any process in the calling
 // thread's network namespace (none if nfnetlink_queue is not loaded).
 func BoundQueues() ([]uint16, error) {
-	p, err := openProc()
+	p, err := OpenQueueTable()
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	defer p.close()
+	defer p.Close()
 	var qs []uint16
-	err = p.scan(func(q uint16, _ KernelStats) { qs = append(qs, q) })
+	err = p.Scan(func(q uint16, _ KernelStats) { qs = append(qs, q) })
 	return qs, err
 }

@@ -1,166 +1,22 @@
 package nfq
 
 import (
-	"context"
+	"github.com/packetshaper/packetshaper/internal/netnstest"
+	"github.com/packetshaper/packetshaper/internal/timing"
+
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
-	"runtime"
 	"runtime/metrics"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/packetshaper/packetshaper/internal/timing"
 )
-
-// These tests bind real NFQUEUE queues in a network namespace of their own:
-// each locks its goroutine to an OS thread, unshares a new network namespace
-// for that thread (never re-locked to anything else: the thread exits with
-// the test, and the namespace, its rules and its queues go with it), brings
-// up lo, adds an iptables rule queueing UDP to testPort, and sends bounded UDP
-// over lo. They need root; CI runs them as root.
-
-const testPort = 9999
-
-// newNetns moves the calling test goroutine into a fresh network namespace
-// with lo up and an iptables rule queueing UDP to testPort (in OUTPUT) on the
-// given queue, with bypass.
-func newNetns(t testing.TB, queue uint16) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root (creates a network namespace and an nft queue rule)")
-	}
-	for _, tool := range []string{"iptables", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: apt-get install iptables iproute2", tool)
-		}
-	}
-	// Deliberately never unlocked: a thread whose namespace changed must
-	// not go back to the pool; the runtime ends it when the test's
-	// goroutine exits.
-	runtime.LockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		t.Fatalf("unshare(CLONE_NEWNET): %v", err)
-	}
-	run(t, "", "ip", "link", "set", "lo", "up")
-	// iptables, not an nft "queue" statement: kernels built without
-	// CONFIG_NFT_QUEUE (like the CI VM's) only have the xt NFQUEUE target.
-	run(t, "", "iptables", "-A", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(testPort),
-		"-j", "NFQUEUE", "--queue-num", fmt.Sprint(queue), "--queue-bypass")
-}
-
-func run(t testing.TB, stdin string, name string, args ...string) {
-	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Stdin = strings.NewReader(stdin)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
-	}
-}
-
-// udpPair returns a sender connected to a receiver on 127.0.0.1:testPort,
-// both created in the calling thread's namespace, and a counter of the
-// datagrams received, keyed by their first payload byte pair (a uint16 seq).
-type udpPair struct {
-	tx   *net.UDPConn
-	rx   *net.UDPConn
-	mu   sync.Mutex
-	got  map[uint16]int
-	at   map[uint16]int64 // when each first arrived (wall clock, ns)
-	n    atomic.Int64
-	done chan struct{}
-}
-
-func newUDPPair(t testing.TB) *udpPair {
-	t.Helper()
-	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Big enough for every datagram a test sends, so that "arrived" means
-	// "the verdict was ACCEPT" and never "lost in a full socket".
-	if rc, err := rx.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) {
-			if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 64<<20); err != nil {
-				t.Errorf("SO_RCVBUFFORCE: %v", err)
-			}
-		})
-	}
-	tx, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &udpPair{tx: tx, rx: rx, got: map[uint16]int{}, at: map[uint16]int64{}, done: make(chan struct{})}
-	go func() {
-		defer close(p.done)
-		buf := make([]byte, 2048)
-		for {
-			n, err := rx.Read(buf)
-			if err != nil {
-				return
-			}
-			if n >= 2 {
-				now := time.Now().UnixNano()
-				seq := uint16(buf[0])<<8 | uint16(buf[1])
-				p.mu.Lock()
-				if p.got[seq]++; p.got[seq] == 1 {
-					p.at[seq] = now
-				}
-				p.mu.Unlock()
-			}
-			p.n.Add(1)
-		}
-	}()
-	t.Cleanup(func() {
-		tx.Close()
-		rx.Close()
-		<-p.done
-	})
-	return p
-}
-
-// send sends datagram number seq with the given payload size (>= 2).
-func (p *udpPair) send(t testing.TB, seq uint16, size int) {
-	t.Helper()
-	b := make([]byte, size)
-	b[0], b[1] = byte(seq>>8), byte(seq)
-	if _, err := p.tx.Write(b); err != nil {
-		t.Fatalf("send %d: %v", seq, err)
-	}
-}
-
-// waitCount waits until want datagrams were received, or the timeout.
-func (p *udpPair) waitCount(want int64, timeout time.Duration) int64 {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) && p.n.Load() < want {
-		time.Sleep(5 * time.Millisecond)
-	}
-	return p.n.Load()
-}
-
-// pending is the bytes waiting in the receiver's socket (SIOCINQ): 0 once
-// the reader has taken every datagram delivered so far.
-func (p *udpPair) pending() int {
-	n := -1
-	if rc, err := p.rx.SyscallConn(); err == nil {
-		rc.Control(func(fd uintptr) {
-			if v, err := unix.IoctlGetInt(int(fd), unix.SIOCINQ); err == nil {
-				n = v
-			}
-		})
-	}
-	return n
-}
 
 // waitFor polls cond until it holds or the timeout passes, and reports
 // whether it held.
@@ -175,28 +31,14 @@ func waitFor(timeout time.Duration, cond func() bool) bool {
 	return true
 }
 
-// settle waits until the received count stops changing for 100 ms.
-func (p *udpPair) settle(timeout time.Duration) int64 {
-	deadline := time.Now().Add(timeout)
-	last := p.n.Load()
-	for time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-		n := p.n.Load()
-		if n == last {
-			return n
-		}
-		last = n
-	}
-	return last
-}
-
-func openQueue(t testing.TB, c Config) *Queue {
+// openQueue opens a queue, closed when the test ends, and applies the
+// test options to it.
+func openQueue(t testing.TB, c Config, opts ...testOption) *Queue {
 	t.Helper()
-	q, err := Open(c)
-	if err != nil {
-		t.Fatalf("Open(%+v): %v", c, err)
+	q := netnstest.Open(t, Open, c)
+	for _, o := range opts {
+		o(q)
 	}
-	t.Cleanup(func() { q.Close() })
 	return q
 }
 
@@ -204,46 +46,16 @@ func openQueue(t testing.TB, c Config) *Queue {
 // it and returns how long Run took to return and its error.
 func runQueue(t testing.TB, q *Queue, fn Handler) (stop func() (time.Duration, error)) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- q.Run(ctx, fn) }()
-	var once sync.Once
-	var took time.Duration
-	var err error
-	stop = func() (time.Duration, error) {
-		once.Do(func() {
-			t0 := time.Now()
-			cancel()
-			select {
-			case err = <-errc:
-			case <-time.After(5 * time.Second):
-				err = errors.New("Run did not return within 5 s of cancel")
-			}
-			took = time.Since(t0)
-		})
-		return took, err
-	}
-	t.Cleanup(func() { stop() })
-	return stop
+	return netnstest.RunQueue(t, q, fn)
 }
 
 // seqOf returns the sequence number in a queued UDP/IPv4 packet's payload.
-func seqOf(p *Packet) (uint16, bool) {
-	d := p.Data
-	if len(d) < 20 || d[0]>>4 != 4 {
-		return 0, false
-	}
-	off := int(d[0]&0xf)*4 + 8
-	if len(d) < off+2 {
-		return 0, false
-	}
-	return uint16(d[off])<<8 | uint16(d[off+1]), true
-}
+func seqOf(p *Packet) (uint16, bool) { return netnstest.SeqOf(p.Data) }
 
 func TestVerdictsReachTheKernel(t *testing.T) {
 	const queue, n = 7, 400
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, BatchSize: 16})
 	var bad atomic.Int64
 	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
@@ -260,7 +72,7 @@ func TestVerdictsReachTheKernel(t *testing.T) {
 		}
 	})
 	for i := 0; i < n; i++ {
-		p.send(t, uint16(i), 32)
+		p.Send(t, uint16(i), 32)
 	}
 	want := 0
 	for i := 0; i < n; i++ {
@@ -273,22 +85,22 @@ func TestVerdictsReachTheKernel(t *testing.T) {
 	// within the verdict's write, over lo): a wrongly accepted packet
 	// would be counted by now.
 	if !waitFor(5*time.Second, func() bool {
-		return q.Stats().Packets == n && p.n.Load() >= int64(want) && p.pending() == 0
+		return q.Stats().Packets == n && p.N.Load() >= int64(want) && p.Pending() == 0
 	}) {
-		t.Errorf("after 5 s: Stats %+v, received %d, %d bytes unread; want Packets %d, received %d, none unread", q.Stats(), p.n.Load(), p.pending(), n, want)
+		t.Errorf("after 5 s: Stats %+v, received %d, %d bytes unread; want Packets %d, received %d, none unread", q.Stats(), p.N.Load(), p.Pending(), n, want)
 	}
-	got := p.n.Load()
+	got := p.N.Load()
 	if _, err := stop(); err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
+	p.Mu.Lock()
 	for i := 0; i < n; i++ {
 		accepted := i%7 >= 3
-		if c := p.got[uint16(i)]; (c == 1) != accepted || c > 1 {
+		if c := p.Got[uint16(i)]; (c == 1) != accepted || c > 1 {
 			t.Errorf("packet %d arrived %d times; accepted = %v", i, c, accepted)
 		}
 	}
-	p.mu.Unlock()
+	p.Mu.Unlock()
 	if got != int64(want) {
 		t.Errorf("received %d packets, want %d", got, want)
 	}
@@ -307,8 +119,8 @@ func TestVerdictsReachTheKernel(t *testing.T) {
 
 func TestCopyRangeAndLength(t *testing.T) {
 	const queue = 3
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, CopyRange: 64})
 	type seen struct{ data, length, id int }
 	var mu sync.Mutex
@@ -323,9 +135,9 @@ func TestCopyRangeAndLength(t *testing.T) {
 			hw, hook = pk.HWProtocol, pk.Hook
 		}
 	})
-	p.send(t, 1, 1000) // 20 + 8 + 1000 = 1028 bytes: cut to 64
-	p.send(t, 2, 10)   // 38 bytes: whole
-	p.waitCount(2, 2*time.Second)
+	p.Send(t, 1, 1000) // 20 + 8 + 1000 = 1028 bytes: cut to 64
+	p.Send(t, 2, 10)   // 38 bytes: whole
+	p.WaitCount(2, 2*time.Second)
 	stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -349,7 +161,7 @@ func TestCopyRangeAndLength(t *testing.T) {
 
 func TestSecondBindFails(t *testing.T) {
 	const queue = 5
-	newNetns(t, queue)
+	netnstest.NewNetns(t, queue)
 	openQueue(t, Config{Queue: queue})
 	q2, err := Open(Config{Queue: queue})
 	if err == nil {
@@ -367,128 +179,26 @@ func TestSecondBindFails(t *testing.T) {
 }
 
 // TestNotRoot re-runs this test binary as nobody, in the same namespace,
-// to see the error a user without CAP_NET_ADMIN gets, and the one for a
-// real-time priority without CAP_SYS_NICE.
+// to see the error a user without CAP_NET_ADMIN gets. (The one for a
+// real-time priority without CAP_SYS_NICE: daemon's TestRealtimeNotRoot.)
 func TestNotRoot(t *testing.T) {
-	if childMode() != "" {
-		_, err := Open(Config{Queue: 1, RealtimePriority: map[string]int{"rt": 1}[childMode()]})
+	if netnstest.ChildMode() != "" {
+		_, err := Open(Config{Queue: 1})
 		fmt.Printf("ERR=%v\n", err)
 		if errors.Is(err, ErrPermission) {
 			fmt.Println("IS_PERMISSION")
 		}
 		return
 	}
-	newNetns(t, 1)
+	netnstest.NewNetns(t, 1)
 	for mode, want := range map[string]string{
 		"plain": "ERR=nfq: queue 1: permission denied: binding an NFQUEUE queue needs root (CAP_NET_ADMIN)\n",
-		"rt":    "ERR=nfq: queue 1: real-time priority 1: permission denied: SCHED_FIFO needs root or CAP_SYS_NICE (or RLIMIT_RTPRIO >= 1)\n",
 	} {
-		out := runChild(t, "TestNotRoot", mode, 65534)
+		out := netnstest.RunChild(t, "TestNotRoot", mode, 65534)
 		if !strings.Contains(out, "IS_PERMISSION") || !strings.Contains(out, want) {
 			t.Errorf("Open as nobody (%s):\n%s", mode, out)
 		}
 	}
-}
-
-// childMode is NFQ_TEST_CHILD in a child started by runChild, else "".
-func childMode() string { return os.Getenv("NFQ_TEST_CHILD") }
-
-// runChild runs test name of this test binary in a child process, as user
-// uid, in the calling thread's network namespace, with NFQ_TEST_CHILD=mode,
-// and returns its output.
-func runChild(t *testing.T, name, mode string, uid uint32) string {
-	t.Helper()
-	// The test binary's directory is root-only: copy it where anyone can run it.
-	dir, err := os.MkdirTemp("", "nfqtest")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	exe := dir + "/nfq.test"
-	if err := os.WriteFile(exe, bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(exe, "-test.run=^"+name+"$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "NFQ_TEST_CHILD="+mode)
-	if uid != 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("child %s (%s): %v\n%s", name, mode, err, out)
-	}
-	return string(out)
-}
-
-// TestRealtimePriority opens a queue with RealtimePriority in a child
-// process (it makes the whole process real-time): every thread, those that
-// existed and those the runtime starts afterwards, must be SCHED_FIFO at
-// that priority, and packets still pass.
-func TestRealtimePriority(t *testing.T) {
-	const queue, prio, n = 9, 3, 200
-	if childMode() == "rt" {
-		p := newUDPPair(t)
-		q := openQueue(t, Config{Queue: queue, RealtimePriority: prio})
-		stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
-		// Make the runtime start threads: goroutines locked to threads
-		// and blocked in the kernel at the same time.
-		var wg sync.WaitGroup
-		release := make(chan struct{})
-		for i := 0; i < 8; i++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				runtime.LockOSThread()
-				defer runtime.UnlockOSThread()
-				<-release
-			}()
-		}
-		for i := 0; i < n; i++ {
-			p.send(t, uint16(i), 16)
-		}
-		if got := p.waitCount(n, 3*time.Second); got != n {
-			t.Errorf("received %d of %d packets", got, n)
-		}
-		ents, err := os.ReadDir("/proc/self/task")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, e := range ents {
-			var tid int
-			fmt.Sscan(e.Name(), &tid)
-			a, err := unix.SchedGetAttr(tid, 0)
-			if err != nil {
-				continue // gone
-			}
-			if a.Policy != unix.SCHED_FIFO || a.Priority != prio {
-				t.Errorf("thread %d: policy %d priority %d, want SCHED_FIFO (%d) priority %d", tid, a.Policy, a.Priority, unix.SCHED_FIFO, prio)
-			}
-		}
-		close(release)
-		wg.Wait()
-		if _, err := stop(); err != nil {
-			t.Fatal(err)
-		}
-		fmt.Printf("THREADS=%d\n", len(ents))
-		return
-	}
-	if _, err := Open(Config{Queue: queue, RealtimePriority: MaxRealtimePriority + 1}); err == nil ||
-		err.Error() != "nfq: queue 9: real-time priority 100 out of range (1..99, or 0 for none)" {
-		t.Errorf("Open with priority 100: %v", err)
-	}
-	newNetns(t, queue)
-	out := runChild(t, "TestRealtimePriority", "rt", 0)
-	if !strings.Contains(out, "THREADS=") || strings.Contains(out, "FAIL") {
-		t.Errorf("child:\n%s", out)
-	}
-	t.Logf("child:\n%s", out)
 }
 
 // TestFailOpenWhenStalled: a queue nobody reads fills up; then the kernel
@@ -498,17 +208,17 @@ func TestFailOpenWhenStalled(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
 			const queue, n, maxLen = 2, 100, 16
-			newNetns(t, queue)
-			p := newUDPPair(t)
+			netnstest.NewNetns(t, queue)
+			p := netnstest.NewUDPPair(t)
 			q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
 			for i := 0; i < n; i++ {
-				p.send(t, uint16(i), 16)
+				p.Send(t, uint16(i), 16)
 			}
 			want := int64(n - maxLen)
 			if failClosed {
 				want = 0
 			}
-			got := p.settle(2 * time.Second)
+			got := p.Settle(2 * time.Second)
 			if got != want {
 				t.Errorf("while stalled: received %d, want %d", got, want)
 			}
@@ -526,7 +236,7 @@ func TestFailOpenWhenStalled(t *testing.T) {
 				t.Errorf("KernelStats = %+v, want QueueTotal %d, QueueDropped %d, IDSequence %d", ks, maxLen, wantDropped, maxLen)
 			}
 			stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
-			got = p.waitCount(want+maxLen, 2*time.Second)
+			got = p.WaitCount(want+maxLen, 2*time.Second)
 			if got != want+maxLen {
 				t.Errorf("after Run: received %d, want %d", got, want+maxLen)
 			}
@@ -545,15 +255,15 @@ func TestFailOpenWhenStalled(t *testing.T) {
 // not ErrNotBound: the final stats line must show the queue's drops.
 func TestFinalKernelStats(t *testing.T) {
 	const queue, n, maxLen = 2, 100, 16
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: true})
 	for i := 0; i < n; i++ {
-		p.send(t, uint16(i), 16)
+		p.Send(t, uint16(i), 16)
 	}
-	p.settle(time.Second)
+	p.Settle(time.Second)
 	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
-	if got := p.waitCount(maxLen, 2*time.Second); got != maxLen {
+	if got := p.WaitCount(maxLen, 2*time.Second); got != maxLen {
 		t.Fatalf("received %d, want %d", got, maxLen)
 	}
 	before, err := q.KernelStats()
@@ -577,13 +287,13 @@ func TestFinalKernelStats(t *testing.T) {
 	// Close without Run: the same, and the packets still queued are
 	// accepted before the unbind (which would drop them), unread.
 	q2 := openQueue(t, Config{Queue: queue + 1, MaxQueueLen: maxLen})
-	run(t, "", "iptables", "-I", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(testPort+1), "-j", "NFQUEUE", "--queue-num", fmt.Sprint(queue+1))
-	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort + 1})
+	netnstest.Run(t, "", "iptables", "-I", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort+1), "-j", "NFQUEUE", "--queue-num", fmt.Sprint(queue+1))
+	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: netnstest.TestPort + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rx.Close()
-	tx, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort + 1})
+	tx, err := net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: netnstest.TestPort + 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -621,8 +331,8 @@ func TestFinalKernelStats(t *testing.T) {
 // that never arrived from the gap in the ids, and keeps going.
 func TestSurvivesENOBUFS(t *testing.T) {
 	const queue, n = 6, 200
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	var logged atomic.Int64
 	var logLine atomic.Value
 	q := openQueue(t, Config{Queue: queue, ReadBuffer: 4096, Logf: func(f string, a ...any) {
@@ -630,17 +340,17 @@ func TestSurvivesENOBUFS(t *testing.T) {
 		logLine.Store(fmt.Sprintf(f, a...))
 	}})
 	for i := 0; i < n; i++ {
-		p.send(t, uint16(i), 16)
+		p.Send(t, uint16(i), 16)
 	}
 	// Most packets fail open at once; the few in the socket wait.
-	stalled := p.settle(2 * time.Second)
+	stalled := p.Settle(2 * time.Second)
 	if stalled < n/2 || stalled == n {
 		t.Fatalf("while stalled: received %d of %d; want most but not all (socket too big?)", stalled, n)
 	}
 	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
-	p.waitCount(n, 2*time.Second)
-	p.send(t, n, 16) // its id shows the gap
-	if got := p.waitCount(n+1, 2*time.Second); got != n+1 {
+	p.WaitCount(n, 2*time.Second)
+	p.Send(t, n, 16) // its id shows the gap
+	if got := p.WaitCount(n+1, 2*time.Second); got != n+1 {
 		t.Errorf("received %d of %d", got, n+1)
 	}
 	if _, err := stop(); err != nil {
@@ -669,8 +379,8 @@ func TestSurvivesENOBUFS(t *testing.T) {
 // cancellation ends the wait at once.
 func TestIdleRunParks(t *testing.T) {
 	const queue = 13
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	// The fewest running and in system calls before Run, over a few
 	// samples: other goroutines come and go.
@@ -694,8 +404,8 @@ func TestIdleRunParks(t *testing.T) {
 			break
 		}
 	}
-	p.send(t, 1, 16)
-	if got := p.waitCount(1, 2*time.Second); got != 1 {
+	p.Send(t, 1, 16)
+	if got := p.WaitCount(1, 2*time.Second); got != 1 {
 		t.Errorf("after the idle wait: received %d of 1 packets", got)
 	}
 	took, err := stop()
@@ -725,19 +435,19 @@ func goroutineStates() [3]uint64 {
 // failed open when the sender outran it).
 func BenchmarkQueueLoopback(b *testing.B) {
 	const queue = 8
-	newNetns(b, queue)
-	p := newUDPPair(b)
+	netnstest.NewNetns(b, queue)
+	p := netnstest.NewUDPPair(b)
 	q := openQueue(b, Config{Queue: queue})
 	stop := runQueue(b, q, func([]Packet, []Verdict, int64) {})
 	payload := make([]byte, 32)
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := p.tx.Write(payload); err != nil {
+		if _, err := p.Tx.Write(payload); err != nil {
 			b.Fatal(err)
 		}
 	}
-	p.waitCount(int64(b.N), 5*time.Second)
+	p.WaitCount(int64(b.N), 5*time.Second)
 	b.StopTimer()
 	stop()
 	b.ReportMetric(100*float64(q.Stats().Packets)/float64(b.N), "via_queue_%")
@@ -748,11 +458,11 @@ func BenchmarkQueueLoopback(b *testing.B) {
 // verdicts mixing marked and unmarked runs.
 func TestMarks(t *testing.T) {
 	const queue = 4
-	newNetns(t, queue)
-	run(t, "", "iptables", "-t", "mangle", "-A", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(testPort), "-j", "MARK", "--set-mark", "0x5")
-	run(t, "", "iptables", "-t", "mangle", "-A", "POSTROUTING", "-p", "udp", "--dport", fmt.Sprint(testPort), "-m", "mark", "--mark", "0x77")
-	run(t, "", "iptables", "-t", "mangle", "-A", "POSTROUTING", "-p", "udp", "--dport", fmt.Sprint(testPort), "-m", "mark", "--mark", "0x5")
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	netnstest.Run(t, "", "iptables", "-t", "mangle", "-A", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort), "-j", "MARK", "--set-mark", "0x5")
+	netnstest.Run(t, "", "iptables", "-t", "mangle", "-A", "POSTROUTING", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort), "-m", "mark", "--mark", "0x77")
+	netnstest.Run(t, "", "iptables", "-t", "mangle", "-A", "POSTROUTING", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort), "-m", "mark", "--mark", "0x5")
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	var mu sync.Mutex
 	marks := map[uint32]int{}
@@ -770,9 +480,9 @@ func TestMarks(t *testing.T) {
 	})
 	const n = 200
 	for i := 0; i < n; i++ {
-		p.send(t, uint16(i), 8)
+		p.Send(t, uint16(i), 8)
 	}
-	if got := p.waitCount(n, 5*time.Second); got != n {
+	if got := p.WaitCount(n, 5*time.Second); got != n {
 		t.Fatalf("%d of %d datagrams arrived", got, n)
 	}
 	stop()
@@ -805,7 +515,7 @@ func TestMarks(t *testing.T) {
 // timeout, with a clock that moves forward.
 func TestIdle(t *testing.T) {
 	const queue = 5
-	newNetns(t, queue)
+	netnstest.NewNetns(t, queue)
 	var calls atomic.Int64
 	var last atomic.Int64
 	var backwards atomic.Bool
@@ -832,7 +542,7 @@ func TestIdle(t *testing.T) {
 // figure: within a millisecond or so).
 func TestWake(t *testing.T) {
 	const queue = 6
-	newNetns(t, queue)
+	netnstest.NewNetns(t, queue)
 	idle := make(chan time.Time, 16)
 	q := openQueue(t, Config{Queue: queue, Idle: func(int64) { idle <- time.Now() }})
 	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})

@@ -29,3 +29,6 @@ func (q *Queue) LatencyHistogram(bounds []time.Duration) LatencyHistogram {
 }
 func (q *Queue) HoldRoom() int        { return 0 }
 func (q *Queue) HoldStats() HoldStats { return HoldStats{} }
+func (q *Queue) Config() Config       { return Config{} }
+func (q *Queue) Bound() bool          { return false }
+func (q *Queue) OnStop(func()) bool   { return false }

@@ -1,6 +1,9 @@
 package nfq
 
 import (
+	"github.com/packetshaper/packetshaper/internal/netnstest"
+	"github.com/packetshaper/packetshaper/internal/timing"
+
 	"context"
 	"errors"
 	"fmt"
@@ -13,8 +16,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
 // Stopping with a full queue (issue 13). The kernel drops every packet
@@ -30,7 +31,7 @@ const fullMaxLen = 20000
 // fullQueue is a queue filled to fullMaxLen packets, with Run started and
 // its Handler's first batch waiting for open to be closed.
 type fullQueue struct {
-	p       *udpPair
+	p       *netnstest.UDPPair
 	q       *Queue
 	open    chan struct{}
 	cancel  context.CancelFunc
@@ -43,34 +44,31 @@ type fullQueue struct {
 	logs  []string
 }
 
-// fillQueue binds queue c.Queue in a new namespace (with hook, if not nil,
-// applied to the Queue before Run), runs it with a Handler taking delay per
+// fillQueue binds queue c.Queue in a new namespace (with the test options
+// opts applied to the Queue before Run), runs it with a Handler taking delay per
 // batch whose first batch waits for f.open, and sends fullMaxLen packets:
 // it returns once the kernel's queue holds all of them.
-func fillQueue(t *testing.T, c Config, delay time.Duration, hook func(*Queue)) *fullQueue {
+func fillQueue(t *testing.T, c Config, delay time.Duration, opts ...testOption) *fullQueue {
 	t.Helper()
 	c.MaxQueueLen = fullMaxLen
-	newNetns(t, c.Queue)
+	netnstest.NewNetns(t, c.Queue)
 	f := &fullQueue{open: make(chan struct{}), errc: make(chan error, 1)}
 	c.Logf = func(format string, a ...any) {
 		f.logMu.Lock()
 		f.logs = append(f.logs, fmt.Sprintf(format, a...))
 		f.logMu.Unlock()
 	}
-	f.p = newUDPPair(t)
+	f.p = netnstest.NewUDPPair(t)
 	// Queued packets are charged to the sender's socket until their
 	// verdicts: room for fullMaxLen of them, or the sender blocks.
-	if rc, err := f.p.tx.SyscallConn(); err == nil {
+	if rc, err := f.p.Tx.SyscallConn(); err == nil {
 		rc.Control(func(fd uintptr) {
 			if err := unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, 64<<20); err != nil {
 				t.Errorf("SO_SNDBUFFORCE: %v", err)
 			}
 		})
 	}
-	f.q = openQueue(t, c)
-	if hook != nil {
-		hook(f.q)
-	}
+	f.q = openQueue(t, c, opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	f.cancel = cancel
 	go func() {
@@ -91,7 +89,7 @@ func fillQueue(t *testing.T, c Config, delay time.Duration, hook func(*Queue)) *
 		cancel()
 	})
 	for ; f.sent < fullMaxLen; f.sent++ {
-		f.p.send(t, uint16(f.sent), 16)
+		f.p.Send(t, uint16(f.sent), 16)
 	}
 	// The kernel queues each packet in the sender's write: the queue is
 	// full now, but wait for it rather than assume.
@@ -135,12 +133,12 @@ func (f *fullQueue) stop(t *testing.T) (time.Duration, error) {
 // checkAllArrived checks that every packet sent arrived, once.
 func (f *fullQueue) checkAllArrived(t *testing.T) {
 	t.Helper()
-	if got := f.p.waitCount(int64(f.sent), 5*time.Second); got != int64(f.sent) {
+	if got := f.p.WaitCount(int64(f.sent), 5*time.Second); got != int64(f.sent) {
 		t.Errorf("received %d of %d packets", got, f.sent)
 	}
-	f.p.mu.Lock()
-	defer f.p.mu.Unlock()
-	for seq, c := range f.p.got {
+	f.p.Mu.Lock()
+	defer f.p.Mu.Unlock()
+	for seq, c := range f.p.Got {
 		if c != 1 {
 			t.Errorf("packet %d arrived %d times", seq, c)
 		}
@@ -179,8 +177,8 @@ func TestCleanStop(t *testing.T) {
 // queue must be unbound.
 func testCleanStopStream(t *testing.T) {
 	const queue, max = 4, 200000
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
 	// The sender runs in this goroutine: its socket is in the namespace.
@@ -191,7 +189,7 @@ func testCleanStopStream(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 send:
 	for sent < max && time.Now().Before(deadline) {
-		p.send(t, uint16(sent), 16)
+		p.Send(t, uint16(sent), 16)
 		sent++
 		switch {
 		case sent == 4000:
@@ -208,7 +206,7 @@ send:
 		}
 	}
 	for i := 0; i < 100; i++ {
-		p.send(t, uint16(sent), 16)
+		p.Send(t, uint16(sent), 16)
 		sent++
 	}
 	<-stopped
@@ -216,7 +214,7 @@ send:
 		t.Fatal(runErr)
 	}
 	timing.Check(t, took <= time.Second, "Run returned %v after cancel, want < 1 s", took)
-	if got := p.waitCount(int64(sent), 3*time.Second); got != int64(sent) {
+	if got := p.WaitCount(int64(sent), 3*time.Second); got != int64(sent) {
 		t.Errorf("received %d of %d packets", got, sent)
 	}
 	if _, err := readKernelStats(queue); !errors.Is(err, ErrNotBound) {
@@ -242,7 +240,7 @@ send:
 func testCleanStopFull(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
-			f := fillQueue(t, Config{Queue: 4, FailClosed: failClosed}, 2*time.Millisecond, nil)
+			f := fillQueue(t, Config{Queue: 4, FailClosed: failClosed}, 2*time.Millisecond)
 			var took time.Duration
 			var runErr error
 			stopped := make(chan struct{})
@@ -254,7 +252,7 @@ func testCleanStopFull(t *testing.T) {
 				// During the stop: they find the queue full or closed,
 				// and pass (fail-open).
 				for i := 0; i < 200; i++ {
-					f.p.send(t, uint16(f.sent), 16)
+					f.p.Send(t, uint16(f.sent), 16)
 					f.sent++
 				}
 			}
@@ -264,7 +262,7 @@ func testCleanStopFull(t *testing.T) {
 			}
 			// After Run: the rule's bypass.
 			for i := 0; i < 100; i++ {
-				f.p.send(t, uint16(f.sent), 16)
+				f.p.Send(t, uint16(f.sent), 16)
 				f.sent++
 			}
 			if took < stopDrainTimeout {
@@ -280,7 +278,7 @@ func testCleanStopFull(t *testing.T) {
 				t.Errorf("KernelStats.QueueDropped = %d, want 0", ks.QueueDropped)
 			}
 			t.Logf("Run returned in %v; queue full at %d; %d answered by the Handler, %d by the final verdict; %d of %d sent arrived",
-				took, fullMaxLen, s.Packets, s.StopAccepted, f.p.n.Load(), f.sent)
+				took, fullMaxLen, s.Packets, s.StopAccepted, f.p.N.Load(), f.sent)
 		})
 	}
 }
@@ -296,11 +294,10 @@ func testCleanStopFull(t *testing.T) {
 func TestCleanStopClockStep(t *testing.T) {
 	for _, step := range []time.Duration{-time.Hour, time.Hour} {
 		t.Run(fmt.Sprintf("step=%v", step), func(t *testing.T) {
-			f := fillQueue(t, Config{Queue: 4, BatchSize: 8}, 2*time.Millisecond, func(q *Queue) {
+			f := fillQueue(t, Config{Queue: 4, BatchSize: 8}, 2*time.Millisecond,
 				// A step of the wall clock by step after Run's start: the
 				// engine's clock runs -step off time.Now().
-				q.wallClock = func() int64 { return time.Now().UnixNano() - int64(step) }
-			})
+				withWallClock(func() int64 { return time.Now().UnixNano() - int64(step) }))
 			took, err := f.stop(t)
 			if err != nil {
 				t.Fatal(err)
@@ -334,19 +331,17 @@ func TestStopAfterWriteFailure(t *testing.T) {
 		t.Run(fmt.Sprintf("finalFails=%v", finalFails), func(t *testing.T) {
 			var f *fullQueue
 			var failed atomic.Int64
-			f = fillQueue(t, Config{Queue: 4}, 0, func(q *Queue) {
-				q.writeHook = func(b []byte) error {
-					typ := le.Uint16(b[4:])
-					if typ != nfqnlMsgVerdict && typ != nfqnlMsgVerdictBatch || f.batches.Load() <= failAfter {
-						return nil
-					}
-					if finalFails || failed.Load() == 0 {
-						failed.Add(1)
-						return unix.EIO
-					}
+			f = fillQueue(t, Config{Queue: 4}, 0, withWriteHook(func(b []byte) error {
+				typ := le.Uint16(b[4:])
+				if typ != nfqnlMsgVerdict && typ != nfqnlMsgVerdictBatch || f.batches.Load() <= failAfter {
 					return nil
 				}
-			})
+				if finalFails || failed.Load() == 0 {
+					failed.Add(1)
+					return unix.EIO
+				}
+				return nil
+			}))
 			close(f.open)
 			err := f.wait(t)
 			if err == nil || !strings.Contains(err.Error(), "sending verdicts") || strings.Contains(err.Error(), "\n") {
@@ -382,7 +377,7 @@ func TestStopAfterWriteFailure(t *testing.T) {
 			// What the Handler answered arrives, the rest was dropped
 			// by the unbind (synchronously: none can come later).
 			want := int64(f.sent - left)
-			if got := f.p.waitCount(want, 5*time.Second); got != want {
+			if got := f.p.WaitCount(want, 5*time.Second); got != want {
 				t.Errorf("received %d, want %d (sent %d, %d left)", got, want, f.sent, left)
 			}
 			t.Logf("Run: %v", err)

@@ -79,7 +79,8 @@
 // Elements it adds carry the limit and a counter (google/nftables v0.3.0
 // cannot send those: elems_linux.go does, on a netlink socket of its own).
 //
-// Besides nfq, this is the one package that speaks netlink (nftables).
+// Besides nfq (nfnetlink_queue) and failopen (reading rule counters), this
+// is the one package that speaks netlink (nftables): the only one writing.
 package offload
 
 import (

@@ -165,8 +165,8 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		return usage("--copy-range must be between 64 and %d, not %d", nfq.MaxCopyRange, f.copyRange)
 	case f.readBuffer < 1<<16 || f.readBuffer > 1<<30:
 		return usage("--read-buffer must be between 65536 and %d bytes, not %d", 1<<30, f.readBuffer)
-	case f.rtPrio < 0 || f.rtPrio > 99:
-		return usage("--rt-priority must be between 0 (off) and 99, not %d", f.rtPrio)
+	case f.rtPrio < 0 || f.rtPrio > daemon.MaxRealtimePriority:
+		return usage("--rt-priority must be between 0 (off) and %d, not %d", daemon.MaxRealtimePriority, f.rtPrio)
 	case f.batch < 1 || f.batch > 1024:
 		return usage("--batch must be between 1 and 1024, not %d", f.batch)
 	case f.statsEvery < 0:
@@ -215,15 +215,15 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	cfg := daemon.Config{
 		Queues: queues,
 		Queue: nfq.Config{
-			MaxQueueLen:      uint32(f.maxLen),
-			CopyRange:        uint32(f.copyRange),
-			FailClosed:       f.failClosed,
-			ReadBuffer:       f.readBuffer,
-			BatchSize:        f.batch,
-			Latency:          f.latency,
-			RealtimePriority: f.rtPrio,
-			MaxHeld:          maxHeld,
+			MaxQueueLen: uint32(f.maxLen),
+			CopyRange:   uint32(f.copyRange),
+			FailClosed:  f.failClosed,
+			ReadBuffer:  f.readBuffer,
+			BatchSize:   f.batch,
+			Latency:     f.latency,
+			MaxHeld:     maxHeld,
 		},
+		RealtimePriority:      f.rtPrio,
 		Malformed:             src.malformed,
 		Offload:               f.offload,
 		OffloadAfter:          uint32(f.offloadAfter),

@@ -1,4 +1,4 @@
-package nfq
+package failopen
 
 import (
 	"encoding/binary"

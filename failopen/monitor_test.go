@@ -1,6 +1,8 @@
-package nfq
+package failopen
 
 import (
+	"github.com/packetshaper/packetshaper/nfq"
+
 	"bytes"
 	"errors"
 	"log/slog"
@@ -21,12 +23,12 @@ type sim struct {
 	c    *core
 	log  bytes.Buffer
 	now  int64
-	ks   map[uint16]KernelStats // the table the next sample sees
-	gone map[uint16]bool        // queues missing from it
+	ks   map[uint16]nfq.KernelStats // the table the next sample sees
+	gone map[uint16]bool            // queues missing from it
 }
 
 func newSim(t *testing.T, cfg MonitorConfig, maxLen uint32, queues ...uint16) *sim {
-	s := &sim{t: t, ks: map[uint16]KernelStats{}, gone: map[uint16]bool{}}
+	s := &sim{t: t, ks: map[uint16]nfq.KernelStats{}, gone: map[uint16]bool{}}
 	cfg.Logger = slog.New(slog.NewTextHandler(&s.log, &slog.HandlerOptions{
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
 			if a.Key == slog.TimeKey {
@@ -38,7 +40,7 @@ func newSim(t *testing.T, cfg MonitorConfig, maxLen uint32, queues ...uint16) *s
 	var infos []queueInfo
 	for _, q := range queues {
 		infos = append(infos, queueInfo{num: q, portID: 100 + uint32(q), maxLen: maxLen})
-		s.ks[q] = KernelStats{PortID: 100 + uint32(q)}
+		s.ks[q] = nfq.KernelStats{PortID: 100 + uint32(q)}
 	}
 	s.c = newCore(infos, cfg)
 	return s
@@ -53,7 +55,7 @@ func (s *sim) set(q uint16, total uint64, ids uint64) {
 	s.ks[q] = ks
 }
 
-func (s *sim) lookup(q uint16) (KernelStats, bool) {
+func (s *sim) lookup(q uint16) (nfq.KernelStats, bool) {
 	ks, ok := s.ks[q]
 	return ks, ok && !s.gone[q]
 }
@@ -272,7 +274,7 @@ func TestCoreBalance(t *testing.T) {
 	r := rule(1, 0, 2, 0)
 	s.settle(0, []QueueRule{r}, nil)
 	s.steady(9, 100, nil) // 1000/s each, no settle
-	// Queue 0 full for 0.3 s (est 900); queue 1 full for 0.1 s (est ~250).
+	// nfq.Queue 0 full for 0.3 s (est 900); queue 1 full for 0.1 s (est ~250).
 	s.set(0, 100, 100)
 	s.set(1, 100, 100)
 	s.sample(100 * ms)
@@ -398,30 +400,5 @@ func TestSplit(t *testing.T) {
 				break
 			}
 		}
-	}
-}
-
-func TestEachProcLine(t *testing.T) {
-	const table = "    0  12345     3 2   256     0     0      17  1\n" +
-		"    7 4294967295 0 2 65535  9 10 4294967295  1\n" +
-		"garbage\n" +
-		"65536 1 2 3 4 5 6 7 1\n" + // no such queue
-		"    9 1 2 3 4 5 6 99999999999999999999 1\n" + // overflows
-		"    8 1 2 3 4 5 6" // cut
-	type line struct {
-		q  uint16
-		ks KernelStats
-	}
-	var got []line
-	eachProcLine([]byte(table), func(q uint16, ks KernelStats) { got = append(got, line{q, ks}) })
-	want := []line{
-		{0, KernelStats{PortID: 12345, QueueTotal: 3, CopyRange: 256, IDSequence: 17}},
-		{7, KernelStats{PortID: 4294967295, CopyRange: 65535, QueueDropped: 9, UserDropped: 10, IDSequence: 4294967295}},
-	}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
-		t.Errorf("parsed %+v, want %+v", got, want)
-	}
-	if n := testing.AllocsPerRun(100, func() { eachProcLine([]byte(table), func(uint16, KernelStats) {}) }); n != 0 {
-		t.Errorf("eachProcLine allocates %v times", n)
 	}
 }

@@ -1,4 +1,4 @@
-package nfq_test
+package failopen_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"os/signal"
 	"sync"
 
+	"github.com/packetshaper/packetshaper/failopen"
 	"github.com/packetshaper/packetshaper/nfq"
 )
 
@@ -30,14 +31,14 @@ func ExampleMonitor() {
 	}
 
 	// Startup hint: rules that send to queues nobody serves.
-	if rules, err := nfq.QueueRules(); err == nil {
+	if rules, err := failopen.QueueRules(); err == nil {
 		bound, _ := nfq.BoundQueues()
-		for _, u := range nfq.UnservedQueues(rules, bound) {
+		for _, u := range failopen.UnservedQueues(rules, bound) {
 			log.Warn(u.String())
 		}
 	}
 
-	m, err := nfq.NewMonitor(qs, nfq.MonitorConfig{Logger: log})
+	m, err := failopen.NewMonitor(qs, failopen.MonitorConfig{Logger: log})
 	if err != nil {
 		log.Error(err.Error())
 		return

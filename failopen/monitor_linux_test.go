@@ -1,6 +1,10 @@
-package nfq
+package failopen
 
 import (
+	"github.com/packetshaper/packetshaper/internal/netnstest"
+
+	"github.com/packetshaper/packetshaper/nfq"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -44,12 +48,12 @@ type pacer struct {
 
 // send sends datagrams numbered from first at rate per second, evenly, for
 // n/rate seconds, from the calling goroutine (whose thread is in the
-// namespace), through tx (p.tx if nil), and returns how many it sent.
+// namespace), through tx (p.Tx if nil), and returns how many it sent.
 // Falling behind, it skips datagrams rather than catch up with a burst.
-func (s *pacer) send(t testing.TB, p *udpPair, txs []*net.UDPConn, first, n int, rate float64) int {
+func (s *pacer) send(t testing.TB, p *netnstest.UDPPair, txs []*net.UDPConn, first, n int, rate float64) int {
 	t.Helper()
 	if txs == nil {
-		txs = []*net.UDPConn{p.tx}
+		txs = []*net.UDPConn{p.Tx}
 	}
 	buf := make([]byte, 16)
 	start := time.Now()
@@ -169,15 +173,15 @@ func TestMonitorFailOpen(t *testing.T) {
 		blockAt = 4000   // after 0.8 s
 		block   = time.Second
 	)
-	newNetns(t, queue)
-	p := newUDPPair(t)
-	q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen})
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
+	q := openQueue(t, nfq.Config{Queue: queue, MaxQueueLen: maxLen})
 	var logExact, logEst syncBuffer
-	mExact, err := NewMonitor([]*Queue{q}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&logExact, nil))})
+	mExact, err := NewMonitor([]*nfq.Queue{q}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&logExact, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mEst, err := NewMonitor([]*Queue{q}, MonitorConfig{EstimateOnly: true, Logger: slog.New(slog.NewTextHandler(&logEst, nil))})
+	mEst, err := NewMonitor([]*nfq.Queue{q}, MonitorConfig{EstimateOnly: true, Logger: slog.New(slog.NewTextHandler(&logEst, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +189,7 @@ func TestMonitorFailOpen(t *testing.T) {
 	startMonitor(t, mEst)
 	var blocked atomic.Bool
 	var blockFrom, blockTo time.Time // written before blocked is set, read after Run returned
-	stop := runQueue(t, q, func(b []Packet, v []Verdict, now int64) {
+	stop := runQueue(t, q, func(b []nfq.Packet, v []nfq.Verdict, now int64) {
 		for i := range b {
 			if seq, ok := seqOf(&b[i]); ok && seq >= blockAt && !blocked.Load() {
 				blockFrom = time.Now()
@@ -197,13 +201,13 @@ func TestMonitorFailOpen(t *testing.T) {
 	})
 	var pc pacer
 	sent := pc.send(t, p, nil, 0, n, rate)
-	p.settle(2 * time.Second)
+	p.Settle(2 * time.Second)
 	time.Sleep(300 * time.Millisecond) // a sample with the queue drained
 	if _, err := stop(); err != nil {
 		t.Fatal(err)
 	}
 	s := q.Stats()
-	got := p.waitCount(int64(sent), 2*time.Second)
+	got := p.WaitCount(int64(sent), 2*time.Second)
 	if got != int64(sent) {
 		t.Errorf("received %d of %d", got, sent)
 	}
@@ -255,12 +259,12 @@ func TestMonitorStall(t *testing.T) {
 		rate   = 5000.0
 		pause  = time.Second
 	)
-	if childMode() == "stall" {
+	if netnstest.ChildMode() == "stall" {
 		stallChild(t, queue, maxLen)
 		return
 	}
-	newNetns(t, queue)
-	p := newUDPPair(t)
+	netnstest.NewNetns(t, queue)
+	p := netnstest.NewUDPPair(t)
 	child := startChild(t, "TestMonitorStall", "stall")
 	child.expect(t, "READY")
 	var pc pacer
@@ -272,12 +276,12 @@ func TestMonitorStall(t *testing.T) {
 	child.signal(t, syscall.SIGCONT)
 	resumed := time.Now()
 	sent += int64(pc.send(t, p, nil, before+int(rate*pause.Seconds()), int(rate/2), rate))
-	p.settle(2 * time.Second)
+	p.Settle(2 * time.Second)
 	time.Sleep(300 * time.Millisecond)
 	child.send(t, "STOP")
 	res := child.expect(t, "RESULT")
 	out := child.wait(t)
-	got := p.waitCount(sent, 2*time.Second)
+	got := p.WaitCount(sent, 2*time.Second)
 	var answered, lost, exPassed, esPassed uint64
 	var exExact, esExact bool
 	var exSecs, esSecs float64
@@ -317,18 +321,18 @@ func TestMonitorStall(t *testing.T) {
 // exactExact exactSecs estPassed estExact estSecs.
 func stallChild(t *testing.T, queue uint16, maxLen uint32) {
 	log := slog.New(slog.NewTextHandler(os.Stdout, nil))
-	q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen})
-	mEx, err := NewMonitor([]*Queue{q}, MonitorConfig{Logger: log.With("monitor", "exact")})
+	q := openQueue(t, nfq.Config{Queue: queue, MaxQueueLen: maxLen})
+	mEx, err := NewMonitor([]*nfq.Queue{q}, MonitorConfig{Logger: log.With("monitor", "exact")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mEs, err := NewMonitor([]*Queue{q}, MonitorConfig{EstimateOnly: true, Logger: log.With("monitor", "estimate")})
+	mEs, err := NewMonitor([]*nfq.Queue{q}, MonitorConfig{EstimateOnly: true, Logger: log.With("monitor", "estimate")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	startMonitor(t, mEx)
 	startMonitor(t, mEs)
-	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
+	stop := runQueue(t, q, func([]nfq.Packet, []nfq.Verdict, int64) {})
 	fmt.Println("READY")
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() && sc.Text() != "STOP" {
@@ -440,29 +444,29 @@ func TestMonitorBalance(t *testing.T) {
 		n      = 12000
 		flows  = 8
 	)
-	newNetns(t, q0)
-	run(t, "", "iptables", "-I", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(testPort),
+	netnstest.NewNetns(t, q0)
+	netnstest.Run(t, "", "iptables", "-I", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort),
 		"-j", "NFQUEUE", "--queue-balance", fmt.Sprintf("%d:%d", q0, q1), "--queue-bypass")
-	p := newUDPPair(t)
+	p := netnstest.NewUDPPair(t)
 	var txs []*net.UDPConn
 	for i := 0; i < flows; i++ {
 		// The balance hash of IPv4 covers the addresses, not the ports.
 		src := &net.UDPAddr{IP: net.IPv4(127, 0, 1, byte(1+i))}
-		tx, err := net.DialUDP("udp4", src, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: testPort})
+		tx, err := net.DialUDP("udp4", src, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: netnstest.TestPort})
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer tx.Close()
 		txs = append(txs, tx)
 	}
-	qa := openQueue(t, Config{Queue: q0, MaxQueueLen: maxLen})
-	qb := openQueue(t, Config{Queue: q1, MaxQueueLen: maxLen})
+	qa := openQueue(t, nfq.Config{Queue: q0, MaxQueueLen: maxLen})
+	qb := openQueue(t, nfq.Config{Queue: q1, MaxQueueLen: maxLen})
 	var log syncBuffer
-	m, err := NewMonitor([]*Queue{qa, qb}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	m, err := NewMonitor([]*nfq.Queue{qa, qb}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mEst, err := NewMonitor([]*Queue{qa, qb}, MonitorConfig{EstimateOnly: true})
+	mEst, err := NewMonitor([]*nfq.Queue{qa, qb}, MonitorConfig{EstimateOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -471,8 +475,8 @@ func TestMonitorBalance(t *testing.T) {
 	var stops []func() (time.Duration, error)
 	var blockFrom, blockTo [2]time.Time
 	var blocked [2]atomic.Bool
-	for j, q := range []*Queue{qa, qb} {
-		stops = append(stops, runQueue(t, q, func(b []Packet, v []Verdict, now int64) {
+	for j, q := range []*nfq.Queue{qa, qb} {
+		stops = append(stops, runQueue(t, q, func(b []nfq.Packet, v []nfq.Verdict, now int64) {
 			for i := range b {
 				if seq, ok := seqOf(&b[i]); ok && seq >= n/3 && !blocked[j].Load() {
 					blockFrom[j] = time.Now()
@@ -485,14 +489,14 @@ func TestMonitorBalance(t *testing.T) {
 	}
 	var pc pacer
 	sent := pc.send(t, p, txs, 0, n, rate)
-	p.settle(2 * time.Second)
+	p.Settle(2 * time.Second)
 	time.Sleep(300 * time.Millisecond)
 	for _, stop := range stops {
 		if _, err := stop(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got := p.waitCount(int64(sent), 2*time.Second)
+	got := p.WaitCount(int64(sent), 2*time.Second)
 	if got != int64(sent) {
 		t.Errorf("received %d of %d", got, sent)
 	}
@@ -534,19 +538,19 @@ func TestMonitorBurst(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
 			const queue, n, maxLen = 2, 100, 16
-			newNetns(t, queue)
-			p := newUDPPair(t)
-			q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
+			netnstest.NewNetns(t, queue)
+			p := netnstest.NewUDPPair(t)
+			q := openQueue(t, nfq.Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
 			var log syncBuffer
-			m, err := NewMonitor([]*Queue{q}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
+			m, err := NewMonitor([]*nfq.Queue{q}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 			if err != nil {
 				t.Fatal(err)
 			}
 			startMonitor(t, m)
 			for i := 0; i < n; i++ {
-				p.send(t, uint16(i), 16)
+				p.Send(t, uint16(i), 16)
 			}
-			p.settle(time.Second)
+			p.Settle(time.Second)
 			// The queue stays full until the reader starts: let the
 			// monitor sample it full (on a loaded machine its ticks
 			// can come late) before starting the reader.
@@ -556,8 +560,8 @@ func TestMonitorBurst(t *testing.T) {
 				}
 			}
 			time.Sleep(2 * DefaultMonitorPeriod)
-			stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
-			p.waitCount(n, time.Second)
+			stop := runQueue(t, q, func([]nfq.Packet, []nfq.Verdict, int64) {})
+			p.WaitCount(n, time.Second)
 			time.Sleep(200 * time.Millisecond)
 			if _, err := stop(); err != nil {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package nfq
+package failopen
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/packetshaper/packetshaper/nfq"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,7 +16,7 @@ import (
 // without a verdict because the queue was full (fail-open), and logs when
 // that starts and ends. See FailOpenStats for what is counted and how.
 //
-//	m, err := nfq.NewMonitor(queues, nfq.MonitorConfig{Logger: log})
+//	m, err := failopen.NewMonitor(queues, failopen.MonitorConfig{Logger: log})
 //	if err != nil { ... }
 //	defer m.Close()              // after the queues' Run returned
 //	go m.Run(ctx)
@@ -34,7 +35,7 @@ type Monitor struct {
 	mu    sync.Mutex
 	c     *core
 	start time.Time
-	proc  *procFile
+	proc  *nfq.QueueTable
 	rr    *ruleReader // nil: counters not read (EstimateOnly, or no nf_tables)
 	rErr  error       // why rr is nil, unless EstimateOnly
 	nsfd  int
@@ -47,7 +48,7 @@ type Monitor struct {
 // reading (the baseline, and the log lines saying how each queue is
 // counted). It fails only if the kernel's queue table cannot be read; the
 // error is one line.
-func NewMonitor(qs []*Queue, c MonitorConfig) (*Monitor, error) {
+func NewMonitor(qs []*nfq.Queue, c MonitorConfig) (*Monitor, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if len(qs) == 0 {
@@ -55,12 +56,13 @@ func NewMonitor(qs []*Queue, c MonitorConfig) (*Monitor, error) {
 	}
 	infos := make([]queueInfo, len(qs))
 	for i, q := range qs {
-		if q.unbound {
-			return nil, fmt.Errorf("nfq: monitor: queue %d is not bound", q.cfg.Queue)
+		qc := q.Config()
+		if !q.Bound() {
+			return nil, fmt.Errorf("nfq: monitor: queue %d is not bound", qc.Queue)
 		}
-		infos[i] = queueInfo{num: q.cfg.Queue, portID: q.portID, maxLen: q.cfg.MaxQueueLen, failClosed: q.cfg.FailClosed}
+		infos[i] = queueInfo{num: qc.Queue, portID: q.PortID(), maxLen: qc.MaxQueueLen, failClosed: qc.FailClosed}
 	}
-	proc, err := openProc()
+	proc, err := nfq.OpenQueueTable()
 	if err != nil {
 		return nil, fmt.Errorf("nfq: monitor: %w", errors.Unwrap(err))
 	}
@@ -75,9 +77,9 @@ func NewMonitor(qs []*Queue, c MonitorConfig) (*Monitor, error) {
 	m.settle(true)
 	m.mu.Unlock()
 	for _, q := range qs {
-		if !q.onStop(m.finish) {
+		if !q.OnStop(m.finish) {
 			m.Close()
-			return nil, fmt.Errorf("nfq: monitor: queue %d has stopped", q.cfg.Queue)
+			return nil, fmt.Errorf("nfq: monitor: queue %d has stopped", q.Config().Queue)
 		}
 	}
 	return m, nil
@@ -113,15 +115,15 @@ func (m *Monitor) Run(ctx context.Context) error {
 
 // sample reads the queue table into the core. m.mu is held.
 func (m *Monitor) sample(now int64) {
-	lines := map[uint16]KernelStats{}
-	if err := m.proc.scan(func(q uint16, ks KernelStats) {
+	lines := map[uint16]nfq.KernelStats{}
+	if err := m.proc.Scan(func(q uint16, ks nfq.KernelStats) {
 		if m.c.queue(q) != nil {
 			lines[q] = ks
 		}
 	}); err != nil {
 		return // closed: nothing to sample
 	}
-	m.c.sample(now, func(q uint16) (KernelStats, bool) {
+	m.c.sample(now, func(q uint16) (nfq.KernelStats, bool) {
 		ks, ok := lines[q]
 		return ks, ok
 	})
@@ -183,7 +185,7 @@ func (m *Monitor) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.proc != nil {
-		m.proc.close()
+		m.proc.Close()
 	}
 	if m.rr != nil {
 		m.rr.close()

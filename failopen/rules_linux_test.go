@@ -1,6 +1,10 @@
-package nfq
+package failopen
 
 import (
+	"github.com/packetshaper/packetshaper/internal/netnstest"
+
+	"github.com/packetshaper/packetshaper/nfq"
+
 	"fmt"
 	"github.com/google/nftables/expr"
 	"slices"
@@ -14,12 +18,12 @@ import (
 // counters count the packets queued.
 func TestQueueRules(t *testing.T) {
 	const queue = 1
-	newNetns(t, queue)
-	run(t, "", "iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9001", "-j", "NFQUEUE", "--queue-balance", "3:5")
-	run(t, "", "iptables", "-A", "INPUT", "-p", "tcp", "-j", "NFQUEUE", "--queue-balance", "10:11", "--queue-cpu-fanout", "--queue-bypass")
-	run(t, "", "iptables", "-t", "mangle", "-A", "PREROUTING", "-p", "udp", "-j", "ACCEPT")
-	run(t, "", "ip6tables", "-A", "OUTPUT", "-p", "udp", "-j", "NFQUEUE", "--queue-num", "20")
-	run(t, "", "iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9002", "-j", "NFQUEUE") // revision 0: queue 0
+	netnstest.NewNetns(t, queue)
+	netnstest.Run(t, "", "iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9001", "-j", "NFQUEUE", "--queue-balance", "3:5")
+	netnstest.Run(t, "", "iptables", "-A", "INPUT", "-p", "tcp", "-j", "NFQUEUE", "--queue-balance", "10:11", "--queue-cpu-fanout", "--queue-bypass")
+	netnstest.Run(t, "", "iptables", "-t", "mangle", "-A", "PREROUTING", "-p", "udp", "-j", "ACCEPT")
+	netnstest.Run(t, "", "ip6tables", "-A", "OUTPUT", "-p", "udp", "-j", "NFQUEUE", "--queue-num", "20")
+	netnstest.Run(t, "", "iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9002", "-j", "NFQUEUE") // revision 0: queue 0
 	rules, err := QueueRules()
 	if err != nil {
 		t.Fatal(err)
@@ -52,11 +56,11 @@ func TestQueueRules(t *testing.T) {
 	}
 
 	// Counters: 5 packets to queue 1 (nobody bound: bypass accepts them).
-	p := newUDPPair(t)
+	p := netnstest.NewUDPPair(t)
 	for i := 0; i < 5; i++ {
-		p.send(t, uint16(i), 8)
+		p.Send(t, uint16(i), 8)
 	}
-	p.waitCount(5, time.Second)
+	p.WaitCount(5, time.Second)
 	rules, err = QueueRules()
 	if err != nil {
 		t.Fatal(err)
@@ -72,10 +76,10 @@ func TestQueueRules(t *testing.T) {
 	}
 
 	// Hints: with queue 1 bound, every other queue is unserved.
-	openQueue(t, Config{Queue: queue})
-	bound, err := BoundQueues()
+	openQueue(t, nfq.Config{Queue: queue})
+	bound, err := nfq.BoundQueues()
 	if err != nil || !slices.Equal(bound, []uint16{queue}) {
-		t.Fatalf("BoundQueues = %v, %v; want [%d]", bound, err, queue)
+		t.Fatalf("nfq.BoundQueues = %v, %v; want [%d]", bound, err, queue)
 	}
 	var hints []string
 	for _, u := range UnservedQueues(rules, bound) {
