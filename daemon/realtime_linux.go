@@ -36,9 +36,13 @@ func setProcessRealtime(prio int) error {
 		}
 		return fmt.Errorf("real-time priority %d: sched_setattr(SCHED_FIFO): %w", prio, err)
 	}
-	// Threads started while the list is read are found by the next pass.
+	// Threads started while the list is read are found by the next pass;
+	// a thread being cloned from one not yet set may copy the old policy
+	// before it shows in the list, so the walk ends only after two passes
+	// in a row found no thread it had not set.
 	done := map[int]bool{}
-	for pass := 0; pass < 5; pass++ {
+	quiet := 0
+	for pass := 0; pass < 50 && quiet < 2; pass++ {
 		ents, err := os.ReadDir("/proc/self/task")
 		if err != nil {
 			return fmt.Errorf("real-time priority %d: %w", prio, err)
@@ -54,8 +58,10 @@ func setProcessRealtime(prio int) error {
 				return fmt.Errorf("real-time priority %d: thread %d: sched_setattr(SCHED_FIFO): %w", prio, tid, err)
 			}
 		}
-		if !changed {
-			return nil
+		if changed {
+			quiet = 0
+		} else {
+			quiet++
 		}
 	}
 	return nil
