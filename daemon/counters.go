@@ -9,6 +9,8 @@ import (
 	"github.com/packetshaper/packetshaper/nfq"
 )
 
+//go:generate go test -run ^TestMetricsReference$ . -args -update-reference
+
 // The counters, declared once.
 //
 // Each entry of counters is one counter: its stats-line key, its metric
