@@ -46,14 +46,14 @@ func (k kind) String() string {
 type scope uint8
 
 const (
-	scopeQueue   scope = iota // a queue and the kernel's view of it
-	scopeEngine               // the engine deciding for all the queues
-	scopeFailOpen             // what the kernel passed without a verdict
-	scopeOffload              // --offload
-	scopeShaping              // held packets and delays
-	scopeLatency              // --latency
-	scopeGlobal               // the global rules' store, for the whole process
-	scopeRule                 // per rule
+	scopeQueue    scope = iota // a queue and the kernel's view of it
+	scopeEngine                // the engine deciding for all the queues
+	scopeFailOpen              // what the kernel passed without a verdict
+	scopeOffload               // --offload
+	scopeShaping               // held packets and delays
+	scopeLatency               // --latency
+	scopeGlobal                // the global rules' store, for the whole process
+	scopeRule                  // per rule
 )
 
 var scopeNames = [...]string{"queue", "engine", "fail-open", "offload", "shaping", "latency", "global", "rule"}
