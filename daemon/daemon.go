@@ -292,13 +292,12 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	// interfaces re-created (a new index), come or gone.
 	ifTick := time.NewTicker(ifaceCheckEvery)
 	defer ifTick.Stop()
-	latency := cfg.Queue.Latency
 	rl := &reloader{src: src}
 loop:
 	for {
 		select {
 		case <-tick:
-			logStats(log, "stats", ws, mon, off, gl, time.Since(start), latency)
+			d.logStats(log, "stats", time.Since(start), false)
 		case <-hup:
 			if !src.Reloadable() {
 				log.Warn("SIGHUP: no --policy file, nothing to reload")
@@ -337,7 +336,7 @@ loop:
 			break loop
 		}
 	}
-	logStats(log, "final stats", ws, mon, off, gl, time.Since(start), latency)
+	d.logStats(log, "final stats", time.Since(start), true)
 	close(errs)
 	return <-errs
 }

@@ -4,15 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/global"
@@ -202,63 +199,4 @@ func (g *globals) describe() []any {
 func sortedStrings(s []string) []string {
 	slices.Sort(s)
 	return s
-}
-
-// globalCollector is the global rules' part of the metrics: the store's
-// requests and errors, and per rule its lease state. It emits nothing
-// while no rule is global.
-type globalCollector struct {
-	gl               *globals
-	commands, errors *prometheus.Desc
-	rule             []globalRuleMetric
-}
-
-type globalRuleMetric struct {
-	metric
-	get func(*global.RuleStats) float64
-}
-
-func newGlobalCollector(gl *globals) *globalCollector {
-	c := &globalCollector{
-		gl:       gl,
-		commands: prometheus.NewDesc("packetshaper_redis_commands_total", "Requests sent to the global rules' store (one per ask, SCRIPT LOAD, PING).", nil, nil),
-		errors:   prometheus.NewDesc("packetshaper_redis_errors_total", "Requests to the store that failed or timed out.", nil, nil),
-	}
-	r := func(name, help string, typ prometheus.ValueType, get func(*global.RuleStats) float64) {
-		c.rule = append(c.rule, globalRuleMetric{newMetric(name, help, typ, "rule"), get})
-	}
-	counter, gauge := prometheus.CounterValue, prometheus.GaugeValue
-	r("packetshaper_rule_global_fallback", "1 while a global rule limits locally (its store unreachable), 0 on leases.", gauge, func(g *global.RuleStats) float64 { return b2f(g.Fallback) })
-	r("packetshaper_rule_global_fallback_rate", "A global rule's local limit in fallback (packets or bytes per second), 0 on leases.", gauge, func(g *global.RuleStats) float64 { return g.FallbackRate })
-	r("packetshaper_rule_global_keys", "Keys of a global rule with a lease on this host.", gauge, func(g *global.RuleStats) float64 { return float64(g.Keys) })
-	r("packetshaper_rule_global_asks_total", "Lease asks sent to the store (one command each).", counter, func(g *global.RuleStats) float64 { return float64(g.Asks) })
-	r("packetshaper_rule_global_granted_total", "Tokens (packets or bytes) the store granted to this host.", counter, func(g *global.RuleStats) float64 { return float64(g.Granted) })
-	r("packetshaper_rule_redis_errors_total", "Lease asks that failed or timed out.", counter, func(g *global.RuleStats) float64 { return float64(g.Errors) })
-	r("packetshaper_rule_global_share", "This host's recent share of a global rule's grants.", gauge, func(g *global.RuleStats) float64 { return g.Share })
-	r("packetshaper_rule_global_hosts", "The most hosts seen asking for one key of a global rule.", gauge, func(g *global.RuleStats) float64 { return float64(g.Hosts) })
-	return c
-}
-
-func (c *globalCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.commands
-	ch <- c.errors
-	for _, m := range c.rule {
-		ch <- m.desc
-	}
-}
-
-func (c *globalCollector) Collect(ch chan<- prometheus.Metric) {
-	gs, cs, ok := c.gl.stats()
-	if !ok {
-		return
-	}
-	ch <- prometheus.MustNewConstMetric(c.commands, prometheus.CounterValue, float64(cs.Commands))
-	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.CounterValue, float64(cs.Errors))
-	names := sortedStrings(slices.Collect(maps.Keys(gs)))
-	for _, m := range c.rule {
-		for _, n := range names {
-			g := gs[n]
-			ch <- prometheus.MustNewConstMetric(m.desc, m.typ, m.get(&g), n)
-		}
-	}
 }

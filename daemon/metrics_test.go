@@ -22,6 +22,7 @@ type fakeQueue struct {
 	stats  nfq.Stats
 	kernel nfq.KernelStats
 	hist   nfq.LatencyHistogram
+	late   nfq.LatencyHistogram
 	hold   nfq.HoldStats
 	wakes  int
 }
@@ -44,6 +45,15 @@ func (q *fakeQueue) LatencyHistogram(b []time.Duration) nfq.LatencyHistogram {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	h := q.hist
+	if h.Cumulative == nil {
+		h.Cumulative = make([]uint64, len(b))
+	}
+	return h
+}
+func (q *fakeQueue) LateHistogram(b []time.Duration) nfq.LatencyHistogram {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	h := q.late
 	if h.Cumulative == nil {
 		h.Cumulative = make([]uint64, len(b))
 	}

@@ -206,8 +206,8 @@ packetshaper_packets_total{queue="23"} 40
 		t.Errorf("lint: %v %+v", err, problems)
 	}
 	// The stats line's totals: each rule's packets once.
-	if tot := sum(ws); tot.engine.rules[0].Packets != 160 || tot.engine.Flows != 2 || tot.Packets != 160 {
-		t.Errorf("stats totals: rule packets %d, flows %d, queue packets %d; want 160, 2, 160", tot.engine.rules[0].Packets, tot.engine.Flows, tot.Packets)
+	if v := lineValues(d.statsAttrs(time.Second, true)); v["rule.per-src.packets"] != uint64(160) || v["flows"] != uint64(2) || v["packets"] != uint64(160) {
+		t.Errorf("stats line %v: want rule.per-src.packets, flows, packets 160, 2, 160", v)
 	}
 }
 

@@ -25,6 +25,7 @@ type nfqQueue interface {
 	PortID() uint32
 	Latency() nfq.LatencyStats
 	LatencyHistogram(bounds []time.Duration) nfq.LatencyHistogram
+	LateHistogram(bounds []time.Duration) nfq.LatencyHistogram
 	Wake()
 	HoldRoom() int
 	HoldStats() nfq.HoldStats
@@ -101,7 +102,11 @@ func (d *state) maxQueueLen() uint32 {
 
 // sample reads one queue's counters now.
 func (d *state) sample(w *worker) queueSample {
-	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load(), hold: w.q.HoldStats(), first: w.queue == w.queues[0]}
+	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load(), hold: w.q.HoldStats(), first: w.queue == w.queues[0],
+		maxLen: d.maxQueueLen(), latency: w.q.Latency(), lateHist: cumulative(w.q.LateHistogram(latencyBounds), latencyBounds)}
+	if d.cfg.Queue.Latency {
+		s.latencyHist = cumulative(w.q.LatencyHistogram(latencyBounds), latencyBounds)
+	}
 	if ks, err := w.q.KernelStats(); err == nil {
 		s.kernel = ks
 		select {
@@ -136,19 +141,21 @@ func (d *state) Status() control.Status {
 	if last != nil {
 		st.Reloads.Last = &control.Reload{Time: last.at, OK: last.ok, Error: last.err, KeptState: last.kept}
 	}
-	byName := map[string]int{}
 	for _, w := range d.ws {
 		s := d.sample(w)
 		q := control.Queue{
-			Queue: w.queue, Bound: s.bound, Queued: s.kernel.QueueTotal, MaxLen: d.maxQueueLen(),
-			Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped,
-			QueueDrops: s.kernel.QueueDropped, SocketDrops: s.kernel.UserDropped, Lost: s.Lost, Errors: s.Errors,
-			FailOpenPassed: s.failOpen.Passed, FailOpenSecs: s.failOpen.Secs, FailOpenExact: s.failOpen.Exact, FailOpenActive: s.failOpen.Active,
+			Queue: w.queue, Bound: s.bound, MaxLen: s.maxLen,
+			FailOpenSecs: s.failOpen.Secs, FailOpenExact: s.failOpen.Exact, FailOpenActive: s.failOpen.Active,
 		}
-		if s.first {
+		x := &src{q: &s, e: s.snap}
+		for i := range counters {
+			c := &counters[i]
 			// The engine's counters, once: on the first of the
 			// queues that share it.
-			q.Malformed, q.Unmatched, q.Flows = s.snap.Malformed, s.snap.Unmatched, s.snap.Flows
+			if c.queueField == nil || c.from == fromEngine && !s.first {
+				continue
+			}
+			*c.queueField(&q) = uint64(c.get(x))
 		}
 		if q.MaxLen > 0 {
 			q.Fill = float64(q.Queued) / float64(q.MaxLen)
@@ -157,26 +164,45 @@ func (d *state) Status() control.Status {
 	}
 	// Rules as the policy in force has them (every engine has the same),
 	// counters summed over the engines (one, serving every queue).
+	byName := map[string]int{}
 	for _, sh := range engines(d.ws) {
-		for _, r := range sh.snap.Load().rules {
+		sn := sh.snap.Load()
+		for j := range sn.rules {
+			r := &sn.rules[j]
 			i, seen := byName[r.name]
 			if !seen {
 				i = len(st.Rules)
 				byName[r.name] = i
 				st.Rules = append(st.Rules, describeRule(&r.rule))
 			}
-			a := &st.Rules[i]
-			a.Packets += r.Packets
-			a.Accepted += r.Accepted
-			a.Dropped += r.Dropped
-			a.ShadowDropped += r.ShadowDropped
-			a.Marked += r.Marked
-			a.Flows += r.Flows
-			a.Evictions += r.Evictions
-			a.Expired += r.Expired
+			x := &src{e: sn, r: r}
+			for k := range counters {
+				if c := &counters[k]; c.ruleField != nil {
+					*c.ruleField(&st.Rules[i]) += uint64(c.get(x))
+				}
+			}
 		}
 	}
 	return st
+}
+
+// StatusColumn is a counter column of `packetshaper status`'s rule table.
+type StatusColumn struct {
+	Header string
+	Get    func(*control.Rule) uint64
+}
+
+// StatusRuleColumns are the counter columns of `packetshaper status`'s
+// rule table: the counters with a Column, in their order.
+func StatusRuleColumns() []StatusColumn {
+	var cs []StatusColumn
+	for i := range counters {
+		if c := &counters[i]; c.Column != "" && c.ruleField != nil {
+			f := c.ruleField
+			cs = append(cs, StatusColumn{Header: c.Column, Get: func(r *control.Rule) uint64 { return *f(r) }})
+		}
+	}
+	return cs
 }
 
 // describeRule is a rule's settings for status.

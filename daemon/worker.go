@@ -86,6 +86,8 @@ type snapshot struct {
 	shaper.Stats
 	rules  []ruleSnap
 	delays shaper.DelayStats // of the packets shaping rules delayed
+	// delayHist is delays over delayBounds.
+	delayHist nfq.LatencyHistogram
 }
 
 type ruleSnap struct {
@@ -227,6 +229,8 @@ func (sh *shared) install(make func(base *shaper.Engine) (*shaper.Engine, []stri
 // queues run).
 func (sh *shared) snapshot(now int64) {
 	s := &snapshot{Stats: sh.eng.Stats(), rules: make([]ruleSnap, sh.eng.NumRules()), delays: sh.eng.Delays()}
+	n, sum, cum := sh.eng.DelayHistogram(delayBoundsNS)
+	s.delayHist = nfq.LatencyHistogram{Count: n, Sum: time.Duration(sum), Cumulative: cum}
 	for i := range s.rules {
 		r := sh.eng.Rule(i)
 		s.rules[i] = ruleSnap{name: r.Name, rule: r, RuleStats: sh.eng.RuleStats(i)}

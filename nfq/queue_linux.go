@@ -341,6 +341,13 @@ func (q *Queue) Config() Config { return q.cfg }
 // unbound (Run returned, or Close). For Run's goroutine, or before Run.
 func (q *Queue) Bound() bool { return !q.unbound }
 
+// LateHistogram returns how late held packets got their verdicts
+// (HoldStats.Late) as a cumulative histogram over bounds, which must be
+// ascending. It is safe to call concurrently with Run.
+func (q *Queue) LateHistogram(bounds []time.Duration) LatencyHistogram {
+	return q.late.histogram(bounds)
+}
+
 // PortID is the netlink port of the queue's socket: the kernel's table of
 // queues (KernelStats) names it for a queue bound by this Queue.
 func (q *Queue) PortID() uint32 { return q.portID }

@@ -27,6 +27,9 @@ func (q *Queue) Wake()                                     {}
 func (q *Queue) LatencyHistogram(bounds []time.Duration) LatencyHistogram {
 	return LatencyHistogram{Cumulative: make([]uint64, len(bounds))}
 }
+func (q *Queue) LateHistogram(bounds []time.Duration) LatencyHistogram {
+	return LatencyHistogram{Cumulative: make([]uint64, len(bounds))}
+}
 func (q *Queue) HoldRoom() int        { return 0 }
 func (q *Queue) HoldStats() HoldStats { return HoldStats{} }
 func (q *Queue) Config() Config       { return Config{} }

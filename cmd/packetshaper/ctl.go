@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/packetshaper/packetshaper/daemon"
 	"github.com/packetshaper/packetshaper/daemon/control"
 )
 
@@ -41,7 +42,9 @@ const statusUsage = `Usage: packetshaper status [--json] [--queue N|N-M | --cont
 Shows the running packetshaper: version, uptime, policy file and last reload;
 each queue, bound or not, with the kernel queue's fill, packets decided and
 fail-open passes; each rule with its limiter and counters (summed over the
-queues).
+queues): packets, accepted, dropped, SHADOW (what a shadow rule would have
+dropped), MARKED (over the limit, accepted with a new mark), flows,
+evictions.
 
 It talks to the shaper's control socket (root only): the default one of
 --queue (as the shaper was started with), or --control-socket PATH.
@@ -303,9 +306,20 @@ func printStatus(w io.Writer, st *control.Status) {
 	tw.Flush()
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "RULE\tLIMIT\tPACKETS\tACCEPTED\tDROPPED\tFLOWS\tEVICTIONS")
+	// The counter columns are the daemon's (daemon.StatusRuleColumns):
+	// PACKETS, ACCEPTED, DROPPED, SHADOW (shadow-dropped), MARKED, ...
+	cols := daemon.StatusRuleColumns()
+	fmt.Fprint(tw, "RULE\tLIMIT")
+	for _, c := range cols {
+		fmt.Fprint(tw, "\t", c.Header)
+	}
+	fmt.Fprintln(tw)
 	for _, r := range st.Rules {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\n", r.Name, describeLimit(&r), r.Packets, r.Accepted, r.Dropped, r.Flows, r.Evictions)
+		fmt.Fprintf(tw, "%s\t%s", r.Name, describeLimit(&r))
+		for _, c := range cols {
+			fmt.Fprintf(tw, "\t%d", c.Get(&r))
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 }
