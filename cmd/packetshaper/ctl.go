@@ -24,7 +24,9 @@ import (
 const flowsUsage = `Usage: packetshaper flows [--rule R] [--top N] [--sort drops|packets|none] [--json] [--queue N|N-M | --control-socket PATH]
 
 Lists the flows of the running packetshaper, like /proc/net/ipt_hashlimit/NAME:
-queue, rule, flow key, packets, accepted, dropped, what is left (tokens of a
+queue, rule, flow key, packets, accepted, dropped, shadow-dropped and marked
+(packets over a shadow or marking rule's limit: accepted, not dropped; as the
+rule's counters in status count them), what is left (tokens of a
 token bucket, or of a window's limit, in packets or bytes) and the time since
 its last packet ("expired": idle past the rule's flow timeout, so its next
 packet starts afresh). Most drops first by default. A listing is copied out
@@ -193,14 +195,14 @@ func runFlows(args []string, stdout, stderr io.Writer) int {
 		tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 		// The header with the first line, or at the end: not before an
 		// error.
-		header = sync.OnceFunc(func() { fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tLEFT\tIDLE") })
+		header = sync.OnceFunc(func() { fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tSHADOW_DROPPED\tMARKED\tLEFT\tIDLE") })
 		print = func(f *control.Flow) error {
 			header()
 			idle := fmtSecs(f.IdleSecs)
 			if f.Expired {
 				idle += " (expired)"
 			}
-			_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", f.Queue, f.Rule, f.Key, f.Packets, f.Accepted, f.Dropped, fmtLeft(f.Left, f.Unit), idle)
+			_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", f.Queue, f.Rule, f.Key, f.Packets, f.Accepted, f.Dropped, f.ShadowDropped, f.Marked, fmtLeft(f.Left, f.Unit), idle)
 			return err
 		}
 	}

@@ -75,3 +75,58 @@ func TestFlowsStatusFindShaper(t *testing.T) {
 		t.Errorf("flows after the second shaper stopped: %d\n%s%s", code, out, errs)
 	}
 }
+
+// shadowHandler serves one flow of a shadow rule and one of a marking
+// rule, as the daemon lists them.
+type shadowHandler struct{ ctlHandler }
+
+func (shadowHandler) Flows(_ context.Context, _ string, emit func(*control.Flow) error) error {
+	for _, f := range []control.Flow{
+		{Rule: "trial", Key: "udp 10.0.0.1:1 > 10.0.0.2:2", Packets: 10, Accepted: 10, ShadowDropped: 7, Unit: "packets"},
+		{Rule: "marking", Key: "udp 10.0.0.3:1 > 10.0.0.2:2", Packets: 9, Accepted: 9, Marked: 4, Unit: "packets"},
+	} {
+		if err := emit(&f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestFlowsShadowColumns: packetshaper flows shows shadow-dropped and
+// marked packets in their own columns, not as dropped.
+func TestFlowsShadowColumns(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ps.sock")
+	ln, err := control.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { control.Serve(ctx, ln, shadowHandler{}, nil); close(done) }()
+	defer func() { cancel(); <-done }()
+	var out, errb bytes.Buffer
+	if code := run([]string{"flows", "--control-socket", path}, &out, &errb); code != 0 {
+		t.Fatalf("flows: %d %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("flows:\n%s", out.String())
+	}
+	cols := strings.Fields(lines[0])
+	want := map[string]map[string]string{
+		"trial":   {"PACKETS": "10", "ACCEPTED": "10", "DROPPED": "0", "SHADOW_DROPPED": "7", "MARKED": "0"},
+		"marking": {"PACKETS": "9", "ACCEPTED": "9", "DROPPED": "0", "SHADOW_DROPPED": "0", "MARKED": "4"},
+	}
+	for _, l := range lines[1:] {
+		// The key has spaces ("udp a > b"): fields after it are counted
+		// from the end.
+		f := strings.Fields(l)
+		rule := f[1]
+		tail := f[len(f)-(len(cols)-3):]
+		for i, c := range cols[3:] {
+			if w, ok := want[rule][c]; ok && tail[i] != w {
+				t.Errorf("rule %s: %s = %s, want %s\n%s", rule, c, tail[i], w, out.String())
+			}
+		}
+	}
+}
