@@ -195,7 +195,9 @@ func runFlows(args []string, stdout, stderr io.Writer) int {
 		tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 		// The header with the first line, or at the end: not before an
 		// error.
-		header = sync.OnceFunc(func() { fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tSHADOW_DROPPED\tMARKED\tLEFT\tIDLE") })
+		header = sync.OnceFunc(func() {
+			fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tSHADOW_DROPPED\tMARKED\tLEFT\tIDLE")
+		})
 		print = func(f *control.Flow) error {
 			header()
 			idle := fmtSecs(f.IdleSecs)
