@@ -6,14 +6,36 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
-// defaultName matches the base names DefaultPath gives: packetshaper.sock,
-// packetshaper-N.sock, packetshaper-N-M.sock.
-var defaultName = regexp.MustCompile(`^packetshaper(-[0-9]+(-[0-9]+)?)?\.sock$`)
+// isDefaultName reports whether name is a base name DefaultPath gives:
+// packetshaper.sock, packetshaper-N.sock, packetshaper-N-M.sock.
+func isDefaultName(name string) bool {
+	rest, ok := strings.CutPrefix(name, "packetshaper")
+	if !ok {
+		return false
+	}
+	if rest, ok = strings.CutSuffix(rest, ".sock"); !ok {
+		return false
+	}
+	if rest == "" {
+		return true
+	}
+	parts := strings.Split(strings.TrimPrefix(rest, "-"), "-")
+	if rest[0] != '-' || len(parts) > 2 {
+		return false
+	}
+	for _, p := range parts {
+		if _, err := strconv.ParseUint(p, 10, 16); err != nil {
+			return false
+		}
+	}
+	return true
+}
 
 // probeTimeout bounds the connection that tells a live socket from one
 // left by a process that is gone.
@@ -33,7 +55,7 @@ func Running(dir string) ([]string, error) {
 	}
 	var live []string
 	for _, e := range ents {
-		if !defaultName.MatchString(e.Name()) || e.Type() != fs.ModeSocket {
+		if !isDefaultName(e.Name()) || e.Type() != fs.ModeSocket {
 			continue
 		}
 		path := filepath.Join(dir, e.Name())

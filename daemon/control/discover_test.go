@@ -48,3 +48,20 @@ func TestRunning(t *testing.T) {
 		t.Errorf("Running(no dir) = %q, %v; want none, no error", got, err)
 	}
 }
+
+func TestIsDefaultName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"packetshaper.sock": true, "packetshaper-6.sock": true, "packetshaper-0-3.sock": true, "packetshaper-65535.sock": true,
+		"packetshaper-.sock": false, "packetshaper-6-.sock": false, "packetshaper-1-2-3.sock": false, "packetshaper-70000.sock": false,
+		"packetshaper6.sock": false, "packetshaper-x.sock": false, "other.sock": false, "packetshaper.sock.bak": false, "packetshaper": false,
+	} {
+		if got := isDefaultName(name); got != want {
+			t.Errorf("isDefaultName(%q) = %v, want %v", name, got, want)
+		}
+	}
+	for _, q := range []string{"0", "6", "2-5"} {
+		if !isDefaultName(filepath.Base(DefaultPath(q))) {
+			t.Errorf("DefaultPath(%q)'s name is not recognised", q)
+		}
+	}
+}
