@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -37,6 +38,8 @@ func (b *lockedBuffer) String() string {
 func TestRedisLogThroughSlog(t *testing.T) {
 	var buf lockedBuffer
 	SetRedisLogger(slog.New(slog.NewTextHandler(&buf, nil)))
+	// The package's other tests log to stderr again.
+	t.Cleanup(func() { SetRedisLogger(slog.New(slog.NewTextHandler(os.Stderr, nil))) })
 	// A loopback port nobody listens on.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
