@@ -221,6 +221,9 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 
 	start := time.Now()
 	d := &state{cfg: &cfg, ws: ws, mon: mon, off: off, gl: gl, policy: src.Describe(), start: start, loaded: start}
+	// What the startup line says is served: the address and socket
+	// actually in use, or "off".
+	metricsAt, controlAt := "off", "off"
 	if cfg.MetricsAddr != "" {
 		h, err := metricsHandler(d)
 		if err != nil {
@@ -231,6 +234,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 			return fmt.Errorf("--metrics-addr: %w", err)
 		}
 		defer serveMetrics(ln, h).Close()
+		metricsAt = "http://" + ln.Addr().String() + "/metrics"
 	}
 	if cfg.ControlSocket != "" {
 		ln, err := control.Listen(cfg.ControlSocket)
@@ -249,6 +253,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 			// After the queues have stopped (deferred earlier, so run
 			// later): listings in progress end, the file goes.
 			defer func() { cancel(); <-served }()
+			controlAt = cfg.ControlSocket
 		}
 	}
 
@@ -256,7 +261,9 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	if cfg.Queue.FailClosed {
 		mode = "fail-closed"
 	}
-	log.Info("shaping", append([]any{"queues", queueList(cfg.Queues), "policy", src.Describe(), "rules", ruleNames(ws[0].eng),
+	log.Info("shaping", append([]any{"queues", queueList(cfg.Queues), "policy", src.Describe(),
+		"rule_count", ws[0].eng.NumRules(), "rules", ruleNames(ws[0].eng),
+		"metrics", metricsAt, "control_socket", controlAt,
 		"queue_maxlen", cfg.Queue.MaxQueueLen, "copy_range", cfg.Queue.CopyRange, "mode", mode, "offload", cfg.Offload,
 		"max_held", ws[0].q.HoldStats().MaxHeld,
 		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())/(1<<20))}, gl.describe()...)...)

@@ -139,6 +139,9 @@ func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// go-redis's own lines (a store gone: "failed to dial") go through
+	// the daemon's logger, not as plain text on stderr.
+	global.SetRedisLogger(log)
 	c, err := global.Open(global.Config{
 		Addrs: rd.Addrs, Cluster: *rd.Cluster, Username: rd.Username, Password: password, TLS: tlsConfig,
 		Timeout: time.Duration(rd.Timeout), KeyPrefix: *rd.KeyPrefix, Logger: log,

@@ -69,6 +69,10 @@ type ruleInfo struct {
 	name string
 	key  flows.KeyConfig
 	unit string
+	// shadow, marks: what the rule does with packets over its limit
+	// (accepts them as shadow-dropped, or marked), which its flows count
+	// as dropped.
+	shadow, marks bool
 }
 
 // flowChunk is a chunk of a listing: flows copied at the engine's time now.
@@ -105,7 +109,7 @@ func (sh *shared) list(now int64, chunks int) {
 		l.rules = make([]ruleInfo, sh.eng.NumRules())
 		for i := range l.rules {
 			r := sh.eng.Rule(i)
-			l.rules[i] = ruleInfo{name: r.Name, key: r.Limit.Key, unit: unit(r.Limit.Bytes)}
+			l.rules[i] = ruleInfo{name: r.Name, key: r.Limit.Key, unit: unit(r.Limit.Bytes), shadow: r.Shadow, marks: r.MarkExceeded}
 			if r.Name == l.rule {
 				l.ri, l.only = i, true
 			}
@@ -214,6 +218,14 @@ func (sh *shared) listFlows(ctx context.Context, rule string, emit func(*control
 				Queue: sh.queues[0], Rule: r.name, Key: r.key.Format(fi.Key),
 				Packets: fi.Packets, Accepted: fi.Accepted, Dropped: fi.Dropped,
 				Left: fi.Left, Unit: r.unit, IdleSecs: float64(max(c.now-fi.Last, 0)) / 1e9, Expired: fi.Expired,
+			}
+			// Over the limit of a shadow or marking rule: accepted, and
+			// counted as the rule's counters count them.
+			switch {
+			case r.shadow:
+				f.Accepted, f.ShadowDropped, f.Dropped = f.Packets, f.Dropped, 0
+			case r.marks:
+				f.Accepted, f.Marked, f.Dropped = f.Packets, f.Dropped, 0
 			}
 			if err := emit(&f); err != nil {
 				return err

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"io"
 	"net"
 	"net/http"
 	"sync"
@@ -33,6 +34,7 @@ const (
 func serveMetrics(ln net.Listener, h http.Handler) *http.Server {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", h)
+	mux.HandleFunc("/{$}", landingPage) // only "/" itself: other paths 404
 	idle := &idleConns{since: map[net.Conn]time.Time{}, evicted: map[net.Conn]bool{}}
 	srv := &http.Server{
 		Handler:           mux,
@@ -45,6 +47,25 @@ func serveMetrics(ln net.Listener, h http.Handler) *http.Server {
 	}
 	go srv.Serve(&evictingListener{Listener: netutil.LimitListener(ln, metricsMaxConns), idle: idle, max: metricsMaxConns})
 	return srv
+}
+
+// landingText is the page at "/": where the metrics are.
+const landingText = `<!DOCTYPE html>
+<html><head><meta charset="utf-8"><title>packetshaper</title></head>
+<body><h1>packetshaper</h1>
+<p>Prometheus metrics: <a href="/metrics">/metrics</a></p>
+</body></html>
+`
+
+// landingPage serves landingText for GET and HEAD.
+func landingPage(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	io.WriteString(w, landingText)
 }
 
 // idleConns tracks the server's connections: how many are open, and since

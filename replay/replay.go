@@ -144,12 +144,16 @@ type Summary struct {
 // Duration is the capture time the replayed records span.
 func (s *Summary) Duration() time.Duration { return time.Duration(s.Last - s.First) }
 
-// FlowSummary is one flow's counts, from the flow table.
+// FlowSummary is one flow's counts, from the flow table, as its rule's
+// counters count them: Packets = Accepted + Dropped. The packets over the
+// limit of a shadow rule are accepted and counted in ShadowDropped, not in
+// Dropped; those of a rule that marks them, in Marked.
 type FlowSummary struct {
 	Rule                       int // index of the engine's rule whose table holds it
 	Key                        flows.Key
 	Flow                       string // Engine.FlowName(Key)
 	Packets, Accepted, Dropped uint64
+	ShadowDropped, Marked      uint64
 }
 
 // Replayer replays captures through one engine as one stream: several
@@ -167,6 +171,7 @@ type Replayer struct {
 	acc, drp pcapOut
 	tl       *Timeline // nil without Options.Timeline
 	nRules   int
+	kinds    []overKind // of each rule, once the flows are listed
 	// held are the delayed packets waiting for their departure (to be
 	// written to Accepted, when it is set: then they hold a copy of the
 	// record, else only their departure and size), a min-heap by departure
@@ -556,19 +561,57 @@ func (r *Replayer) Rules() []RuleSummary {
 }
 
 // flowRec is a flow as the report sorts it: no name yet, so that sorting
-// a million flows costs the struct's size each (unsafe.Sizeof: 80 bytes),
+// a million flows costs the struct's size each (unsafe.Sizeof: 72 bytes),
 // not a formatted string each.
 type flowRec struct {
-	dropped, packets, accepted uint64
-	rule                       int
-	key                        flows.Key
+	// dropped: packets dropped; over: packets over the limit that a
+	// shadow or marking rule (kind) accepted.
+	dropped, over, packets uint64
+	rule                   int32
+	kind                   overKind
+	key                    flows.Key
 }
 
-// before is the report's order: most drops first, then most packets, then
-// by rule and key bytes: deterministic.
+// overKind is what a rule does with the packets over its limit.
+type overKind uint8
+
+const (
+	overDrops  overKind = iota
+	overShadow          // accepts them, counts them as shadow-dropped
+	overMarks           // accepts them with a mark
+)
+
+// newFlowRec is the flowRec of a flow of rule (the shaper counts every
+// packet over the limit as the flow's Dropped, whatever the rule does
+// with it).
+func (r *Replayer) newFlowRec(rule int, k flows.Key, s shaper.FlowStats) flowRec {
+	if r.kinds == nil {
+		r.kinds = make([]overKind, r.eng.NumRules())
+		for i := range r.kinds {
+			switch ru := r.eng.Rule(i); {
+			case ru.Shadow:
+				r.kinds[i] = overShadow
+			case ru.MarkExceeded:
+				r.kinds[i] = overMarks
+			}
+		}
+	}
+	f := flowRec{dropped: s.Dropped, packets: s.Packets, rule: int32(rule), kind: r.kinds[rule], key: k}
+	if f.kind != overDrops {
+		f.over, f.dropped = s.Dropped, 0
+	}
+	return f
+}
+
+// before is the report's order: most drops first, then most packets over
+// the limit accepted (shadow drops, marks), then most packets, then by
+// rule and key bytes: deterministic.
 func (a *flowRec) before(b *flowRec) bool {
 	if a.dropped != b.dropped {
 		return a.dropped > b.dropped
+	}
+	if a.over != b.over {
+		return a.over > b.over
 	}
 	if a.packets != b.packets {
 		return a.packets > b.packets
@@ -592,7 +635,15 @@ func compareKeys(a, b *flows.Key) int {
 }
 
 func (r *Replayer) summary(f *flowRec) FlowSummary {
-	return FlowSummary{Rule: f.rule, Key: f.key, Flow: r.eng.FlowName(f.rule, f.key), Packets: f.packets, Accepted: f.accepted, Dropped: f.dropped}
+	fs := FlowSummary{Rule: int(f.rule), Key: f.key, Flow: r.eng.FlowName(int(f.rule), f.key), Packets: f.packets,
+		Accepted: f.packets - f.dropped, Dropped: f.dropped}
+	switch f.kind {
+	case overShadow:
+		fs.ShadowDropped = f.over
+	case overMarks:
+		fs.Marked = f.over
+	}
+	return fs
 }
 
 // Flows returns the max flows (max > 0) of the engine's tables that come
@@ -625,7 +676,7 @@ func (r *Replayer) Flows(max int) []FlowSummary {
 		}
 	}
 	r.eng.Flows(func(rule int, k flows.Key, s shaper.FlowStats) bool {
-		f := flowRec{s.Dropped, s.Packets, s.Accepted, rule, k}
+		f := r.newFlowRec(rule, k, s)
 		switch {
 		case len(h) < max:
 			h = append(h, f)
@@ -647,12 +698,12 @@ func (r *Replayer) Flows(max int) []FlowSummary {
 }
 
 // EachFlow calls fn for every flow in the engine's tables, in the report's
-// order (see Flows). It holds 80 bytes per flow while it runs and names
+// order (see Flows). It holds 72 bytes per flow (unsafe.Sizeof(flowRec{})) while it runs and names
 // one flow at a time, for a report that streams them out.
 func (r *Replayer) EachFlow(fn func(FlowSummary)) {
 	all := make([]flowRec, 0, r.eng.Stats().Flows)
 	r.eng.Flows(func(rule int, k flows.Key, s shaper.FlowStats) bool {
-		all = append(all, flowRec{s.Dropped, s.Packets, s.Accepted, rule, k})
+		all = append(all, r.newFlowRec(rule, k, s))
 		return true
 	})
 	sort.Slice(all, func(i, j int) bool { return all[i].before(&all[j]) })

@@ -128,10 +128,14 @@ type ruleSection struct {
 	PeakOver string
 }
 
+// flowRow is a flow of the top flows: the packets over a shadow rule's
+// limit are in Shadow (accepted), over a marking rule's in Marked, never in
+// Dropped.
 type flowRow struct {
 	Rank                       int
 	Rule, RuleAnchor, Flow     string
 	Packets, Accepted, Dropped uint64
+	Shadow, Marked             uint64
 	DropPct                    string
 }
 
@@ -258,7 +262,8 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		p.AnyDrops = p.AnyDrops || f.Dropped > 0
 		p.Flows = append(p.Flows, flowRow{
 			Rank: i + 1, Rule: rules[f.Rule].Name, RuleAnchor: "rule-" + rules[f.Rule].Name, Flow: f.Flow,
-			Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped, DropPct: pct(f.Dropped, f.Packets),
+			Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped, Shadow: f.ShadowDropped, Marked: f.Marked,
+			DropPct: pct(f.Dropped, f.Packets),
 		})
 	}
 	return p

@@ -29,6 +29,7 @@ td.n, th.n { text-align: right; padding-left: 12px; }
 table.kv th { border: 0; font-weight: normal; color: var(--muted); padding-right: 16px; }
 table.list tr:nth-child(even) td { background: var(--panel); }
 .drop { color: var(--dropped); font-weight: 600; }
+.shadowed { color: var(--shadow); font-weight: 600; } .markedn { color: var(--marked); font-weight: 600; }
 pre { background: var(--panel); padding: 10px 12px; border-radius: 4px; overflow-x: auto; font: 12.5px/1.4 ui-monospace, "DejaVu Sans Mono", monospace; }
 code { font: 12.5px ui-monospace, "DejaVu Sans Mono", monospace; }
 figure.chart { margin: 4px 0 8px; }
@@ -108,10 +109,10 @@ footer { margin-top: 32px; color: var(--muted); font-size: 12.5px; }
 <section id="flows">
 <h2>Top flows by drops</h2>
 {{if .NoFlows}}<p class="muted">No flow is in the flow tables (no limit rule matched a packet).</p>{{else}}
-<p class="muted">At most {{.Top}} flows (--top): those with the most drops, then the most packets, among the flows in the rules' tables at the end of the capture; evicted and expired flows count in the totals only.{{if not .AnyDrops}} No flow had drops.{{end}}</p>
+<p class="muted">At most {{.Top}} flows (--top): those with the most drops, then the most shadow drops or marks (packets over a shadow or marking rule's limit, accepted: not drops), then the most packets, among the flows in the rules' tables at the end of the capture; evicted and expired flows count in the totals only.{{if not .AnyDrops}} No flow had drops.{{end}}</p>
 <table class="list">
-<tr><th class="n">#</th><th>rule</th><th>flow</th><th class="n">packets</th><th class="n">accepted</th><th class="n">dropped</th><th class="n">drop %</th></tr>
-{{range .Flows}}<tr><td class="n">{{.Rank}}</td><td><a href="#{{.RuleAnchor}}">{{.Rule}}</a></td><td><code>{{.Flow}}</code></td><td class="n">{{num .Packets}}</td><td class="n">{{num .Accepted}}</td><td class="n{{if .Dropped}} drop{{end}}">{{num .Dropped}}</td><td class="n">{{.DropPct}}</td></tr>
+<tr><th class="n">#</th><th>rule</th><th>flow</th><th class="n">packets</th><th class="n">accepted</th><th class="n">dropped</th><th class="n">drop %</th><th class="n">shadow-dropped</th><th class="n">marked</th></tr>
+{{range .Flows}}<tr><td class="n">{{.Rank}}</td><td><a href="#{{.RuleAnchor}}">{{.Rule}}</a></td><td><code>{{.Flow}}</code></td><td class="n">{{num .Packets}}</td><td class="n">{{num .Accepted}}</td><td class="n{{if .Dropped}} drop{{end}}">{{num .Dropped}}</td><td class="n">{{.DropPct}}</td><td class="n{{if .Shadow}} shadowed{{end}}">{{num .Shadow}}</td><td class="n{{if .Marked}} markedn{{end}}">{{num .Marked}}</td></tr>
 {{end}}</table>{{end}}
 </section>
 

@@ -9,9 +9,11 @@
 #   rules.sh list [--backend B] [--netns NS]   show our rules
 #
 # Options (same for add and del; del must repeat the options of add)
-#   --backend iptables|nft    default iptables (iptables/ip6tables; with the
-#                             nf_tables iptables they still become nft rules,
-#                             but in the "ip filter"/"ip6 filter" tables)
+#   --backend iptables|nft    default: iptables if the iptables command is
+#                             installed, else nft (an nftables-only host)
+#                             (iptables/ip6tables; with the nf_tables
+#                             iptables they still become nft rules, but in
+#                             the "ip filter"/"ip6 filter" tables)
 #   --queue N | N-M           queue number, or a range balanced by flow hash
 #                             (iptables --queue-balance N:M, nft "num N-M")
 #   --chain INPUT|OUTPUT|FORWARD   default INPUT
@@ -102,7 +104,7 @@ add | del | list) ;;
 *) die "unknown command '$cmd' (add|del|list|--help)" ;;
 esac
 
-backend=iptables queue="" chain=INPUT proto="" dport="" src="" family=both netns="" dry=0 all=0 offload=0
+backend="" queue="" chain=INPUT proto="" dport="" src="" family=both netns="" dry=0 all=0 offload=0
 need() { if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -123,6 +125,16 @@ while [ $# -gt 0 ]; do
 done
 
 # ---------------------------------------------------------------- validate
+# No --backend: what is installed, iptables first (it needs no nft_queue in
+# the kernel), nft on an nftables-only host; said on stderr when it is nft.
+if [ -z "$backend" ]; then
+	if ! command -v iptables >/dev/null && command -v nft >/dev/null; then
+		backend=nft
+		echo "$PROG: no iptables command: --backend nft" >&2
+	else
+		backend=iptables # (neither: add says what to install)
+	fi
+fi
 case "$backend" in iptables | nft) ;; *) die "--backend '$backend': want iptables or nft" ;; esac
 case "$family" in ipv4 | ipv6 | both) ;; *) die "--family '$family': want ipv4, ipv6 or both" ;; esac
 chain=$(echo "$chain" | tr '[:lower:]' '[:upper:]')

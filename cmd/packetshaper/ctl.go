@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,15 +25,19 @@ import (
 const flowsUsage = `Usage: packetshaper flows [--rule R] [--top N] [--sort drops|packets|none] [--json] [--queue N|N-M | --control-socket PATH]
 
 Lists the flows of the running packetshaper, like /proc/net/ipt_hashlimit/NAME:
-queue, rule, flow key, packets, accepted, dropped, what is left (tokens of a
+queue, rule, flow key, packets, accepted, dropped, shadow-dropped and marked
+(packets over a shadow or marking rule's limit: accepted, not dropped; as the
+rule's counters in status count them), what is left (tokens of a
 token bucket, or of a window's limit, in packets or bytes) and the time since
 its last packet ("expired": idle past the rule's flow timeout, so its next
 packet starts afresh). Most drops first by default. A listing is copied out
 between batches of packets without stopping them; it is not a snapshot:
 flows that come or go meanwhile may or may not appear.
 
-It talks to the shaper's control socket (root only): the default one of
---queue (as the shaper was started with), or --control-socket PATH.
+It talks to the shaper's control socket (root only): --control-socket PATH,
+or the default one of --queue (as the shaper was started with); with
+neither, the one shaper running with a default control socket, whatever its
+--queue (several: they are listed, choose one).
 
 Flags:
 `
@@ -46,8 +51,10 @@ queues): packets, accepted, dropped, SHADOW (what a shadow rule would have
 dropped), MARKED (over the limit, accepted with a new mark), flows,
 evictions.
 
-It talks to the shaper's control socket (root only): the default one of
---queue (as the shaper was started with), or --control-socket PATH.
+It talks to the shaper's control socket (root only): --control-socket PATH,
+or the default one of --queue (as the shaper was started with); with
+neither, the one shaper running with a default control socket, whatever its
+--queue (several: they are listed, choose one).
 
 Flags:
 `
@@ -56,17 +63,25 @@ Flags:
 type ctlFlags struct {
 	queue, socket string
 	json          bool
+	// explicit: --queue was given (not only its default).
+	explicit bool
 }
 
 func addCtlFlags(fs *flag.FlagSet) *ctlFlags {
 	c := &ctlFlags{}
-	fs.StringVar(&c.queue, "queue", "0", "the `N` or N-M of the shaper's --queue, for its default control socket")
+	fs.StringVar(&c.queue, "queue", "0", "the `N` or N-M of the shaper's --queue, for its default control socket (default: the one shaper running with a default socket, whatever its --queue)")
 	fs.StringVar(&c.socket, "control-socket", "", "the shaper's control socket `PATH` (default: "+control.DefaultPath("0")+", or packetshaper-N[-M].sock for --queue N[-M])")
 	fs.BoolVar(&c.json, "json", false, "print JSON")
 	return c
 }
 
-// path is the socket to ask.
+// ctlDir is where path looks for running shapers (tests change it).
+var ctlDir = control.DefaultDir
+
+// path is the socket to ask: --control-socket's, or --queue's default
+// one; with neither flag, the one shaper running with a default socket in
+// ctlDir (whatever its --queue), or queue 0's when none is. Several are an
+// error that lists them, one a line.
 func (c *ctlFlags) path() (string, error) {
 	if c.socket != "" {
 		return c.socket, nil
@@ -75,7 +90,28 @@ func (c *ctlFlags) path() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return control.DefaultPath(queueArg(qs)), nil
+	deflt := filepath.Join(ctlDir, filepath.Base(control.DefaultPath(queueArg(qs))))
+	if c.explicit {
+		return deflt, nil
+	}
+	running, err := control.Running(ctlDir)
+	if err != nil {
+		return "", fmt.Errorf("looking for running shapers: %v", err)
+	}
+	switch len(running) {
+	case 0:
+		return deflt, nil
+	case 1:
+		return running[0], nil
+	}
+	return "", &severalErr{running}
+}
+
+// severalErr is path's error when several shapers are running.
+type severalErr struct{ paths []string }
+
+func (e *severalErr) Error() string {
+	return fmt.Sprintf("%d shapers are running; choose one with --queue N|N-M or --control-socket PATH:\n%s", len(e.paths), strings.Join(e.paths, "\n"))
 }
 
 // queueArg formats queue numbers as --queue takes them.
@@ -105,6 +141,7 @@ func parseCtl(name, usage string, args []string, stderr io.Writer, define func(*
 		}
 		return nil, 2, true
 	}
+	fs.Visit(func(f *flag.Flag) { c.explicit = c.explicit || f.Name == "queue" })
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "packetshaper %s: unexpected argument %q (packetshaper %s --help)\n", name, fs.Arg(0), name)
 		return nil, 2, true
@@ -161,14 +198,16 @@ func runFlows(args []string, stdout, stderr io.Writer) int {
 		tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
 		// The header with the first line, or at the end: not before an
 		// error.
-		header = sync.OnceFunc(func() { fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tLEFT\tIDLE") })
+		header = sync.OnceFunc(func() {
+			fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tSHADOW_DROPPED\tMARKED\tLEFT\tIDLE")
+		})
 		print = func(f *control.Flow) error {
 			header()
 			idle := fmtSecs(f.IdleSecs)
 			if f.Expired {
 				idle += " (expired)"
 			}
-			_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", f.Queue, f.Rule, f.Key, f.Packets, f.Accepted, f.Dropped, fmtLeft(f.Left, f.Unit), idle)
+			_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", f.Queue, f.Rule, f.Key, f.Packets, f.Accepted, f.Dropped, f.ShadowDropped, f.Marked, fmtLeft(f.Left, f.Unit), idle)
 			return err
 		}
 	}

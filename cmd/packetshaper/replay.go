@@ -214,6 +214,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	if err := r.Flush(); err != nil && failed == nil {
 		failed = err
 	}
+	var reportErr error
 	if reportOut != nil {
 		in := report.Input{
 			Args: settingArgs(fs), Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
@@ -222,21 +223,39 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 		if failed != nil {
 			in.Err = oneLine(failed.Error())
 		}
-		if err := report.Write(reportOut, r, in); err != nil && failed == nil {
-			failed = fmt.Errorf("--report: %v", err)
+		if err := report.Write(reportOut, r, in); err != nil {
+			reportErr = fmt.Errorf("--report: %v", err)
 		}
 	}
 	for _, f := range outs {
-		if err := f.Close(); err != nil && failed == nil {
-			failed = err
+		if err := f.Close(); err != nil {
+			switch {
+			case io.Writer(f) == reportOut:
+				if reportErr == nil {
+					reportErr = fmt.Errorf("--report: %v", err)
+				}
+			case failed == nil:
+				failed = err
+			}
 		}
 	}
-	// Report what was replayed, also when a capture was damaged.
-	if *asJSON {
+	// Where the report is, one line (it holds what was replayed, and the
+	// error if any).
+	if reportOut != nil && reportErr == nil {
+		fmt.Fprintf(stderr, "packetshaper replay: report written to %s\n", *reportPath)
+	}
+	if failed == nil {
+		failed = reportErr
+	}
+	// Report what was replayed, also when a capture was damaged; not
+	// when nothing was (not a capture at all): then only the error.
+	switch {
+	case failed != nil && r.Summary().Packets == 0:
+	case *asJSON:
 		if err := writeJSON(stdout, r, asLocal); err != nil && failed == nil {
 			failed = err
 		}
-	} else {
+	default:
 		writeSummary(stdout, r, len(files), elapsed, *top, asLocal)
 	}
 	if failed != nil {
@@ -317,12 +336,18 @@ type jsonRule struct {
 	Evictions     uint64 `json:"evictions"`
 }
 
+// jsonFlow is a flow of per_flow, counted as its rule's counters count:
+// the packets over a shadow rule's limit are accepted and shadow_dropped,
+// those over a marking rule's accepted and marked; packets = accepted +
+// dropped.
 type jsonFlow struct {
-	Rule     string `json:"rule"`
-	Flow     string `json:"flow"`
-	Packets  uint64 `json:"packets"`
-	Accepted uint64 `json:"accepted"`
-	Dropped  uint64 `json:"dropped"`
+	Rule          string `json:"rule"`
+	Flow          string `json:"flow"`
+	Packets       uint64 `json:"packets"`
+	Accepted      uint64 `json:"accepted"`
+	Dropped       uint64 `json:"dropped"`
+	ShadowDropped uint64 `json:"shadow_dropped"`
+	Marked        uint64 `json:"marked"`
 }
 
 func writeJSON(w io.Writer, r *replay.Replayer, asLocal []string) error {
@@ -369,7 +394,8 @@ func writeJSON(w io.Writer, r *replay.Replayer, asLocal []string) error {
 			return
 		}
 		one.Reset()
-		if err = fenc.Encode(jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped}); err != nil {
+		if err = fenc.Encode(jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped,
+			ShadowDropped: f.ShadowDropped, Marked: f.Marked}); err != nil {
 			return
 		}
 		if n > 0 {
@@ -416,19 +442,22 @@ func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Durat
 	if len(asLocal) > 0 {
 		fmt.Fprintf(w, "global rules replayed as local (a capture holds one host's view): %s\n", strings.Join(asLocal, ", "))
 	}
+	// The flows over their limit: most drops first, then most shadow
+	// drops or marks (accepted: shadow and marking rules).
 	fl := r.Flows(top)
-	if len(fl) == 0 || fl[0].Dropped == 0 {
-		fmt.Fprintln(w, "no flow had drops")
+	over := func(f *replay.FlowSummary) bool { return f.Dropped+f.ShadowDropped+f.Marked > 0 }
+	if len(fl) == 0 || !over(&fl[0]) {
+		fmt.Fprintln(w, "no flow had drops, shadow drops or marks")
 		return
 	}
-	fmt.Fprintln(w, "flows with the most drops:")
-	fmt.Fprintf(w, "  %10s %10s  %-20s %s\n", "DROPPED", "PACKETS", "RULE", "FLOW")
+	fmt.Fprintln(w, "flows with the most drops (then shadow drops, marks):")
+	fmt.Fprintf(w, "  %10s %10s %10s %10s  %-20s %s\n", "DROPPED", "SHADOWDROP", "MARKED", "PACKETS", "RULE", "FLOW")
 	rules := r.Rules()
 	for _, f := range fl {
-		if f.Dropped == 0 {
+		if !over(&f) {
 			break
 		}
-		fmt.Fprintf(w, "  %10d %10d  %-20s %s\n", f.Dropped, f.Packets, rules[f.Rule].Name, f.Flow)
+		fmt.Fprintf(w, "  %10d %10d %10d %10d  %-20s %s\n", f.Dropped, f.ShadowDropped, f.Marked, f.Packets, rules[f.Rule].Name, f.Flow)
 	}
 }
 

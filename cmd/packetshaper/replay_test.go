@@ -193,7 +193,7 @@ func TestSummary(t *testing.T) {
 		"flows      5 in the table at the end, 5 seen, 0 evicted, 0 expired",
 		"capture    1 file(s), 3.010125s of capture time",
 		"packets/s",
-		"flows with the most drops:",
+		"flows with the most drops (then shadow drops, marks):",
 		"udp 10.0.0.1:40003 > 10.0.1.1:5004",
 	} {
 		if !strings.Contains(out, want) {

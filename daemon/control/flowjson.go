@@ -30,6 +30,14 @@ func (f *Flow) AppendJSON(b []byte) []byte {
 	b = strconv.AppendUint(b, f.Accepted, 10)
 	b = append(b, `,"dropped":`...)
 	b = strconv.AppendUint(b, f.Dropped, 10)
+	if f.ShadowDropped != 0 {
+		b = append(b, `,"shadow_dropped":`...)
+		b = strconv.AppendUint(b, f.ShadowDropped, 10)
+	}
+	if f.Marked != 0 {
+		b = append(b, `,"marked":`...)
+		b = strconv.AppendUint(b, f.Marked, 10)
+	}
 	b = append(b, `,"left":`...)
 	b = appendFloat(b, f.Left)
 	b = append(b, `,"unit":`...)
@@ -238,6 +246,10 @@ func (f *Flow) parseFlat(b []byte) error {
 				f.Accepted, err = strconv.ParseUint(num, 10, 64)
 			case "dropped":
 				f.Dropped, err = strconv.ParseUint(num, 10, 64)
+			case "shadow_dropped":
+				f.ShadowDropped, err = strconv.ParseUint(num, 10, 64)
+			case "marked":
+				f.Marked, err = strconv.ParseUint(num, 10, 64)
 			case "left":
 				f.Left, err = strconv.ParseFloat(num, 64)
 			case "idle_secs":

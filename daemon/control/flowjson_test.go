@@ -28,6 +28,7 @@ func randFlow(r *rand.Rand) Flow {
 	return Flow{
 		Queue: uint16(r.IntN(65536)), Rule: oddStrings[r.IntN(len(oddStrings))], Key: oddStrings[r.IntN(len(oddStrings))],
 		Packets: r.Uint64(), Accepted: uint64(r.IntN(1000)), Dropped: r.Uint64() >> r.IntN(64),
+		ShadowDropped: uint64(r.IntN(3)) * r.Uint64() >> r.IntN(64), Marked: uint64(r.IntN(3)) * r.Uint64() >> r.IntN(64),
 		Left: floats[r.IntN(len(floats))] * float64(r.IntN(3)), Unit: oddStrings[r.IntN(len(oddStrings))],
 		IdleSecs: floats[r.IntN(len(floats))] + r.Float64(), Expired: r.IntN(2) == 0,
 	}

@@ -74,6 +74,11 @@ type Flow struct {
 	Packets  uint64 `json:"packets"`
 	Accepted uint64 `json:"accepted"`
 	Dropped  uint64 `json:"dropped"`
+	// ShadowDropped: packets over a shadow rule's limit, accepted (not in
+	// Dropped); Marked: packets over a marking rule's limit, accepted with
+	// the mark. Packets = Accepted + Dropped.
+	ShadowDropped uint64 `json:"shadow_dropped,omitempty"`
+	Marked        uint64 `json:"marked,omitempty"`
 	// Left is what the flow may still send now: the tokens in its bucket
 	// (token-bucket), or what is left of the window's limit (the window
 	// algorithms), in Unit.
