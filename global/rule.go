@@ -149,6 +149,7 @@ func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 	if r.maxKeys <= 0 {
 		r.maxKeys = flows.DefaultMaxFlows
 	}
+	r.q.SetNotify(c.wake) // a lease queued wakes the refresher
 	r.shareBits.Store(math.Float64bits(1))
 	r.hosts.Store(1)
 	lim, _, _, err := r.localLimiter()
@@ -186,6 +187,7 @@ func (r *Rule) Lease(k *flows.Key) *shaper.Lease {
 	r.m[*k] = e
 	r.list = append(r.list, e)
 	r.fresh = append(r.fresh, e)
+	r.c.signal() // its first ask now, not at the next sweep
 	return e.l
 }
 
@@ -241,8 +243,8 @@ func (r *Rule) Stats() RuleStats {
 	return s
 }
 
-// args are the script's ARGV for e's ask.
-func (r *Rule) args(e *entry) []any {
+// args are the script's arguments for e's ask.
+func (r *Rule) args(e *entry) askArgs {
 	horizon := r.c.life + r.c.life/4
 	a := askArgs{
 		fixedWindow: r.fixedWindow, rate: r.rate, size: r.size, windowUs: r.lc.Window / 1000,
@@ -254,7 +256,7 @@ func (r *Rule) args(e *entry) []any {
 		// flushed or lost, and restarts empty.
 		known: e.replied != 0 && r.c.clock()-e.replied < horizon,
 	}
-	return a.argv()
+	return a
 }
 
 // observe reads what the engines did with e's lease since the last look;
