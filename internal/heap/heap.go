@@ -23,6 +23,9 @@ func New[T any](less func(a, b *T) bool, capacity int) Heap[T] {
 // Len is the number of elements held.
 func (h *Heap[T]) Len() int { return len(h.s) }
 
+// Cap is how many elements the heap holds before Push allocates.
+func (h *Heap[T]) Cap() int { return cap(h.s) }
+
 // Top is the least element; the heap must not be empty. The caller may
 // change it, then call Fix(0).
 func (h *Heap[T]) Top() *T { return &h.s[0] }

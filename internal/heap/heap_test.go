@@ -69,6 +69,9 @@ func TestHeapPopClears(t *testing.T) {
 // TestHeapNoAlloc: push and pop on a heap of settled size allocate nothing.
 func TestHeapNoAlloc(t *testing.T) {
 	h := New(intLess, 64)
+	if h.Cap() != 64 || h.Len() != 0 {
+		t.Fatalf("cap %d len %d", h.Cap(), h.Len())
+	}
 	v := 0
 	if a := testing.AllocsPerRun(1000, func() {
 		for i := 0; i < 32; i++ {
