@@ -390,6 +390,7 @@ func TestRefresherRunOnDemand(t *testing.T) {
 	// the lease, perhaps one more for a wake that raced a turn. A Poll
 	// ticker would take one a millisecond: about 200 here.
 	<-time.After(200 * time.Millisecond)
+	t.Logf("%d turns (2 asks, then 200 ms idle)", c.turns.Load())
 	if n := c.turns.Load(); n > 8 {
 		t.Errorf("%d turns for 2 asks with Sweep an hour: the refresher polls", n)
 	}
