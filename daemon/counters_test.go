@@ -121,6 +121,7 @@ var otherOutputs = map[string]string{
 	"../failopen/monitor.go":        "the fail-open warning lines of a queue filling and draining",
 	"../failopen/exact.go":          "the fail-open monitor's line saying whether its counts are exact",
 	"../cmd/packetshaper/replay.go": "replay's JSON, the counts of a capture",
+	"../daemon/control/flowjson.go": "the flow listing's encoder, the keys of control.Flow's tags written out (TestFlowJSON checks it byte for byte against encoding/json)",
 	"../report/report.go":           "the replay report's settings table",
 }
 

@@ -307,8 +307,9 @@ loop:
 			d.logStats(log, "stats", time.Since(start), false)
 		case <-hup:
 			if !src.Reloadable() {
-				log.Warn("SIGHUP: no --policy file, nothing to reload")
-				d.reloaded(reloadRecord{at: time.Now(), err: "no --policy file, nothing to reload"})
+				// Not a reload: logged, not counted (a failed
+				// reload would set last_reload_successful 0).
+				log.Warn("SIGHUP: no --policy file, nothing to reload: ignored")
 				continue
 			}
 			next, stopped, err := rl.load(finished)
@@ -391,27 +392,21 @@ func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker,
 		return nil, fmt.Errorf("%s: %v", what, err)
 	}
 	engs := engines(ws)
-	for _, sh := range engs {
-		k, err := sh.install(func(base *shaper.Engine) (*shaper.Engine, []string, error) {
+	swapped := make([]<-chan struct{}, len(engs))
+	for i, sh := range engs {
+		k, ch, err := sh.install(func(base *shaper.Engine) (*shaper.Engine, []string, error) {
 			return base.Reload(pol)
 		})
 		if err != nil {
 			// Cannot happen (checked above).
 			return nil, err
 		}
-		kept = k
+		kept, swapped[i] = k, ch
 	}
 	// The global rules (and store) that only the previous policy used go
-	// once every engine is the new one (or a later one).
-	go func() {
-		deadline := time.Now().Add(5 * time.Second)
-		for _, sh := range engs {
-			for sh.pending.Load() != nil && time.Now().Before(deadline) {
-				time.Sleep(10 * time.Millisecond)
-			}
-		}
-		done()
-	}()
+	// once every engine is the new one (or a later one), its queues have
+	// stopped, or after swapWait at most.
+	go waitSwapped(engs, swapped, swapWait, done)
 	for _, wmsg := range comp.Warnings() {
 		log.Warn(wmsg)
 	}
@@ -426,6 +421,28 @@ func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker,
 	}
 	log.Info(msg, "policy", what, "rules", strings.Join(names, ","), "kept_state", strings.Join(kept, ","))
 	return kept, nil
+}
+
+// swapWait bounds how long a reload waits for the queues to swap its
+// engine in before it lets the previous policy's global rules go (a queue
+// swaps at its next batch or idle turn: well under a second).
+const swapWait = 5 * time.Second
+
+// waitSwapped calls done once each engine's swapped channel is closed (or
+// its queues have stopped), or after wait: it waits on the channels, never
+// by polling.
+func waitSwapped(engs []*shared, swapped []<-chan struct{}, wait time.Duration, done func()) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	defer done()
+	for i, sh := range engs {
+		select {
+		case <-swapped[i]:
+		case <-sh.done:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // oneLine keeps an error message on one line.

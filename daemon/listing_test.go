@@ -234,7 +234,7 @@ func TestListFlowsEnds(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			w.pending.Store(next)
+			w.pending.Store(&generation{eng: next})
 		}
 		return nil
 	})

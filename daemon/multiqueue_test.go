@@ -258,11 +258,16 @@ func TestQueuesReload(t *testing.T) {
 	}
 	// The same policy again (a SIGHUP with an unchanged file).
 	pol := compilePolicy(t, mqPolicy)
-	kept, err := ws[0].install(func(base *shaper.Engine) (*shaper.Engine, []string, error) { return base.Reload(pol) })
+	kept, swapped, err := ws[0].install(func(base *shaper.Engine) (*shaper.Engine, []string, error) { return base.Reload(pol) })
 	if err != nil || len(kept) != 2 {
 		t.Fatalf("install: %v, kept %v", err, kept)
 	}
-	next := ws[0].pending.Load()
+	next := ws[0].pending.Load().eng
+	select {
+	case <-swapped:
+		t.Fatal("the reload's channel closed before any queue swapped its engine in")
+	default:
+	}
 	for i, w := range ws[1:] {
 		now += int64(time.Millisecond)
 		clear(v)
@@ -273,6 +278,13 @@ func TestQueuesReload(t *testing.T) {
 		if i == 0 && (w.eng != next || w.pending.Load() != nil) {
 			t.Fatal("the first queue to decide after the reload did not swap the new engine in")
 		}
+		if i == 0 {
+			select {
+			case <-swapped:
+			default:
+				t.Fatal("the swap did not close the reload's channel")
+			}
+		}
 	}
 	for _, w := range ws {
 		if w.eng != next || w.cur.Load() != next {
@@ -281,7 +293,7 @@ func TestQueuesReload(t *testing.T) {
 	}
 	// A reload changing the burst starts the rule afresh, once for all.
 	pol2 := compilePolicy(t, strings.Replace(mqPolicy, "burst = 5", "burst = 3", 1))
-	if _, err := ws[2].install(func(base *shaper.Engine) (*shaper.Engine, []string, error) { return base.Reload(pol2) }); err != nil {
+	if _, _, err := ws[2].install(func(base *shaper.Engine) (*shaper.Engine, []string, error) { return base.Reload(pol2) }); err != nil {
 		t.Fatal(err)
 	}
 	n := 0

@@ -40,7 +40,9 @@ type offloader interface {
 // A reload (SIGHUP) stores a new engine in pending, made by Engine.Reload
 // from the current one so that unchanged rules share its state; the next
 // queue to take mu swaps it in before deciding its batch, so no queue
-// decides with the old engine once one has used the new.
+// decides with the old engine once one has used the new. The swap closes
+// the generation's channel (install returns it), so a reload waits for it
+// without polling.
 type shared struct {
 	queues []uint16 // served by this engine, in order
 
@@ -49,7 +51,7 @@ type shared struct {
 	lastSnap int64          // under mu
 
 	cur     atomic.Pointer[shaper.Engine] // eng, for Reload on another goroutine
-	pending atomic.Pointer[shaper.Engine]
+	pending atomic.Pointer[generation]
 	off     offloader // nil without --offload
 	snap    atomic.Pointer[snapshot]
 
@@ -63,6 +65,16 @@ type shared struct {
 	// those that have not.
 	done    chan struct{}
 	running atomic.Int32
+}
+
+// generation is an engine install handed to the queues: swapped is closed
+// once a queue has swapped it, or a later one, in.
+type generation struct {
+	eng     *shaper.Engine
+	swapped chan struct{} // nil: nobody waits (tests)
+	// prev was pending when this one replaced it, never swapped in: it
+	// counts as swapped with this one.
+	prev *generation
 }
 
 // worker is one queue, deciding its batches with the engine it shares with
@@ -195,32 +207,40 @@ func (w *worker) idle(now int64) {
 // swap replaces the engine with the pending one (see shared); under mu.
 func (sh *shared) swap(now int64) {
 	old := sh.eng
-	sh.eng = sh.pending.Swap(nil)
+	g := sh.pending.Swap(nil)
+	sh.eng = g.eng
 	sh.eng.Retire(old) // the evictions of retired rules still count
 	sh.cur.Store(sh.eng)
 	sh.lastSnap = now - snapEvery // the snapshot follows at this batch's end
+	for ; g != nil; g = g.prev {
+		if g.swapped != nil {
+			close(g.swapped)
+		}
+	}
 }
 
 // install hands the queues an engine made from their latest one (the
 // pending one, if a reload has not been swapped in yet, else the current
-// one) by make: so that two reloads in quick succession chain, the second
-// built on the first, whatever a queue swaps meanwhile. It returns make's
-// result.
-func (sh *shared) install(make func(base *shaper.Engine) (*shaper.Engine, []string, error)) ([]string, error) {
+// one) by build: so that two reloads in quick succession chain, the second
+// built on the first, whatever a queue swaps meanwhile. It returns build's
+// result and a channel closed once a queue has swapped the new engine (or
+// a later one) in.
+func (sh *shared) install(build func(base *shaper.Engine) (*shaper.Engine, []string, error)) ([]string, <-chan struct{}, error) {
 	for {
 		pend := sh.pending.Load()
-		base := pend
-		if base == nil {
-			base = sh.cur.Load()
+		base := sh.cur.Load()
+		if pend != nil {
+			base = pend.eng
 		}
-		ne, kept, err := make(base)
+		ne, kept, err := build(base)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		// Fails if a queue swapped pend in meanwhile: build again
 		// from it (now current).
-		if sh.pending.CompareAndSwap(pend, ne) {
-			return kept, nil
+		g := &generation{eng: ne, swapped: make(chan struct{}), prev: pend}
+		if sh.pending.CompareAndSwap(pend, g) {
+			return kept, g.swapped, nil
 		}
 	}
 }

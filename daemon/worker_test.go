@@ -109,7 +109,7 @@ func TestWorkerReload(t *testing.T) {
 	if len(kept) != 1 || kept[0] != "a" {
 		t.Errorf("kept %v, want [a]", kept)
 	}
-	w.pending.Store(next)
+	w.pending.Store(&generation{eng: next})
 	now += int64(time.Millisecond)
 	bt, v = batch()
 	w.decide(bt, v, now)
@@ -159,7 +159,7 @@ func TestWorkerShape(t *testing.T) {
 	if err != nil || len(kept) != 1 {
 		t.Fatalf("reload: %v, kept %v", err, kept)
 	}
-	w.pending.Store(next)
+	w.pending.Store(&generation{eng: next})
 	clear(v)
 	w.decide(batch[:1], v[:1], now)
 	if v[0].At != now+40e6 {

@@ -58,9 +58,10 @@ type Config struct {
 	// Logger receives the fallback's log lines (nil: none).
 	Logger *slog.Logger
 
-	// Poll is how often the refresher looks at the leases that ran low
-	// (DefaultPoll); Sweep how often it looks at all of them, to renew,
-	// retire and measure (DefaultSweep); LeaseLife how long a token
+	// Poll is the least time between two turns of the refresher
+	// (DefaultPoll): it wakes when a lease runs low or a key is new, at
+	// most once a Poll, and when an ask is due; Sweep how often it looks
+	// at all the leases, to renew, retire and measure (DefaultSweep); LeaseLife how long a token
 	// bucket's lease may be spent without a new ask (DefaultLeaseLife);
 	// Grace how long after Timeout failing requests make the rules fall
 	// back (DefaultGrace); Probe how often a store that failed is tried
@@ -73,7 +74,7 @@ type Config struct {
 // use.
 type Client struct {
 	cfg   Config
-	rdb   redis.UniversalClient
+	st    store
 	clock func() int64
 	log   *slog.Logger
 	host  string
@@ -86,9 +87,13 @@ type Client struct {
 	stop     chan struct{}
 	done     chan struct{}
 	stopOnce sync.Once
+	// wake is signalled (without blocking) when a rule has a new key or
+	// a lease queued: the refresher's next turn is due.
+	wake chan struct{}
 
 	// The refresher's own state.
 	batch        []*entry
+	lastTurn     int64
 	lastSweep    int64
 	failingSince int64
 	fallbackAt   int64
@@ -96,11 +101,16 @@ type Client struct {
 	rtt          float64 // ns, EWMA of a pipeline's round trip
 	perAsk       float64 // ns, EWMA of a large pipeline's time per ask
 	rng          *mrand.Rand
+	// Buffers of the asks of one pipeline.
+	keys []string
+	args []askArgs
+	res  []askResult
 
 	fallback atomic.Bool
 	commands atomic.Uint64 // requests sent (each ask, SCRIPT LOAD, PING)
 	errs     atomic.Uint64 // requests that failed
 	lastErr  atomic.Pointer[errText]
+	turns    atomic.Uint64 // turns of the refresher (step)
 }
 
 type errText struct{ s string }
@@ -118,7 +128,42 @@ func Open(cfg Config) (*Client, error) {
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
 		return nil, errors.New("global: the key prefix must not hold { or }")
 	}
+	to := max(durOr(cfg.Timeout, DefaultTimeout), int64(100*time.Millisecond))
+	var rdb redis.UniversalClient
+	// No retries and no dial retries: a request that fails is the
+	// refresher's to retry, and a dead store must fail fast, not after
+	// seconds of backoff. RESP2 and no CLIENT SETINFO: no extra commands
+	// per connection, any Redis or Valkey version.
+	if cfg.Cluster {
+		rdb = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: cfg.Addrs, Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
+			MaxRetries: -1, DialTimeout: time.Duration(to), DialerRetries: 1,
+			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, // deadlines from each request's context
+			MaxRedirects: 3, PoolSize: 4,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+	} else {
+		rdb = redis.NewClient(&redis.Options{
+			Addr: cfg.Addrs[0], Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
+			MaxRetries: -1, DialTimeout: time.Duration(to), DialerRetries: 1,
+			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, PoolSize: 4,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+	}
+	c, err := newClient(cfg, &redisStore{rdb: rdb})
+	if err != nil {
+		rdb.Close()
+		return nil, err
+	}
+	go c.run()
+	return c, nil
+}
+
+// newClient makes the client on st, its refresher not started (Open starts
+// it; the unit tests call step themselves, on a fake clock).
+func newClient(cfg Config, st store) (*Client, error) {
 	c := &Client{
+		st:      st,
 		cfg:     cfg,
 		clock:   cfg.Clock,
 		log:     cfg.Logger,
@@ -131,6 +176,7 @@ func Open(cfg Config) (*Client, error) {
 		probe:   durOr(cfg.Probe, DefaultProbe),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
+		wake:    make(chan struct{}, 1),
 		rng:     mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 7)),
 	}
 	if c.log == nil {
@@ -148,29 +194,7 @@ func Open(cfg Config) (*Client, error) {
 		}
 		c.host = hex.EncodeToString(b[:])
 	}
-	to := time.Duration(c.timeout)
-	// No retries and no dial retries: a request that fails is the
-	// refresher's to retry, and a dead store must fail fast, not after
-	// seconds of backoff. RESP2 and no CLIENT SETINFO: no extra commands
-	// per connection, any Redis or Valkey version.
-	if cfg.Cluster {
-		c.rdb = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: cfg.Addrs, Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
-			MaxRetries: -1, DialTimeout: max(to, 100*time.Millisecond), DialerRetries: 1,
-			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, // deadlines from each request's context
-			MaxRedirects: 3, PoolSize: 4,
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-		})
-	} else {
-		c.rdb = redis.NewClient(&redis.Options{
-			Addr: cfg.Addrs[0], Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
-			MaxRetries: -1, DialTimeout: max(to, 100*time.Millisecond), DialerRetries: 1,
-			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, PoolSize: 4,
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-		})
-	}
 	c.lastSweep = c.clock()
-	go c.run()
 	return c, nil
 }
 
@@ -197,7 +221,7 @@ func (c *Client) Close() error {
 	for _, r := range rules {
 		r.retireAll()
 	}
-	return c.rdb.Close()
+	return c.st.close()
 }
 
 // Stats is what the client has done.
@@ -245,24 +269,67 @@ func (c *Client) snapshot() []*Rule {
 	return c.rules
 }
 
-// run is the refresher: every Poll it asks for the leases that ran low,
-// every Sweep it looks at all of them; it watches the store's health.
+// run is the refresher. It takes a turn (step) when woken by a new key or
+// a lease that ran low (signal: at most once a Poll), and when its next
+// duty is due (nextWake: an ask scheduled, the sweep, a probe, the
+// fallback's deadline); an idle refresher wakes once a Sweep.
 func (c *Client) run() {
 	defer close(c.done)
-	t := time.NewTicker(time.Duration(c.poll))
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
 		select {
 		case <-c.stop:
 			return
 		case <-t.C:
+		case <-c.wake:
+			// Woken on demand: no sooner than a Poll after the
+			// last turn (engines queue leases in bursts).
+			if d := c.lastTurn + c.poll - c.clock(); d > 0 {
+				t.Reset(time.Duration(d))
+				select {
+				case <-c.stop:
+					return
+				case <-t.C:
+				}
+			}
 		}
-		c.step(c.clock())
+		now := c.clock()
+		c.step(now)
+		c.lastTurn = now
+		t.Reset(time.Duration(max(c.nextWake(now)-c.clock(), 0)))
 	}
+}
+
+// signal wakes the refresher for a turn (without blocking).
+func (c *Client) signal() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// nextWake is when the refresher must take its next turn if nothing wakes
+// it: the next sweep, the earliest ask scheduled, and while the store
+// fails, when the rules fall back or the next probe.
+func (c *Client) nextWake(now int64) int64 {
+	next := c.lastSweep + c.sweep
+	for _, r := range c.snapshot() {
+		if r.due.Len() > 0 {
+			next = min(next, r.due.Top().at)
+		}
+	}
+	if c.fallback.Load() {
+		next = min(next, c.lastProbe+c.probe)
+	} else if c.failingSince != 0 {
+		next = min(next, c.failingSince+c.timeout+c.grace)
+	}
+	return max(next, now+c.poll/4)
 }
 
 // step is one turn of the refresher at now.
 func (c *Client) step(now int64) {
+	c.turns.Add(1)
 	rules := c.snapshot()
 	sweep := now-c.lastSweep >= c.sweep
 	if sweep {
@@ -319,7 +386,7 @@ func (c *Client) send(batch []*entry) (ok, failed int) {
 		// The store lost its scripts (a restart, a failover): load
 		// and ask once more.
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.timeout)*5)
-		err := script.Load(ctx, c.rdb).Err()
+		err := c.st.loadScript(ctx)
 		cancel()
 		c.commands.Add(1)
 		if err != nil {
@@ -348,17 +415,21 @@ func (c *Client) pipeline(chunk []*entry) (ok, failed int, noScript []*entry) {
 	per := max(askTime, 2*int64(c.perAsk))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.timeout+int64(len(chunk))*per))
 	defer cancel()
-	pipe := c.rdb.Pipeline()
-	cmds := make([]*redis.Cmd, len(chunk))
-	hash := script.Hash()
-	for i, e := range chunk {
-		cmds[i] = pipe.EvalSha(ctx, hash, []string{e.key}, e.r.args(e)...)
+	c.keys, c.args = c.keys[:0], c.args[:0]
+	for _, e := range chunk {
+		c.keys = append(c.keys, e.key)
+		c.args = append(c.args, e.r.args(e))
 	}
+	if cap(c.res) < len(chunk) {
+		c.res = make([]askResult, len(chunk))
+	}
+	c.res = c.res[:len(chunk)]
+	clear(c.res)
 	sent := c.clock()
 	for _, e := range chunk {
 		e.sentAt = sent
 	}
-	_, _ = pipe.Exec(ctx)
+	c.st.ask(ctx, c.keys, c.args, c.res)
 	now := c.clock()
 	c.commands.Add(uint64(len(chunk)))
 	if rtt := float64(now - sent); c.rtt == 0 {
@@ -378,18 +449,13 @@ func (c *Client) pipeline(chunk []*entry) (ok, failed int, noScript []*entry) {
 		// 2 ms an ask, past which it is as good as gone).
 		c.perAsk = min(max(2*c.perAsk, askTime), 2e6)
 	}
-	for i, cmd := range cmds {
-		e := chunk[i]
-		v, err := cmd.Result()
-		var rep reply
-		if err == nil {
-			rep, err = parseReply(v)
-		}
+	for i, res := range c.res {
+		e, err := chunk[i], res.err
 		switch {
 		case err == nil:
-			e.r.apply(e, rep, now)
+			e.r.apply(e, res.rep, now)
 			ok++
-		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+		case res.noScript:
 			noScript = append(noScript, e)
 		default:
 			c.errs.Add(1)
@@ -445,7 +511,7 @@ func (c *Client) tryReturn(rules []*Rule) {
 		ok, failed = c.send(c.batch)
 	} else {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Duration(c.timeout))
-		err := c.rdb.Ping(ctx).Err()
+		err := c.st.ping(ctx)
 		cancel()
 		c.commands.Add(1)
 		if err != nil {

@@ -9,7 +9,13 @@
 // touches one slot and a Redis Cluster spreads the keys over its masters.
 // The engines spend a lease with atomics (shaper.Lease) and never wait; a
 // background refresher (one goroutine per Client) asks for more before a
-// lease runs out, for many keys at once in pipelines.
+// lease runs out, for many keys at once in pipelines. It does not poll: a
+// new key or a lease queued by an engine (shaper.LeaseQueue.SetNotify)
+// wakes it, at most once a Poll; otherwise it wakes when an ask it
+// scheduled is due, for a probe or the fallback's deadline while the store
+// fails, and once a Sweep (renewals, retirements, the share). It reaches
+// the store through a small interface (store), so that its decisions are
+// unit-tested step by step under a fake store and a fake clock.
 //
 // # Lease sizing
 //

@@ -1,7 +1,6 @@
 package global
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -9,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/heap"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -65,7 +65,7 @@ type Rule struct {
 	closed bool
 
 	// The refresher's own state.
-	due              dueHeap
+	due              heap.Heap[dueItem]
 	share            float64
 	hostsMax         int64
 	hostsMaxAt       int64
@@ -122,6 +122,7 @@ func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 		maxKeys: rc.MaxKeys,
 		m:       map[flows.Key]*entry{},
 		share:   1,
+		due:     heap.New(dueBefore, 0),
 	}
 	if r.fixedWindow {
 		lim, err := shaper.NewLimiter(lc)
@@ -148,6 +149,7 @@ func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 	if r.maxKeys <= 0 {
 		r.maxKeys = flows.DefaultMaxFlows
 	}
+	r.q.SetNotify(c.wake) // a lease queued wakes the refresher
 	r.shareBits.Store(math.Float64bits(1))
 	r.hosts.Store(1)
 	lim, _, _, err := r.localLimiter()
@@ -185,6 +187,7 @@ func (r *Rule) Lease(k *flows.Key) *shaper.Lease {
 	r.m[*k] = e
 	r.list = append(r.list, e)
 	r.fresh = append(r.fresh, e)
+	r.c.signal() // its first ask now, not at the next sweep
 	return e.l
 }
 
@@ -240,8 +243,8 @@ func (r *Rule) Stats() RuleStats {
 	return s
 }
 
-// args are the script's ARGV for e's ask.
-func (r *Rule) args(e *entry) []any {
+// args are the script's arguments for e's ask.
+func (r *Rule) args(e *entry) askArgs {
 	horizon := r.c.life + r.c.life/4
 	a := askArgs{
 		fixedWindow: r.fixedWindow, rate: r.rate, size: r.size, windowUs: r.lc.Window / 1000,
@@ -253,7 +256,7 @@ func (r *Rule) args(e *entry) []any {
 		// flushed or lost, and restarts empty.
 		known: e.replied != 0 && r.c.clock()-e.replied < horizon,
 	}
-	return a.argv()
+	return a
 }
 
 // observe reads what the engines did with e's lease since the last look;
@@ -377,7 +380,7 @@ func (r *Rule) schedule(e *entry, at int64) {
 		return
 	}
 	e.dueAt = at
-	heap.Push(&r.due, dueItem{at, e})
+	r.due.Push(dueItem{at, e})
 }
 
 // collect gathers the entries that should ask now: new keys, leases the
@@ -398,8 +401,8 @@ func (r *Rule) collect(now int64, sweep, fallback, probe bool, batch []*entry) [
 	}
 	if fallback {
 		r.q.Pop(func(*shaper.Lease) {})
-		for len(r.due) > 0 {
-			heap.Pop(&r.due).(dueItem).e.dueAt = 0
+		for r.due.Len() > 0 {
+			r.due.Pop().e.dueAt = 0
 		}
 		if sweep || probe {
 			for _, e := range list {
@@ -426,8 +429,8 @@ func (r *Rule) collect(now int64, sweep, fallback, probe bool, batch []*entry) [
 	r.q.Pop(func(l *shaper.Lease) {
 		batch = r.consider(l.Owner.(*entry), now, batch)
 	})
-	for len(r.due) > 0 && r.due[0].at <= now {
-		it := heap.Pop(&r.due).(dueItem)
+	for r.due.Len() > 0 && r.due.Top().at <= now {
+		it := r.due.Pop()
 		if it.e.dueAt != it.at {
 			continue // moved earlier since
 		}
@@ -570,15 +573,4 @@ type dueItem struct {
 	e  *entry
 }
 
-type dueHeap []dueItem
-
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueItem)) }
-func (h *dueHeap) Pop() any {
-	old := *h
-	it := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return it
-}
+func dueBefore(a, b *dueItem) bool { return a.at < b.at }

@@ -33,6 +33,7 @@ import (
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/heap"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -178,7 +179,7 @@ type Replayer struct {
 	// (then arrival). heldBytes is their cost against MaxHeldBytes. Copies'
 	// buffers come from and go back to free, by size class (capacity
 	// 1<<k), with freeBytes of capacity there, at most MaxHeldBytes.
-	held      []heldRec
+	held      heap.Heap[heldRec]
 	heldBytes int
 	free      [bits.UintSize][][]byte
 	freeBytes int
@@ -192,7 +193,7 @@ type Replayer struct {
 
 // New returns a Replayer that asks eng for verdicts.
 func New(eng *shaper.Engine, o Options) *Replayer {
-	r := &Replayer{eng: eng, opts: o}
+	r := &Replayer{eng: eng, opts: o, held: heap.New((*heldRec).before, 0)}
 	r.meta.Queue = o.Queue
 	r.nRules = eng.NumRules()
 	if o.Timeline {
@@ -386,7 +387,7 @@ func (r *Replayer) holdRoom(n int) int {
 	case m < 0:
 		return 0
 	default:
-		return max(m-len(r.held), 0)
+		return max(m-r.held.Len(), 0)
 	}
 }
 
@@ -443,43 +444,15 @@ func (r *Replayer) hold(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkTyp
 		rec.data = append(r.buffer(len(data)), data...)
 	}
 	r.heldBytes += len(data) + heldOverhead
-	r.held = append(r.held, rec)
-	h := r.held
-	for i := len(h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h[i].before(&h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
+	r.held.Push(rec)
 }
 
 // release lets the held packets that depart at or before until (all of
 // them for math.MaxInt64) go: when Accepted is written, it writes them to
 // it in departure order, each with its departure time as its timestamp.
 func (r *Replayer) release(until int64) error {
-	for len(r.held) > 0 && r.held[0].depart <= until {
-		h := r.held
-		top := h[0]
-		n := len(h) - 1
-		h[0] = h[n]
-		h[n] = heldRec{}
-		r.held = h[:n]
-		for i := 0; ; {
-			l := 2*i + 1
-			if l >= n {
-				break
-			}
-			if l+1 < n && h[l+1].before(&h[l]) {
-				l++
-			}
-			if !h[l].before(&h[i]) {
-				break
-			}
-			h[i], h[l] = h[l], h[i]
-			i = l
-		}
+	for r.held.Len() > 0 && r.held.Top().depart <= until {
+		top := r.held.Pop()
 		r.heldBytes -= top.size + heldOverhead
 		if r.acc.buf == nil {
 			continue
@@ -657,38 +630,19 @@ func (r *Replayer) Flows(max int) []FlowSummary {
 		return fs
 	}
 	// A heap of the best max so far, worst on top.
-	h := make([]flowRec, 0, max)
-	worse := func(i, j int) bool { return h[j].before(&h[i]) }
-	down := func(i int) {
-		for {
-			l := 2*i + 1
-			if l >= len(h) {
-				return
-			}
-			if l+1 < len(h) && worse(l+1, l) {
-				l++
-			}
-			if !worse(l, i) {
-				return
-			}
-			h[i], h[l] = h[l], h[i]
-			i = l
-		}
-	}
+	top := heap.New(func(a, b *flowRec) bool { return b.before(a) }, max)
 	r.eng.Flows(func(rule int, k flows.Key, s shaper.FlowStats) bool {
 		f := r.newFlowRec(rule, k, s)
 		switch {
-		case len(h) < max:
-			h = append(h, f)
-			for i := len(h) - 1; i > 0 && worse(i, (i-1)/2); i = (i - 1) / 2 {
-				h[i], h[(i-1)/2] = h[(i-1)/2], h[i]
-			}
-		case f.before(&h[0]):
-			h[0] = f
-			down(0)
+		case top.Len() < max:
+			top.Push(f)
+		case f.before(top.Top()):
+			*top.Top() = f
+			top.Fix(0)
 		}
 		return true
 	})
+	h := top.Items()
 	sort.Slice(h, func(i, j int) bool { return h[i].before(&h[j]) })
 	fs := make([]FlowSummary, len(h))
 	for i := range h {

@@ -7,18 +7,8 @@ package shaper
 // 1/64 above). Call it from the goroutine that decides, as Delays; it is
 // not on the per-packet path.
 func (e *Engine) DelayHistogram(bounds []int64) (count uint64, sum int64, cum []uint64) {
-	h := e.delays
 	cum = make([]uint64, len(bounds))
-	var n uint64
-	j := 0
-	for b := range h.b {
-		for up := delayUpper(b); j < len(bounds) && bounds[j] < up; j++ {
-			cum[j] = n
-		}
-		n += h.b[b]
-	}
-	for ; j < len(bounds); j++ {
-		cum[j] = n
-	}
-	return h.count, h.sum, cum
+	e.delays.Fold(bounds, cum)
+	s := e.delays.Stats()
+	return s.Count, s.Sum, cum
 }

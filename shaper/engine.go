@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/hist"
 )
 
 // Verdict is what happens to a packet. The zero Verdict is Accept: when in
@@ -398,7 +399,7 @@ type Engine struct {
 	// that the counters go on; only the deciding goroutine writes it.
 	stats *Stats
 	// delays histograms the delays of held packets; shared as stats.
-	delays *delayHist
+	delays *hist.Hist
 	// holdRoom is how many more packets the caller can hold
 	// (SetHoldRoom).
 	holdRoom int
@@ -461,7 +462,7 @@ func build(p Policy, old *Engine) (*Engine, error) {
 	if p.Malformed > Drop {
 		return nil, fmt.Errorf("shaper: unknown verdict %d", p.Malformed)
 	}
-	e := &Engine{cls: p.Classifier, malformed: p.Malformed, offAfter: p.OffloadAfter, stats: &Stats{}, delays: &delayHist{}, holdRoom: math.MaxInt}
+	e := &Engine{cls: p.Classifier, malformed: p.Malformed, offAfter: p.OffloadAfter, stats: &Stats{}, delays: newDelayHist(), holdRoom: math.MaxInt}
 	if old != nil {
 		// Shared, not copied: old may still be deciding packets on
 		// another goroutine until the new engine replaces it.
@@ -762,7 +763,7 @@ func (e *Engine) shape(rs *ruleState, f *flow, p *flows.Packet, now, cost int64,
 			e.holdRoom--
 			rs.stats.Delayed++
 			e.stats.Delayed++
-			e.delays.add(dep - now)
+			e.delays.Add(dep - now)
 		}
 		return
 	}
@@ -788,7 +789,7 @@ func (e *Engine) shape(rs *ruleState, f *flow, p *flows.Packet, now, cost int64,
 func (e *Engine) SetHoldRoom(n int) { e.holdRoom = n }
 
 // Delays summarises the delays of the packets shaping rules held so far.
-func (e *Engine) Delays() DelayStats { return e.delays.stats() }
+func (e *Engine) Delays() DelayStats { return e.delays.Stats() }
 
 // allow decides a packet of cost at now for flow f of a global rule: from
 // its lease, or with the local fallback limiter while the source has set

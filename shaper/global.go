@@ -222,6 +222,24 @@ type LeaseQueue struct {
 	over atomic.Uint32
 	slot []atomic.Pointer[Lease]
 	mask uint64
+	// notify, if set, is sent to (without blocking) when a lease is
+	// queued or finds the queue full, so that the source can wait for
+	// one instead of polling.
+	notify chan<- struct{}
+}
+
+// SetNotify has the queue send to ch, without blocking, whenever it
+// queues a lease (or finds itself full): ch should have a buffer of one.
+// Call it before any lease uses the queue.
+func (q *LeaseQueue) SetNotify(ch chan<- struct{}) { q.notify = ch }
+
+func (q *LeaseQueue) signal() {
+	if q.notify != nil {
+		select {
+		case q.notify <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // NewLeaseQueue returns a queue of n slots (rounded up to a power of 2).
@@ -240,10 +258,12 @@ func (q *LeaseQueue) push(l *Lease) {
 			// Full: the lease stays marked as queued so that it is
 			// not pushed over and over; the source's sweep finds it.
 			q.over.Store(1)
+			q.signal()
 			return
 		}
 		if q.tail.CompareAndSwap(t, t+1) {
 			q.slot[t&q.mask].Store(l)
+			q.signal()
 			return
 		}
 	}

@@ -175,7 +175,8 @@ func TestDepartNoAllocs(t *testing.T) {
 }
 
 func TestDelayHistogram(t *testing.T) {
-	var h delayHist
+	h := newDelayHist()
+	delayBucket, delayUpper := delayLayout.Bucket, delayLayout.Upper
 	for _, v := range []int64{0, 1, 127, 128, 129, 1000, 10 * ms, 50 * ms, 10 * sec, 60 * sec} {
 		b := delayBucket(v)
 		if up := delayUpper(b); up < v || (b > 0 && delayUpper(b-1) >= v) {
@@ -186,9 +187,9 @@ func TestDelayHistogram(t *testing.T) {
 		}
 	}
 	for i := int64(1); i <= 1000; i++ {
-		h.add(i * ms)
+		h.Add(i * ms)
 	}
-	s := h.stats()
+	s := h.Stats()
 	within := func(name string, got, want int64) {
 		if math.Abs(float64(got-want)) > float64(want)/64+1 {
 			t.Errorf("%s = %d, want %d within 1/64", name, got, want)

@@ -145,7 +145,7 @@ func ListFlows(path string, req Request, fn func(*Flow) error) (*End, error) {
 			// The flow lines, nearly all of them, the short way.
 			if body, ok := bytes.CutPrefix(line, []byte(flowPrefix)); ok && bytes.HasSuffix(body, []byte(flowSuffix)) {
 				f = Flow{}
-				if err := f.UnmarshalJSON(body[:len(body)-len(flowSuffix)]); err != nil {
+				if err := json.Unmarshal(body[:len(body)-len(flowSuffix)], &f); err != nil {
 					return nil, fmt.Errorf("flows: bad flow line: %v", err)
 				}
 				if err := fn(&f); err != nil {

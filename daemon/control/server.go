@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"cmp"
-	"container/heap"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/heap"
 )
 
 // DefaultDir is where the default socket paths are.
@@ -275,7 +276,7 @@ func serveFlows(ctx context.Context, c net.Conn, h Handler, req *Request) error 
 type topFlows struct {
 	n     int
 	first func(a, b *Flow) int // < 0: a comes before b
-	h     []*Flow
+	h     heap.Heap[*Flow]
 }
 
 func newTop(n int, sort string) *topFlows {
@@ -289,6 +290,7 @@ func newTop(n int, sort string) *topFlows {
 			return cmp.Or(cmp.Compare(b.Dropped, a.Dropped), cmp.Compare(b.Packets, a.Packets), tie(a, b))
 		}
 	}
+	t.h = heap.New(func(a, b **Flow) bool { return t.first(*a, *b) > 0 }, 0) // the last at the root
 	return t
 }
 
@@ -297,29 +299,20 @@ func tie(a, b *Flow) int {
 	return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key))
 }
 
-func (t *topFlows) Len() int           { return len(t.h) }
-func (t *topFlows) Less(i, j int) bool { return t.first(t.h[i], t.h[j]) > 0 } // the last at the root
-func (t *topFlows) Swap(i, j int)      { t.h[i], t.h[j] = t.h[j], t.h[i] }
-func (t *topFlows) Push(x any)         { t.h = append(t.h, x.(*Flow)) }
-func (t *topFlows) Pop() any {
-	x := t.h[len(t.h)-1]
-	t.h = t.h[:len(t.h)-1]
-	return x
-}
-
 func (t *topFlows) add(f *Flow) {
-	if len(t.h) < t.n {
+	if t.h.Len() < t.n {
 		c := *f
-		heap.Push(t, &c)
+		t.h.Push(&c)
 		return
 	}
-	if t.first(f, t.h[0]) < 0 {
-		*t.h[0] = *f
-		heap.Fix(t, 0)
+	if t.first(f, *t.h.Top()) < 0 {
+		**t.h.Top() = *f
+		t.h.Fix(0)
 	}
 }
 
 func (t *topFlows) sorted() []*Flow {
-	slices.SortFunc(t.h, t.first)
-	return t.h
+	h := t.h.Items()
+	slices.SortFunc(h, t.first)
+	return h
 }

@@ -1,0 +1,397 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// The refresher under a fake store and a fake clock: each test takes the
+// refresher's turns itself (Client.step) at times it chooses, so collect,
+// consider, apply, the fallback and its share run step by step, with no
+// server and no sleeps. The redis-server tests (lease_test.go and others)
+// stay for the Lua script and the behaviour end to end.
+
+// fakeStore answers asks as the script would for a store with plenty:
+// each ask is granted what it wants, at most cap.
+type fakeStore struct {
+	mu       sync.Mutex
+	fail     error // every request fails with it
+	noScript int   // the next asks answer NOSCRIPT this many times
+	cap      int64
+	hosts    int64
+	share    float64 // this host's share of the grants (own / total)
+	asks     []askArgs
+	keys     []string
+	loads    int
+	pings    int
+	asked    chan struct{} // signalled (without blocking) at each ask
+}
+
+func newFakeStore() *fakeStore {
+	return &fakeStore{cap: 10, hosts: 1, share: 1, asked: make(chan struct{}, 1)}
+}
+
+func (s *fakeStore) ask(ctx context.Context, keys []string, args []askArgs, res []askResult) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case s.asked <- struct{}{}:
+	default:
+	}
+	for i := range keys {
+		s.keys = append(s.keys, keys[i])
+		s.asks = append(s.asks, args[i])
+		switch {
+		case s.fail != nil:
+			res[i] = askResult{err: s.fail}
+		case s.noScript > 0:
+			s.noScript--
+			res[i] = askResult{err: errors.New("NOSCRIPT No matching script"), noScript: true}
+		default:
+			g := min(args[i].want, max(s.cap-args[i].held, 0))
+			res[i] = askResult{rep: reply{granted: g, hosts: s.hosts, cap: s.cap, own: s.share * 100, total: 100}}
+		}
+	}
+}
+
+func (s *fakeStore) loadScript(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loads++
+	return s.fail
+}
+
+func (s *fakeStore) ping(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pings++
+	return s.fail
+}
+
+func (s *fakeStore) close() error { return nil }
+
+func (s *fakeStore) nAsks() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.asks)
+}
+
+func (s *fakeStore) last() askArgs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.asks[len(s.asks)-1]
+}
+
+// fakeClock is the engines' time, moved by the test.
+type fakeClock struct {
+	mu  sync.Mutex
+	now int64
+}
+
+func (c *fakeClock) get() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) add(d time.Duration) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now += int64(d)
+	return c.now
+}
+
+func fkey(i int) flows.Key {
+	k := flows.Key{Family: 4, Mode: flows.Src}
+	k.Src[0], k.Src[3] = 10, byte(i)
+	return k
+}
+
+// fakeClient is a client on st and clk, its refresher not running, with
+// one global rule of 1000 packets/s, burst 100 (slack 10).
+func fakeClient(t *testing.T, st *fakeStore, clk *fakeClock) (*Client, *Rule) {
+	t.Helper()
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	close(c.done) // no refresher goroutine: Close must not wait for one
+	r, err := c.NewRule(RuleConfig{Name: "g", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, r
+}
+
+func woken(c *Client) bool {
+	select {
+	case <-c.wake:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestRefresherStepFake: a new key wakes the refresher and asks at its next
+// turn; the grant lands in the lease (apply); spending below the low-water
+// mark queues the lease, wakes the refresher, and the next turn asks again
+// with what the lease still holds (collect, consider).
+func TestRefresherStepFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	c, r := fakeClient(t, st, clk)
+	woken(c) // drain anything before the key
+	k := fkey(1)
+	l := r.Lease(&k)
+	if !woken(c) {
+		t.Fatal("a new key did not wake the refresher")
+	}
+	if l.Until() != math.MaxInt64 || l.Tokens() != 0 {
+		t.Fatalf("new lease: until %d tokens %d", l.Until(), l.Tokens())
+	}
+	// One packet with no grant yet: taken on the credit of one packet.
+	now := clk.add(time.Millisecond)
+	l.Take(now, 1)
+	c.step(clk.get())
+	if st.nAsks() != 1 || st.keys[0] != "t:{g|"+r.kc.Format(k)+"}" {
+		t.Fatalf("asks %d keys %v, want one for the key", st.nAsks(), st.keys)
+	}
+	a := st.last()
+	if a.charge != 1 || a.held != 0 || a.want < 1 || a.host != "h1" || a.rate != 1000 {
+		t.Fatalf("first ask %+v: want a charge of the packet on credit, a want of at least 1", a)
+	}
+	granted := min(a.want, st.cap)
+	if got := l.Tokens(); got != granted {
+		t.Fatalf("after the grant the lease holds %d, want %d", got, granted)
+	}
+	if until := l.Until(); until != clk.get()+c.life {
+		t.Fatalf("lease until %d, want now + the lease life %d", until, clk.get()+c.life)
+	}
+	// A turn with nothing new asks nothing.
+	c.step(clk.add(time.Millisecond))
+	if st.nAsks() != 1 {
+		t.Fatalf("an idle turn asked: %d asks", st.nAsks())
+	}
+	// Spend it all, a packet a ms: the lease runs low, is queued and
+	// wakes the refresher, which asks again.
+	woken(c)
+	for l.Tokens() > 0 {
+		l.Take(clk.add(time.Millisecond), 1)
+	}
+	if !woken(c) {
+		t.Fatal("a lease that ran low did not wake the refresher")
+	}
+	c.step(clk.get())
+	if st.nAsks() != 2 {
+		t.Fatalf("%d asks after the lease ran low, want 2", st.nAsks())
+	}
+	if a := st.last(); a.held != 0 || a.want < 1 {
+		t.Fatalf("second ask %+v", a)
+	}
+	if s := r.Stats(); s.Asks != 2 || s.Granted < uint64(granted) || s.Fallback || s.Errors != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestRefresherFallbackFake: asks that fail for Timeout + Grace make the
+// rule fall back to a local limit of its rate × this host's share of the
+// grants (measured on the sweep before), or 1 / the most hosts seen when
+// that is more; a probe that is answered puts it back on leases.
+func TestRefresherFallbackFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.hosts, st.share = 4, 0.5 // a half of the grants, of 4 hosts
+	c, r := fakeClient(t, st, clk)
+	k := fkey(2)
+	l := r.Lease(&k)
+	l.Take(clk.add(time.Millisecond), 1)
+	c.step(clk.get())
+	// A sweep measures the share.
+	c.step(clk.add(time.Duration(c.sweep)))
+	if s := r.Stats(); s.Share != 0.5 || s.Hosts != 4 {
+		t.Fatalf("after a sweep: share %v hosts %d, want 0.5 of 4", s.Share, s.Hosts)
+	}
+	// The store fails: the lease is spent, the ask fails.
+	st.mu.Lock()
+	st.fail = errors.New("connection refused")
+	st.mu.Unlock()
+	for l.Tokens() > 0 {
+		l.Take(clk.add(time.Millisecond), 1)
+	}
+	l.Take(clk.add(time.Millisecond), 1) // unmet
+	n0 := st.nAsks()
+	c.step(clk.get())
+	if st.nAsks() != n0+1 || r.Stats().Errors != 1 || r.Stats().Fallback {
+		t.Fatalf("failed ask: asks %d (was %d), stats %+v", st.nAsks(), n0, r.Stats())
+	}
+	if c.failingSince != clk.get() {
+		t.Fatalf("failingSince %d, want %d", c.failingSince, clk.get())
+	}
+	// Not yet Timeout + Grace: no fallback; then past it, the next
+	// failed ask (due after its backoff) makes the rule fall back.
+	if w := c.nextWake(clk.get()); w > c.failingSince+c.timeout+c.grace {
+		t.Fatalf("next turn at %d, after the fallback's deadline %d", w, c.failingSince+c.timeout+c.grace)
+	}
+	c.step(clk.add(time.Duration(c.timeout)))
+	if r.Stats().Fallback {
+		t.Fatal("fell back before Timeout + Grace")
+	}
+	l.Take(clk.add(time.Duration(c.grace)), 1)
+	c.step(clk.get())
+	s := r.Stats()
+	if !s.Fallback || r.Local().Fallback() == nil {
+		t.Fatalf("no fallback after Timeout + Grace of failures: %+v", s)
+	}
+	if want := 1000 * 0.5; math.Abs(s.FallbackRate-want) > 1e-9 {
+		t.Fatalf("fallback rate %v, want the rate × the share %v", s.FallbackRate, want)
+	}
+	if l.Tokens() > 0 {
+		t.Fatalf("the lease kept %d tokens in fallback", l.Tokens())
+	}
+	// In fallback the turns only observe; a probe (every Probe) tries
+	// the store: still failing, nothing changes.
+	n1 := st.nAsks()
+	c.step(clk.add(time.Millisecond))
+	if st.nAsks() != n1 {
+		t.Fatal("asked in fallback before a probe")
+	}
+	l.Demand(1) // the key stays active
+	c.step(clk.add(time.Duration(c.probe)))
+	if st.nAsks() != n1+1 || !r.Stats().Fallback {
+		t.Fatalf("failing probe: asks %d (was %d), fallback %v", st.nAsks(), n1, r.Stats().Fallback)
+	}
+	// The store answers: the next probe asks for the active key, and
+	// the rule is back on leases.
+	st.mu.Lock()
+	st.fail = nil
+	st.mu.Unlock()
+	l.Demand(1)
+	c.step(clk.add(time.Duration(c.probe)))
+	if s := r.Stats(); s.Fallback || r.Local().Fallback() != nil || c.Stats().Fallback {
+		t.Fatalf("still in fallback after an answered probe: %+v", s)
+	}
+	if l.Tokens() <= 0 {
+		t.Fatalf("the probed key's lease holds %d after the return", l.Tokens())
+	}
+}
+
+// TestRefresherFallbackHostsFake: with a smaller share than 1 / the most
+// hosts seen, the fallback takes 1 / hosts.
+func TestRefresherFallbackHostsFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.hosts, st.share = 4, 0.1
+	c, r := fakeClient(t, st, clk)
+	k := fkey(3)
+	l := r.Lease(&k)
+	l.Take(clk.add(time.Millisecond), 1)
+	c.step(clk.get())
+	c.step(clk.add(time.Duration(c.sweep)))
+	st.mu.Lock()
+	st.fail = errors.New("down")
+	st.mu.Unlock()
+	for !r.Stats().Fallback {
+		l.Take(clk.add(10*time.Millisecond), 1)
+		c.step(clk.get())
+		if r.Stats().Errors > 100 {
+			t.Fatal("no fallback")
+		}
+	}
+	if s := r.Stats(); math.Abs(s.FallbackRate-1000.0/4) > 1e-9 {
+		t.Fatalf("fallback rate %v, want rate / 4 hosts", s.FallbackRate)
+	}
+}
+
+// TestRefresherNoScriptFake: a store that lost the script gets it loaded
+// and the ask again, in the same turn.
+func TestRefresherNoScriptFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.noScript = 1
+	c, r := fakeClient(t, st, clk)
+	k := fkey(4)
+	l := r.Lease(&k)
+	l.Take(clk.add(time.Millisecond), 1)
+	c.step(clk.get())
+	if st.nAsks() != 2 || st.loads != 1 || l.Tokens() <= 0 || r.Stats().Errors != 0 {
+		t.Fatalf("asks %d loads %d tokens %d stats %+v", st.nAsks(), st.loads, l.Tokens(), r.Stats())
+	}
+}
+
+// TestRefresherIdleWakesPerSweep: with nothing to do, the refresher's next
+// turn is a Sweep away (not a Poll: no 1000 turns a second); an ask
+// scheduled earlier (a fixed window's next one) brings it forward.
+func TestRefresherIdleWakesPerSweep(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	c, _ := fakeClient(t, st, clk)
+	now := clk.add(time.Millisecond)
+	c.step(now)
+	if w := c.nextWake(now); w != c.lastSweep+c.sweep || w-now < c.sweep/2 {
+		t.Fatalf("idle: next turn in %v, want at the next sweep (%v)", time.Duration(w-now), time.Duration(c.sweep))
+	}
+	fw, err := c.NewRule(RuleConfig{Name: "fw", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true, Algorithm: shaper.FixedWindow, Window: int64(time.Second)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fkey(5)
+	l := fw.Lease(&k)
+	l.Take(clk.add(time.Millisecond), 1)
+	c.step(clk.get())
+	now = clk.get()
+	if fw.due.Len() == 0 {
+		t.Fatal("the fixed window's next ask is not scheduled")
+	}
+	if w := c.nextWake(now); w != min(fw.due.Top().at, c.lastSweep+c.sweep) {
+		t.Fatalf("next turn %d, want the scheduled ask %d or the sweep %d", w, fw.due.Top().at, c.lastSweep+c.sweep)
+	}
+}
+
+// TestRefresherRunOnDemand: the running refresher, Sweep an hour, asks for
+// a new key and for a lease that ran low when they come (it is woken), and
+// takes only the turns they need meanwhile (no Poll ticker).
+func TestRefresherRunOnDemand(t *testing.T) {
+	st := newFakeStore()
+	c, err := newClient(Config{KeyPrefix: "t:", Sweep: time.Hour}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go c.run()
+	t.Cleanup(func() { c.Close() })
+	r, err := c.NewRule(RuleConfig{Name: "g", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.NewTimer(30 * time.Second)
+		defer deadline.Stop()
+		for !cond() {
+			select {
+			case <-st.asked:
+			case <-deadline.C:
+				t.Fatalf("%s: no ask within 30 s (asks %d, turns %d)", what, st.nAsks(), c.turns.Load())
+			}
+		}
+	}
+	k := fkey(6)
+	l := r.Lease(&k)
+	wait("a new key", func() bool { return st.nAsks() >= 1 })
+	for i := 0; i < 1000 && l.Tokens() > 0; i++ {
+		l.Take(c.clock(), 1)
+	}
+	l.Take(c.clock(), 1)
+	wait("a lease run low", func() bool { return st.nAsks() >= 2 })
+	// Then idle for a while (an observation window: load can only make
+	// fewer turns). Each turn had a cause: the first (at start), the key,
+	// the lease, perhaps one more for a wake that raced a turn. A Poll
+	// ticker would take one a millisecond: about 200 here.
+	<-time.After(200 * time.Millisecond)
+	t.Logf("%d turns (2 asks, then 200 ms idle)", c.turns.Load())
+	if n := c.turns.Load(); n > 8 {
+		t.Errorf("%d turns for 2 asks with Sweep an hour: the refresher polls", n)
+	}
+}

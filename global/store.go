@@ -1,0 +1,61 @@
+package global
+
+import (
+	"context"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// store is what the refresher asks of the shared store: redisStore (Redis
+// or Valkey through go-redis) in use; the unit tests give a fake one, so
+// that collect, consider, apply and the fallback run step by step without
+// a server.
+type store interface {
+	// ask runs the lease script once for each keys[i] with args[i], in
+	// one round trip, bounded by ctx; it writes each outcome to res[i].
+	ask(ctx context.Context, keys []string, args []askArgs, res []askResult)
+	// loadScript loads the lease script (after a NOSCRIPT).
+	loadScript(ctx context.Context) error
+	// ping checks the store answers.
+	ping(ctx context.Context) error
+	close() error
+}
+
+// askResult is one ask's outcome: the script's reply, or err; noScript
+// when the store did not have the script (err is then set too).
+type askResult struct {
+	rep      reply
+	err      error
+	noScript bool
+}
+
+// redisStore is a store on a go-redis client.
+type redisStore struct {
+	rdb  redis.UniversalClient
+	cmds []*redis.Cmd // reused by ask (one refresher)
+}
+
+func (s *redisStore) ask(ctx context.Context, keys []string, args []askArgs, res []askResult) {
+	pipe := s.rdb.Pipeline()
+	s.cmds = s.cmds[:0]
+	hash := script.Hash()
+	for i := range keys {
+		s.cmds = append(s.cmds, pipe.EvalSha(ctx, hash, keys[i:i+1], args[i].argv()...))
+	}
+	_, _ = pipe.Exec(ctx)
+	for i, cmd := range s.cmds {
+		v, err := cmd.Result()
+		var rep reply
+		if err == nil {
+			rep, err = parseReply(v)
+		}
+		res[i] = askResult{rep: rep, err: err, noScript: err != nil && redis.HasErrorPrefix(err, "NOSCRIPT")}
+	}
+	clear(s.cmds)
+}
+
+func (s *redisStore) loadScript(ctx context.Context) error { return script.Load(ctx, s.rdb).Err() }
+
+func (s *redisStore) ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+
+func (s *redisStore) close() error { return s.rdb.Close() }
