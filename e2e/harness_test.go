@@ -14,11 +14,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
@@ -173,21 +173,12 @@ func newTopo(t *testing.T) *topo {
 	vA, vB := "pse"+id+"a", "pse"+id+"b"
 	tp.VethA, tp.VethB = vA, vB
 	for _, ns := range []string{tp.A, tp.B} {
-		tp.host("ip", "netns", "add", ns)
-		ns := ns
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-			defer cancel()
-			if out, err := exec.CommandContext(ctx, "ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("cleanup: ip netns del %s: %v: %s", ns, err, out)
-			}
-		})
+		testutil.NewNetns(t, ns)
 	}
 	tp.host("ip", "link", "add", vA, "netns", tp.A, "type", "veth", "peer", "name", vB, "netns", tp.B)
 	for _, s := range []struct{ ns, dev, ip4, ip6 string }{{tp.A, vA, tp.IPA, tp.IP6A}, {tp.B, vB, tp.IPB, tp.IP6B}} {
 		tp.must(s.ns, "ip", "addr", "add", s.ip4+"/24", "dev", s.dev)
 		tp.must(s.ns, "ip", "-6", "addr", "add", s.ip6+"/64", "dev", s.dev, "nodad")
-		tp.must(s.ns, "ip", "link", "set", "lo", "up")
 		tp.must(s.ns, "ip", "link", "set", s.dev, "up")
 	}
 	// The link may take a moment to come up (carrier, IPv6 neighbour
@@ -256,30 +247,12 @@ func (tp *topo) rulesIn(ns string, args ...string) string {
 	return string(out)
 }
 
-// syncBuf is a bytes.Buffer safe for a writer goroutine and a reader.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a process started in a namespace.
 type proc struct {
 	t        *testing.T
 	name     string
 	cmd      *exec.Cmd
-	out, err syncBuf
+	out, err testutil.SyncBuffer
 	done     chan struct{}
 	waitErr  error
 }
