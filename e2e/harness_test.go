@@ -329,24 +329,18 @@ func (p *proc) exited() bool {
 // waitStderr waits up to d for stderr to contain s.
 func (p *proc) waitStderr(s string, d time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(p.err.String(), s) {
-		if p.exited() || time.Now().After(deadline) {
-			p.t.Fatalf("%s: no %q on stderr within %v (exited: %v)\nstderr:\n%s", p.name, s, d, p.exited(), indent(p.err.String()))
-		}
-		time.Sleep(10 * time.Millisecond)
+	has := func() bool { return strings.Contains(p.err.String(), s) }
+	if !testutil.WaitFor(p.t, d, func() bool { return has() || p.exited() }) || !has() {
+		p.t.Fatalf("%s: no %q on stderr within %v (exited: %v)\nstderr:\n%s", p.name, s, d, p.exited(), indent(p.err.String()))
 	}
 }
 
 // waitStdout waits up to d for stdout to contain s.
 func (p *proc) waitStdout(s string, d time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(p.out.String(), s) {
-		if p.exited() || time.Now().After(deadline) {
-			p.t.Fatalf("%s: no %q on stdout within %v (exited: %v)\nstdout:\n%s", p.name, s, d, p.exited(), indent(p.out.String()))
-		}
-		time.Sleep(10 * time.Millisecond)
+	has := func() bool { return strings.Contains(p.out.String(), s) }
+	if !testutil.WaitFor(p.t, d, func() bool { return has() || p.exited() }) || !has() {
+		p.t.Fatalf("%s: no %q on stdout within %v (exited: %v)\nstdout:\n%s", p.name, s, d, p.exited(), indent(p.out.String()))
 	}
 }
 
@@ -401,15 +395,14 @@ func (tp *topo) waitBound(p *proc, q int) {
 // waitBoundIn waits until queue q in ns is bound (by the process p).
 func (tp *topo) waitBoundIn(ns string, p *proc, q int) {
 	tp.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !tp.queueIn(ns, q).Bound {
-		if p.exited() {
-			tp.t.Fatalf("%s exited before binding queue %d: %v\nstderr:\n%s", p.name, q, p.waitErr, indent(p.err.String()))
-		}
-		if time.Now().After(deadline) {
-			tp.t.Fatalf("%s did not bind queue %d within 10 s\nstderr:\n%s", p.name, q, indent(p.err.String()))
-		}
-		time.Sleep(20 * time.Millisecond)
+	bound := false
+	testutil.WaitFor(tp.t, 10*time.Second, func() bool { bound = tp.queueIn(ns, q).Bound; return bound || p.exited() })
+	switch {
+	case bound:
+	case p.exited():
+		tp.t.Fatalf("%s exited before binding queue %d: %v\nstderr:\n%s", p.name, q, p.waitErr, indent(p.err.String()))
+	default:
+		tp.t.Fatalf("%s did not bind queue %d within 10 s\nstderr:\n%s", p.name, q, indent(p.err.String()))
 	}
 }
 
