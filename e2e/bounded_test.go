@@ -8,12 +8,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // dialIn opens n TCP connections to addr from inside the namespace ns (a
@@ -24,11 +23,6 @@ import (
 // errors.
 func dialIn(t *testing.T, ns, addr string, n int, request bool) (conns []net.Conn, failed int) {
 	t.Helper()
-	nsf, err := os.Open(filepath.Join("/var/run/netns", ns))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nsf.Close()
 	type result struct {
 		conns  []net.Conn
 		failed int
@@ -37,53 +31,39 @@ func dialIn(t *testing.T, ns, addr string, n int, request bool) (conns []net.Con
 	done := make(chan result, 1)
 	go func() {
 		// The thread joins the namespace, and goes back to its own
-		// before it is unlocked. A thread that ended (a goroutine exiting
-		// locked) would SIGKILL the processes it started: their
-		// Pdeathsig is the thread's, not the process's.
-		runtime.LockOSThread()
-		own, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			done <- result{err: err}
-			return
-		}
-		defer own.Close()
-		if err := unix.Setns(int(nsf.Fd()), unix.CLONE_NEWNET); err != nil {
-			runtime.UnlockOSThread()
-			done <- result{err: err}
-			return
-		}
-		defer func() {
-			if unix.Setns(int(own.Fd()), unix.CLONE_NEWNET) == nil {
-				runtime.UnlockOSThread()
-			}
-		}()
+		// before it is unlocked (testutil.Do): a thread that ended would
+		// SIGKILL the processes it started (their Pdeathsig is the
+		// thread's, not the process's).
 		var r result
-		deadline := time.Now().Add(60 * time.Second)
-		d := net.Dialer{Timeout: 5 * time.Second}
-		for i := 0; i < n && time.Now().Before(deadline); i++ {
-			c, err := d.Dial("tcp", addr)
-			if err != nil {
-				r.failed++
-				continue
+		r.err = testutil.Do(ns, func() error {
+			deadline := time.Now().Add(60 * time.Second)
+			d := net.Dialer{Timeout: 5 * time.Second}
+			for i := 0; i < n && time.Now().Before(deadline); i++ {
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					r.failed++
+					continue
+				}
+				r.conns = append(r.conns, c)
+				if !request {
+					continue
+				}
+				c.SetDeadline(time.Now().Add(5 * time.Second))
+				if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+					r.failed++
+					continue
+				}
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					r.failed++
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				c.SetDeadline(time.Time{})
 			}
-			r.conns = append(r.conns, c)
-			if !request {
-				continue
-			}
-			c.SetDeadline(time.Now().Add(5 * time.Second))
-			if _, err := io.WriteString(c, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-				r.failed++
-				continue
-			}
-			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-			if err != nil {
-				r.failed++
-				continue
-			}
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			c.SetDeadline(time.Time{})
-		}
+			return nil
+		})
 		done <- r
 	}()
 	r := <-done

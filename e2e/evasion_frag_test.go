@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // Issue 16: two ways around a byte-rate limit, found by an attacker.
@@ -79,15 +81,7 @@ func newRouted(t *testing.T) *routed {
 	tp := &topo{t: t, A: name("a"), B: name("b"), IPA: "10.214.1.1", IPB: "10.214.2.2", IP6A: "fd00:214:1::1", IP6B: "fd00:214:2::2"}
 	r := &routed{topo: tp, R: name("r")}
 	for _, ns := range []string{tp.A, r.R, tp.B} {
-		tp.host("ip", "netns", "add", ns)
-		ns := ns
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-			defer cancel()
-			if out, err := exec.CommandContext(ctx, "ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("cleanup: ip netns del %s: %v: %s", ns, err, out)
-			}
-		})
+		testutil.NewNetns(t, ns)
 	}
 	tp.VethA, tp.VethB = "pse"+id+"a", "pse"+id+"b"
 	ra, rb2 := "pse"+id+"p", "pse"+id+"q"
@@ -101,7 +95,6 @@ func newRouted(t *testing.T) *routed {
 	} {
 		tp.must(s.ns, "ip", "addr", "add", s.ip4, "dev", s.dev)
 		tp.must(s.ns, "ip", "-6", "addr", "add", s.ip6, "dev", s.dev, "nodad")
-		tp.must(s.ns, "ip", "link", "set", "lo", "up")
 		tp.must(s.ns, "ip", "link", "set", s.dev, "up")
 	}
 	tp.must(r.R, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")

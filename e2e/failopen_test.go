@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // TestFailOpenKill: SIGKILL packetshaper mid-stream, once the traffic has
@@ -255,18 +257,13 @@ func waitStopped(t *testing.T, p *proc, d time.Duration) {
 	}
 }
 
-// waitQueue polls queue q in B every 10 ms until ok says yes or d has
-// passed, and returns the last state read.
+// waitQueue polls queue q in B until ok says yes or d has passed, and
+// returns the last state read.
 func (tp *topo) waitQueue(q int, d time.Duration, ok func(queueState) bool) queueState {
 	tp.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		s := tp.queue(q)
-		if ok(s) || time.Now().After(deadline) {
-			return s
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	var s queueState
+	testutil.WaitFor(tp.t, d, func() bool { s = tp.queue(q); return ok(s) })
+	return s
 }
 
 // udpInDatagrams reads how many UDP datagrams (IPv4 and IPv6) sockets in ns

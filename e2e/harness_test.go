@@ -14,11 +14,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
@@ -173,21 +173,12 @@ func newTopo(t *testing.T) *topo {
 	vA, vB := "pse"+id+"a", "pse"+id+"b"
 	tp.VethA, tp.VethB = vA, vB
 	for _, ns := range []string{tp.A, tp.B} {
-		tp.host("ip", "netns", "add", ns)
-		ns := ns
-		t.Cleanup(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-			defer cancel()
-			if out, err := exec.CommandContext(ctx, "ip", "netns", "del", ns).CombinedOutput(); err != nil {
-				t.Errorf("cleanup: ip netns del %s: %v: %s", ns, err, out)
-			}
-		})
+		testutil.NewNetns(t, ns)
 	}
 	tp.host("ip", "link", "add", vA, "netns", tp.A, "type", "veth", "peer", "name", vB, "netns", tp.B)
 	for _, s := range []struct{ ns, dev, ip4, ip6 string }{{tp.A, vA, tp.IPA, tp.IP6A}, {tp.B, vB, tp.IPB, tp.IP6B}} {
 		tp.must(s.ns, "ip", "addr", "add", s.ip4+"/24", "dev", s.dev)
 		tp.must(s.ns, "ip", "-6", "addr", "add", s.ip6+"/64", "dev", s.dev, "nodad")
-		tp.must(s.ns, "ip", "link", "set", "lo", "up")
 		tp.must(s.ns, "ip", "link", "set", s.dev, "up")
 	}
 	// The link may take a moment to come up (carrier, IPv6 neighbour
@@ -256,30 +247,12 @@ func (tp *topo) rulesIn(ns string, args ...string) string {
 	return string(out)
 }
 
-// syncBuf is a bytes.Buffer safe for a writer goroutine and a reader.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a process started in a namespace.
 type proc struct {
 	t        *testing.T
 	name     string
 	cmd      *exec.Cmd
-	out, err syncBuf
+	out, err testutil.SyncBuffer
 	done     chan struct{}
 	waitErr  error
 }
@@ -356,24 +329,18 @@ func (p *proc) exited() bool {
 // waitStderr waits up to d for stderr to contain s.
 func (p *proc) waitStderr(s string, d time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(p.err.String(), s) {
-		if p.exited() || time.Now().After(deadline) {
-			p.t.Fatalf("%s: no %q on stderr within %v (exited: %v)\nstderr:\n%s", p.name, s, d, p.exited(), indent(p.err.String()))
-		}
-		time.Sleep(10 * time.Millisecond)
+	has := func() bool { return strings.Contains(p.err.String(), s) }
+	if !testutil.WaitFor(p.t, d, func() bool { return has() || p.exited() }) || !has() {
+		p.t.Fatalf("%s: no %q on stderr within %v (exited: %v)\nstderr:\n%s", p.name, s, d, p.exited(), indent(p.err.String()))
 	}
 }
 
 // waitStdout waits up to d for stdout to contain s.
 func (p *proc) waitStdout(s string, d time.Duration) {
 	p.t.Helper()
-	deadline := time.Now().Add(d)
-	for !strings.Contains(p.out.String(), s) {
-		if p.exited() || time.Now().After(deadline) {
-			p.t.Fatalf("%s: no %q on stdout within %v (exited: %v)\nstdout:\n%s", p.name, s, d, p.exited(), indent(p.out.String()))
-		}
-		time.Sleep(10 * time.Millisecond)
+	has := func() bool { return strings.Contains(p.out.String(), s) }
+	if !testutil.WaitFor(p.t, d, func() bool { return has() || p.exited() }) || !has() {
+		p.t.Fatalf("%s: no %q on stdout within %v (exited: %v)\nstdout:\n%s", p.name, s, d, p.exited(), indent(p.out.String()))
 	}
 }
 
@@ -428,15 +395,14 @@ func (tp *topo) waitBound(p *proc, q int) {
 // waitBoundIn waits until queue q in ns is bound (by the process p).
 func (tp *topo) waitBoundIn(ns string, p *proc, q int) {
 	tp.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !tp.queueIn(ns, q).Bound {
-		if p.exited() {
-			tp.t.Fatalf("%s exited before binding queue %d: %v\nstderr:\n%s", p.name, q, p.waitErr, indent(p.err.String()))
-		}
-		if time.Now().After(deadline) {
-			tp.t.Fatalf("%s did not bind queue %d within 10 s\nstderr:\n%s", p.name, q, indent(p.err.String()))
-		}
-		time.Sleep(20 * time.Millisecond)
+	bound := false
+	testutil.WaitFor(tp.t, 10*time.Second, func() bool { bound = tp.queueIn(ns, q).Bound; return bound || p.exited() })
+	switch {
+	case bound:
+	case p.exited():
+		tp.t.Fatalf("%s exited before binding queue %d: %v\nstderr:\n%s", p.name, q, p.waitErr, indent(p.err.String()))
+	default:
+		tp.t.Fatalf("%s did not bind queue %d within 10 s\nstderr:\n%s", p.name, q, indent(p.err.String()))
 	}
 }
 

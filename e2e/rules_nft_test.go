@@ -14,6 +14,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // The nft backend of scripts/rules.sh, tested without nft_queue: this
@@ -215,21 +217,7 @@ func newNetns(t *testing.T) string {
 		t.Fatal(err)
 	}
 	ns := fmt.Sprintf("%s%d-%s-n", nsPrefix, os.Getpid(), hex.EncodeToString(rb[:]))
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", ns).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add %s: %v: %s", ns, err, out)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-		defer cancel()
-		if out, err := exec.CommandContext(ctx, "ip", "netns", "del", ns).CombinedOutput(); err != nil {
-			t.Errorf("cleanup: ip netns del %s: %v: %s", ns, err, out)
-		}
-	})
-	if out, err := exec.CommandContext(ctx, "ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		t.Fatalf("[%s] ip link set lo up: %v: %s", ns, err, out)
-	}
+	testutil.NewNetns(t, ns)
 	return ns
 }
 

@@ -18,7 +18,8 @@ import (
 // memory cap (MaxBytes) counts this index exactly, 8 bytes × at most twice
 // Max slots; a map's size is up to the runtime's implementation.
 // BenchmarkTableIndex runs Table.Get over this index and over a Go
-// map[Key]int32 (mapTable, the same table otherwise) in one process:
+// map[Key]int32 (plugged in as the table's altIndex: the same table, queues
+// and eviction otherwise) in one process:
 //
 //	go test -run '^$' -bench TableIndex -benchmem -count 3 ./flows
 //
@@ -141,4 +142,20 @@ func (x *index) grow() {
 		}
 		x.slots[i] = s
 	}
+}
+
+// altIndex is an index a Table can use in idx's place, for tests only
+// (BenchmarkTableIndex's Go map): the table's own index stays a concrete
+// type, so that the hot path makes direct calls and inlines them; the
+// table pays one nil check per Get for the plug. Keys go by value: a
+// pointer passed to an interface's method escapes, and the caller's key
+// would then be allocated on the heap at every Get.
+type altIndex interface {
+	// get returns k's position.
+	get(k Key) (pos int32, ok bool)
+	// put adds k at position pos; k is absent.
+	put(k Key, pos int32)
+	// remove deletes k.
+	remove(k Key)
+	len() int
 }

@@ -7,155 +7,31 @@ import (
 	"testing"
 )
 
-// mapTable is Table with a Go map[Key]int32 in place of its index, for
-// BenchmarkTableIndex only. It embeds a Table for the entries, queues and
-// ghost and mirrors, line for line, the methods of table.go that touch the
-// index (Get, insert, alloc, evict, drop); everything else is Table's own
-// code. The ghost still needs a seeded 64-bit hash of the key, so a new
-// flow and an eviction compute the index's hash as Table does; a hit does
-// not (the map hashes the key itself). TestMapTableMirrors checks that it
-// makes the same decisions as Table, packet for packet.
-//
-// It is a copy rather than a Table with a pluggable index so that the
-// production path keeps its direct calls: keep it in step with table.go.
-type mapTable[V any] struct {
-	Table[V]
-	m map[Key]int32
-}
+// mapIndex is a Go map[Key]int32 as a Table's index (altIndex), for
+// BenchmarkTableIndex: the table, its queues, eviction and ghost are the
+// production code, only the index differs.
+type mapIndex map[Key]int32
 
-func newMapTable[V any](maxFlows int, timeout int64) *mapTable[V] {
+func (m mapIndex) get(k Key) (int32, bool) { i, ok := m[k]; return i, ok }
+func (m mapIndex) put(k Key, pos int32)    { m[k] = pos }
+func (m mapIndex) remove(k Key)            { delete(m, k) }
+func (m mapIndex) len() int                { return len(m) }
+
+// newMapTable returns NewTable's table with a Go map as its index.
+func newMapTable[V any](maxFlows int, timeout int64) *Table[V] {
+	t := NewTable[V](maxFlows, timeout)
 	// No size hint: NewTable does not size its index for the cap either
 	// (many rules each have a table, mostly small ones).
-	return &mapTable[V]{Table: *NewTable[V](maxFlows, timeout), m: make(map[Key]int32)}
+	t.alt = mapIndex(make(map[Key]int32))
+	return t
 }
 
-// Get is Table.Get with a map lookup.
-func (t *mapTable[V]) Get(k *Key, now int64) (v *V, fresh bool) {
-	i, ok := t.m[*k]
-	if !ok {
-		return t.insert(k, now), true
-	}
-	e := t.ent(i)
-	if t.timeout > 0 && now-e.last > t.timeout {
-		t.expired++
-		e.freq = 0
-		fresh = true
-	} else if e.freq < maxFreq {
-		e.freq++
-	}
-	if now > e.last {
-		e.last = now
-	}
-	return &e.val, fresh
-}
-
-func (t *mapTable[V]) insert(k *Key, now int64) *V {
-	h := t.idx.hash(k) // for the ghost only
-	q := &t.small
-	if t.ghostTake(h) {
-		q = &t.main
-	}
-	i := t.alloc(now)
-	if q == &t.small && t.small.n >= t.sTarget {
-		j, e := t.pop(&t.small)
-		e.freq = 0
-		t.push(&t.main, j, e)
-	}
-	t.m[*k] = i
-	e := t.ent(i)
-	e.key, e.last, e.freq = *k, now, 0
-	t.push(q, i, e)
-	return &e.val
-}
-
-func (t *mapTable[V]) alloc(now int64) int32 {
-	for n := 0; n < 2 && t.timeout > 0; n++ {
-		q := &t.small
-		if q.n == 0 || !t.idle(t.ent(q.tail), now) {
-			q = &t.main
-			if q.n == 0 || !t.idle(t.ent(q.tail), now) {
-				break
-			}
-		}
-		i, e := t.pop(q)
-		t.drop(i, e)
-		t.expired++
-		e.next, e.freq = t.free, freed
-		t.free = i
-	}
-	if t.free != none {
-		i := t.free
-		t.free = t.ent(i).next
-		return i
-	}
-	if int(t.n) < t.max {
-		i := t.n
-		if c := int(i >> chunkBits); c == len(t.chunks) {
-			t.chunks = append(t.chunks, make([]entry[V], min(chunkLen, t.max-int(i))))
-		} else if c == 0 && int(i) == len(t.chunks[0]) {
-			grown := make([]entry[V], min(max(2*len(t.chunks[0]), firstChunk), chunkLen, t.max))
-			copy(grown, t.chunks[0])
-			t.chunks[0] = grown
-		}
-		t.n++
-		return i
-	}
-	return t.evict(now)
-}
-
-func (t *mapTable[V]) evict(now int64) int32 {
-	if t.ghost == nil {
-		g := 1
-		for g < t.max {
-			g <<= 1
-		}
-		t.ghost = make([]uint32, g)
-		t.gmask = uint64(g - 1)
-	}
-	for {
-		if t.small.n >= t.sTarget {
-			i, e := t.pop(&t.small)
-			switch {
-			case t.idle(e, now):
-				t.drop(i, e)
-				t.expired++
-				return i
-			case e.freq > 0:
-				e.freq = 0
-				t.push(&t.main, i, e)
-				continue
-			}
-			t.ghostPut(t.drop(i, e))
-			t.evictions++
-			return i
-		}
-		i, e := t.pop(&t.main)
-		switch {
-		case t.idle(e, now):
-			t.drop(i, e)
-			t.expired++
-			return i
-		case e.freq > 0:
-			e.freq--
-			t.push(&t.main, i, e)
-			continue
-		}
-		t.drop(i, e)
-		t.evictions++
-		return i
-	}
-}
-
-func (t *mapTable[V]) drop(i int32, e *entry[V]) uint64 {
-	delete(t.m, e.key)
-	return t.idx.hash(&e.key)
-}
-
-// TestMapTableMirrors: mapTable, with the same hash seed, gives the same
-// answers and keeps the same queues as Table over random traffic with
-// creation, eviction, the ghost and idle reclaims, so that
-// BenchmarkTableIndex compares the indexes alone.
-func TestMapTableMirrors(t *testing.T) {
+// TestMapIndexSame: the table with a Go map as its index, with the same
+// hash seed (for the ghost), gives the same answers and keeps the same
+// queues as with its own index over random traffic with creation,
+// eviction, the ghost and idle reclaims, so that BenchmarkTableIndex
+// compares the indexes alone.
+func TestMapIndexSame(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	for _, max := range []int{1, 3, 10, 100, chunkLen + 10} {
 		timeout := int64(2*max + 10)
@@ -180,12 +56,12 @@ func TestMapTableMirrors(t *testing.T) {
 				t.Fatalf("max %d step %d: state %d, map-indexed %d", max, n, *va, *vb)
 			}
 		}
-		if qa, qb := queues(a), queues(&b.Table); qa != qb {
+		if qa, qb := queues(a), queues(b); qa != qb {
 			t.Fatalf("max %d: queues %q, map-indexed %q", max, qa, qb)
 		}
-		if a.Len() != len(b.m) || a.Evictions() != b.Evictions() || a.Expired() != b.Expired() {
+		if a.Len() != b.Len() || a.Evictions() != b.Evictions() || a.Expired() != b.Expired() {
 			t.Fatalf("max %d: Len %d/%d, Evictions %d/%d, Expired %d/%d", max,
-				a.Len(), len(b.m), a.Evictions(), b.Evictions(), a.Expired(), b.Expired())
+				a.Len(), b.Len(), a.Evictions(), b.Evictions(), a.Expired(), b.Expired())
 		}
 		if max >= 10 && (a.Evictions() == 0 || a.Expired() == 0) {
 			t.Fatalf("max %d: %d evictions, %d expired: the test misses a path", max, a.Evictions(), a.Expired())
@@ -196,7 +72,7 @@ func TestMapTableMirrors(t *testing.T) {
 
 // BenchmarkTableIndex measures Table.Get with its open-addressing index
 // (index=custom) against the same table with a Go map[Key]int32 as its
-// index (index=map, mapTable above), at 10 000, 100 000 and 1 000 000
+// index (index=map, mapIndex above), at 10 000, 100 000 and 1 000 000
 // flows, with shaper's per-flow state:
 //
 //   - hit: packets cycle through every held flow in order (at a million,
@@ -243,7 +119,7 @@ func benchIndex(b *testing.B, op string, n int, custom bool) {
 	base, peak := ms.HeapAlloc, ms.HeapAlloc
 	var (
 		ct  *Table[flowState]
-		mt  *mapTable[flowState]
+		mt  *Table[flowState]
 		get func(k *Key, now int64) (*flowState, bool) // setup only
 	)
 	if custom {

@@ -92,6 +92,10 @@ type Table[V any] struct {
 	idx     index
 	chunks  [][]entry[V] // entry i is chunks[i>>chunkBits][i&chunkMask]
 	timeout int64
+	// alt, when set, is the index in idx's place (idx then stays empty
+	// but for its seed, which the ghost's hash still uses). Only tests
+	// set it: BenchmarkTableIndex's Go map. Get pays one nil check for it.
+	alt altIndex
 
 	max     int
 	sTarget int   // small's target size
@@ -205,6 +209,9 @@ func (t *Table[V]) lookup(k *Key, h uint64) (uint64, *entry[V]) {
 //
 // The returned pointer is valid until the next call to Get.
 func (t *Table[V]) Get(k *Key, now int64) (v *V, fresh bool) {
+	if t.alt != nil {
+		return t.altGet(k, now)
+	}
 	h := t.idx.hash(k)
 	// lookup, written out: the compiler does not inline it.
 	x := &t.idx
@@ -220,18 +227,35 @@ func (t *Table[V]) Get(k *Key, now int64) (v *V, fresh bool) {
 		if !e.key.equal(k) {
 			continue
 		}
-		if t.timeout > 0 && now-e.last > t.timeout {
-			t.expired++
-			e.freq = 0
-			fresh = true
-		} else if e.freq < maxFreq {
-			e.freq++
-		}
-		if now > e.last {
-			e.last = now
-		}
-		return &e.val, fresh
+		return &e.val, t.hit(e, now)
 	}
+}
+
+// hit counts a packet of the flow of e at time now and reports whether
+// the flow was idle past the timeout (fresh).
+func (t *Table[V]) hit(e *entry[V], now int64) (fresh bool) {
+	if t.timeout > 0 && now-e.last > t.timeout {
+		t.expired++
+		e.freq = 0
+		fresh = true
+	} else if e.freq < maxFreq {
+		e.freq++
+	}
+	if now > e.last {
+		e.last = now
+	}
+	return fresh
+}
+
+// altGet is Get over t.alt: its lookup in place of the probe (no hash on
+// a hit; a new flow hashes for the ghost), the rest the same.
+func (t *Table[V]) altGet(k *Key, now int64) (v *V, fresh bool) {
+	i, ok := t.alt.get(*k)
+	if !ok {
+		return t.insert(k, t.idx.hash(k), now), true
+	}
+	e := t.ent(i)
+	return &e.val, t.hit(e, now)
 }
 
 // insert adds flow k, of hash h, at time now.
@@ -255,12 +279,17 @@ func (t *Table[V]) insert(k *Key, h uint64, now int64) *V {
 		e.freq = 0
 		t.push(&t.main, j, e)
 	}
-	if t.idx.full() {
-		t.idx.grow()
+	if t.alt != nil {
+		t.alt.put(*k, i)
+	} else {
+		if t.idx.full() {
+			t.idx.grow()
+		}
+		// alloc may have removed keys, and grow moved everything: look
+		// again.
+		slot, _ := t.lookup(k, h)
+		t.idx.put(slot, h, i)
 	}
-	// alloc may have removed keys, and grow moved everything: look again.
-	slot, _ := t.lookup(k, h)
-	t.idx.put(slot, h, i)
 	e := t.ent(i)
 	e.key, e.last, e.freq = *k, now, 0
 	t.push(q, i, e)
@@ -360,6 +389,10 @@ func (t *Table[V]) evict(now int64) int32 {
 // drop takes entry i, e, out of the index and returns its key's hash.
 func (t *Table[V]) drop(i int32, e *entry[V]) uint64 {
 	h := t.idx.hash(&e.key)
+	if t.alt != nil {
+		t.alt.remove(e.key)
+		return h
+	}
 	t.idx.remove(h, i)
 	return h
 }
@@ -407,7 +440,12 @@ func (t *Table[V]) ghostTake(h uint64) bool {
 }
 
 // Len is the number of flows held, idle ones not yet reclaimed included.
-func (t *Table[V]) Len() int { return t.idx.n }
+func (t *Table[V]) Len() int {
+	if t.alt != nil {
+		return t.alt.len()
+	}
+	return t.idx.n
+}
 
 // MaxBytes is what the table takes when full: its entries, its index at
 // its largest and its ghost. A per-flow state holding buffers (a

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -34,8 +35,8 @@ func udpPacket(i int) []byte {
 //
 //	go test -run '^$' -bench DecideGlobalRedis -benchmem ./global
 func BenchmarkDecideGlobalRedis(b *testing.B) {
-	s := startRedis(b)
-	c, err := Open(Config{Addrs: []string{s.addr()}})
+	s := testutil.StartRedis(b)
+	c, err := Open(Config{Addrs: []string{s.Addr()}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -113,8 +114,8 @@ func BenchmarkDecideGlobalRedis(b *testing.B) {
 func BenchmarkRedisLoad(b *testing.B) {
 	for _, keys := range []int{10, 1000, 100_000} {
 		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
-			s := startRedis(b)
-			c, err := Open(Config{Addrs: []string{s.addr()}})
+			s := testutil.StartRedis(b)
+			c, err := Open(Config{Addrs: []string{s.Addr()}})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -163,13 +164,13 @@ func BenchmarkRedisLoad(b *testing.B) {
 			done := make(chan struct{})
 			go func() { drive(ctx); close(done) }()
 			time.Sleep(warm)
-			cmd0, all0, cpu0 := s.clientCommands(), s.info("total_commands_processed"), s.cpuSeconds()
+			cmd0, all0, cpu0 := clientCommands(b, s), s.Info("total_commands_processed"), cpuSeconds(b, s)
 			measure.Store(true)
 			t0 := time.Now()
 			time.Sleep(dur)
 			measure.Store(false)
 			secs := time.Since(t0).Seconds()
-			cmds, all, cpu := s.clientCommands()-cmd0, s.info("total_commands_processed")-all0, s.cpuSeconds()-cpu0
+			cmds, all, cpu := clientCommands(b, s)-cmd0, s.Info("total_commands_processed")-all0, cpuSeconds(b, s)-cpu0
 			<-done
 			st := r.Stats()
 			b.ReportMetric(float64(cmds)/secs, "cmds/s")

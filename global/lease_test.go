@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/internal/timing"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -21,7 +22,7 @@ import (
 type host struct {
 	c        *Client
 	r        *Rule
-	log      *syncBuf
+	log      *testutil.SyncBuffer
 	accepted atomic.Int64
 	offered  atomic.Int64
 	cost     int64 // of each packet (0: 1)
@@ -33,7 +34,7 @@ type host struct {
 
 func newHost(t testing.TB, cfg Config, limit shaper.Config) *host {
 	t.Helper()
-	h := &host{log: &syncBuf{}, perWindow: map[int64]int64{}}
+	h := &host{log: &testutil.SyncBuffer{}, perWindow: map[int64]int64{}}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(h.log, nil))
 	}
@@ -136,27 +137,27 @@ func run(hosts []*host, keys []flows.Key, pps []float64, d time.Duration, window
 // credit per host), with few commands per packet; hosts whose clocks are
 // an hour apart change nothing (the store's clock rules).
 func TestLeasesThreeHosts(t *testing.T) {
-	s := startRedis(t)
+	s := testutil.StartRedis(t)
 	// A burst of twice the slack: the fewest asks (see the script's wait).
 	const rate, burst, slack = 2000.0, 400.0, 0.1
 	limit := shaper.Config{Rate: rate, Burst: burst, GlobalSlack: slack}
 	for _, skew := range []time.Duration{0, time.Hour} {
 		t.Run(fmt.Sprintf("skew=%v", skew), func(t *testing.T) {
-			s.cli("flushall")
+			s.Cli("flushall")
 			var hosts []*host
 			for i := range 3 {
-				cfg := Config{Addrs: []string{s.addr()}, KeyPrefix: "t:"}
+				cfg := Config{Addrs: []string{s.Addr()}, KeyPrefix: "t:"}
 				off := int64(skew) * int64(i-1) // -skew, 0, +skew
 				cfg.Clock = func() int64 { return time.Now().UnixNano() + off }
 				hosts = append(hosts, newHost(t, cfg, limit))
 			}
 			keys := []flows.Key{key(1)}
-			cmd0, inner0 := s.clientCommands(), s.info("total_commands_processed")
+			cmd0, inner0 := clientCommands(t, s), s.Info("total_commands_processed")
 			start := time.Now()
 			total := run(hosts, keys, []float64{6000, 1000, 500}, 3*time.Second, 0)
 			secs := time.Since(start).Seconds()
-			cmds := s.clientCommands() - cmd0
-			inner := s.info("total_commands_processed") - inner0
+			cmds := clientCommands(t, s) - cmd0
+			inner := s.Info("total_commands_processed") - inner0
 			// The bound: burst + rate × T + the hosts' caps (+ a packet
 			// of credit each). Each cap is S / the hosts counted at
 			// the host's last ask: S in all once all three have asked
@@ -200,9 +201,9 @@ func TestLeasesThreeHosts(t *testing.T) {
 // TestLeasesBytes: a bit rate's leases count bytes; jumbo packets pass
 // (a host may always hold one packet of any size).
 func TestLeasesBytes(t *testing.T) {
-	s := startRedis(t)
+	s := testutil.StartRedis(t)
 	const rate, burst, slack = 400_000.0, 100_000.0, 0.25
-	h := newHost(t, Config{Addrs: []string{s.addr()}}, shaper.Config{Rate: rate, Bytes: true, Burst: burst, GlobalSlack: slack})
+	h := newHost(t, Config{Addrs: []string{s.Addr()}}, shaper.Config{Rate: rate, Bytes: true, Burst: burst, GlobalSlack: slack})
 	h.cost = 9000
 	start := time.Now()
 	total := run([]*host{h}, []flows.Key{key(6)}, []float64{100}, 2*time.Second, 0) // 900 kB/s offered
@@ -219,12 +220,12 @@ func TestLeasesBytes(t *testing.T) {
 // the limit (+ a packet of credit per host), and in all about the limit per
 // window.
 func TestLeasesFixedWindow(t *testing.T) {
-	s := startRedis(t)
+	s := testutil.StartRedis(t)
 	const rate, window = 1000.0, int64(200 * time.Millisecond)
 	limit := shaper.Config{Algorithm: shaper.FixedWindow, Rate: rate, Window: window, GlobalSlack: 0.1}
 	var hosts []*host
 	for range 3 {
-		hosts = append(hosts, newHost(t, Config{Addrs: []string{s.addr()}}, limit))
+		hosts = append(hosts, newHost(t, Config{Addrs: []string{s.Addr()}}, limit))
 	}
 	total := run(hosts, []flows.Key{key(2)}, []float64{2000, 500, 500}, 2*time.Second, window)
 	per := map[int64]int64{}
@@ -255,9 +256,9 @@ func TestLeasesFixedWindow(t *testing.T) {
 // and goes back to leases by itself within a probe of the store's
 // restart; the same when the store stops answering (SIGSTOP) and resumes.
 func TestFallbackAndReturn(t *testing.T) {
-	s := startRedis(t)
+	s := testutil.StartRedis(t)
 	limit := shaper.Config{Rate: 1000, Burst: 100, GlobalSlack: 0.1}
-	h := newHost(t, Config{Addrs: []string{s.addr()}}, limit)
+	h := newHost(t, Config{Addrs: []string{s.Addr()}}, limit)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.drive(ctx, []flows.Key{key(3)}, 2000, 0)
@@ -279,8 +280,8 @@ func TestFallbackAndReturn(t *testing.T) {
 		name       string
 		stop, cont func()
 	}{
-		{"killed", s.kill, s.start},
-		{"stopped", func() { s.signal(syscall.SIGSTOP) }, func() { s.signal(syscall.SIGCONT) }},
+		{"killed", s.Kill, s.Start},
+		{"stopped", func() { s.Signal(syscall.SIGSTOP) }, func() { s.Signal(syscall.SIGCONT) }},
 	} {
 		outage.stop()
 		took := waitFor(outage.name+": fallback", 10*time.Second, func() bool { return h.r.Stats().Fallback })
@@ -328,11 +329,9 @@ func TestFallbackAndReturn(t *testing.T) {
 // does not stop it: the rule falls back (at the whole rate: one host seen)
 // and takes leases once the store starts.
 func TestStoreDownAtStart(t *testing.T) {
-	needRedis(t)
-	s := &server{t: t, port: freePort(t), dir: t.TempDir()}
-	t.Cleanup(s.cleanup)
+	s := testutil.NewRedis(t)
 	limit := shaper.Config{Rate: 500, Burst: 50}
-	h := newHost(t, Config{Addrs: []string{s.addr()}}, limit)
+	h := newHost(t, Config{Addrs: []string{s.Addr()}}, limit)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.drive(ctx, []flows.Key{key(4)}, 1000, 0)
@@ -346,7 +345,7 @@ func TestStoreDownAtStart(t *testing.T) {
 	if r := h.r.Stats().FallbackRate; r != 500 {
 		t.Errorf("fallback rate %v, want 500", r)
 	}
-	s.start()
+	s.Start()
 	deadline = time.Now().Add(2 * time.Second)
 	for h.r.Stats().Fallback || h.r.Stats().Granted == 0 {
 		if time.Now().After(deadline) {
@@ -365,7 +364,7 @@ func TestCluster(t *testing.T) {
 	nodes := startCluster(t)
 	var addrs []string
 	for _, n := range nodes {
-		addrs = append(addrs, n.addr())
+		addrs = append(addrs, n.Addr())
 	}
 	const nkeys = 2000
 	limit := shaper.Config{Rate: 20, Burst: 20, GlobalSlack: 0.5, MaxFlows: nkeys}
@@ -386,10 +385,10 @@ func TestCluster(t *testing.T) {
 	var sum int64
 	for _, n := range nodes {
 		keysOn := int64(0)
-		fmt.Sscan(n.cli("dbsize"), &keysOn)
-		t.Logf("node %s: %d keys", n.addr(), keysOn)
+		fmt.Sscan(n.Cli("dbsize"), &keysOn)
+		t.Logf("node %s: %d keys", n.Addr(), keysOn)
 		if keysOn < nkeys/5 {
-			t.Errorf("node %s holds %d of %d keys: not spread over the slots", n.addr(), keysOn, nkeys)
+			t.Errorf("node %s holds %d of %d keys: not spread over the slots", n.Addr(), keysOn, nkeys)
 		}
 		sum += keysOn
 	}
@@ -414,11 +413,11 @@ func TestCluster(t *testing.T) {
 	defer cancel()
 	go h.drive(ctx, keys, 40, 0)
 	time.Sleep(300 * time.Millisecond)
-	nodes[0].kill()
+	nodes[0].Kill()
 	time.Sleep(500 * time.Millisecond)
 	down := h.r.Stats().Errors
-	nodes[0].start()
-	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(nodes[0].cli("cluster", "info"), "cluster_state:ok"); {
+	nodes[0].Start()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(nodes[0].Cli("cluster", "info"), "cluster_state:ok"); {
 		if time.Now().After(deadline) {
 			t.Fatal("the restarted master does not rejoin")
 		}
@@ -443,8 +442,8 @@ func TestCluster(t *testing.T) {
 // TestRetireIdle: a key idle for twice a lease's life loses its lease; the
 // engine then takes a new one.
 func TestRetireIdle(t *testing.T) {
-	s := startRedis(t)
-	h := newHost(t, Config{Addrs: []string{s.addr()}, LeaseLife: 100 * time.Millisecond, Sweep: 20 * time.Millisecond},
+	s := testutil.StartRedis(t)
+	h := newHost(t, Config{Addrs: []string{s.Addr()}, LeaseLife: 100 * time.Millisecond, Sweep: 20 * time.Millisecond},
 		shaper.Config{Rate: 100, Burst: 10})
 	k := key(5)
 	l := h.r.Lease(&k)

@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -36,8 +37,8 @@ func storeNow(t testing.TB, c *redis.Client) int64 {
 // counts as an empty bucket (no refill from a forged time), never a full
 // one. A future time holds nothing up past the store's now.
 func TestScriptRogueState(t *testing.T) {
-	s := startRedis(t)
-	c := rawClient(t, s.addr())
+	s := testutil.StartRedis(t)
+	c := rawClient(t, s.Addr())
 	ctx := context.Background()
 	key := "t:{rogue}"
 	known := tb("a", 0, 0, 10)
@@ -114,8 +115,8 @@ func TestScriptRogueState(t *testing.T) {
 // the future, a state missing from a key this host leased: the window is
 // spent, never fresh; the next window starts afresh.
 func TestScriptRogueWindow(t *testing.T) {
-	s := startRedis(t)
-	c := rawClient(t, s.addr())
+	s := testutil.StartRedis(t)
+	c := rawClient(t, s.Addr())
 	ctx := context.Background()
 	key := "t:{rogue-fw}"
 	const win = 1_000_000 // µs
@@ -173,8 +174,8 @@ func TestScriptRogueWindow(t *testing.T) {
 // fake hosts neither shrink a real host's cap nor make the script read
 // them again.
 func TestScriptFakeHosts(t *testing.T) {
-	s := startRedis(t)
-	c := rawClient(t, s.addr())
+	s := testutil.StartRedis(t)
+	c := rawClient(t, s.Addr())
 	ctx := context.Background()
 	key := "t:{fake}"
 	fake := func(n int, at func(now int64, i int) any) {
@@ -240,10 +241,10 @@ func TestScriptFakeHosts(t *testing.T) {
 // bound burst + rate × T + N × S (+ a packet of credit per host and
 // write), at least half of burst + rate × T, and each gets a fair part.
 func TestRogueWriter(t *testing.T) {
-	s := startRedis(t)
+	s := testutil.StartRedis(t)
 	const rate, burst, slack = 2000.0, 400.0, 0.1
 	limit := shaper.Config{Rate: rate, Burst: burst, GlobalSlack: slack}
-	rc := rawClient(t, s.addr())
+	rc := rawClient(t, s.Addr())
 	ctx := context.Background()
 	hset := func(fields ...func(now int64) any) func(key string) {
 		return func(key string) {
@@ -285,7 +286,7 @@ func TestRogueWriter(t *testing.T) {
 			rc.FlushAll(ctx)
 			var hosts []*host
 			for range 3 {
-				hosts = append(hosts, newHost(t, Config{Addrs: []string{s.addr()}, KeyPrefix: "t:"}, limit))
+				hosts = append(hosts, newHost(t, Config{Addrs: []string{s.Addr()}, KeyPrefix: "t:"}, limit))
 			}
 			keys := []flows.Key{key(1)}
 			runCtx, cancel := context.WithCancel(ctx)

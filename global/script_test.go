@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // tb is a token bucket's ask: 100/s, burst 20, slack 10, one packet least.
@@ -18,8 +20,8 @@ func tb(host string, held, charge, want int64) askArgs {
 // rate, a charge that makes a debt, and the debt paid back before any
 // grant.
 func TestScriptTokenBucket(t *testing.T) {
-	s := startRedis(t)
-	c := rawClient(t, s.addr())
+	s := testutil.StartRedis(t)
+	c := rawClient(t, s.Addr())
 	key := "t:{k}"
 	step := func(i int, a askArgs, check func(r reply) bool) reply {
 		t.Helper()
@@ -70,8 +72,8 @@ func TestScriptTokenBucket(t *testing.T) {
 // horizon; a host that stops asking is forgotten after the horizon; shares
 // follow the grants.
 func TestScriptHosts(t *testing.T) {
-	s := startRedis(t)
-	c := rawClient(t, s.addr())
+	s := testutil.StartRedis(t)
+	c := rawClient(t, s.Addr())
 	key := "t:{h}"
 	a := tb("a", 0, 0, 10)
 	a.size = 1000 // plenty of tokens: only the slack limits
@@ -121,8 +123,8 @@ func TestScriptHosts(t *testing.T) {
 // clock, a charge counted in the window, the time left in it, a wait to
 // its end when empty, and a fresh count in the next window.
 func TestScriptFixedWindow(t *testing.T) {
-	s := startRedis(t)
-	c := rawClient(t, s.addr())
+	s := testutil.StartRedis(t)
+	c := rawClient(t, s.Addr())
 	key := "t:{fw}"
 	const win = 200_000 // µs
 	a := askArgs{fixedWindow: true, rate: 50, size: 10, windowUs: win, slack: 100, mincap: 1, host: "a",

@@ -14,6 +14,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/internal/testcerts"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -34,17 +35,6 @@ func tlsConfig(t testing.TB, c testcerts.Files) *tls.Config {
 	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 }
 
-// startTLSRedis starts a redis-server that also listens with TLS (Debian's
-// is built with it) on a port of its own, asking clients for a
-// certificate of the CA; it returns the server and the TLS address.
-func startTLSRedis(t testing.TB, c testcerts.Files) (*server, string) {
-	t.Helper()
-	port := freePort(t)
-	s := startRedis(t, "--tls-port", strconv.Itoa(port), "--tls-cert-file", c.ServerCert, "--tls-key-file", c.ServerKey,
-		"--tls-ca-cert-file", c.CA, "--tls-auth-clients", "yes")
-	return s, "127.0.0.1:" + strconv.Itoa(port)
-}
-
 // TestTLS: the client takes leases over TLS (with a client certificate);
 // a client that does not trust the server's CA gets nothing, falls back,
 // and says why in its fallback line.
@@ -52,7 +42,7 @@ func TestTLS(t *testing.T) {
 	dir := t.TempDir()
 	certs := testcerts.Write(t, dir, "")
 	other := testcerts.Write(t, dir, "other-")
-	_, addr := startTLSRedis(t, certs)
+	_, addr := testutil.StartRedisTLS(t, certs)
 	limit := shaper.Config{Rate: 1000, Burst: 100, GlobalSlack: 0.1}
 
 	h := newHost(t, Config{Addrs: []string{addr}, TLS: tlsConfig(t, certs), Timeout: 200 * time.Millisecond}, limit)
@@ -97,14 +87,14 @@ func aclUser(prefix, password string) []string {
 // leases as usual; the same user's FLUSHALL, SET, EVAL, a write outside its
 // prefix or a CONFIG SET are refused.
 func TestACL(t *testing.T) {
-	s := startRedis(t)
-	if out := s.cli(aclUser("ps:", "s3cret")...); out != "OK" {
+	s := testutil.StartRedis(t)
+	if out := s.Cli(aclUser("ps:", "s3cret")...); out != "OK" {
 		t.Fatalf("ACL SETUSER: %s", out)
 	}
 	limit := shaper.Config{Rate: 1000, Burst: 100, GlobalSlack: 0.1}
 	// (A generous timeout: the point is the permissions, and this
 	// machine is shared.)
-	h := newHost(t, Config{Addrs: []string{s.addr()}, Username: "packetshaper", Password: "s3cret", KeyPrefix: "ps:",
+	h := newHost(t, Config{Addrs: []string{s.Addr()}, Username: "packetshaper", Password: "s3cret", KeyPrefix: "ps:",
 		Timeout: 200 * time.Millisecond}, limit)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -118,11 +108,11 @@ func TestACL(t *testing.T) {
 	if st := h.r.Stats(); st.Fallback || strings.Contains(h.c.Stats().LastError, "NOPERM") {
 		t.Errorf("under the ACL: %+v, last error %q", st, h.c.Stats().LastError)
 	}
-	if n := s.cli("eval", "return #redis.call('keys', 'ps:*')", "0"); n != "1" {
+	if n := s.Cli("eval", "return #redis.call('keys', 'ps:*')", "0"); n != "1" {
 		t.Errorf("%s keys under ps:, want 1", n)
 	}
 
-	u := redis.NewClient(&redis.Options{Addr: s.addr(), Username: "packetshaper", Password: "s3cret", Protocol: 2, DisableIdentity: true})
+	u := redis.NewClient(&redis.Options{Addr: s.Addr(), Username: "packetshaper", Password: "s3cret", Protocol: 2, DisableIdentity: true})
 	defer u.Close()
 	bg := context.Background()
 	for _, c := range []struct {
@@ -143,17 +133,17 @@ func TestACL(t *testing.T) {
 			t.Errorf("%s by packetshaper's user: %v, want NOPERM", c.name, err)
 		}
 	}
-	if n := s.cli("eval", "return #redis.call('keys', 'ps:*')", "0"); n != "1" {
+	if n := s.Cli("eval", "return #redis.call('keys', 'ps:*')", "0"); n != "1" {
 		t.Errorf("%s keys under ps: after the refused writes, want 1", n)
 	}
 	// The script's every path runs under the ACL: a key flooded with
 	// fake hosts (by another user) is cleaned up by packetshaper's.
-	name := rawClient(t, s.addr()).Keys(bg, "ps:*").Val()[0]
+	name := rawClient(t, s.Addr()).Keys(bg, "ps:*").Val()[0]
 	var args []any
 	for i := range 1000 {
 		args = append(args, "a:fake"+strconv.Itoa(i), "1")
 	}
-	rawClient(t, s.addr()).HSet(bg, name, args...)
+	rawClient(t, s.Addr()).HSet(bg, name, args...)
 	if r := runScript(t, u, name, tb("a", 0, 0, 1)); r.hosts != 1 {
 		t.Errorf("after the flood: %s, want 1 host", fmtReply(r))
 	}

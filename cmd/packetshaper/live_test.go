@@ -7,10 +7,8 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,9 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
@@ -98,29 +95,20 @@ func TestLiveInNetns(t *testing.T) {
 // enterTestNetns moves the calling goroutine, locked to its OS thread for
 // good (the thread leaves with the namespace when the test ends), into a new
 // network namespace with lo up and an iptables rule sending UDP to port 9000
-// on OUTPUT to NFQUEUE with queueArgs ("--queue-num", "3"), with bypass. It
-// skips the test when not root.
-func enterTestNetns(t *testing.T, queueArgs ...string) {
+// on OUTPUT to NFQUEUE with queueArgs ("--queue-num", "3"), with bypass, and
+// returns the namespace's fd for other goroutines to join (testutil.DoFd).
+// It skips the test when not root.
+func enterTestNetns(t *testing.T, queueArgs ...string) (nsFd int) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root (creates a network namespace and an iptables queue rule)")
-	}
-	runtime.LockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		t.Fatalf("unshare: %v", err)
-	}
-	for _, args := range [][]string{
-		{"ip", "link", "set", "lo", "up"},
-		append(append([]string{"iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9000", "-j", "NFQUEUE"}, queueArgs...), "--queue-bypass"),
-	} {
-		if out, err := exec.Command(args[0], args[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	testutil.NeedRoot(t, "creates a network namespace and an iptables queue rule")
+	nsFd = testutil.Unshare(t)
+	testutil.MustRun(t, "iptables", append(append([]string{"-A", "OUTPUT", "-p", "udp", "--dport", "9000", "-j", "NFQUEUE"}, queueArgs...), "--queue-bypass")...)
+	return nsFd
 }
 
 func testLive(t *testing.T, queues string, rule []string, flows int) {
-	enterTestNetns(t, rule...)
+	// The driver's HTTP client needs the namespace's lo too.
+	nsFd := enterTestNetns(t, rule...)
 	// Sockets are created here, on the namespace's thread.
 	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
 	if err != nil {
@@ -155,40 +143,24 @@ func testLive(t *testing.T, queues string, rule []string, flows int) {
 			received.Add(1)
 		}
 	}()
-	// The driver's HTTP client needs the namespace's lo too.
-	nsFd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(nsFd)
 	var metrics, flowsOut, statusOut string
 	sock := filepath.Join(t.TempDir(), "ps.sock")
 	driverErr := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked, as above
-		if err := unix.Setns(nsFd, unix.CLONE_NEWNET); err != nil {
-			driverErr <- err
-			return
-		}
 		up := false
 		defer func() {
 			if up { // runLive handles SIGTERM: stop it whatever happened
 				syscall.Kill(os.Getpid(), syscall.SIGTERM)
 			}
 		}()
-		driverErr <- func() error {
+		driverErr <- testutil.DoFd(nsFd, func() error {
 			// Wait for the metrics endpoint: the queue is bound and
 			// SIGTERM is handled from then on.
-			for i := 0; ; i++ {
-				if _, err = httpGet(metricsAddr, "/metrics"); err == nil {
-					up = true
-					break
-				}
-				if i == 100 {
-					return fmt.Errorf("metrics endpoint never came up: %v", err)
-				}
-				time.Sleep(20 * time.Millisecond)
+			var err error
+			if !testutil.WaitFor(t, 2*time.Second, func() bool { _, err = httpGet(metricsAddr, "/metrics"); return err == nil }) {
+				return fmt.Errorf("metrics endpoint never came up: %v", err)
 			}
+			up = true
 			for i := 0; i < perFlow; i++ {
 				for _, tx := range txs {
 					if _, err := tx.Write([]byte("x")); err != nil {
@@ -214,7 +186,7 @@ func testLive(t *testing.T, queues string, rule []string, flows int) {
 			}
 			statusOut = out.String()
 			return nil
-		}()
+		})
 	}()
 	// Whatever goes wrong, runLive gets a SIGTERM after 20 s.
 	var running, fired atomic.Bool

@@ -8,18 +8,15 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
 )
@@ -353,26 +350,8 @@ func (b *testBucket) allow(ns int64) bool {
 	return false
 }
 
-// syncBuffer is a log destination the test reads while runLive writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // waitLog waits up to 5 s for the log to contain n lines with substring.
-func waitLog(log *syncBuffer, substring string, n int) error {
+func waitLog(log *testutil.SyncBuffer, substring string, n int) error {
 	for i := 0; i < 250; i++ {
 		if strings.Count(log.String(), substring) >= n {
 			return nil
@@ -387,7 +366,7 @@ func waitLog(log *syncBuffer, substring string, n int) error {
 // and returns a receiver counting what arrives per source address (by its
 // last byte) and the namespace's fd for other goroutines to join.
 func netnsUDP(t *testing.T, queue int) (received *[256]atomic.Int64, nsFd int) {
-	enterTestNetns(t, "--queue-num", strconv.Itoa(queue))
+	nsFd = enterTestNetns(t, "--queue-num", strconv.Itoa(queue))
 	rx, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000})
 	if err != nil {
 		t.Fatal(err)
@@ -404,11 +383,6 @@ func netnsUDP(t *testing.T, queue int) (received *[256]atomic.Int64, nsFd int) {
 			received[from.IP.To4()[3]].Add(1)
 		}
 	}()
-	nsFd, err = unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Close(nsFd) })
 	return received, nsFd
 }
 
@@ -457,25 +431,22 @@ func settle(sock string, q uint16, before control.Queue, sent uint64, received f
 // once the queue is bound; after drive, runLive gets SIGTERM. drive gets
 // the log and runLive's control socket. It returns runLive's exit status
 // and log.
-func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *syncBuffer, sock string) error) (int, string) {
-	log := &syncBuffer{}
+func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *testutil.SyncBuffer, sock string) error) (int, string) {
+	log := &testutil.SyncBuffer{}
 	// A control socket of its own, not one under /run.
 	sock := filepath.Join(t.TempDir(), "ps.sock")
 	driverErr := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread joins the namespace
-		if err := unix.Setns(nsFd, unix.CLONE_NEWNET); err != nil {
-			driverErr <- err
-			return
-		}
-		// "shaping" is logged once the queues are bound; SIGHUP and
-		// SIGTERM are caught from before that.
-		err := waitLog(log, `msg=shaping`, 1)
-		if err == nil {
-			err = drive(log, sock)
-			syscall.Kill(os.Getpid(), syscall.SIGTERM)
-		}
-		driverErr <- err
+		driverErr <- testutil.DoFd(nsFd, func() error {
+			// "shaping" is logged once the queues are bound; SIGHUP and
+			// SIGTERM are caught from before that.
+			err := waitLog(log, `msg=shaping`, 1)
+			if err == nil {
+				err = drive(log, sock)
+				syscall.Kill(os.Getpid(), syscall.SIGTERM)
+			}
+			return err
+		})
 	}()
 	// Whatever goes wrong, runLive gets a SIGTERM after 30 s.
 	var running atomic.Bool
@@ -563,7 +534,7 @@ func TestReloadInNetns(t *testing.T) {
 		}
 		return nil
 	}
-	code, log := runLiveDriven(t, nsFd, []string{"--queue", "5", "--policy", pol, "--stats-interval", "0"}, func(log *syncBuffer, ctl string) error {
+	code, log := runLiveDriven(t, nsFd, []string{"--queue", "5", "--policy", pol, "--stats-interval", "0"}, func(log *testutil.SyncBuffer, ctl string) error {
 		sock = ctl
 		got, err := send(10, 4)
 		if err != nil {
@@ -656,7 +627,7 @@ func TestReloadInNetns(t *testing.T) {
 // shaper goes on (it would otherwise kill the process: here, the test).
 func TestSIGHUPWithoutPolicy(t *testing.T) {
 	received, nsFd := netnsUDP(t, 6)
-	code, log := runLiveDriven(t, nsFd, []string{"--queue", "6", "--pps", "0.001", "--burst", "2", "--stats-interval", "0"}, func(log *syncBuffer, sock string) error {
+	code, log := runLiveDriven(t, nsFd, []string{"--queue", "6", "--pps", "0.001", "--burst", "2", "--stats-interval", "0"}, func(log *testutil.SyncBuffer, sock string) error {
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		if err := waitLog(log, "nothing to reload", 1); err != nil {
 			return err
