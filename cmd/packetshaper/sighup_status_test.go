@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // TestSIGHUPWithoutPolicyNotCounted: without --policy, a SIGHUP is logged
@@ -17,7 +18,7 @@ import (
 func TestSIGHUPWithoutPolicyNotCounted(t *testing.T) {
 	_, nsFd := netnsUDP(t, 7)
 	var st *control.Status
-	code, log := runLiveDriven(t, nsFd, []string{"--queue", "7", "--pps", "10", "--stats-interval", "0"}, func(log *syncBuffer, sock string) error {
+	code, log := runLiveDriven(t, nsFd, []string{"--queue", "7", "--pps", "10", "--stats-interval", "0"}, func(log *testutil.SyncBuffer, sock string) error {
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		if err := waitLog(log, "nothing to reload", 1); err != nil {
 			return err
