@@ -226,6 +226,39 @@ type Error struct {
 	// or "" for the rule or the file as a whole.
 	Field string
 	Msg   string
+	// Problem says what kind of problem it is, for callers that word it
+	// their own way (the command line, in flags); most are ProblemOther.
+	Problem Problem
+	// Needs is, with ProblemNeeds, the field needed ("shape",
+	// "redis.addrs").
+	Needs string
+	// Err is the error Msg comes from, if any (Unwrap).
+	Err error
+}
+
+// Problem classifies an Error.
+type Problem uint8
+
+const (
+	ProblemOther Problem = iota
+	// ProblemNoLimit: a limit rule with neither pps nor bitrate.
+	ProblemNoLimit
+	// ProblemNeeds: the field needs another setting (or table) given.
+	ProblemNeeds
+	// ProblemMissing: a required field is missing.
+	ProblemMissing
+)
+
+// needs makes e a ProblemNeeds for the field named path.
+func (e *Error) needs(path string) { e.Problem, e.Needs = ProblemNeeds, path }
+
+// Unwrap is the error Msg comes from, or nil.
+func (e *Error) Unwrap() error { return e.Err }
+
+// wrap sets Msg, and Err to the error a %w in format wraps.
+func (e *Error) wrap(format string, args ...any) {
+	err := fmt.Errorf(format, args...)
+	e.Msg, e.Err = err.Error(), errors.Unwrap(err)
 }
 
 func (e *Error) Error() string {
@@ -455,7 +488,7 @@ func (f *File) fromRaw(raw *rawFile) errList {
 		}
 		d, err := parseDuration(*p)
 		if err != nil {
-			errs.add(f.errAt(i, field, -1, "%v", err))
+			errs.add(f.errAt(i, field, -1, "%w", err))
 		}
 		return Duration(d)
 	}
@@ -541,7 +574,7 @@ func (f *File) fromRaw(raw *rawFile) errList {
 		if rr.Timeout != nil {
 			d, err := parseDuration(*rr.Timeout)
 			if err != nil {
-				errs.add(f.redisErr("redis.timeout", -1, "%v", err))
+				errs.add(f.redisErr("redis.timeout", -1, "%w", err))
 			}
 			rd.Timeout = Duration(d)
 		}
@@ -553,7 +586,8 @@ func (f *File) fromRaw(raw *rawFile) errList {
 // redisErr makes an error about a field of the [redis] table (item j of a
 // list, or -1), at its place in the file when Parse read it.
 func (f *File) redisErr(field string, j int, format string, args ...any) *Error {
-	e := &Error{File: f.Name, Field: field, Msg: fmt.Sprintf(format, args...)}
+	e := &Error{File: f.Name, Field: field}
+	e.wrap(format, args...)
 	if f.pos != nil {
 		p := f.pos.redisAt(field, j)
 		e.Line, e.Col = p.line, p.col
@@ -583,7 +617,8 @@ func (l errList) first() error {
 // errAt makes an error about rule i's field (item j of a list, or -1), at
 // its place in the file when Parse read it.
 func (f *File) errAt(i int, field string, j int, format string, args ...any) *Error {
-	e := &Error{File: f.Name, Field: field, Msg: fmt.Sprintf(format, args...)}
+	e := &Error{File: f.Name, Field: field}
+	e.wrap(format, args...)
 	if i >= 0 {
 		if i < len(f.Rules) && f.Rules[i].Name != "" {
 			e.Rule = f.Rules[i].Name

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -148,56 +149,20 @@ func validName(s string) bool {
 // given lists the limit rules' settings that r has, by field name.
 func (r *Rule) given() []string {
 	var g []string
-	add := func(ok bool, name string) {
-		if ok {
-			g = append(g, name)
+	for i := range schema {
+		if f := &schema[i]; f.limit && given(f.inRule(r)) {
+			g = append(g, f.name)
 		}
 	}
-	add(r.Mode != "", "mode")
-	add(r.OnExceed != "", "on-exceed")
-	add(r.SetMark != "", "set-mark")
-	add(r.PPS != nil, "pps")
-	add(r.Bitrate != "", "bitrate")
-	add(r.Burst != nil, "burst")
-	add(r.Algo != "", "algo")
-	add(r.Shape != nil, "shape")
-	add(r.MaxDelay != 0, "max-delay")
-	add(r.Window != 0, "window")
-	add(r.Key != "", "key")
-	add(r.SrcPrefix4 != nil, "src-prefix4")
-	add(r.DstPrefix4 != nil, "dst-prefix4")
-	add(r.SrcPrefix6 != nil, "src-prefix6")
-	add(r.DstPrefix6 != nil, "dst-prefix6")
-	add(r.Symmetric != nil, "symmetric")
-	add(r.MaxFlows != nil, "max-flows")
-	add(r.FlowTimeout != 0, "flow-timeout")
-	add(r.Scope != "", "scope")
-	add(r.GlobalSlack != nil, "global-slack")
 	return g
-}
-
-func (r *Rule) has(field string) bool {
-	for _, g := range r.given() {
-		if g == field {
-			return true
-		}
-	}
-	return false
-}
-
-// trim drops the package prefix of a shaper or flows error.
-func trim(err error) string {
-	s := err.Error()
-	for _, p := range []string{"shaper: ", "flows: "} {
-		s = strings.TrimPrefix(s, p)
-	}
-	return s
 }
 
 func (f *File) checkRule(i int, errs *errList, checked map[shaper.Config]error) ruleSpec {
 	r := &f.Rules[i]
-	bad := func(field, format string, args ...any) {
-		errs.add(f.errAt(i, field, -1, format, args...))
+	bad := func(field, format string, args ...any) *Error {
+		e := f.errAt(i, field, -1, format, args...)
+		errs.add(e)
+		return e
 	}
 	switch {
 	case r.Name == "":
@@ -241,8 +206,10 @@ func article(action string) string {
 func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.Config]error) {
 	r := &f.Rules[i]
 	n0 := len(*errs)
-	bad := func(field, format string, args ...any) {
-		errs.add(f.errAt(i, field, -1, format, args...))
+	bad := func(field, format string, args ...any) *Error {
+		e := f.errAt(i, field, -1, format, args...)
+		errs.add(e)
+		return e
 	}
 	switch {
 	case r.PPS != nil && r.Bitrate != "":
@@ -256,14 +223,14 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		if r.Action != "" {
 			field = "action"
 		}
-		bad(field, "no limit given: set pps or bitrate (or action = \"accept\" or \"drop\")")
+		bad(field, "no limit given: set pps or bitrate (or action = \"accept\" or \"drop\")").Problem = ProblemNoLimit
 	case r.PPS != nil:
 		if v := *r.PPS; !(v > 0) || math.IsInf(v, 0) {
 			bad("pps", "must be a positive number, not %v", v)
 		}
 	default:
 		if _, err := shaper.ParseBitrate(r.Bitrate); err != nil {
-			bad("bitrate", "%s", trim(err))
+			bad("bitrate", "%w", err)
 		}
 	}
 	if r.Burst != nil {
@@ -278,7 +245,7 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	if r.Algo != "" {
 		var err error
 		if algo, algoShapes, err = parseAlgo(r.Algo); err != nil {
-			bad("algo", "%v", err)
+			bad("algo", "%w", err)
 		}
 	}
 	f.checkShape(i, algo, algoShapes, errs)
@@ -287,7 +254,7 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	}
 	if r.Key != "" {
 		if _, err := flows.ParseMode(r.Key); err != nil {
-			bad("key", "%s", trim(err))
+			bad("key", "%w", err)
 		}
 	}
 	for _, p := range []struct {
@@ -338,14 +305,14 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	if r.SetMark != "" {
 		v, m, err := parseMark(r.SetMark)
 		if err != nil {
-			bad("set-mark", "%v", err)
+			bad("set-mark", "%w", err)
 		}
 		s.rule.Mark, s.rule.MarkMask = v, m
 	}
 	switch r.Scope {
 	case "", "local":
 		if r.GlobalSlack != nil {
-			bad("global-slack", "only for global rules (scope = \"global\")")
+			bad("global-slack", "only for global rules (scope = \"global\")").needs("scope")
 		}
 	case "global":
 		if r.Algo != "" && r.Algo != "token-bucket" && r.Algo != "fixed-window" {
@@ -360,7 +327,7 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 			}
 		}
 		if f.Redis == nil {
-			bad("scope", "\"global\" needs the [redis] table: the addrs of the store the hosts share")
+			bad("scope", "\"global\" needs the [redis] table: the addrs of the store the hosts share").needs("redis.addrs")
 		}
 	default:
 		bad("scope", "unknown scope %q (want local or global)", r.Scope)
@@ -376,7 +343,16 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		checked[c] = err
 	}
 	if err != nil {
-		bad(blame(r, &c), "%s", trim(err))
+		rate := "pps"
+		if c.Bytes {
+			rate = "bitrate"
+		}
+		var ce *shaper.ConfigError
+		if errors.As(err, &ce) {
+			bad(fieldFor(ce.Settings, r.given(), rate), "%w", err)
+		} else {
+			bad(rate, "%w", err)
+		}
 		return
 	}
 	s.warn = f.checkFlowTimeout(i, &d, errs)
@@ -387,8 +363,10 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 // and whether its name shapes), mode and on-exceed.
 func (f *File) checkShape(i int, algo shaper.Algorithm, algoShapes bool, errs *errList) {
 	r := &f.Rules[i]
-	bad := func(field, format string, args ...any) {
-		errs.add(f.errAt(i, field, -1, format, args...))
+	bad := func(field, format string, args ...any) *Error {
+		e := f.errAt(i, field, -1, format, args...)
+		errs.add(e)
+		return e
 	}
 	shapes := algoShapes || r.Shape != nil && *r.Shape
 	// The field that asks for shaping, to blame for what does not go
@@ -409,46 +387,10 @@ func (f *File) checkShape(i int, algo shaper.Algorithm, algoShapes bool, errs *e
 	case shapes && r.OnExceed == "mark":
 		bad(field, "a shaping rule delays what exceeds the rate and drops only what overflows its queue: on-exceed = \"mark\" does not apply")
 	case !shapes && r.MaxDelay != 0:
-		bad("max-delay", "needs shape = true (or algo = %q)", ShapeAlgo)
+		bad("max-delay", "needs shape = true (or algo = %q)", ShapeAlgo).needs("shape")
 	case r.MaxDelay > Duration(shaper.MaxMaxDelay):
 		bad("max-delay", "must be at most %v, not %v", time.Duration(shaper.MaxMaxDelay), r.MaxDelay)
 	}
-}
-
-// blame picks the field to report an error of shaper.Config.Check at: the
-// setting the engine found at odds with the others.
-func blame(r *Rule, c *shaper.Config) string {
-	rate := "pps"
-	if c.Bytes {
-		rate = "bitrate"
-	}
-	first := func(names ...string) string {
-		for _, n := range names {
-			if r.has(n) {
-				return n
-			}
-		}
-		return rate
-	}
-	lc := c.LimiterConfig()
-	switch {
-	case c.Bytes && c.Algorithm == shaper.SlidingWindow:
-		return "algo"
-	case c.Key.Validate() != nil:
-		return "symmetric"
-	case c.Shape && c.FlowTimeout > 0 && c.FlowTimeout < lc.MaxDelay:
-		return first("flow-timeout", "max-delay")
-	case c.Shape && c.Rate*float64(lc.MaxDelay)/1e9 > shaper.MaxBurst:
-		return first("max-delay", "shape", "algo")
-	case c.Algorithm == shaper.TokenBucket:
-		return first("burst")
-	case c.Algorithm == shaper.SlidingWindow:
-		if _, err := shaper.NewLimiter(c.LimiterConfig()); err == nil {
-			// The limit is fine; the logs of a full table are not.
-			return first("max-flows", "algo")
-		}
-	}
-	return first("window", "algo")
 }
 
 // config is the engine's Config of a rule that is checked and has its
@@ -487,12 +429,14 @@ func (f *File) checkRedis(errs *errList) {
 	if rd == nil {
 		return
 	}
-	bad := func(field string, j int, format string, args ...any) {
-		errs.add(f.redisErr(field, j, format, args...))
+	bad := func(field string, j int, format string, args ...any) *Error {
+		e := f.redisErr(field, j, format, args...)
+		errs.add(e)
+		return e
 	}
 	switch {
 	case rd.Addrs == nil:
-		bad("redis.addrs", -1, "missing: give the store's host:port (several with cluster = true)")
+		bad("redis.addrs", -1, "missing: give the store's host:port (several with cluster = true)").Problem = ProblemMissing
 	case len(rd.Addrs) == 0:
 		bad("redis.addrs", -1, "empty list: give the store's host:port (several with cluster = true)")
 	case len(rd.Addrs) > 1 && (rd.Cluster == nil || !*rd.Cluster):
@@ -501,7 +445,7 @@ func (f *File) checkRedis(errs *errList) {
 	seen := map[string]bool{}
 	for j, a := range rd.Addrs {
 		if err := checkHostPort(a); err != nil {
-			bad("redis.addrs", j, "%v", err)
+			bad("redis.addrs", j, "%w", err)
 		} else if seen[a] {
 			bad("redis.addrs", j, "%q given twice", a)
 		}
@@ -716,7 +660,7 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 		list(field, items, func(j int, v string) {
 			p, err := parsePrefix(v)
 			if err != nil {
-				bad(field, j, "%v", err)
+				bad(field, j, "%w", err)
 				return
 			}
 			ps = append(ps, p)
@@ -733,7 +677,7 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 	list("match.proto", m.Proto, func(j int, v string) {
 		p, err := parseProto(v)
 		if err != nil {
-			bad("match.proto", j, "%v", err)
+			bad("match.proto", j, "%w", err)
 			return
 		}
 		s.proto = append(s.proto, p)
@@ -744,7 +688,7 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 		list(field, items, func(j int, v string) {
 			r, err := parsePorts(v)
 			if err != nil {
-				bad(field, j, "%v", err)
+				bad(field, j, "%w", err)
 				return
 			}
 			rs = append(rs, r)
@@ -769,7 +713,7 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 	if m.Mark != "" {
 		v, mask, err := parseMark(m.Mark)
 		if err != nil {
-			bad("match.mark", -1, "%v", err)
+			bad("match.mark", -1, "%w", err)
 		}
 		s.hasMark, s.mark, s.markMask = true, v, mask
 	}

@@ -117,47 +117,6 @@ func (ps *positions) label(e *Error, i int) {
 	}
 }
 
-// kind is a field's TOML type in the schema.
-type kind int
-
-const (
-	kString kind = iota
-	kInt
-	kNumber // integer or float
-	kBool
-	kTable
-	kStrings
-	kStringsOrInts
-	kInts
-)
-
-var ruleSchema = map[string]kind{
-	"name": kString, "match": kTable, "action": kString, "mode": kString,
-	"on-exceed": kString, "set-mark": kString, "key": kString,
-	"src-prefix4": kInt, "dst-prefix4": kInt, "src-prefix6": kInt, "dst-prefix6": kInt,
-	"symmetric": kBool, "pps": kNumber, "bitrate": kString, "burst": kNumber,
-	"algo": kString, "window": kString, "max-flows": kInt, "flow-timeout": kString,
-	"shape": kBool, "max-delay": kString,
-	"scope": kString, "global-slack": kNumber,
-}
-
-var redisSchema = map[string]kind{
-	"addrs": kStrings, "cluster": kBool, "password-file": kString, "timeout": kString, "key-prefix": kString,
-	"username": kString, "tls": kBool, "ca-file": kString, "cert-file": kString, "key-file": kString, "server-name": kString,
-}
-
-var matchSchema = map[string]kind{
-	"src": kStrings, "dst": kStrings, "proto": kStringsOrInts,
-	"sport": kStringsOrInts, "dport": kStringsOrInts, "iif": kStrings, "oif": kStrings,
-	"family": kString, "mark": kString, "queue": kInts,
-}
-
-var kindWant = map[kind]string{
-	kString: "a string", kInt: "an integer", kNumber: "a number", kBool: "true or false",
-	kTable: "a table", kStrings: "a list of strings", kStringsOrInts: "a list of strings or integers",
-	kInts: "a list of integers",
-}
-
 func nodeKind(k unstable.Kind) string {
 	switch k {
 	case unstable.String:
@@ -379,14 +338,14 @@ func (w *walker) table(e *unstable.Node) {
 func (w *walker) subTable(ks []keyPart) {
 	i := w.cur()
 	if ks[1].name == "match" {
-		if _, ok := matchSchema[ks[2].name]; ok {
+		if lookup(tMatch, ks[2].name) != nil {
 			w.report(ks[2].at, i, "match."+ks[2].name, "not a table")
 		} else {
 			w.unknown(ks[2].at, i, "match."+ks[2].name, matchFieldNames)
 		}
 		return
 	}
-	if _, ok := ruleSchema[ks[1].name]; ok {
+	if lookup(tRule, ks[1].name) != nil {
 		w.report(ks[1].at, i, ks[1].name, "not a table")
 		return
 	}
@@ -422,9 +381,9 @@ func (w *walker) redisKV(ks []keyPart, v *unstable.Node) {
 	r := w.ps.redis
 	k := ks[0]
 	field := "redis." + k.name
-	want, ok := redisSchema[k.name]
+	fd := lookup(tRedis, k.name)
 	switch {
-	case !ok:
+	case fd == nil:
 		w.unknownRedis(k)
 		return
 	case len(ks) > 1 || v == nil:
@@ -437,7 +396,7 @@ func (w *walker) redisKV(ks []keyPart, v *unstable.Node) {
 	}
 	f := &fieldPos{key: k.at, val: w.nodePos(v)}
 	r.fields[field] = f
-	w.check(-1, field, want, v, f)
+	w.check(-1, field, fd.kind, v, f)
 }
 
 // rootRedis handles redis = { ... } and redis.KEY = ... at the top level.
@@ -537,8 +496,8 @@ func (w *walker) ruleKV(i int, ks []keyPart, v *unstable.Node) {
 		w.matchKV(i, ks[1:], v)
 		return
 	}
-	want, ok := ruleSchema[k.name]
-	if !ok {
+	fd := lookup(tRule, k.name)
+	if fd == nil {
 		w.unknown(k.at, i, k.name, ruleFieldNames)
 		return
 	}
@@ -555,15 +514,15 @@ func (w *walker) ruleKV(i int, ks []keyPart, v *unstable.Node) {
 	if k.name == "name" && v.Kind == unstable.String {
 		r.name = string(v.Data)
 	}
-	w.check(i, k.name, want, v, f)
+	w.check(i, k.name, fd.kind, v, f)
 }
 
 func (w *walker) matchKV(i int, ks []keyPart, v *unstable.Node) {
 	r := w.ps.rules[i]
 	k := ks[0]
 	field := "match." + k.name
-	want, ok := matchSchema[k.name]
-	if !ok {
+	fd := lookup(tMatch, k.name)
+	if fd == nil {
 		w.unknown(k.at, i, field, matchFieldNames)
 		return
 	}
@@ -577,14 +536,14 @@ func (w *walker) matchKV(i int, ks []keyPart, v *unstable.Node) {
 	}
 	f := &fieldPos{key: k.at, val: w.nodePos(v)}
 	r.fields[field] = f
-	w.check(i, field, want, v, f)
+	w.check(i, field, fd.kind, v, f)
 }
 
 // check reports a value of the wrong type and records list items' places.
 func (w *walker) check(i int, field string, want kind, v *unstable.Node, f *fieldPos) {
 	var ok bool
 	switch want {
-	case kString:
+	case kString, kDuration:
 		ok = v.Kind == unstable.String
 	case kInt:
 		ok = v.Kind == unstable.Integer
@@ -621,22 +580,6 @@ func (w *walker) dup(at pos, i int, field string, first *fieldPos) {
 		return
 	}
 	w.report(at, i, field, "defined twice")
-}
-
-var (
-	topLevelNames   = []string{"redis", "rule"}
-	ruleFieldNames  = schemaNames(ruleSchema)
-	matchFieldNames = schemaNames(matchSchema)
-	redisFieldNames = schemaNames(redisSchema)
-)
-
-func schemaNames(m map[string]kind) []string {
-	var s []string
-	for k := range m {
-		s = append(s, k)
-	}
-	sort.Strings(s)
-	return s
 }
 
 // unknown reports an unknown field, suggesting a known one that is a typo

@@ -122,35 +122,29 @@ func (l *limiterFlags) file() *policy.File {
 }
 
 // flagError turns a policy error about the one-rule policy the flags make
-// into the flag's words: "--burst: must be at least 1".
+// into the flags' words: "--burst: must be at least 1".
 func flagError(err error) error {
 	var pe *policy.Error
-	if errors.As(err, &pe) {
-		if strings.HasPrefix(pe.Msg, "no limit given") {
-			return errors.New("no limit given: set --pps N or --bitrate RATE (or --policy FILE)")
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Problem {
+	case policy.ProblemNoLimit:
+		return errors.New("no limit given: set --pps N or --bitrate RATE (or --policy FILE)")
+	case policy.ProblemNeeds:
+		if f, n := policy.Flag(pe.Field), policy.Flag(pe.Needs); f != "" && n != "" {
+			return fmt.Errorf("--%s needs --%s", f, n)
 		}
-		switch pe.Field {
-		case "max-delay":
-			if strings.HasPrefix(pe.Msg, "needs shape") {
-				return errors.New("--max-delay: needs --shape (or --algo leaky-bucket)")
-			}
-		case "scope":
-			return errors.New("--global needs --redis host:port[,host:port...]: the store the hosts share")
-		case "global-slack":
-			if strings.HasPrefix(pe.Msg, "only for global") {
-				return errors.New("--global-slack is for --global rules only")
-			}
-		case "redis.addrs":
-			if strings.HasPrefix(pe.Msg, "missing") {
-				return errors.New("--redis-password-file needs --redis host:port")
-			}
-			return fmt.Errorf("--redis: %s", pe.Msg)
-		case "redis.password-file":
-			return fmt.Errorf("--redis-password-file: %s", pe.Msg)
+	case policy.ProblemMissing:
+		// The flags make a [redis] table for --redis or
+		// --redis-password-file: without --redis, its addrs are
+		// missing.
+		if n := policy.Flag(pe.Field); n != "" {
+			return fmt.Errorf("--redis-password-file needs --%s host:port", n)
 		}
-		if pe.Field != "" {
-			return fmt.Errorf("--%s: %s", pe.Field, pe.Msg)
-		}
+	}
+	if f := policy.Flag(pe.Field); f != "" {
+		return fmt.Errorf("--%s: %s", f, pe.Msg)
 	}
 	return err
 }
@@ -186,7 +180,7 @@ func (p *policyFlags) source(opts policy.Options) (*policySource, error) {
 	s := &policySource{file: p.file, opts: opts}
 	var err error
 	if s.malformed, err = shaper.ParseVerdict(p.malformed); err != nil {
-		return nil, fmt.Errorf("--malformed: %s", trimPkg(err))
+		return nil, fmt.Errorf("--malformed: %w", err)
 	}
 	limiter := limiterFlagNames()
 	var given []string
@@ -243,16 +237,4 @@ func (s *policySource) Describe() string {
 		return s.file
 	}
 	return "command line"
-}
-
-// trimPkg drops the "shaper: " / "flows: " prefix that package errors carry,
-// for messages that already name the flag.
-func trimPkg(err error) string {
-	s := err.Error()
-	for _, p := range []string{"shaper: ", "flows: "} {
-		if len(s) > len(p) && s[:len(p)] == p {
-			return s[len(p):]
-		}
-	}
-	return s
 }
