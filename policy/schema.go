@@ -64,6 +64,8 @@ type field struct {
 	def string
 	// limit marks the settings only limit rules take.
 	limit bool
+	// required: Validate reports the field missing (or empty).
+	required bool
 	// settings are the engine settings (shaper.ConfigError) the field
 	// sets: an engine error about one of them is reported at the field.
 	settings []shaper.Setting
