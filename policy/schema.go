@@ -71,7 +71,10 @@ type field struct {
 	settings []shaper.Setting
 	// flag is the command-line flag that sets the field ("" for none).
 	flag string
-	help string
+	// flagSets makes flag a bool flag that sets the field to this value
+	// (--global: scope = "global").
+	flagSets string
+	help     string
 	// inRule, inMatch or inRedis (by table) is a pointer to the field in
 	// a Rule, Match or Redis: *string, *Duration, **int, **float64,
 	// **bool, **string, *[]string, *[]int or **Match.
@@ -118,7 +121,7 @@ var schema = []field{
 		help: "Flow table cap (about 180 bytes per flow); when full, a flow seen once is evicted before any that keeps sending."},
 	{table: tRule, name: "flow-timeout", inRule: func(r *Rule) any { return &r.FlowTimeout }, kind: kDuration, def: "1m, raised with a warning to what the limiter remembers of an idle flow when longer", limit: true, settings: []shaper.Setting{shaper.SettingFlowTimeout}, flag: "flow-timeout",
 		help: "Forget a flow after this long without packets. One given shorter than what the limiter remembers of an idle flow (burst / rate, the window, 2 windows for sliding-window-counter) is refused."},
-	{table: tRule, name: "scope", inRule: func(r *Rule) any { return &r.Scope }, kind: kString, def: DefaultScope, limit: true, settings: []shaper.Setting{shaper.SettingGlobal}, flag: "global",
+	{table: tRule, name: "scope", inRule: func(r *Rule) any { return &r.Scope }, kind: kString, def: DefaultScope, limit: true, settings: []shaper.Setting{shaper.SettingGlobal}, flag: "global", flagSets: "global",
 		help: "local (each host limits on its own) or global: one budget per flow key for every host running the rule, kept in the [redis] store and taken in leases (token-bucket and fixed-window only). The flag --global is scope = \"global\"."},
 	{table: tRule, name: "global-slack", inRule: func(r *Rule) any { return &r.GlobalSlack }, kind: kNumber, def: "0.01 (global rules)", limit: true, settings: []shaper.Setting{shaper.SettingGlobalSlack}, flag: "global-slack",
 		help: "Global rules: the fraction of the rate × 1 s that all hosts together may hold in leases of one key. More slack: fewer asks to the store, a looser bound."},
