@@ -75,6 +75,9 @@ type field struct {
 	// (--global: scope = "global").
 	flagSets string
 	help     string
+	// comment is what Format writes after the field of a rule with its
+	// defaults (d), or nil.
+	comment func(d *Rule) string
 	// inRule, inMatch or inRedis (by table) is a pointer to the field in
 	// a Rule, Match or Redis: *string, *Duration, **int, **float64,
 	// **bool, **string, *[]string, *[]int or **Match.
@@ -96,7 +99,7 @@ var schema = []field{
 	{table: tRule, name: "bitrate", inRule: func(r *Rule) any { return &r.Bitrate }, kind: kString, limit: true, settings: []shaper.Setting{shaper.SettingRate}, flag: "bitrate",
 		help: "Per-flow limit: RATE in bits per second, tc-style: 500kbit, 10mbit, 1gbit (kbps/mbps are bytes per second, as in tc); a packet costs its IP length."},
 	{table: tRule, name: "burst", inRule: func(r *Rule) any { return &r.Burst }, kind: kNumber, def: "5 packets, or with bitrate max(65535 bytes, 0.1 s of rate)", limit: true, settings: []shaper.Setting{shaper.SettingBurst}, flag: "burst",
-		help: "Token bucket capacity in packets (with bitrate: bytes)."},
+		help: "Token bucket capacity in packets (with bitrate: bytes).", comment: burstComment},
 	{table: tRule, name: "algo", inRule: func(r *Rule) any { return &r.Algo }, kind: kString, def: DefaultAlgo, limit: true, settings: []shaper.Setting{shaper.SettingAlgorithm}, flag: "algo",
 		help: "Limiter: token-bucket, fixed-window, sliding-window (exact log, packets only) or sliding-window-counter; or leaky-bucket, the token bucket shaping (shape)."},
 	{table: tRule, name: "shape", inRule: func(r *Rule) any { return &r.Shape }, kind: kBool, def: "false (true with algo leaky-bucket)", limit: true, settings: []shaper.Setting{shaper.SettingShape}, flag: "shape",
@@ -104,7 +107,7 @@ var schema = []field{
 	{table: tRule, name: "max-delay", inRule: func(r *Rule) any { return &r.MaxDelay }, kind: kDuration, def: DefaultMaxDelay.String(), limit: true, settings: []shaper.Setting{shaper.SettingMaxDelay}, flag: "max-delay",
 		help: "With shape: the longest a packet is held (at most 10s); the queue holds burst + rate × max-delay."},
 	{table: tRule, name: "window", inRule: func(r *Rule) any { return &r.Window }, kind: kDuration, def: Duration(shaper.DefaultWindow).String(), limit: true, settings: []shaper.Setting{shaper.SettingWindow}, flag: "window",
-		help: "Window length of the window algorithms (windows align to multiples of it since the Unix epoch)."},
+		help: "Window length of the window algorithms (windows align to multiples of it since the Unix epoch).", comment: windowComment},
 	{table: tRule, name: "key", inRule: func(r *Rule) any { return &r.Key }, kind: kString, def: DefaultKey, limit: true, settings: []shaper.Setting{shaper.SettingKey}, flag: "key",
 		help: "What makes a flow: 5tuple, src, dst or src-dst (like hashlimit's --hashlimit-mode)."},
 	{table: tRule, name: "src-prefix4", inRule: func(r *Rule) any { return &r.SrcPrefix4 }, kind: kInt, def: "32", limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix4",
@@ -124,8 +127,10 @@ var schema = []field{
 	{table: tRule, name: "scope", inRule: func(r *Rule) any { return &r.Scope }, kind: kString, def: DefaultScope, limit: true, settings: []shaper.Setting{shaper.SettingGlobal}, flag: "global", flagSets: "global",
 		help: "local (each host limits on its own) or global: one budget per flow key for every host running the rule, kept in the [redis] store and taken in leases (token-bucket and fixed-window only). The flag --global is scope = \"global\"."},
 	{table: tRule, name: "global-slack", inRule: func(r *Rule) any { return &r.GlobalSlack }, kind: kNumber, def: "0.01 (global rules)", limit: true, settings: []shaper.Setting{shaper.SettingGlobalSlack}, flag: "global-slack",
-		help: "Global rules: the fraction of the rate × 1 s that all hosts together may hold in leases of one key. More slack: fewer asks to the store, a looser bound."},
+		help:    "Global rules: the fraction of the rate × 1 s that all hosts together may hold in leases of one key. More slack: fewer asks to the store, a looser bound.",
+		comment: func(*Rule) string { return "fraction of the rate × 1 s all hosts may hold in leases" }},
 
+	{table: tMatch, name: "family", inMatch: func(m *Match) any { return &m.Family }, kind: kString, help: "ipv4 or ipv6."},
 	{table: tMatch, name: "src", inMatch: func(m *Match) any { return &m.Src }, kind: kStrings, help: "Source addresses or CIDRs, IPv4 or IPv6; an address without a length is one host."},
 	{table: tMatch, name: "dst", inMatch: func(m *Match) any { return &m.Dst }, kind: kStrings, help: "Destination addresses or CIDRs."},
 	{table: tMatch, name: "proto", inMatch: func(m *Match) any { return &m.Proto }, kind: kStringsOrInts, help: "tcp, udp, icmp, icmpv6, sctp, udplite or a number 0-254."},
@@ -133,7 +138,6 @@ var schema = []field{
 	{table: tMatch, name: "dport", inMatch: func(m *Match) any { return &m.Dport }, kind: kStringsOrInts, help: "Destination ports or \"lo-hi\" ranges."},
 	{table: tMatch, name: "iif", inMatch: func(m *Match) any { return &m.Iif }, kind: kStrings, help: "Input interface names."},
 	{table: tMatch, name: "oif", inMatch: func(m *Match) any { return &m.Oif }, kind: kStrings, help: "Output interface names."},
-	{table: tMatch, name: "family", inMatch: func(m *Match) any { return &m.Family }, kind: kString, help: "ipv4 or ipv6."},
 	{table: tMatch, name: "mark", inMatch: func(m *Match) any { return &m.Mark }, kind: kString, help: "\"VALUE\" or \"VALUE/MASK\": the packet's mark & MASK must be VALUE (mask default 0xffffffff)."},
 	{table: tMatch, name: "queue", inMatch: func(m *Match) any { return &m.Queue }, kind: kInts, help: "NFQUEUE queue numbers."},
 
