@@ -1,6 +1,9 @@
 package policy
 
 import (
+	"strconv"
+
+	"github.com/packetshaper/packetshaper/flows"
 	"sort"
 
 	"github.com/packetshaper/packetshaper/shaper"
@@ -262,4 +265,29 @@ func Flag(path string) string {
 		}
 	}
 	return ""
+}
+
+// DescribeKey is a key configuration in the rule file's words: "5tuple",
+// "src src-prefix4=24", "src-dst symmetric" (prefix lengths at their
+// default left out).
+func DescribeKey(k *flows.KeyConfig) string {
+	r := Rule{SrcPrefix4: &k.SrcPrefix4, DstPrefix4: &k.DstPrefix4, SrcPrefix6: &k.SrcPrefix6, DstPrefix6: &k.DstPrefix6, Symmetric: &k.Symmetric}
+	s := k.Mode.String()
+	for i := range schema {
+		f := &schema[i]
+		if f.table != tRule {
+			continue
+		}
+		switch {
+		case hasSetting(f, shaper.SettingPrefix):
+			if v := **f.inRule(&r).(**int); v > 0 && strconv.Itoa(v) != f.def {
+				s += " " + f.name + "=" + strconv.Itoa(v)
+			}
+		case hasSetting(f, shaper.SettingSymmetric):
+			if k.Symmetric {
+				s += " " + f.name
+			}
+		}
+	}
+	return s
 }

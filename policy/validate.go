@@ -355,7 +355,7 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		}
 		return
 	}
-	s.warn = f.checkFlowTimeout(i, &d, errs)
+	s.warn = f.checkFlowTimeout(i, &d, func(format string, args ...any) *Error { return bad("flow-timeout", format, args...) })
 	s.rule.Limit = c
 }
 

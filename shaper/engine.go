@@ -501,6 +501,20 @@ func build(p Policy, old *Engine) (*Engine, error) {
 	return e, nil
 }
 
+// Table is the flow table c gives, its defaults applied: its cap (MaxFlows,
+// or flows.DefaultMaxFlows) and idle timeout in nanoseconds (FlowTimeout,
+// or DefaultFlowTimeout; negative: never).
+func (c *Config) Table() (maxFlows int, timeout int64) {
+	maxFlows, timeout = c.MaxFlows, c.FlowTimeout
+	if maxFlows == 0 {
+		maxFlows = flows.DefaultMaxFlows
+	}
+	if timeout == 0 {
+		timeout = DefaultFlowTimeout
+	}
+	return maxFlows, timeout
+}
+
 // isGlobal reports whether r runs as a global rule: it says so and has a
 // source.
 func isGlobal(r Rule) bool {
@@ -521,15 +535,12 @@ func newLimitState(c Config, global bool) (*ruleState, error) {
 	if err != nil {
 		return nil, err
 	}
-	timeout := c.FlowTimeout
-	if timeout == 0 {
-		timeout = DefaultFlowTimeout
-	}
+	maxFlows, timeout := c.Table()
 	rs := &ruleState{lim: *lim, key: c.Key, bytes: c.Bytes, shape: lim.maxDelay > 0}
 	if global {
-		rs.gtable = flows.NewTable[gflow](c.MaxFlows, timeout)
+		rs.gtable = flows.NewTable[gflow](maxFlows, timeout)
 	} else {
-		rs.table = flows.NewTable[flow](c.MaxFlows, timeout)
+		rs.table = flows.NewTable[flow](maxFlows, timeout)
 	}
 	return rs, nil
 }
@@ -587,10 +598,7 @@ func checkLimit(c Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	maxFlows := c.MaxFlows
-	if maxFlows == 0 {
-		maxFlows = flows.DefaultMaxFlows
-	}
+	maxFlows, _ := c.Table()
 	if lc.Algorithm == SlidingWindow && float64(maxFlows)*float64(lim.limit)*8 > MaxLogBytes {
 		return nil, configErr(about(SettingMaxFlows, SettingAlgorithm), "sliding-window keeps %d timestamps (8 bytes each) for each of up to %d flows: %.1f GiB, over the %d GiB cap; lower max flows or the limit, or use sliding-window-counter",
 			lim.limit, maxFlows, float64(maxFlows)*float64(lim.limit)*8/(1<<30), MaxLogBytes>>30)
