@@ -267,12 +267,16 @@ func Flag(path string) string {
 	return ""
 }
 
-// DescribeKey is a key configuration in the rule file's words: "5tuple",
-// "src src-prefix4=24", "src-dst symmetric" (prefix lengths at their
-// default left out).
-func DescribeKey(k *flows.KeyConfig) string {
+// KeySetting is one setting of a key configuration that differs from its
+// default, in the rule file's words: a field and its value ("" for a
+// boolean that is true).
+type KeySetting struct{ Field, Value string }
+
+// KeySettings are the settings of k other than its mode that differ from
+// their defaults, in the schema's order: prefix lengths, symmetric.
+func KeySettings(k *flows.KeyConfig) []KeySetting {
 	r := Rule{SrcPrefix4: &k.SrcPrefix4, DstPrefix4: &k.DstPrefix4, SrcPrefix6: &k.SrcPrefix6, DstPrefix6: &k.DstPrefix6, Symmetric: &k.Symmetric}
-	s := k.Mode.String()
+	var out []KeySetting
 	for i := range schema {
 		f := &schema[i]
 		if f.table != tRule {
@@ -281,12 +285,25 @@ func DescribeKey(k *flows.KeyConfig) string {
 		switch {
 		case hasSetting(f, shaper.SettingPrefix):
 			if v := **f.inRule(&r).(**int); v > 0 && strconv.Itoa(v) != f.def {
-				s += " " + f.name + "=" + strconv.Itoa(v)
+				out = append(out, KeySetting{f.name, strconv.Itoa(v)})
 			}
 		case hasSetting(f, shaper.SettingSymmetric):
 			if k.Symmetric {
-				s += " " + f.name
+				out = append(out, KeySetting{Field: f.name})
 			}
+		}
+	}
+	return out
+}
+
+// DescribeKey is a key configuration in the rule file's words: "5tuple",
+// "src src-prefix4=24", "src-dst symmetric".
+func DescribeKey(k *flows.KeyConfig) string {
+	s := k.Mode.String()
+	for _, ks := range KeySettings(k) {
+		s += " " + ks.Field
+		if ks.Value != "" {
+			s += "=" + ks.Value
 		}
 	}
 	return s

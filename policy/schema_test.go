@@ -32,7 +32,7 @@ func TestErrorChain(t *testing.T) {
 // sources are the non-test Go files of the packages the schema serves.
 func sources(t *testing.T) map[string]string {
 	out := map[string]string{}
-	for _, dir := range []string{".", "../shaper", "../cmd/packetshaper", "../daemon", "../flows"} {
+	for _, dir := range []string{".", "../shaper", "../cmd/packetshaper", "../daemon", "../flows", "../report", "../replay"} {
 		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
