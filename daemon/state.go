@@ -4,15 +4,14 @@ import (
 	"context"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/packetshaper/packetshaper/daemon/control"
 	"github.com/packetshaper/packetshaper/failopen"
-	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/offload"
+	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -219,40 +218,13 @@ func describeRule(r *shaper.Rule) control.Rule {
 	} else {
 		out.WindowSecs = float64(lc.Window) / 1e9
 	}
-	out.Key = describeKey(&c.Key)
-	out.MaxFlows = c.MaxFlows
-	if out.MaxFlows == 0 {
-		out.MaxFlows = flows.DefaultMaxFlows
-	}
-	switch t := c.FlowTimeout; {
-	case t == 0:
-		out.FlowTimeoutSecs = float64(shaper.DefaultFlowTimeout) / 1e9
-	case t > 0:
-		out.FlowTimeoutSecs = float64(t) / 1e9
+	out.Key = policy.DescribeKey(&c.Key)
+	maxFlows, timeout := c.Table()
+	out.MaxFlows = maxFlows
+	if timeout > 0 {
+		out.FlowTimeoutSecs = float64(timeout) / 1e9
 	}
 	return out
-}
-
-// describeKey is a key configuration in the rule file's words: "5tuple",
-// "src src-prefix4=24", "src-dst symmetric".
-func describeKey(k *flows.KeyConfig) string {
-	s := k.Mode.String()
-	for _, p := range []struct {
-		name string
-		v    int
-	}{{"src-prefix4", k.SrcPrefix4}, {"dst-prefix4", k.DstPrefix4}, {"src-prefix6", k.SrcPrefix6}, {"dst-prefix6", k.DstPrefix6}} {
-		full := 32
-		if p.name[len(p.name)-1] == '6' {
-			full = 128
-		}
-		if p.v > 0 && p.v < full {
-			s += " " + p.name + "=" + strconv.Itoa(p.v)
-		}
-	}
-	if k.Symmetric {
-		s += " symmetric"
-	}
-	return s
 }
 
 // Flows lists the flows of every engine (one, serving every queue), one

@@ -69,7 +69,7 @@ func ParseMode(s string) (Mode, error) {
 			return Mode(m), nil
 		}
 	}
-	return 0, fmt.Errorf("flows: unknown key mode %q (want 5tuple, src, dst or src-dst)", s)
+	return 0, fmt.Errorf("unknown key mode %q (want 5tuple, src, dst or src-dst)", s)
 }
 
 // KeyConfig says how Key derives a flow key from a packet. The zero value
@@ -93,7 +93,7 @@ type KeyConfig struct {
 // Validate reports a prefix length out of range.
 func (c *KeyConfig) Validate() error {
 	if c.Mode > SrcDst {
-		return fmt.Errorf("flows: unknown key mode %d", c.Mode)
+		return fmt.Errorf("unknown key mode %d", c.Mode)
 	}
 	for _, f := range []struct {
 		name string
@@ -106,7 +106,7 @@ func (c *KeyConfig) Validate() error {
 		{"destination IPv6 prefix", c.DstPrefix6, 128},
 	} {
 		if f.v < 0 || f.v > f.max {
-			return fmt.Errorf("flows: %s /%d out of range 1-%d", f.name, f.v, f.max)
+			return fmt.Errorf("%s /%d out of range 1-%d", f.name, f.v, f.max)
 		}
 	}
 	full := func(v, max int) int {
@@ -118,7 +118,7 @@ func (c *KeyConfig) Validate() error {
 	if c.Symmetric && (full(c.SrcPrefix4, 32) != full(c.DstPrefix4, 32) || full(c.SrcPrefix6, 128) != full(c.DstPrefix6, 128)) {
 		// Endpoints are ordered after masking: A→B masked as (A/24, B)
 		// and B→A as (B/24, A) would be two flows.
-		return fmt.Errorf("flows: symmetric keys need equal source and destination prefix lengths (IPv4 /%d and /%d, IPv6 /%d and /%d)",
+		return fmt.Errorf("symmetric keys need equal source and destination prefix lengths (IPv4 /%d and /%d, IPv6 /%d and /%d)",
 			full(c.SrcPrefix4, 32), full(c.DstPrefix4, 32), full(c.SrcPrefix6, 128), full(c.DstPrefix6, 128))
 	}
 	return nil

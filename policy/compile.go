@@ -185,14 +185,9 @@ func (c *Compiled) Warnings() []string { return slices.Clone(c.warnings) }
 // have the same text (a reload keeps the rule's flows), whatever their
 // spelling. "" for a rule that matches everything.
 func (s *matchSpec) canonical() string {
-	var parts []string
-	add := func(name string, items []string) {
-		if items != nil {
-			parts = append(parts, name+"="+strings.Join(items, ","))
-		}
-	}
+	var m Match
 	if s.family != 0 {
-		add("family", []string{"ipv" + strconv.Itoa(int(s.family))})
+		m.Family = "ipv" + strconv.Itoa(int(s.family))
 	}
 	prefixes := func(ps []netip.Prefix) []string {
 		if ps == nil {
@@ -209,8 +204,7 @@ func (s *matchSpec) canonical() string {
 		}
 		return out
 	}
-	add("src", prefixes(s.src))
-	add("dst", prefixes(s.dst))
+	m.Src, m.Dst = prefixes(s.src), prefixes(s.dst)
 	if s.proto != nil {
 		ps := slices.Clone(s.proto)
 		slices.Sort(ps)
@@ -219,7 +213,7 @@ func (s *matchSpec) canonical() string {
 		for i, p := range ps {
 			out[i] = flows.ProtoName(p)
 		}
-		add("proto", out)
+		m.Proto = out
 	}
 	ports := func(rs []portRange) []string {
 		if rs == nil {
@@ -235,8 +229,7 @@ func (s *matchSpec) canonical() string {
 		}
 		return out
 	}
-	add("sport", ports(s.sport))
-	add("dport", ports(s.dport))
+	m.Sport, m.Dport = ports(s.sport), ports(s.dport)
 	names := func(ns []string) []string {
 		if ns == nil {
 			return nil
@@ -245,20 +238,44 @@ func (s *matchSpec) canonical() string {
 		slices.Sort(ns)
 		return slices.Compact(ns)
 	}
-	add("iif", names(s.iif))
-	add("oif", names(s.oif))
+	m.Iif, m.Oif = names(s.iif), names(s.oif)
 	if s.hasMark {
-		add("mark", []string{formatMark(s.mark, s.markMask)})
+		m.Mark = formatMark(s.mark, s.markMask)
 	}
 	if s.queue != nil {
 		qs := slices.Clone(s.queue)
 		slices.Sort(qs)
 		qs = slices.Compact(qs)
-		out := make([]string, len(qs))
+		m.Queue = make([]int, len(qs))
 		for i, q := range qs {
-			out[i] = strconv.Itoa(int(q))
+			m.Queue[i] = int(q)
 		}
-		add("queue", out)
+	}
+	// Fields in the schema's order, as name=item,item.
+	var parts []string
+	for i := range schema {
+		fd := &schema[i]
+		if fd.table != tMatch {
+			continue
+		}
+		switch p := fd.inMatch(&m).(type) {
+		case *string:
+			if *p != "" {
+				parts = append(parts, fd.name+"="+*p)
+			}
+		case *[]string:
+			if *p != nil {
+				parts = append(parts, fd.name+"="+strings.Join(*p, ","))
+			}
+		case *[]int:
+			if *p != nil {
+				items := make([]string, len(*p))
+				for i, q := range *p {
+					items[i] = strconv.Itoa(q)
+				}
+				parts = append(parts, fd.name+"="+strings.Join(items, ","))
+			}
+		}
 	}
 	return strings.Join(parts, " ")
 }

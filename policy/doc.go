@@ -15,8 +15,9 @@
 //	pps   = 10
 //	burst = 2
 //
-// Parse decodes strictly (github.com/pelletier/go-toml/v2 with unknown
-// fields refused) and validates everything; each error is one line naming
+// Parse decodes strictly, in one walk over go-toml's AST against the schema
+// declared once in schema.go (unknown fields, wrong types and duplicates
+// refused), and validates everything; each error is one line naming
 // the file, line, column, rule and field (Error). Compile turns a File into
 // the engine's shaper.Policy: one shaper.Rule per rule (each limit rule with
 // its own flow table) and a Classifier.

@@ -18,42 +18,26 @@ func (f *File) Format(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "# %d rule%s, tried in order: the first that matches a packet decides;\n", len(f.Rules), plural(len(f.Rules)))
 	fmt.Fprintf(bw, "# a packet no rule matches is accepted. Defaults are filled in.\n")
+	kv := func(k, v, comment string) {
+		fmt.Fprintf(bw, "%s = %s", k, v)
+		if comment != "" {
+			fmt.Fprintf(bw, " # %s", comment)
+		}
+		bw.WriteByte('\n')
+	}
 	if rd := f.Redis.WithDefaults(); rd != nil {
 		fmt.Fprintf(bw, "\n# The store the global rules share.\n[redis]\n")
-		addrs := make([]string, len(rd.Addrs))
-		for i, a := range rd.Addrs {
-			addrs[i] = quote(a)
-		}
-		fmt.Fprintf(bw, "addrs = [%s]\n", strings.Join(addrs, ", "))
-		fmt.Fprintf(bw, "cluster = %t\n", *rd.Cluster)
-		if rd.PasswordFile != "" {
-			fmt.Fprintf(bw, "password-file = %s\n", quote(rd.PasswordFile))
-		}
-		fmt.Fprintf(bw, "timeout = %s\n", quote(formatDuration(rd.Timeout)))
-		fmt.Fprintf(bw, "key-prefix = %s\n", quote(*rd.KeyPrefix))
-		if rd.Username != "" {
-			fmt.Fprintf(bw, "username = %s\n", quote(rd.Username))
-		}
-		if rd.TLS != nil {
-			fmt.Fprintf(bw, "tls = %t\n", *rd.TLS)
-		}
-		for _, kv := range [][2]string{{"ca-file", rd.CAFile}, {"cert-file", rd.CertFile}, {"key-file", rd.KeyFile}, {"server-name", rd.ServerName}} {
-			if kv[1] != "" {
-				fmt.Fprintf(bw, "%s = %s\n", kv[0], quote(kv[1]))
+		for i := range schema {
+			if fd := &schema[i]; fd.table == tRedis {
+				if v, ok := formatValue(fd.inRedis(rd)); ok {
+					kv(fd.name, v, "")
+				}
 			}
 		}
 	}
 	for _, r := range f.Rules {
 		d := r.WithDefaults()
 		fmt.Fprintf(bw, "\n[[rule]]\n")
-		kv := func(k, v, comment string) {
-			fmt.Fprintf(bw, "%s = %s", k, v)
-			if comment != "" {
-				fmt.Fprintf(bw, " # %s", comment)
-			}
-			bw.WriteByte('\n')
-		}
-		kv("name", quote(d.Name), "")
 		var match []matchItem
 		if d.Match != nil {
 			match = matchItems(d.Match)
@@ -65,59 +49,28 @@ func (f *File) Format(w io.Writer) error {
 				parts[i] = it.key + " = " + it.value(false)
 			}
 			inline = "{ " + strings.Join(parts, ", ") + " }"
-			if len(inline) <= 100 {
-				kv("match", inline, "")
-			}
-		} else {
-			bw.WriteString("# no match table: every packet\n")
 		}
-		kv("action", quote(d.Action), "")
-		if d.Action == "limit" {
-			kv("mode", quote(d.Mode), "")
-			kv("on-exceed", quote(d.OnExceed), "")
-			if d.SetMark != "" {
-				kv("set-mark", quote(d.SetMark), "")
+		for i := range schema {
+			fd := &schema[i]
+			if fd.table != tRule || fd.limit && d.Action != DefaultAction {
+				continue
 			}
-			if d.PPS != nil {
-				kv("pps", formatFloat(*d.PPS), "")
-			} else {
-				kv("bitrate", quote(d.Bitrate), "")
-			}
-			unused := func(used bool) string {
-				if used {
-					return ""
+			p := fd.inRule(&d)
+			if _, ok := p.(**Match); ok {
+				switch {
+				case len(match) == 0:
+					bw.WriteString("# no match table: every packet\n")
+				case len(inline) <= 100:
+					kv(fd.name, inline, "")
 				}
-				return "unused by " + d.Algo
+				continue
 			}
-			tb := d.Algo == DefaultAlgo || d.Algo == ShapeAlgo
-			if d.Burst != nil {
-				unit := "packets"
-				if d.PPS == nil {
-					unit = "bytes"
+			if v, ok := formatValue(p); ok {
+				c := ""
+				if fd.comment != nil {
+					c = fd.comment(&d)
 				}
-				c := unused(tb)
-				if c == "" {
-					c = unit
-				}
-				kv("burst", formatFloat(*d.Burst), c)
-			}
-			kv("algo", quote(d.Algo), "")
-			kv("shape", strconv.FormatBool(*d.Shape), "")
-			if *d.Shape {
-				kv("max-delay", quote(formatDuration(d.MaxDelay)), "")
-			}
-			kv("window", quote(formatDuration(d.Window)), unused(!tb))
-			kv("key", quote(d.Key), "")
-			kv("src-prefix4", strconv.Itoa(*d.SrcPrefix4), "")
-			kv("dst-prefix4", strconv.Itoa(*d.DstPrefix4), "")
-			kv("src-prefix6", strconv.Itoa(*d.SrcPrefix6), "")
-			kv("dst-prefix6", strconv.Itoa(*d.DstPrefix6), "")
-			kv("symmetric", strconv.FormatBool(*d.Symmetric), "")
-			kv("max-flows", strconv.Itoa(*d.MaxFlows), "")
-			kv("flow-timeout", quote(formatDuration(d.FlowTimeout)), "")
-			kv("scope", quote(d.Scope), "")
-			if d.GlobalSlack != nil {
-				kv("global-slack", formatFloat(*d.GlobalSlack), "fraction of the rate × 1 s all hosts may hold in leases")
+				kv(fd.name, v, c)
 			}
 		}
 		if len(inline) > 100 {
@@ -129,6 +82,63 @@ func (f *File) Format(w io.Writer) error {
 	}
 	return bw.Flush()
 }
+
+// formatValue writes the field p points at (from the schema) as TOML, or
+// reports it is not set.
+func formatValue(p any) (string, bool) {
+	if !given(p) {
+		return "", false
+	}
+	switch p := p.(type) {
+	case *string:
+		return quote(*p), true
+	case **string:
+		return quote(**p), true
+	case *Duration:
+		return quote(formatDuration(*p)), true
+	case **int:
+		return strconv.Itoa(**p), true
+	case **float64:
+		return formatFloat(**p), true
+	case **bool:
+		return strconv.FormatBool(**p), true
+	case *[]string:
+		items := make([]string, len(*p))
+		for i, v := range *p {
+			items[i] = quote(v)
+		}
+		return "[" + strings.Join(items, ", ") + "]", true
+	case *[]int:
+		items := make([]string, len(*p))
+		for i, v := range *p {
+			items[i] = strconv.Itoa(v)
+		}
+		return "[" + strings.Join(items, ", ") + "]", true
+	}
+	return "", false
+}
+
+// burstComment is the unit of a rule's burst, or that its algorithm
+// ignores it.
+func burstComment(d *Rule) string {
+	if !tokenBucket(d) {
+		return "unused by " + d.Algo
+	}
+	if d.PPS == nil {
+		return "bytes"
+	}
+	return "packets"
+}
+
+// windowComment says that a token bucket ignores the window.
+func windowComment(d *Rule) string {
+	if tokenBucket(d) {
+		return "unused by " + d.Algo
+	}
+	return ""
+}
+
+func tokenBucket(d *Rule) bool { return d.Algo == DefaultAlgo || d.Algo == ShapeAlgo }
 
 func plural(n int) string {
 	if n == 1 {
@@ -156,33 +166,29 @@ func (it matchItem) value(long bool) string {
 
 func matchItems(m *Match) []matchItem {
 	var out []matchItem
-	strs := func(key string, vs []string) {
-		if vs == nil {
-			return
+	for i := range schema {
+		fd := &schema[i]
+		if fd.table != tMatch {
+			continue
 		}
-		it := matchItem{key: key, items: make([]string, len(vs))}
-		for i, v := range vs {
-			it.items[i] = quote(v)
+		p := fd.inMatch(m)
+		if !given(p) {
+			continue
 		}
-		out = append(out, it)
-	}
-	if m.Family != "" {
-		out = append(out, matchItem{key: "family", scalar: quote(m.Family)})
-	}
-	strs("src", m.Src)
-	strs("dst", m.Dst)
-	strs("proto", m.Proto)
-	strs("sport", m.Sport)
-	strs("dport", m.Dport)
-	strs("iif", m.Iif)
-	strs("oif", m.Oif)
-	if m.Mark != "" {
-		out = append(out, matchItem{key: "mark", scalar: quote(m.Mark)})
-	}
-	if m.Queue != nil {
-		it := matchItem{key: "queue", items: make([]string, len(m.Queue))}
-		for i, q := range m.Queue {
-			it.items[i] = strconv.Itoa(q)
+		it := matchItem{key: fd.name}
+		switch p := p.(type) {
+		case *string:
+			it.scalar = quote(*p)
+		case *[]string:
+			it.items = make([]string, len(*p))
+			for i, v := range *p {
+				it.items[i] = quote(v)
+			}
+		case *[]int:
+			it.items = make([]string, len(*p))
+			for i, v := range *p {
+				it.items[i] = strconv.Itoa(v)
+			}
 		}
 		out = append(out, it)
 	}

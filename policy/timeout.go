@@ -35,14 +35,14 @@ func minFlowTimeout(lc shaper.LimiterConfig) Duration {
 // checkFlowTimeout checks rule i's flow-timeout against its limiter's
 // memory (d is the rule with its defaults): it refuses one given below it,
 // and returns the warning for a default raised to it, or "".
-func (f *File) checkFlowTimeout(i int, d *Rule, errs *errList) string {
+func (f *File) checkFlowTimeout(i int, d *Rule, bad func(format string, args ...any) *Error) string {
 	r := &f.Rules[i]
 	lc := d.memory()
 	mem := lc.Memory()
 	if r.FlowTimeout != 0 {
 		if int64(r.FlowTimeout) < mem {
-			errs.add(f.errAt(i, "flow-timeout", -1, "%v is below what the %s remembers of an idle flow, %v (%s): a flow forgotten sooner would come back with more than its limit; set at least %v or leave flow-timeout out",
-				r.FlowTimeout, d.Algo, time.Duration(mem), lc.MemoryWhat(), minFlowTimeout(lc)))
+			bad("%v is below what the %s remembers of an idle flow, %v (%s): a flow forgotten sooner would come back with more than its limit; set at least %v or leave flow-timeout out",
+				r.FlowTimeout, d.Algo, time.Duration(mem), lc.MemoryWhat(), minFlowTimeout(lc))
 		}
 		return ""
 	}

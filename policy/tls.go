@@ -18,7 +18,7 @@ import (
 func (rd *Redis) TLSConfig() (*tls.Config, error) {
 	cfg, field, err := rd.loadTLS()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", field, err)
+		return nil, fmt.Errorf("%s: %w", field, err)
 	}
 	return cfg, nil
 }
@@ -26,9 +26,9 @@ func (rd *Redis) TLSConfig() (*tls.Config, error) {
 // checkTLS checks the TLS settings of the [redis] table: the files must
 // be readable and hold what they are for (Validate reports it at the
 // field, so that `packetshaper check` finds a missing file).
-func (rd *Redis) checkTLS(bad func(field string, j int, format string, args ...any)) {
+func (rd *Redis) checkTLS(bad func(field string, j int, format string, args ...any) *Error) {
 	if _, field, err := rd.loadTLS(); err != nil {
-		bad(field, -1, "%v", err)
+		bad(field, -1, "%w", err)
 	}
 }
 

@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"net"
@@ -148,56 +149,20 @@ func validName(s string) bool {
 // given lists the limit rules' settings that r has, by field name.
 func (r *Rule) given() []string {
 	var g []string
-	add := func(ok bool, name string) {
-		if ok {
-			g = append(g, name)
+	for i := range schema {
+		if f := &schema[i]; f.limit && given(f.inRule(r)) {
+			g = append(g, f.name)
 		}
 	}
-	add(r.Mode != "", "mode")
-	add(r.OnExceed != "", "on-exceed")
-	add(r.SetMark != "", "set-mark")
-	add(r.PPS != nil, "pps")
-	add(r.Bitrate != "", "bitrate")
-	add(r.Burst != nil, "burst")
-	add(r.Algo != "", "algo")
-	add(r.Shape != nil, "shape")
-	add(r.MaxDelay != 0, "max-delay")
-	add(r.Window != 0, "window")
-	add(r.Key != "", "key")
-	add(r.SrcPrefix4 != nil, "src-prefix4")
-	add(r.DstPrefix4 != nil, "dst-prefix4")
-	add(r.SrcPrefix6 != nil, "src-prefix6")
-	add(r.DstPrefix6 != nil, "dst-prefix6")
-	add(r.Symmetric != nil, "symmetric")
-	add(r.MaxFlows != nil, "max-flows")
-	add(r.FlowTimeout != 0, "flow-timeout")
-	add(r.Scope != "", "scope")
-	add(r.GlobalSlack != nil, "global-slack")
 	return g
-}
-
-func (r *Rule) has(field string) bool {
-	for _, g := range r.given() {
-		if g == field {
-			return true
-		}
-	}
-	return false
-}
-
-// trim drops the package prefix of a shaper or flows error.
-func trim(err error) string {
-	s := err.Error()
-	for _, p := range []string{"shaper: ", "flows: "} {
-		s = strings.TrimPrefix(s, p)
-	}
-	return s
 }
 
 func (f *File) checkRule(i int, errs *errList, checked map[shaper.Config]error) ruleSpec {
 	r := &f.Rules[i]
-	bad := func(field, format string, args ...any) {
-		errs.add(f.errAt(i, field, -1, format, args...))
+	bad := func(field, format string, args ...any) *Error {
+		e := f.errAt(i, field, -1, format, args...)
+		errs.add(e)
+		return e
 	}
 	switch {
 	case r.Name == "":
@@ -241,8 +206,10 @@ func article(action string) string {
 func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.Config]error) {
 	r := &f.Rules[i]
 	n0 := len(*errs)
-	bad := func(field, format string, args ...any) {
-		errs.add(f.errAt(i, field, -1, format, args...))
+	bad := func(field, format string, args ...any) *Error {
+		e := f.errAt(i, field, -1, format, args...)
+		errs.add(e)
+		return e
 	}
 	switch {
 	case r.PPS != nil && r.Bitrate != "":
@@ -256,14 +223,14 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		if r.Action != "" {
 			field = "action"
 		}
-		bad(field, "no limit given: set pps or bitrate (or action = \"accept\" or \"drop\")")
+		bad(field, "no limit given: set pps or bitrate (or action = \"accept\" or \"drop\")").Problem = ProblemNoLimit
 	case r.PPS != nil:
 		if v := *r.PPS; !(v > 0) || math.IsInf(v, 0) {
 			bad("pps", "must be a positive number, not %v", v)
 		}
 	default:
 		if _, err := shaper.ParseBitrate(r.Bitrate); err != nil {
-			bad("bitrate", "%s", trim(err))
+			bad("bitrate", "%w", err)
 		}
 	}
 	if r.Burst != nil {
@@ -278,7 +245,7 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	if r.Algo != "" {
 		var err error
 		if algo, algoShapes, err = parseAlgo(r.Algo); err != nil {
-			bad("algo", "%v", err)
+			bad("algo", "%w", err)
 		}
 	}
 	f.checkShape(i, algo, algoShapes, errs)
@@ -287,7 +254,7 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	}
 	if r.Key != "" {
 		if _, err := flows.ParseMode(r.Key); err != nil {
-			bad("key", "%s", trim(err))
+			bad("key", "%w", err)
 		}
 	}
 	for _, p := range []struct {
@@ -338,14 +305,14 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	if r.SetMark != "" {
 		v, m, err := parseMark(r.SetMark)
 		if err != nil {
-			bad("set-mark", "%v", err)
+			bad("set-mark", "%w", err)
 		}
 		s.rule.Mark, s.rule.MarkMask = v, m
 	}
 	switch r.Scope {
 	case "", "local":
 		if r.GlobalSlack != nil {
-			bad("global-slack", "only for global rules (scope = \"global\")")
+			bad("global-slack", "only for global rules (scope = \"global\")").needs("scope")
 		}
 	case "global":
 		if r.Algo != "" && r.Algo != "token-bucket" && r.Algo != "fixed-window" {
@@ -360,7 +327,7 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 			}
 		}
 		if f.Redis == nil {
-			bad("scope", "\"global\" needs the [redis] table: the addrs of the store the hosts share")
+			bad("scope", "\"global\" needs the [redis] table: the addrs of the store the hosts share").needs("redis.addrs")
 		}
 	default:
 		bad("scope", "unknown scope %q (want local or global)", r.Scope)
@@ -376,10 +343,19 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		checked[c] = err
 	}
 	if err != nil {
-		bad(blame(r, &c), "%s", trim(err))
+		rate := "pps"
+		if c.Bytes {
+			rate = "bitrate"
+		}
+		var ce *shaper.ConfigError
+		if errors.As(err, &ce) {
+			bad(fieldFor(ce.Settings, r.given(), rate), "%w", err)
+		} else {
+			bad(rate, "%w", err)
+		}
 		return
 	}
-	s.warn = f.checkFlowTimeout(i, &d, errs)
+	s.warn = f.checkFlowTimeout(i, &d, func(format string, args ...any) *Error { return bad("flow-timeout", format, args...) })
 	s.rule.Limit = c
 }
 
@@ -387,8 +363,10 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 // and whether its name shapes), mode and on-exceed.
 func (f *File) checkShape(i int, algo shaper.Algorithm, algoShapes bool, errs *errList) {
 	r := &f.Rules[i]
-	bad := func(field, format string, args ...any) {
-		errs.add(f.errAt(i, field, -1, format, args...))
+	bad := func(field, format string, args ...any) *Error {
+		e := f.errAt(i, field, -1, format, args...)
+		errs.add(e)
+		return e
 	}
 	shapes := algoShapes || r.Shape != nil && *r.Shape
 	// The field that asks for shaping, to blame for what does not go
@@ -409,46 +387,10 @@ func (f *File) checkShape(i int, algo shaper.Algorithm, algoShapes bool, errs *e
 	case shapes && r.OnExceed == "mark":
 		bad(field, "a shaping rule delays what exceeds the rate and drops only what overflows its queue: on-exceed = \"mark\" does not apply")
 	case !shapes && r.MaxDelay != 0:
-		bad("max-delay", "needs shape = true (or algo = %q)", ShapeAlgo)
+		bad("max-delay", "needs shape = true (or algo = %q)", ShapeAlgo).needs("shape")
 	case r.MaxDelay > Duration(shaper.MaxMaxDelay):
 		bad("max-delay", "must be at most %v, not %v", time.Duration(shaper.MaxMaxDelay), r.MaxDelay)
 	}
-}
-
-// blame picks the field to report an error of shaper.Config.Check at: the
-// setting the engine found at odds with the others.
-func blame(r *Rule, c *shaper.Config) string {
-	rate := "pps"
-	if c.Bytes {
-		rate = "bitrate"
-	}
-	first := func(names ...string) string {
-		for _, n := range names {
-			if r.has(n) {
-				return n
-			}
-		}
-		return rate
-	}
-	lc := c.LimiterConfig()
-	switch {
-	case c.Bytes && c.Algorithm == shaper.SlidingWindow:
-		return "algo"
-	case c.Key.Validate() != nil:
-		return "symmetric"
-	case c.Shape && c.FlowTimeout > 0 && c.FlowTimeout < lc.MaxDelay:
-		return first("flow-timeout", "max-delay")
-	case c.Shape && c.Rate*float64(lc.MaxDelay)/1e9 > shaper.MaxBurst:
-		return first("max-delay", "shape", "algo")
-	case c.Algorithm == shaper.TokenBucket:
-		return first("burst")
-	case c.Algorithm == shaper.SlidingWindow:
-		if _, err := shaper.NewLimiter(c.LimiterConfig()); err == nil {
-			// The limit is fine; the logs of a full table are not.
-			return first("max-flows", "algo")
-		}
-	}
-	return first("window", "algo")
 }
 
 // config is the engine's Config of a rule that is checked and has its
@@ -487,12 +429,14 @@ func (f *File) checkRedis(errs *errList) {
 	if rd == nil {
 		return
 	}
-	bad := func(field string, j int, format string, args ...any) {
-		errs.add(f.redisErr(field, j, format, args...))
+	bad := func(field string, j int, format string, args ...any) *Error {
+		e := f.redisErr(field, j, format, args...)
+		errs.add(e)
+		return e
 	}
 	switch {
 	case rd.Addrs == nil:
-		bad("redis.addrs", -1, "missing: give the store's host:port (several with cluster = true)")
+		bad("redis.addrs", -1, "missing: give the store's host:port (several with cluster = true)").Problem = ProblemMissing
 	case len(rd.Addrs) == 0:
 		bad("redis.addrs", -1, "empty list: give the store's host:port (several with cluster = true)")
 	case len(rd.Addrs) > 1 && (rd.Cluster == nil || !*rd.Cluster):
@@ -501,7 +445,7 @@ func (f *File) checkRedis(errs *errList) {
 	seen := map[string]bool{}
 	for j, a := range rd.Addrs {
 		if err := checkHostPort(a); err != nil {
-			bad("redis.addrs", j, "%v", err)
+			bad("redis.addrs", j, "%w", err)
 		} else if seen[a] {
 			bad("redis.addrs", j, "%q given twice", a)
 		}
@@ -668,211 +612,6 @@ func formatMark(v, m uint32) string {
 		return fmt.Sprintf("%#x", v)
 	}
 	return fmt.Sprintf("%#x/%#x", v, m)
-}
-
-var protoNames = map[string]uint8{
-	"tcp": flows.ProtoTCP, "udp": flows.ProtoUDP, "icmp": flows.ProtoICMP,
-	"icmpv6": flows.ProtoICMPv6, "sctp": flows.ProtoSCTP, "udplite": flows.ProtoUDPLite,
-}
-
-// hasPorts reports whether proto carries ports that sport and dport match.
-func hasPorts(proto uint8) bool {
-	switch proto {
-	case flows.ProtoTCP, flows.ProtoUDP, flows.ProtoUDPLite, flows.ProtoSCTP:
-		return true
-	}
-	return false
-}
-
-func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
-	var s matchSpec
-	if m == nil {
-		return s
-	}
-	bad := func(field string, j int, format string, args ...any) {
-		errs.add(f.errAt(i, field, j, format, args...))
-	}
-	// list reports an empty list and calls item on each item.
-	list := func(field string, items []string, item func(j int, v string)) {
-		if items != nil && len(items) == 0 {
-			bad(field, -1, "empty list: it would match nothing; give at least one item or leave it out")
-		}
-		for j, v := range items {
-			item(j, v)
-		}
-	}
-	switch m.Family {
-	case "":
-	case "ipv4":
-		s.family = 4
-	case "ipv6":
-		s.family = 6
-	default:
-		bad("match.family", -1, "unknown family %q (want ipv4 or ipv6)", m.Family)
-	}
-	addrs := func(field string, items []string) []netip.Prefix {
-		var ps []netip.Prefix
-		fam := [2]bool{}
-		list(field, items, func(j int, v string) {
-			p, err := parsePrefix(v)
-			if err != nil {
-				bad(field, j, "%v", err)
-				return
-			}
-			ps = append(ps, p)
-			fam[b2i(p.Addr().Is6())] = true
-		})
-		if len(ps) > 0 && len(ps) == len(items) && s.family != 0 && !fam[b2i(s.family == 6)] {
-			bad(field, -1, "never matches: no item is an IPv%d address or CIDR, and match.family is %q", s.family, m.Family)
-		}
-		return ps
-	}
-	s.src = addrs("match.src", m.Src)
-	s.dst = addrs("match.dst", m.Dst)
-	portProto := false
-	list("match.proto", m.Proto, func(j int, v string) {
-		p, err := parseProto(v)
-		if err != nil {
-			bad("match.proto", j, "%v", err)
-			return
-		}
-		s.proto = append(s.proto, p)
-		portProto = portProto || hasPorts(p)
-	})
-	ports := func(field string, items []string) []portRange {
-		var rs []portRange
-		list(field, items, func(j int, v string) {
-			r, err := parsePorts(v)
-			if err != nil {
-				bad(field, j, "%v", err)
-				return
-			}
-			rs = append(rs, r)
-		})
-		if items != nil && len(s.proto) > 0 && len(s.proto) == len(m.Proto) && !portProto {
-			bad(field, -1, "never matches: no protocol in match.proto has ports (tcp, udp, udplite, sctp)")
-		}
-		return rs
-	}
-	s.sport = ports("match.sport", m.Sport)
-	s.dport = ports("match.dport", m.Dport)
-	ifaces := func(field string, items []string) []string {
-		list(field, items, func(j int, v string) {
-			if !validIfName(v) {
-				bad(field, j, "bad interface name %q", v)
-			}
-		})
-		return items
-	}
-	s.iif = ifaces("match.iif", m.Iif)
-	s.oif = ifaces("match.oif", m.Oif)
-	if m.Mark != "" {
-		v, mask, err := parseMark(m.Mark)
-		if err != nil {
-			bad("match.mark", -1, "%v", err)
-		}
-		s.hasMark, s.mark, s.markMask = true, v, mask
-	}
-	if m.Queue != nil && len(m.Queue) == 0 {
-		bad("match.queue", -1, "empty list: it would match nothing; give at least one item or leave it out")
-	}
-	for j, q := range m.Queue {
-		if q < 0 || q > math.MaxUint16 {
-			bad("match.queue", j, "queue %d out of range 0-65535", q)
-			continue
-		}
-		s.queue = append(s.queue, uint16(q))
-	}
-	return s
-}
-
-func b2i(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
-// parsePrefix parses an address (one host) or a CIDR whose address has no
-// bits set past its length.
-func parsePrefix(s string) (netip.Prefix, error) {
-	if strings.Contains(s, "/") {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return p, fmt.Errorf("bad CIDR %q (want an address or CIDR such as \"10.1.0.0/16\" or \"fd00::/8\")", s)
-		}
-		if m := p.Masked(); m != p {
-			return p, fmt.Errorf("bad CIDR %q: bits set past /%d (did you mean %q?)", s, p.Bits(), m.String())
-		}
-		if p.Addr().Is4In6() {
-			// Masked, so at least /96: the IPv4 prefix it stands for.
-			v4 := netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-			return p, fmt.Errorf("bad CIDR %q: an IPv4-mapped IPv6 prefix never matches IPv4 packets, which carry IPv4 addresses (write %q)", s, v4.String())
-		}
-		return p, nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil || a.Zone() != "" {
-		return netip.Prefix{}, fmt.Errorf("bad address %q (want an address or CIDR such as \"10.1.0.0/16\" or \"fd00::/8\")", s)
-	}
-	if a.Is4In6() {
-		return netip.Prefix{}, fmt.Errorf("bad address %q: an IPv4-mapped IPv6 address never matches IPv4 packets, which carry IPv4 addresses (write %q)", s, a.Unmap().String())
-	}
-	return netip.PrefixFrom(a, a.BitLen()), nil
-}
-
-func parseProto(s string) (uint8, error) {
-	if p, ok := protoNames[s]; ok {
-		return p, nil
-	}
-	n, err := strconv.Atoi(s)
-	switch {
-	case err != nil || n < 0 || n > 255:
-		return 0, fmt.Errorf("unknown protocol %q (want tcp, udp, icmp, icmpv6, sctp, udplite or a number 0-254)", s)
-	case n == flows.ProtoUnknown:
-		return 0, fmt.Errorf("protocol 255 is reserved: packetshaper means by it a protocol it could not find (want 0-254)")
-	}
-	return uint8(n), nil
-}
-
-func parsePorts(s string) (portRange, error) {
-	port := func(v string) (uint16, bool) {
-		if v == "" || len(v) > 5 {
-			return 0, false
-		}
-		n, err := strconv.ParseUint(v, 10, 32)
-		if err != nil || n > math.MaxUint16 {
-			return 0, false
-		}
-		return uint16(n), true
-	}
-	lo, hi, isRange := strings.Cut(s, "-")
-	a, ok1 := port(lo)
-	b, ok2 := a, true
-	if isRange {
-		b, ok2 = port(hi)
-	}
-	if !ok1 || !ok2 {
-		return portRange{}, fmt.Errorf("bad port %q (want a port 0-65535 or a range such as \"8000-8100\")", s)
-	}
-	if a > b {
-		return portRange{}, fmt.Errorf("bad port range %q: %d is above %d", s, a, b)
-	}
-	return portRange{a, b}, nil
-}
-
-// validIfName reports whether s can name a Linux network interface
-// (dev_valid_name: 1-15 bytes, no "/", ":" or white space, not "." or "..").
-func validIfName(s string) bool {
-	if s == "" || len(s) > 15 || s == "." || s == ".." {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c == '/' || c == ':' || c <= ' ' || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // durations as written, for Format.

@@ -86,28 +86,6 @@ func (ps *positions) at(i int, field string, j int) pos {
 	return r.at
 }
 
-// ruleAt is the index of the rule whose table holds p (the last rule
-// starting before it), or -1.
-func (ps *positions) ruleAt(p pos) int {
-	i := sort.Search(len(ps.rules), func(i int) bool { return p.before(ps.rules[i].at) })
-	return i - 1
-}
-
-// fieldAt is the field of rule i whose key, value or item is at p, or "".
-func (ps *positions) fieldAt(i int, p pos) string {
-	for name, f := range ps.rules[i].fields {
-		if f.key == p || f.val == p {
-			return name
-		}
-		for _, it := range f.items {
-			if it == p {
-				return name
-			}
-		}
-	}
-	return ""
-}
-
 // label names rule i in e.
 func (ps *positions) label(e *Error, i int) {
 	if n := ps.rules[i].name; n != "" {
@@ -115,47 +93,6 @@ func (ps *positions) label(e *Error, i int) {
 	} else {
 		e.Index = i + 1
 	}
-}
-
-// kind is a field's TOML type in the schema.
-type kind int
-
-const (
-	kString kind = iota
-	kInt
-	kNumber // integer or float
-	kBool
-	kTable
-	kStrings
-	kStringsOrInts
-	kInts
-)
-
-var ruleSchema = map[string]kind{
-	"name": kString, "match": kTable, "action": kString, "mode": kString,
-	"on-exceed": kString, "set-mark": kString, "key": kString,
-	"src-prefix4": kInt, "dst-prefix4": kInt, "src-prefix6": kInt, "dst-prefix6": kInt,
-	"symmetric": kBool, "pps": kNumber, "bitrate": kString, "burst": kNumber,
-	"algo": kString, "window": kString, "max-flows": kInt, "flow-timeout": kString,
-	"shape": kBool, "max-delay": kString,
-	"scope": kString, "global-slack": kNumber,
-}
-
-var redisSchema = map[string]kind{
-	"addrs": kStrings, "cluster": kBool, "password-file": kString, "timeout": kString, "key-prefix": kString,
-	"username": kString, "tls": kBool, "ca-file": kString, "cert-file": kString, "key-file": kString, "server-name": kString,
-}
-
-var matchSchema = map[string]kind{
-	"src": kStrings, "dst": kStrings, "proto": kStringsOrInts,
-	"sport": kStringsOrInts, "dport": kStringsOrInts, "iif": kStrings, "oif": kStrings,
-	"family": kString, "mark": kString, "queue": kInts,
-}
-
-var kindWant = map[kind]string{
-	kString: "a string", kInt: "an integer", kNumber: "a number", kBool: "true or false",
-	kTable: "a table", kStrings: "a list of strings", kStringsOrInts: "a list of strings or integers",
-	kInts: "a list of integers",
 }
 
 func nodeKind(k unstable.Kind) string {
@@ -189,6 +126,11 @@ type walker struct {
 	// ruleForm: 0 no rules yet, 1 [[rule]] tables, 2 rule = [ ... ].
 	ruleForm int
 	ctx      int
+	// rules and redis are what the walk decodes; vals the problems
+	// with values of the right kind (decode).
+	rules []Rule
+	redis *Redis
+	vals  []*issue
 }
 
 const (
@@ -211,9 +153,27 @@ type keyPart struct {
 	at   pos
 }
 
-// walk checks data's shape and records its positions. The error, if any,
-// is the first problem in the document.
-func walk(name string, data []byte) (*positions, *Error) {
+// walk checks data's shape, records its positions and decodes it. The
+// error, if any, is the first problem in the document's shape; the value
+// problems of a document without one are in errs.
+func walk(name string, data []byte) (f *File, errs errList, err *Error) {
+	w, err := walkOnly(name, data)
+	if err != nil {
+		return nil, nil, err
+	}
+	f = &File{Name: name, Rules: w.rules, Redis: w.redis, pos: &w.ps}
+	for i := range f.Rules {
+		if f.Rules[i].Match.empty() {
+			f.Rules[i].Match = nil
+		}
+	}
+	for _, is := range w.vals {
+		errs.add(w.errorOf(is))
+	}
+	return f, errs, nil
+}
+
+func walkOnly(name string, data []byte) (*walker, *Error) {
 	w := &walker{name: name, data: data, lines: []int{0}}
 	for i, c := range data {
 		if c == '\n' {
@@ -244,14 +204,14 @@ func walk(name string, data []byte) (*positions, *Error) {
 		// earlier problem, which may be its consequence.
 		e := &Error{File: name, Line: at.line, Col: at.col, Msg: "syntax error: " + msg}
 		if w.first != nil && w.first.at.before(at) {
-			return &w.ps, w.errorOf(w.first)
+			return w, w.errorOf(w.first)
 		}
-		return &w.ps, e
+		return w, e
 	}
 	if w.first != nil {
-		return &w.ps, w.errorOf(w.first)
+		return w, w.errorOf(w.first)
 	}
-	return &w.ps, nil
+	return w, nil
 }
 
 func (w *walker) errorOf(is *issue) *Error {
@@ -310,6 +270,7 @@ func (w *walker) cur() int { return len(w.ps.rules) - 1 }
 
 func (w *walker) newRule(at pos) {
 	w.ps.rules = append(w.ps.rules, &rulePos{at: at, fields: map[string]*fieldPos{}})
+	w.rules = append(w.rules, Rule{})
 }
 
 func (w *walker) arrayTable(e *unstable.Node) {
@@ -351,6 +312,7 @@ func (w *walker) table(e *unstable.Node) {
 			return
 		}
 		w.ps.redis = &rulePos{at: w.headerPos(e), fields: map[string]*fieldPos{}}
+		w.redis = &Redis{}
 		w.ctx = ctxRedis
 	case ks[0].name != "rule":
 		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
@@ -379,14 +341,14 @@ func (w *walker) table(e *unstable.Node) {
 func (w *walker) subTable(ks []keyPart) {
 	i := w.cur()
 	if ks[1].name == "match" {
-		if _, ok := matchSchema[ks[2].name]; ok {
+		if lookup(tMatch, ks[2].name) != nil {
 			w.report(ks[2].at, i, "match."+ks[2].name, "not a table")
 		} else {
 			w.unknown(ks[2].at, i, "match."+ks[2].name, matchFieldNames)
 		}
 		return
 	}
-	if _, ok := ruleSchema[ks[1].name]; ok {
+	if lookup(tRule, ks[1].name) != nil {
 		w.report(ks[1].at, i, ks[1].name, "not a table")
 		return
 	}
@@ -422,9 +384,9 @@ func (w *walker) redisKV(ks []keyPart, v *unstable.Node) {
 	r := w.ps.redis
 	k := ks[0]
 	field := "redis." + k.name
-	want, ok := redisSchema[k.name]
+	fd := lookup(tRedis, k.name)
 	switch {
-	case !ok:
+	case fd == nil:
 		w.unknownRedis(k)
 		return
 	case len(ks) > 1 || v == nil:
@@ -437,7 +399,9 @@ func (w *walker) redisKV(ks []keyPart, v *unstable.Node) {
 	}
 	f := &fieldPos{key: k.at, val: w.nodePos(v)}
 	r.fields[field] = f
-	w.check(-1, field, want, v, f)
+	if w.check(-1, field, fd.kind, v, f) {
+		w.decode(fd, fd.inRedis(w.redis), v, -1, field)
+	}
 }
 
 // rootRedis handles redis = { ... } and redis.KEY = ... at the top level.
@@ -453,6 +417,7 @@ func (w *walker) rootRedis(ks []keyPart, v *unstable.Node) {
 			return
 		}
 		w.ps.redis = &rulePos{at: ks[0].at, fields: map[string]*fieldPos{}}
+		w.redis = &Redis{}
 		it := v.Children()
 		for it.Next() {
 			n := it.Node()
@@ -462,6 +427,7 @@ func (w *walker) rootRedis(ks []keyPart, v *unstable.Node) {
 	}
 	if r == nil {
 		w.ps.redis = &rulePos{at: ks[0].at, fields: map[string]*fieldPos{}, matchBy: matchDotted}
+		w.redis = &Redis{}
 	} else if r.matchBy != matchDotted {
 		w.dup(ks[0].at, -1, "redis", &fieldPos{key: r.at})
 		return
@@ -537,8 +503,8 @@ func (w *walker) ruleKV(i int, ks []keyPart, v *unstable.Node) {
 		w.matchKV(i, ks[1:], v)
 		return
 	}
-	want, ok := ruleSchema[k.name]
-	if !ok {
+	fd := lookup(tRule, k.name)
+	if fd == nil {
 		w.unknown(k.at, i, k.name, ruleFieldNames)
 		return
 	}
@@ -555,15 +521,17 @@ func (w *walker) ruleKV(i int, ks []keyPart, v *unstable.Node) {
 	if k.name == "name" && v.Kind == unstable.String {
 		r.name = string(v.Data)
 	}
-	w.check(i, k.name, want, v, f)
+	if w.check(i, k.name, fd.kind, v, f) {
+		w.decode(fd, fd.inRule(&w.rules[i]), v, i, k.name)
+	}
 }
 
 func (w *walker) matchKV(i int, ks []keyPart, v *unstable.Node) {
 	r := w.ps.rules[i]
 	k := ks[0]
 	field := "match." + k.name
-	want, ok := matchSchema[k.name]
-	if !ok {
+	fd := lookup(tMatch, k.name)
+	if fd == nil {
 		w.unknown(k.at, i, field, matchFieldNames)
 		return
 	}
@@ -577,14 +545,21 @@ func (w *walker) matchKV(i int, ks []keyPart, v *unstable.Node) {
 	}
 	f := &fieldPos{key: k.at, val: w.nodePos(v)}
 	r.fields[field] = f
-	w.check(i, field, want, v, f)
+	if w.check(i, field, fd.kind, v, f) {
+		rr := &w.rules[i]
+		if rr.Match == nil {
+			rr.Match = &Match{}
+		}
+		w.decode(fd, fd.inMatch(rr.Match), v, i, field)
+	}
 }
 
 // check reports a value of the wrong type and records list items' places.
-func (w *walker) check(i int, field string, want kind, v *unstable.Node, f *fieldPos) {
+func (w *walker) check(i int, field string, want kind, v *unstable.Node, f *fieldPos) bool {
 	var ok bool
+	items := true
 	switch want {
-	case kString:
+	case kString, kDuration:
 		ok = v.Kind == unstable.String
 	case kInt:
 		ok = v.Kind == unstable.Integer
@@ -606,6 +581,7 @@ func (w *walker) check(i int, field string, want kind, v *unstable.Node, f *fiel
 			good := c.Kind == unstable.String && want != kInts ||
 				c.Kind == unstable.Integer && want != kStrings
 			if !good {
+				items = false
 				w.report(at, i, field, "want %s: item %d is %s", kindWant[want], j, nodeKind(c.Kind))
 			}
 		}
@@ -613,6 +589,7 @@ func (w *walker) check(i int, field string, want kind, v *unstable.Node, f *fiel
 	if !ok {
 		w.report(w.nodePos(v), i, field, "want %s, not %s", kindWant[want], nodeKind(v.Kind))
 	}
+	return ok && items
 }
 
 func (w *walker) dup(at pos, i int, field string, first *fieldPos) {
@@ -621,22 +598,6 @@ func (w *walker) dup(at pos, i int, field string, first *fieldPos) {
 		return
 	}
 	w.report(at, i, field, "defined twice")
-}
-
-var (
-	topLevelNames   = []string{"redis", "rule"}
-	ruleFieldNames  = schemaNames(ruleSchema)
-	matchFieldNames = schemaNames(matchSchema)
-	redisFieldNames = schemaNames(redisSchema)
-)
-
-func schemaNames(m map[string]kind) []string {
-	var s []string
-	for k := range m {
-		s = append(s, k)
-	}
-	sort.Strings(s)
-	return s
 }
 
 // unknown reports an unknown field, suggesting a known one that is a typo

@@ -312,17 +312,8 @@ func keyName(c shaper.Config) string {
 	k := c.Key
 	s := k.Mode.String()
 	var pre []string
-	add := func(name string, v, full int) {
-		if v > 0 && v < full {
-			pre = append(pre, fmt.Sprintf("%s %d", name, v))
-		}
-	}
-	add("src-prefix4", k.SrcPrefix4, 32)
-	add("dst-prefix4", k.DstPrefix4, 32)
-	add("src-prefix6", k.SrcPrefix6, 128)
-	add("dst-prefix6", k.DstPrefix6, 128)
-	if k.Symmetric {
-		pre = append(pre, "symmetric")
+	for _, ks := range policy.KeySettings(&k) {
+		pre = append(pre, strings.TrimSpace(ks.Field+" "+ks.Value))
 	}
 	if len(pre) > 0 {
 		s += " (" + strings.Join(pre, ", ") + ")"

@@ -33,7 +33,7 @@ func ParseVerdict(s string) (Verdict, error) {
 	case "drop", "DROP", "Drop":
 		return Drop, nil
 	}
-	return 0, fmt.Errorf("shaper: unknown verdict %q (want accept or drop)", s)
+	return 0, configErr(about(SettingVerdict), "unknown verdict %q (want accept or drop)", s)
 }
 
 // Defaults used for zero Config fields.
@@ -451,16 +451,16 @@ func (e *Engine) Reload(p Policy) (ne *Engine, kept []string, err error) {
 
 func build(p Policy, old *Engine) (*Engine, error) {
 	if len(p.Rules) == 0 {
-		return nil, fmt.Errorf("shaper: a policy needs at least one rule")
+		return nil, fmt.Errorf("a policy needs at least one rule")
 	}
 	if len(p.Rules) > MaxRules {
-		return nil, fmt.Errorf("shaper: %d rules, more than %d", len(p.Rules), MaxRules)
+		return nil, fmt.Errorf("%d rules, more than %d", len(p.Rules), MaxRules)
 	}
 	if p.Classifier == nil && len(p.Rules) != 1 {
-		return nil, fmt.Errorf("shaper: %d rules need a classifier", len(p.Rules))
+		return nil, fmt.Errorf("%d rules need a classifier", len(p.Rules))
 	}
 	if p.Malformed > Drop {
-		return nil, fmt.Errorf("shaper: unknown verdict %d", p.Malformed)
+		return nil, fmt.Errorf("unknown verdict %d", p.Malformed)
 	}
 	e := &Engine{cls: p.Classifier, malformed: p.Malformed, offAfter: p.OffloadAfter, stats: &Stats{}, delays: newDelayHist(), holdRoom: math.MaxInt}
 	if old != nil {
@@ -472,7 +472,7 @@ func build(p Policy, old *Engine) (*Engine, error) {
 	used := map[*ruleState]bool{}
 	for i, r := range p.Rules {
 		if r.Action > ActionDrop {
-			return nil, fmt.Errorf("shaper: rule %d (%s): unknown action %d", i, r.Name, r.Action)
+			return nil, fmt.Errorf("rule %d (%s): unknown action %d", i, r.Name, r.Action)
 		}
 		var rs *ruleState
 		if old != nil {
@@ -490,7 +490,7 @@ func build(p Policy, old *Engine) (*Engine, error) {
 				if len(p.Rules) == 1 {
 					return nil, err
 				}
-				return nil, fmt.Errorf("shaper: rule %s: %s", r.Name, trimPrefix(err))
+				return nil, fmt.Errorf("rule %s: %w", r.Name, err)
 			}
 		}
 		used[rs] = true
@@ -504,14 +504,18 @@ func build(p Policy, old *Engine) (*Engine, error) {
 	return e, nil
 }
 
-func trimPrefix(err error) string {
-	s := err.Error()
-	for _, p := range []string{"shaper: ", "flows: "} {
-		if len(s) > len(p) && s[:len(p)] == p {
-			return s[len(p):]
-		}
+// Table is the flow table c gives, its defaults applied: its cap (MaxFlows,
+// or flows.DefaultMaxFlows) and idle timeout in nanoseconds (FlowTimeout,
+// or DefaultFlowTimeout; negative: never).
+func (c *Config) Table() (maxFlows int, timeout int64) {
+	maxFlows, timeout = c.MaxFlows, c.FlowTimeout
+	if maxFlows == 0 {
+		maxFlows = flows.DefaultMaxFlows
 	}
-	return s
+	if timeout == 0 {
+		timeout = DefaultFlowTimeout
+	}
+	return maxFlows, timeout
 }
 
 // isGlobal reports whether r runs as a global rule: it says so and has a
@@ -534,15 +538,12 @@ func newLimitState(c Config, global bool) (*ruleState, error) {
 	if err != nil {
 		return nil, err
 	}
-	timeout := c.FlowTimeout
-	if timeout == 0 {
-		timeout = DefaultFlowTimeout
-	}
+	maxFlows, timeout := c.Table()
 	rs := &ruleState{lim: *lim, key: c.Key, bytes: c.Bytes, shape: lim.maxDelay > 0, off: offloadLimit(c.LimiterConfig(), c.Bytes)}
 	if global {
-		rs.gtable = flows.NewTable[gflow](c.MaxFlows, timeout)
+		rs.gtable = flows.NewTable[gflow](maxFlows, timeout)
 	} else {
-		rs.table = flows.NewTable[flow](c.MaxFlows, timeout)
+		rs.table = flows.NewTable[flow](maxFlows, timeout)
 	}
 	return rs, nil
 }
@@ -550,7 +551,7 @@ func newLimitState(c Config, global bool) (*ruleState, error) {
 // checkLimit checks c and returns its limiter; it allocates no flow table.
 func checkLimit(c Config) (*Limiter, error) {
 	if c.Bytes && c.Algorithm == SlidingWindow {
-		return nil, fmt.Errorf("shaper: sliding-window counts packets; with a bit rate use sliding-window-counter, fixed-window or token-bucket")
+		return nil, configErr(about(SettingAlgorithm), "sliding-window counts packets; with a bit rate use sliding-window-counter, fixed-window or token-bucket")
 	}
 	lc := c.LimiterConfig()
 	if c.Bytes {
@@ -558,50 +559,51 @@ func checkLimit(c Config) (*Limiter, error) {
 		// forever: refuse it rather than shape by surprise.
 		switch {
 		case lc.Algorithm == TokenBucket && lc.Burst < MinByteBudget:
-			return nil, fmt.Errorf("shaper: a burst of %v bytes is below one full-size packet (%d bytes): larger packets could never pass", lc.Burst, MinByteBudget)
+			return nil, configErr(about(SettingBurst), "a burst of %v bytes is below one full-size packet (%d bytes): larger packets could never pass", lc.Burst, MinByteBudget)
 		case lc.Algorithm != TokenBucket && lc.Rate*float64(lc.Window)/1e9 < MinByteBudget:
-			return nil, fmt.Errorf("shaper: rate × window is %.0f bytes, below one full-size packet (%d bytes): larger packets could never pass; raise the rate or the window", lc.Rate*float64(lc.Window)/1e9, MinByteBudget)
+			return nil, configErr(about(SettingWindow, SettingAlgorithm), "rate × window is %.0f bytes, below one full-size packet (%d bytes): larger packets could never pass; raise the rate or the window", lc.Rate*float64(lc.Window)/1e9, MinByteBudget)
 		}
 	}
 	if c.MaxFlows < 0 {
-		return nil, fmt.Errorf("shaper: max flows must not be negative")
+		return nil, configErr(about(SettingMaxFlows), "max flows must not be negative")
 	}
 	if c.Shape {
 		if c.Algorithm != TokenBucket {
-			return nil, fmt.Errorf("shaper: only the token bucket (leaky bucket) shapes, not %v", c.Algorithm)
+			return nil, configErr(about(SettingShape, SettingAlgorithm), "only the token bucket (leaky bucket) shapes, not %v", c.Algorithm)
 		}
 		if c.FlowTimeout > 0 && c.FlowTimeout < lc.MaxDelay {
-			return nil, fmt.Errorf("shaper: a flow timeout of %v is below the max delay of %v: a flow could be forgotten while its packets are held", time.Duration(c.FlowTimeout), time.Duration(lc.MaxDelay))
+			return nil, configErr(about(SettingFlowTimeout, SettingMaxDelay), "a flow timeout of %v is below the max delay of %v: a flow could be forgotten while its packets are held", time.Duration(c.FlowTimeout), time.Duration(lc.MaxDelay))
 		}
 	} else if c.MaxDelay != 0 {
-		return nil, fmt.Errorf("shaper: a max delay needs shaping")
+		return nil, configErr(about(SettingMaxDelay), "a max delay needs shaping")
 	}
 	if c.Global {
 		if c.Shape {
-			return nil, fmt.Errorf("shaper: a global limit does not shape: its budget comes in leases, not a departure time per packet; shape locally or police globally")
+			return nil, configErr(about(SettingShape, SettingGlobal), "a global limit does not shape: its budget comes in leases, not a departure time per packet; shape locally or police globally")
 		}
 		if lc.Algorithm != TokenBucket && lc.Algorithm != FixedWindow {
-			return nil, fmt.Errorf("shaper: a global limit is a token-bucket or fixed-window one, not %v", lc.Algorithm)
+			return nil, configErr(about(SettingAlgorithm, SettingGlobal), "a global limit is a token-bucket or fixed-window one, not %v", lc.Algorithm)
 		}
 		if s := c.GlobalSlack; !(s >= 0 && s <= 1) {
-			return nil, fmt.Errorf("shaper: global slack must be between 0 and 1 (a fraction of rate × 1 s), not %v", s)
+			return nil, configErr(about(SettingGlobalSlack), "global slack must be between 0 and 1 (a fraction of rate × 1 s), not %v", s)
 		}
 	} else if c.GlobalSlack != 0 {
-		return nil, fmt.Errorf("shaper: global slack is for global limits only")
+		return nil, configErr(about(SettingGlobalSlack, SettingGlobal), "global slack is for global limits only")
 	}
 	if err := c.Key.Validate(); err != nil {
-		return nil, err
+		at := about(SettingPrefix, SettingKey)
+		if c.Key.Symmetric {
+			at = about(SettingSymmetric, SettingPrefix)
+		}
+		return nil, &ConfigError{Settings: at, Msg: err.Error()}
 	}
 	lim, err := NewLimiter(lc)
 	if err != nil {
 		return nil, err
 	}
-	maxFlows := c.MaxFlows
-	if maxFlows == 0 {
-		maxFlows = flows.DefaultMaxFlows
-	}
+	maxFlows, _ := c.Table()
 	if lc.Algorithm == SlidingWindow && float64(maxFlows)*float64(lim.limit)*8 > MaxLogBytes {
-		return nil, fmt.Errorf("shaper: sliding-window keeps %d timestamps (8 bytes each) for each of up to %d flows: %.1f GiB, over the %d GiB cap; lower max flows or the limit, or use sliding-window-counter",
+		return nil, configErr(about(SettingMaxFlows, SettingAlgorithm), "sliding-window keeps %d timestamps (8 bytes each) for each of up to %d flows: %.1f GiB, over the %d GiB cap; lower max flows or the limit, or use sliding-window-counter",
 			lim.limit, maxFlows, float64(maxFlows)*float64(lim.limit)*8/(1<<30), MaxLogBytes>>30)
 	}
 	return lim, nil

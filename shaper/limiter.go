@@ -7,7 +7,6 @@
 package shaper
 
 import (
-	"fmt"
 	"math"
 	"math/bits"
 	"strconv"
@@ -70,7 +69,7 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 			return Algorithm(a), nil
 		}
 	}
-	return 0, fmt.Errorf("shaper: unknown algorithm %q (want token-bucket, fixed-window, sliding-window or sliding-window-counter)", s)
+	return 0, configErr(about(SettingAlgorithm), "unknown algorithm %q (want token-bucket, fixed-window, sliding-window or sliding-window-counter)", s)
 }
 
 // MaxLogLimit caps the sliding-window log's Limit: it stores a timestamp per
@@ -157,45 +156,45 @@ const MaxMaxDelay = int64(10 * time.Second)
 // NewLimiter checks c and returns its Limiter.
 func NewLimiter(c LimiterConfig) (*Limiter, error) {
 	if !(c.Rate > 0) || math.IsInf(c.Rate, 0) {
-		return nil, fmt.Errorf("shaper: rate must be a positive number, not %v", c.Rate)
+		return nil, configErr(about(SettingRate), "rate must be a positive number, not %v", c.Rate)
 	}
 	l := &Limiter{algo: c.Algorithm, rate: c.Rate, window: c.Window}
 	l.rateInt, l.rateHi, l.rateLo = exactRate(c.Rate)
 	switch c.Algorithm {
 	case TokenBucket:
 		if !(c.Burst >= 1) || c.Burst > MaxBurst {
-			return nil, fmt.Errorf("shaper: burst must be between 1 and %g, not %v", float64(MaxBurst), c.Burst)
+			return nil, configErr(about(SettingBurst), "burst must be between 1 and %g, not %v", float64(MaxBurst), c.Burst)
 		}
 		l.burstN = int64(c.Burst * nano)
 		if c.MaxDelay != 0 {
 			if c.MaxDelay < 0 || c.MaxDelay > MaxMaxDelay {
-				return nil, fmt.Errorf("shaper: max delay must be above 0 and at most %v, not %v", time.Duration(MaxMaxDelay), time.Duration(c.MaxDelay))
+				return nil, configErr(about(SettingMaxDelay), "max delay must be above 0 and at most %v, not %v", time.Duration(MaxMaxDelay), time.Duration(c.MaxDelay))
 			}
 			if q := c.Rate * float64(c.MaxDelay) / 1e9; q > MaxBurst {
-				return nil, fmt.Errorf("shaper: rate × max delay is %g, a queue above %g: lower the max delay", q, float64(MaxBurst))
+				return nil, configErr(about(SettingMaxDelay, SettingShape, SettingAlgorithm), "rate × max delay is %g, a queue above %g: lower the max delay", q, float64(MaxBurst))
 			}
 			l.maxDelay = c.MaxDelay
 		}
 	case FixedWindow, SlidingWindow, SlidingWindowCounter:
 		if c.Window <= 0 {
-			return nil, fmt.Errorf("shaper: %v needs a positive window, not %dns", c.Algorithm, c.Window)
+			return nil, configErr(about(SettingWindow, SettingAlgorithm), "%v needs a positive window, not %dns", c.Algorithm, c.Window)
 		}
 		if c.MaxDelay != 0 {
-			return nil, fmt.Errorf("shaper: only the token bucket shapes (holds packets), not %v", c.Algorithm)
+			return nil, configErr(about(SettingShape, SettingAlgorithm), "only the token bucket shapes (holds packets), not %v", c.Algorithm)
 		}
 		lim := math.Floor(c.Rate*float64(c.Window)/1e9 + 1e-9)
 		if lim < 1 {
-			return nil, fmt.Errorf("shaper: rate %v/s over a %v s window allows less than one packet per window; raise the rate or the window", c.Rate, float64(c.Window)/1e9)
+			return nil, configErr(about(SettingWindow, SettingAlgorithm), "rate %v/s over a %v s window allows less than one packet per window; raise the rate or the window", c.Rate, float64(c.Window)/1e9)
 		}
 		if lim > 1<<53 {
-			return nil, fmt.Errorf("shaper: rate × window is too large")
+			return nil, configErr(about(SettingWindow, SettingAlgorithm), "rate × window is too large")
 		}
 		l.limit = int64(lim)
 		if c.Algorithm == SlidingWindow && l.limit > MaxLogLimit {
-			return nil, fmt.Errorf("shaper: sliding-window keeps one timestamp per packet, and a limit of %d per window is over its cap of %d; use sliding-window-counter", l.limit, MaxLogLimit)
+			return nil, configErr(about(SettingWindow, SettingAlgorithm), "sliding-window keeps one timestamp per packet, and a limit of %d per window is over its cap of %d; use sliding-window-counter", l.limit, MaxLogLimit)
 		}
 	default:
-		return nil, fmt.Errorf("shaper: unknown algorithm %d", c.Algorithm)
+		return nil, configErr(about(SettingAlgorithm), "unknown algorithm %d", c.Algorithm)
 	}
 	return l, nil
 }

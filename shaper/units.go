@@ -1,7 +1,6 @@
 package shaper
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
@@ -23,15 +22,15 @@ func ParseBitrate(s string) (float64, error) {
 	num, unit := t[:i], t[i:]
 	v, err := strconv.ParseFloat(num, 64)
 	if err != nil || num == "" {
-		return 0, fmt.Errorf("shaper: bad rate %q (want a number with a unit such as 500kbit, 10mbit or 1gbit)", s)
+		return 0, configErr(about(SettingRate), "bad rate %q (want a number with a unit such as 500kbit, 10mbit or 1gbit)", s)
 	}
 	mult, ok := rateUnits[unit]
 	if !ok {
-		return 0, fmt.Errorf("shaper: bad rate unit %q in %q (want bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit, tibit, bps, kbps, mbps, gbps, tbps)", unit, s)
+		return 0, configErr(about(SettingRate), "bad rate unit %q in %q (want bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit, tibit, bps, kbps, mbps, gbps, tbps)", unit, s)
 	}
 	r := v * mult
 	if !(r > 0) || r > 1e15 {
-		return 0, fmt.Errorf("shaper: rate %q out of range", s)
+		return 0, configErr(about(SettingRate), "rate %q out of range", s)
 	}
 	return r, nil
 }

@@ -5,152 +5,50 @@ import (
 	"flag"
 	"fmt"
 	"strings"
-	"time"
 
-	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-// limiterFlags are the flags that the live shaper and replay share: what a
-// flow is and how it is limited. Alone they make a one-rule policy (rule
-// "default", matching every packet); with --policy FILE they are refused.
-// Their names are the rule file's field names.
-type limiterFlags struct {
-	pps         float64
-	bitrate     string
-	burst       float64
-	algo        string
-	window      time.Duration
-	key         string
-	srcPrefix4  int
-	dstPrefix4  int
-	srcPrefix6  int
-	dstPrefix6  int
-	symmetric   bool
-	maxFlows    int
-	flowTimeout time.Duration
-	shape       bool
-	maxDelay    time.Duration
-	global      bool
-	globalSlack float64
-	redis       string
-	redisPwFile string
-}
+// The limiter flags, which the live shaper and replay share, are what a
+// flow is and how it is limited: policy.DefineFlags defines them from the
+// rule file's schema, with its field names. Alone they make a one-rule
+// policy (rule "default", matching every packet); with --policy FILE they
+// are refused.
 
-// addLimiterFlags defines the limiter flags on fs.
-func addLimiterFlags(fs *flag.FlagSet) *limiterFlags {
-	l := &limiterFlags{}
-	fs.Float64Var(&l.pps, "pps", 0, "per-flow limit: `N` packets per second; fractions allowed (--pps 0.5 --window 10s is 5 per 10 s)")
-	fs.StringVar(&l.bitrate, "bitrate", "", "per-flow limit: `RATE` in bits per second, tc-style: 500kbit, 10mbit, 1gbit (kbps/mbps are bytes per second, as in tc); a packet costs its IP length")
-	fs.Float64Var(&l.burst, "burst", 0, "token bucket capacity in packets (with --bitrate: bytes); default 5 packets, or with --bitrate max(65535 bytes, 0.1 s of rate)")
-	fs.StringVar(&l.algo, "algo", "token-bucket", "limiter: token-bucket, fixed-window, sliding-window (exact log, packets only) or sliding-window-counter; or leaky-bucket, the token bucket shaping (--shape)")
-	fs.BoolVar(&l.shape, "shape", false, "shape instead of police (token bucket only): hold a packet over the limit until the rate allows it, up to --max-delay, and drop only what would wait longer")
-	fs.DurationVar(&l.maxDelay, "max-delay", 0, "with --shape: the longest a packet is held (default 50ms, at most 10s); the queue holds burst + rate × max-delay")
-	fs.DurationVar(&l.window, "window", time.Second, "window length of the window algorithms (windows align to multiples of it since the Unix epoch)")
-	fs.StringVar(&l.key, "key", "5tuple", "what makes a flow: 5tuple, src, dst or src-dst (like hashlimit's --hashlimit-mode)")
-	fs.IntVar(&l.srcPrefix4, "src-prefix4", 32, "IPv4 source prefix length a flow is keyed by (24 = one limit per /24)")
-	fs.IntVar(&l.dstPrefix4, "dst-prefix4", 32, "IPv4 destination prefix length")
-	fs.IntVar(&l.srcPrefix6, "src-prefix6", 128, "IPv6 source prefix length (64 = one limit per /64)")
-	fs.IntVar(&l.dstPrefix6, "dst-prefix6", 128, "IPv6 destination prefix length")
-	fs.BoolVar(&l.symmetric, "symmetric", false, "count both directions of a conversation as one flow")
-	fs.IntVar(&l.maxFlows, "max-flows", flows.DefaultMaxFlows, "flow table cap (about 180 bytes per flow); when full, a flow seen once is evicted before any that keeps sending (see README, Flow table)")
-	fs.DurationVar(&l.flowTimeout, "flow-timeout", 0, "forget a flow after this long without packets (default 1m, raised with a warning to what the limiter remembers of an idle flow when longer: burst / rate, the window, 2 windows for sliding-window-counter; one given shorter than that is refused)")
-	fs.BoolVar(&l.global, "global", false, "one limit per flow key for every host running the rule, kept in --redis and taken in leases (token-bucket and fixed-window; see README, Global limits)")
-	fs.Float64Var(&l.globalSlack, "global-slack", 0, "with --global: the fraction of the rate × 1 s that all hosts together may hold in leases of one key (default 0.01)")
-	fs.StringVar(&l.redis, "redis", "", "with --global: the store, `host:port` (a Redis/Valkey server or primary), or several for a Redis Cluster")
-	fs.StringVar(&l.redisPwFile, "redis-password-file", "", "with --redis: a `FILE` holding the store's password")
-	return l
-}
-
-// limiterFlagNames are the flags addLimiterFlags defines.
+// limiterFlagNames are the flags policy.DefineFlags defines.
 func limiterFlagNames() map[string]bool {
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	addLimiterFlags(fs)
+	policy.DefineFlags(fs)
 	names := map[string]bool{}
 	fs.VisitAll(func(f *flag.Flag) { names[f.Name] = true })
 	return names
 }
 
-// file returns the one-rule policy the flags describe.
-func (l *limiterFlags) file() *policy.File {
-	r := policy.Rule{
-		Name:        "default",
-		Algo:        l.algo,
-		Key:         l.key,
-		SrcPrefix4:  &l.srcPrefix4,
-		DstPrefix4:  &l.dstPrefix4,
-		SrcPrefix6:  &l.srcPrefix6,
-		DstPrefix6:  &l.dstPrefix6,
-		Symmetric:   &l.symmetric,
-		MaxFlows:    &l.maxFlows,
-		Window:      policy.Duration(l.window),
-		FlowTimeout: policy.Duration(l.flowTimeout),
-		Bitrate:     l.bitrate,
-	}
-	if l.pps != 0 {
-		r.PPS = &l.pps
-	}
-	if l.burst != 0 {
-		r.Burst = &l.burst
-	}
-	if l.shape {
-		r.Shape = &l.shape
-	}
-	if l.maxDelay != 0 {
-		r.MaxDelay = policy.Duration(l.maxDelay)
-	}
-	f := &policy.File{Rules: []policy.Rule{r}}
-	if l.global {
-		r.Scope = "global"
-		if l.globalSlack != 0 {
-			r.GlobalSlack = &l.globalSlack
-		}
-	} else if l.globalSlack != 0 {
-		r.GlobalSlack = &l.globalSlack // refused: only for global rules
-	}
-	f.Rules[0] = r
-	if l.redis != "" || l.redisPwFile != "" {
-		addrs := strings.Split(l.redis, ",")
-		if l.redis == "" {
-			addrs = nil
-		}
-		cluster := len(addrs) > 1
-		f.Redis = &policy.Redis{Addrs: addrs, Cluster: &cluster, PasswordFile: l.redisPwFile}
-	}
-	return f
-}
-
 // flagError turns a policy error about the one-rule policy the flags make
-// into the flag's words: "--burst: must be at least 1".
+// into the flags' words: "--burst: must be at least 1".
 func flagError(err error) error {
 	var pe *policy.Error
-	if errors.As(err, &pe) {
-		if strings.HasPrefix(pe.Msg, "no limit given") {
-			return errors.New("no limit given: set --pps N or --bitrate RATE (or --policy FILE)")
+	if !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Problem {
+	case policy.ProblemNoLimit:
+		return errors.New("no limit given: set --pps N or --bitrate RATE (or --policy FILE)")
+	case policy.ProblemNeeds:
+		if f, n := policy.Flag(pe.Field), policy.Flag(pe.Needs); f != "" && n != "" {
+			return fmt.Errorf("--%s needs --%s", f, n)
 		}
-		switch pe.Field {
-		case "max-delay":
-			if strings.HasPrefix(pe.Msg, "needs shape") {
-				return errors.New("--max-delay: needs --shape (or --algo leaky-bucket)")
-			}
-		case "scope":
-			return errors.New("--global needs --redis host:port[,host:port...]: the store the hosts share")
-		case "global-slack":
-			if strings.HasPrefix(pe.Msg, "only for global") {
-				return errors.New("--global-slack is for --global rules only")
-			}
-		case "redis.addrs":
-			if strings.HasPrefix(pe.Msg, "missing") {
-				return errors.New("--redis-password-file needs --redis host:port")
-			}
-			return fmt.Errorf("--redis: %s", pe.Msg)
-		case "redis.password-file":
-			return fmt.Errorf("--redis-password-file: %s", pe.Msg)
+	case policy.ProblemMissing:
+		// The flags make a [redis] table for --redis or
+		// --redis-password-file: without --redis, its addrs are
+		// missing.
+		if n := policy.Flag(pe.Field); n != "" {
+			return fmt.Errorf("--redis-password-file needs --%s host:port", n)
 		}
-		if pe.Field != "" {
-			return fmt.Errorf("--%s: %s", pe.Field, pe.Msg)
-		}
+	}
+	if f := policy.Flag(pe.Field); f != "" {
+		return fmt.Errorf("--%s: %s", f, pe.Msg)
 	}
 	return err
 }
@@ -159,13 +57,13 @@ func flagError(err error) error {
 // limiter flags, and the settings beside the rules.
 type policyFlags struct {
 	fs        *flag.FlagSet
-	limiter   *limiterFlags
+	limiter   *policy.Flags
 	file      string
 	malformed string
 }
 
 func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
-	p := &policyFlags{fs: fs, limiter: addLimiterFlags(fs)}
+	p := &policyFlags{fs: fs, limiter: policy.DefineFlags(fs)}
 	fs.StringVar(&p.file, "policy", "", "read the rules from the TOML rule `FILE` (see README, Policies) instead of the limiter flags; live: SIGHUP re-reads it")
 	fs.StringVar(&p.malformed, "malformed", "accept", "verdict for packets whose IP header is invalid (the kernel drops those anyway): accept or drop")
 	return p
@@ -186,7 +84,7 @@ func (p *policyFlags) source(opts policy.Options) (*policySource, error) {
 	s := &policySource{file: p.file, opts: opts}
 	var err error
 	if s.malformed, err = shaper.ParseVerdict(p.malformed); err != nil {
-		return nil, fmt.Errorf("--malformed: %s", trimPkg(err))
+		return nil, fmt.Errorf("--malformed: %w", err)
 	}
 	limiter := limiterFlagNames()
 	var given []string
@@ -201,7 +99,7 @@ func (p *policyFlags) source(opts policy.Options) (*policySource, error) {
 		}
 		return s, nil
 	}
-	s.flags = p.limiter.file()
+	s.flags = p.limiter.File()
 	if err := s.flags.Validate(); err != nil {
 		return nil, flagError(err)
 	}
@@ -243,16 +141,4 @@ func (s *policySource) Describe() string {
 		return s.file
 	}
 	return "command line"
-}
-
-// trimPkg drops the "shaper: " / "flows: " prefix that package errors carry,
-// for messages that already name the flag.
-func trimPkg(err error) string {
-	s := err.Error()
-	for _, p := range []string{"shaper: ", "flows: "} {
-		if len(s) > len(p) && s[:len(p)] == p {
-			return s[len(p):]
-		}
-	}
-	return s
 }

@@ -236,7 +236,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 		Log:                   log,
 	}
 	if err := daemon.Check(&cfg, comp); err != nil {
-		return usage("%s", trimPkg(err))
+		return usage("%v", err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -244,7 +244,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	if err := daemon.Run(ctx, cfg, src, comp, hup); err != nil {
 		var ue daemon.UsageError
 		if errors.As(err, &ue) {
-			return usage("%s", trimPkg(err))
+			return usage("%v", err)
 		}
 		fmt.Fprintln(stderr, "packetshaper:", oneLine(err.Error()))
 		return 1

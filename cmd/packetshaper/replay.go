@@ -118,7 +118,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	pol.Malformed = src.malformed
 	eng, err := shaper.NewPolicy(pol)
 	if err != nil {
-		fmt.Fprintln(stderr, "packetshaper replay:", trimPkg(err))
+		fmt.Fprintln(stderr, "packetshaper replay:", err)
 		return 2
 	}
 	var showProgress bool
