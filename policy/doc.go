@@ -48,7 +48,7 @@
 //	timeout = "20ms"              # default
 //	key-prefix = "packetshaper:"  # default
 //	# password-file = "/etc/packetshaper/redis.pw"
-//	# username = "packetshaper"   # an ACL user (see the README's ACL)
+//	# username = "packetshaper"   # an ACL user (see docs/global-limits.md, the ACL)
 //	# tls = true                  # default false; the rest needs it:
 //	# ca-file = "/etc/packetshaper/redis-ca.pem"    # default: the system's roots
 //	# cert-file = "/etc/packetshaper/client.pem"    # a client certificate,

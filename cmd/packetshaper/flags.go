@@ -64,7 +64,7 @@ type policyFlags struct {
 
 func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
 	p := &policyFlags{fs: fs, limiter: policy.DefineFlags(fs)}
-	fs.StringVar(&p.file, "policy", "", "read the rules from the TOML rule `FILE` (see README, Policies) instead of the limiter flags; live: SIGHUP re-reads it")
+	fs.StringVar(&p.file, "policy", "", "read the rules from the TOML rule `FILE` (see docs/configuration.md) instead of the limiter flags; live: SIGHUP re-reads it")
 	fs.StringVar(&p.malformed, "malformed", "accept", "verdict for packets whose IP header is invalid (the kernel drops those anyway): accept or drop")
 	return p
 }

@@ -26,15 +26,18 @@ const liveUsage = `Usage: packetshaper [--queue N|N-M] [--policy FILE | limiter 
 
 Shapes live traffic: every packet that an iptables or nft rule sends to
 NFQUEUE queue N (or N..M) gets ACCEPT or DROP from the first rule of the
-policy that matches it: a TOML rule file (--policy FILE, see README,
-Policies), or one rule made of the limiter flags (--pps 100 limits every
+policy that matches it: a TOML rule file (--policy FILE, see
+docs/configuration.md), or one rule made of the limiter flags (--pps 100 limits every
 packet to 100 packets/s per 5-tuple). Needs root (CAP_NET_ADMIN). Always
 queue with bypass, so that traffic flows when packetshaper is not running,
-e.g. (or use scripts/rules.sh):
+and with a conntrack match every packet passes, which keeps the kernel's
+defragmentation on so that a fragmented datagram is queued (and charged)
+whole: a port match alone never sees non-first fragments. Best, use
+scripts/rules.sh (packetshaper-rules), which writes exactly that:
 
-  iptables -I INPUT -p udp --dport 9000 -j NFQUEUE --queue-num 0 --queue-bypass
-  iptables -I INPUT -p udp --dport 9000 -j NFQUEUE --queue-balance 0:1 --queue-bypass  # with --queue 0-1
-  nft add rule inet filter input udp dport 9000 queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
+  iptables -I INPUT -p udp --dport 9000 -m conntrack --ctstate INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED -j NFQUEUE --queue-num 0 --queue-bypass
+  (--queue-balance 0:1 instead of --queue-num 0 with --queue 0-1; ip6tables alike)
+  nft add rule inet filter input udp dport 9000 ct state invalid,new,established,related,untracked queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
 
 A full queue accepts packets without asking (fail-open) unless --fail-closed;
 such packets are counted as failopen_passed in the stats and metrics.
@@ -75,7 +78,7 @@ type liveFlags struct {
 
 func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	f := &liveFlags{}
-	fs.StringVar(&f.queue, "queue", "0", "NFQUEUE number `N`, or a range N-M: one reader and one engine per queue (rule: --queue-balance N:M, which keeps each flow on one queue)")
+	fs.StringVar(&f.queue, "queue", "0", "NFQUEUE number `N`, or a range N-M: one reader per queue, all sharing one engine, so a key has one bucket whichever queue its packets reach (rule: rules.sh --queue N-M, iptables --queue-balance N:M)")
 	fs.UintVar(&f.maxLen, "queue-maxlen", nfq.DefaultMaxQueueLen, "packets the kernel holds per queue waiting for a verdict; beyond it packets fail open (or are dropped with --fail-closed)")
 	fs.UintVar(&f.copyRange, "copy-range", nfq.DefaultCopyRange, "bytes of each packet copied from the kernel, from the IP header (enough for the headers; --bitrate charges the packet's real length, from its IP header or the kernel, whatever was copied)")
 	fs.IntVar(&f.readBuffer, "read-buffer", nfq.DefaultReadBuffer, "netlink socket receive buffer in `bytes` per queue")
@@ -85,7 +88,7 @@ func addLiveFlags(fs *flag.FlagSet) *liveFlags {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.BoolVar(&f.latency, "latency", false, "measure each packet's verdict latency (from entering the network stack to its verdict) and log p50/p99/max; turns on kernel receive timestamps system-wide")
 	fs.IntVar(&f.rtPrio, "rt-priority", 0, "run the whole process under the real-time policy SCHED_FIFO at this `priority` (1-99, 1 is enough): keeps the verdict latency's tail low when other processes load the CPUs; needs root or CAP_SYS_NICE (0: off)")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 or a management address; they reveal traffic volumes, rule names and drop counts to whoever can reach ADDR: bind to loopback or firewall it (see README, Logs and metrics)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus metrics at http://`ADDR`/metrics, e.g. 127.0.0.1:9464 or a management address; they reveal traffic volumes, rule names and drop counts to whoever can reach ADDR: bind to loopback or firewall it (see docs/metrics.md)")
 	fs.StringVar(&f.controlSocket, "control-socket", control.DefaultPath("0"), "the control socket `PATH` for packetshaper status and flows (root only, mode 0600); by default packetshaper-N[-M].sock for --queue N[-M] other than 0; each process needs its own; \"\" for none")
 	fs.IntVar(&f.maxHeld, "max-held", nfq.DefaultMaxHeld, "with shaping rules: the most packets held per queue for a later verdict, at most half of --queue-maxlen (default 1024, or a quarter of --queue-maxlen if less); a packet a shaping rule would delay beyond it is dropped (shape_overflow); 0: none held")
 	fs.BoolVar(&f.offload, "offload", false, "hold a flow that keeps being dropped to its rule's limit in the kernel, so that its flood never fills the queue: the kernel drops what is over the limit, the rest still comes to the queue (needs the offload sets and rules: scripts/rules.sh add ... --offload)")
