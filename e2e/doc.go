@@ -1,5 +1,5 @@
 // Package e2e holds packetshaper's end-to-end tests: they build the real
-// binaries (cmd/packetshaper, cmd/psend), create network namespaces joined by
+// binaries (cmd/packetshaper, internal/cmd/psend), create network namespaces joined by
 // a veth pair, divert traffic with scripts/rules.sh and check what arrives.
 //
 // The tests need root (CI runs them as root) and skip with a message

@@ -54,8 +54,8 @@ func testMain(m *testing.M) int {
 	removeStaleNamespaces()
 	psendBin = filepath.Join(binDir, "psend")
 	shaperBin = filepath.Join(binDir, "packetshaper")
-	if out, err := goBuild(psendBin, "./cmd/psend"); err != nil {
-		fmt.Fprintf(os.Stderr, "e2e: go build ./cmd/psend: %v\n%s", err, out)
+	if out, err := goBuild(psendBin, "./internal/cmd/psend"); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: go build ./internal/cmd/psend: %v\n%s", err, out)
 		return 1
 	}
 	if out, err := goBuild(shaperBin, "./cmd/packetshaper"); err != nil {

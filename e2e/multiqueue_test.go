@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 )
 
 // TestMultiQueueOneBucketPerKey: with --queue 20-23 (rules.sh --queue

@@ -32,7 +32,7 @@ func TestErrorChain(t *testing.T) {
 // sources are the non-test Go files of the packages the schema serves.
 func sources(t *testing.T) map[string]string {
 	out := map[string]string{}
-	for _, dir := range []string{".", "../shaper", "../cmd/packetshaper", "../daemon", "../flows", "../report", "../replay"} {
+	for _, dir := range []string{".", "../shaper", "../cmd/packetshaper", "../internal/daemon", "../flows", "../internal/report", "../replay"} {
 		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 		if err != nil {
 			t.Fatal(err)
@@ -80,7 +80,7 @@ func TestFieldNamesOnce(t *testing.T) {
 func TestNoErrorStringSurgery(t *testing.T) {
 	surgery := regexp.MustCompile(`(TrimPrefix|HasPrefix|CutPrefix)\([^)]*(\.Msg|Error\(\))|"(shaper|flows): "`)
 	for name, text := range sources(t) {
-		if strings.HasPrefix(name, "../daemon") {
+		if strings.HasPrefix(name, "../internal/daemon") {
 			continue
 		}
 		if m := surgery.FindString(text); m != "" {

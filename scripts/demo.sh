@@ -88,7 +88,7 @@ trap 'exit 143' TERM
 
 # ---------------------------------------------------------------- build
 say "building packetshaper and psend"
-(cd "$ROOT" && go build -o "$WORK/packetshaper" ./cmd/packetshaper && go build -o "$WORK/psend" ./cmd/psend) ||
+(cd "$ROOT" && go build -o "$WORK/packetshaper" ./cmd/packetshaper && go build -o "$WORK/psend" ./internal/cmd/psend) ||
 	die "go build failed"
 
 # ---------------------------------------------------------------- namespaces

@@ -32,7 +32,7 @@ work=$(realpath "$work")
 rm -f "$work"/{result,inside.log,journal.txt,console.log}
 
 # The traffic generator, from this tree.
-go build -o "$work/psend" ./cmd/psend
+go build -o "$work/psend" ./internal/cmd/psend
 rm -f "$work/packetshaper.deb"
 if [ -n "${2:-}" ]; then
 	cp "$2" "$work/packetshaper.deb"

@@ -15,12 +15,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon"
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/daemon"
 )
 
 // The commands that ask a running shaper through its control socket
-// (package daemon/control): flows and status.
+// (package internal/control): flows and status.
 
 const flowsUsage = `Usage: packetshaper flows [--rule R] [--top N] [--sort drops|packets|none] [--json] [--queue N|N-M | --control-socket PATH]
 

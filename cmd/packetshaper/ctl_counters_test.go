@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 )
 
 // TestStatusShadowMarked: status's rule table has SHADOW (what a shadow

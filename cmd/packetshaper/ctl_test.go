@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 )
 
 // ctlHandler serves a status and five flows; flow i dropped i%3 packets of

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 )
 
 // serveAt serves ctlHandler on a control socket at dir/name until the test

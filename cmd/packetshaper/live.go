@@ -15,10 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon"
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/daemon"
+	"github.com/packetshaper/packetshaper/internal/offload"
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/offload"
 	"github.com/packetshaper/packetshaper/policy"
 )
 

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/internal/timing"
 )

@@ -8,7 +8,7 @@
 // main only wires flags to packages: the live path is in live.go (package
 // daemon), replay in replay.go (package replay), the policy flags both share
 // in flags.go (package policy), flows and status in ctl.go (package
-// daemon/control).
+// internal/control).
 package main
 
 import (

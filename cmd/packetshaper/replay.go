@@ -15,10 +15,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/packetshaper/packetshaper/internal/report"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
-	"github.com/packetshaper/packetshaper/report"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 

@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 

@@ -10,7 +10,7 @@ import (
 // written by the daemon while it holds the engine between batches. The
 // standard encoder (reflection) costs about 3 times as much as this
 // hand-written one, which does not allocate (BenchmarkFlowJSON runs both:
-// go test -run '^$' -bench FlowJSON -benchmem ./daemon/control); the tests
+// go test -run '^$' -bench FlowJSON -benchmem ./internal/control); the tests
 // hold it to encoding/json's output. Reading is encoding/json's (the
 // client, on an operator's command).
 

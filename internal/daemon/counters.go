@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
-	"github.com/packetshaper/packetshaper/global"
+	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/global"
 	"github.com/packetshaper/packetshaper/nfq"
 )
 

@@ -18,7 +18,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/nfq"
 )
 
@@ -45,10 +45,10 @@ func lineValues(attrs []any) map[string]any {
 
 var updateReference = flag.Bool("update-reference", false, "rewrite docs/metrics-reference.md")
 
-const referencePath = "../docs/metrics-reference.md"
+const referencePath = "../../docs/metrics-reference.md"
 
 // TestMetricsReference: docs/metrics-reference.md is what the counters
-// make of it (go generate ./daemon rewrites it).
+// make of it (go generate ./internal/daemon rewrites it).
 func TestMetricsReference(t *testing.T) {
 	want := metricsReference()
 	if *updateReference {
@@ -58,10 +58,10 @@ func TestMetricsReference(t *testing.T) {
 	}
 	got, err := os.ReadFile(referencePath)
 	if err != nil {
-		t.Fatalf("%v (go generate ./daemon makes it)", err)
+		t.Fatalf("%v (go generate ./internal/daemon makes it)", err)
 	}
 	if string(got) != want {
-		t.Errorf("%s is stale: run go generate ./daemon", referencePath)
+		t.Errorf("%s is stale: run go generate ./internal/daemon", referencePath)
 	}
 	for i := range counters {
 		if c := &counters[i]; c.Metric != "" && !strings.Contains(want, "`"+c.Metric+"`") {
@@ -118,11 +118,11 @@ func names(l, name string) bool {
 // the counters' table does not drive (not yet: they belong to other parts),
 // and why.
 var otherOutputs = map[string]string{
-	"../failopen/monitor.go":        "the fail-open warning lines of a queue filling and draining",
-	"../failopen/exact.go":          "the fail-open monitor's line saying whether its counts are exact",
-	"../cmd/packetshaper/replay.go": "replay's JSON, the counts of a capture",
-	"../daemon/control/flowjson.go": "the flow listing's encoder, the keys of control.Flow's tags written out (TestFlowJSON checks it byte for byte against encoding/json)",
-	"../report/report.go":           "the replay report's settings table",
+	"../../internal/failopen/monitor.go": "the fail-open warning lines of a queue filling and draining",
+	"../../internal/failopen/exact.go":   "the fail-open monitor's line saying whether its counts are exact",
+	"../../cmd/packetshaper/replay.go":   "replay's JSON, the counts of a capture",
+	"../../internal/control/flowjson.go": "the flow listing's encoder, the keys of control.Flow's tags written out (TestFlowJSON checks it byte for byte against encoding/json)",
+	"../../internal/report/report.go":    "the replay report's settings table",
 }
 
 // TestCounterNamesOnce: a counter's name (its stats-line key with an
@@ -131,11 +131,11 @@ var otherOutputs = map[string]string{
 // the counters' table and, for status, control's JSON (but otherOutputs).
 func TestCounterNamesOnce(t *testing.T) {
 	var lits = map[string][]string{} // file: its string literals
-	err := filepath.WalkDir("..", func(path string, de fs.DirEntry, err error) error {
+	err := filepath.WalkDir("../..", func(path string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		if de.IsDir() && (de.Name() == "testdata" || strings.HasPrefix(de.Name(), ".")) && path != ".." {
+		if de.IsDir() && (de.Name() == "testdata" || strings.HasPrefix(de.Name(), ".")) && path != "../.." {
 			return filepath.SkipDir
 		}
 		if de.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") || otherOutputs[filepath.ToSlash(path)] != "" {

@@ -2,7 +2,7 @@
 // deciding with one engine (so that a key is limited once whichever queue
 // its packets arrive on), the fail-open monitor, the kernel offload, reloads on
 // SIGHUP, the stats log, the metrics endpoint and the control socket
-// (package daemon/control). The command (cmd/packetshaper) parses flags and
+// (package internal/control). The command (cmd/packetshaper) parses flags and
 // wires a Config and a policy Source to Run.
 package daemon
 
@@ -18,10 +18,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
-	"github.com/packetshaper/packetshaper/failopen"
+	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/failopen"
+	"github.com/packetshaper/packetshaper/internal/offload"
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/offload"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -78,7 +78,7 @@ type Config struct {
 	// say).
 	Collectors []prometheus.Collector
 	// ControlSocket, if not empty, is the path of the control socket
-	// (package daemon/control), created mode 0600 and removed at stop.
+	// (package internal/control), created mode 0600 and removed at stop.
 	// If ControlSocketOptional, a path Run cannot use (another process
 	// answers on it, no permission) is logged and the daemon runs without
 	// one (for a default path); otherwise it is an error.

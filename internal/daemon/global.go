@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
-	"github.com/packetshaper/packetshaper/global"
+	"github.com/packetshaper/packetshaper/internal/global"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )

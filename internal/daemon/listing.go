@@ -7,8 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 )
 
 // BenchmarkListingSocket lists a million flows through the control socket,

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
+	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/nfq"
 )
 

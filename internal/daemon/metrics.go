@@ -12,8 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/packetshaper/packetshaper/failopen"
-	"github.com/packetshaper/packetshaper/global"
+	"github.com/packetshaper/packetshaper/internal/failopen"
+	"github.com/packetshaper/packetshaper/internal/global"
 	"github.com/packetshaper/packetshaper/nfq"
 )
 

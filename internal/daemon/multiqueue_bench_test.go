@@ -29,7 +29,7 @@ import (
 // process's CPU time per packet, which the machine's other load changes
 // less than the wall time), as the median of several runs of
 //
-//	go test -run '^$' -bench DecideQueues -count 1 -benchtime 1000000x ./daemon/
+//	go test -run '^$' -bench DecideQueues -count 1 -benchtime 1000000x ./internal/daemon/
 func BenchmarkDecideQueues(b *testing.B) {
 	b.Run("queues=1", func(b *testing.B) { benchQueues(b, 1, false) })
 	b.Run("queues=4", func(b *testing.B) { benchQueues(b, 4, false) })

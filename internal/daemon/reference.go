@@ -7,15 +7,15 @@ import (
 
 // metricsReference is docs/metrics-reference.md, made from the counters,
 // the distributions and the daemon's families (TestMetricsReference checks
-// the file is current; `go generate ./daemon` rewrites it).
+// the file is current; `go generate ./internal/daemon` rewrites it).
 func metricsReference() string {
 	var b strings.Builder
-	b.WriteString(`<!-- Generated from daemon/counters.go by "go generate ./daemon": do not edit. -->
+	b.WriteString(`<!-- Generated from internal/daemon/counters.go by "go generate ./internal/daemon": do not edit. -->
 # Metrics reference
 
 Every counter packetshaper keeps, as the Prometheus endpoint
 (` + "`--metrics-addr`" + `) and the ` + "`stats`" + ` log line name it. Each comes from one
-entry of the table in ` + "`daemon/counters.go`" + `; see [Logs and metrics](metrics.md)
+entry of the table in ` + "`internal/daemon/counters.go`" + `; see [Logs and metrics](metrics.md)
 for how to read them.
 
 Labels: ` + "`queue`" + ` is the NFQUEUE number; for the engine's series (scope

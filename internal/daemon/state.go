@@ -7,10 +7,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/packetshaper/packetshaper/daemon/control"
-	"github.com/packetshaper/packetshaper/failopen"
+	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/failopen"
+	"github.com/packetshaper/packetshaper/internal/offload"
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/offload"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )

@@ -113,7 +113,7 @@ func TestKeyMatchesEngine(t *testing.T) {
 // TestRulesScriptAgrees checks that scripts/rules.sh creates the table and
 // sets this package expects (--dry-run needs no root and changes nothing).
 func TestRulesScriptAgrees(t *testing.T) {
-	out, err := exec.Command("bash", "../scripts/rules.sh", "add", "--dry-run", "--queue", "0", "--offload").CombinedOutput()
+	out, err := exec.Command("bash", "../../scripts/rules.sh", "add", "--dry-run", "--queue", "0", "--offload").CombinedOutput()
 	if err != nil {
 		t.Fatalf("rules.sh add --dry-run --offload: %v\n%s", err, out)
 	}
@@ -130,7 +130,7 @@ func TestRulesScriptAgrees(t *testing.T) {
 			t.Errorf("rules.sh adds no limit rule on @%s (no --proto: every set):\n%s", n, s)
 		}
 	}
-	src, err := os.ReadFile("../scripts/rules.sh")
+	src, err := os.ReadFile("../../scripts/rules.sh")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func run(t testing.TB, name string, args ...string) string {
 // rules runs scripts/rules.sh in the test's namespace.
 func rules(t testing.TB, args ...string) string {
 	t.Helper()
-	return run(t, "bash", append([]string{"../scripts/rules.sh"}, args...)...)
+	return run(t, "bash", append([]string{"../../scripts/rules.sh"}, args...)...)
 }
 
 func listSet(t testing.TB, set string) string {

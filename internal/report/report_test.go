@@ -14,7 +14,7 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-const testdata = "../testdata"
+const testdata = "../../testdata"
 
 // replayed replays files (in testdata) through the rule file pol (in
 // testdata) with a timeline.
