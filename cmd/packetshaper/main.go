@@ -86,6 +86,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runFlows(args[1:], stdout, stderr)
 		case "status":
 			return runStatus(args[1:], stdout, stderr)
+		case "top":
+			return runTop(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, versionLine())
 			return 0
