@@ -106,8 +106,8 @@ func Render(v *View, l Layout, status string) []Line {
 	for i, q := range h.Queues {
 		queues[i] = fmt.Sprint(q)
 	}
-	add(false, "packetshaper %s pid %d, up %s, policy %s, %s; queues %s (%d bound), %d flows",
-		h.Version, h.PID, fmtUptime(h.Uptime), h.Policy, h.Mode, strings.Join(queues, ","), h.Bound, h.Listed)
+	add(false, "packetshaper %s pid %d, up %s; queues %s (%d bound), %s; %d flows; policy %s",
+		h.Version, h.PID, fmtUptime(h.Uptime), strings.Join(queues, ","), h.Bound, h.Mode, h.Listed, h.Policy)
 	fo := ""
 	if h.FailOpenActive {
 		fo = " QUEUE FULL NOW"
