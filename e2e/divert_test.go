@@ -113,6 +113,7 @@ func TestDivertRulesFromPolicy(t *testing.T) {
 	}
 	sent, got, rules = send()
 	dns := rules["dns"]
+	t.Logf("udp/53 diverted by the policy's rules: the dns rule saw %d of %d datagrams, accepted %d, dropped %d; received %d", dns.Packets, sent, dns.Accepted, dns.Dropped, got)
 	// 40 datagrams at 100/s against 5/s, burst 2: at most 2 + 5 × 0.4 s
 	// (and a margin for a slow sender) pass.
 	if dns.Packets != sent || dns.Accepted != got || dns.Dropped != sent-got || got < 2 || got > 10 {

@@ -208,6 +208,7 @@ func TestTopInTmux(t *testing.T) {
 	if first.sort != "drops" || !strings.HasPrefix(first.flows[0].key, "udp "+tp.IPA+":2000") {
 		t.Errorf("sorted by %q, first flow %q; want drops, a web flow first:\n%s", first.sort, first.flows[0].key, first.text)
 	}
+	t.Logf("the first frame with rates:\n%s", first.text)
 	// Refresh: the totals of the bulk flow move on.
 	b0, _ := first.flow(bulkKey)
 	var next topFrame
