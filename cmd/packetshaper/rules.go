@@ -18,7 +18,8 @@ options of packetshaper-rules (scripts/rules.sh) add besides --queue and
 --chain ("--family both --proto udp --dport 53"). They are the fewest rules,
 by family, protocol and port ranges, whose packets include every packet a
 rule of the file matches (addresses, interfaces and marks are left to the
-rules' matches: a diverted packet no rule matches is accepted). A rule whose
+rules' matches: a diverted packet no rule matches is accepted). Accept
+rules need none: their packets pass whether diverted or not. A rule whose
 match.queue names none of --queue's queues is left out, with a warning.
 packetshaper-rules add --queue N --policy FILE installs them.
 
@@ -63,6 +64,9 @@ func runRules(args []string, stdout, stderr io.Writer) int {
 	rules, skipped := divert.Needed(f, qs)
 	for _, s := range skipped {
 		fmt.Fprintf(stderr, "packetshaper rules: warning: rule %q can never see a packet: %s\n", s.Rule, s.Why)
+	}
+	if len(rules) == 0 {
+		fmt.Fprintln(stderr, "packetshaper rules: no rule needs packets diverted (accept rules' packets pass anyway)")
 	}
 	for i := range rules {
 		fmt.Fprintln(stdout, strings.Join(rules[i].Args(), " "))

@@ -135,8 +135,10 @@ type Skipped struct {
 // reads queues (nil: any): the fewest rules.sh rules, by family, protocol
 // and port ranges, whose packets include every packet a rule of f matches.
 // Addresses, interfaces and marks are left to the rules' matches: a packet
-// diverted that no rule matches is accepted. A rule whose match.queue
-// names none of queues is left out, in skipped.
+// diverted that no rule matches is accepted. Accept rules need nothing:
+// their packets pass whether diverted or not (diverting them would only
+// count them; a catch-all accept would divert everything). A rule whose
+// match.queue names none of queues is left out, in skipped.
 func Needed(f *policy.File, queues []uint16) (rules []Rule, skipped []Skipped) {
 	var fam [2]need // IPv4, IPv6
 	for i := range fam {
@@ -144,6 +146,9 @@ func Needed(f *policy.File, queues []uint16) (rules []Rule, skipped []Skipped) {
 	}
 	for i := range f.Rules {
 		r := &f.Rules[i]
+		if r.Action == "accept" {
+			continue
+		}
 		m := r.Match
 		if m != nil && m.Queue != nil && queues != nil && !slices.ContainsFunc(m.Queue, func(q int) bool { return q >= 0 && q <= 0xffff && slices.Contains(queues, uint16(q)) }) {
 			skipped = append(skipped, Skipped{r.Name, fmt.Sprintf("its match.queue %v names none of the queues %v", m.Queue, queues)})

@@ -87,6 +87,31 @@ func anySees(ds []Rule, r *policy.Rule) bool {
 	return false
 }
 
+func TestNeededLeavesAcceptRulesOut(t *testing.T) {
+	f := parse(t, `
+[[rule]]
+name = "mgmt"
+match = { proto = ["tcp"], dport = ["22"] }
+action = "accept"
+
+[[rule]]
+name = "dns"
+match = { proto = ["udp"], dport = ["53"] }
+pps = 10
+
+[[rule]]
+name = "rest"
+action = "accept"
+`)
+	got, _ := Needed(f, nil)
+	if argLines(got) != "--family both --proto udp --dport 53" {
+		t.Errorf("Needed: %s; want only udp/53 (accept rules' packets pass anyway)", argLines(got))
+	}
+	if ws := Unseen(f, got); len(ws) != 0 {
+		t.Errorf("Unseen: %v; want no warning about accept rules", ws)
+	}
+}
+
 func TestNeededQueuesAndBounds(t *testing.T) {
 	f := parse(t, rules(`proto = ["udp"], dport = ["53"], queue = [1]`, `proto = ["tcp"], dport = ["80"]`))
 	got, skipped := Needed(f, []uint16{0})

@@ -306,7 +306,8 @@ func (w Warning) String() string {
 	return fmt.Sprintf("rule %q can never see a packet: it matches %s, but only %s is diverted", w.Rule, w.Matches, w.Diverted)
 }
 
-// Unseen lists the rules of f that none of the divert rules ds can feed.
+// Unseen lists the rules of f that none of the divert rules ds can feed;
+// not accept rules, whose packets pass anyway.
 func Unseen(f *policy.File, ds []Rule) []Warning {
 	if len(ds) == 0 {
 		return nil
@@ -327,6 +328,9 @@ func Unseen(f *policy.File, ds []Rule) []Warning {
 	var ws []Warning
 	for i := range f.Rules {
 		r := &f.Rules[i]
+		if r.Action == "accept" {
+			continue
+		}
 		if !slices.ContainsFunc(ds, func(d Rule) bool { return Sees(&d, r) }) {
 			ws = append(ws, Warning{Rule: r.Name, Matches: describeMatch(r.Match), Diverted: diverted})
 		}
