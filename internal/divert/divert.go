@@ -95,8 +95,10 @@ func (r *Rule) String() string {
 	return strings.Join(w, " ")
 }
 
+// fmtPorts writes a range as rules.sh takes it: "53", "9000-9100"; port 0
+// as the range "0-0" (rules.sh's single port is 1..65535).
 func fmtPorts(p policy.PortRange) string {
-	if p.Lo == p.Hi {
+	if p.Lo == p.Hi && p.Lo != 0 {
 		return fmt.Sprint(p.Lo)
 	}
 	return fmt.Sprintf("%d-%d", p.Lo, p.Hi)

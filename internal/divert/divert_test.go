@@ -57,6 +57,7 @@ func TestNeeded(t *testing.T) {
 		{"icmp alone is ipv4's", []string{`proto = ["icmp"]`}, "--family ipv4 --proto icmp"},
 		{"a protocol rules.sh cannot name: everything", []string{`proto = ["99"]`}, "--family both"},
 		{"esp", []string{`proto = ["50"]`}, "--family both --proto esp"},
+		{"port 0 is a range for rules.sh", []string{`proto = ["udp"], dport = ["0", "2"]`}, "--family both --proto udp --dport 0-0\n--family both --proto udp --dport 2"},
 		{"dport and sport: the destination ports", []string{`proto = ["tcp"], sport = ["1024-65535"], dport = ["22"]`}, "--family both --proto tcp --dport 22"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
