@@ -47,6 +47,12 @@ func newTmux(t *testing.T, width, height int, command string) *tmuxSession {
 		ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
 		defer cancel()
 		exec.CommandContext(ctx, "tmux", "-L", s.socket, "kill-server").Run()
+		// The server leaves its socket file when it ends by itself.
+		dir := os.Getenv("TMUX_TMPDIR")
+		if dir == "" {
+			dir = "/tmp"
+		}
+		os.Remove(filepath.Join(dir, fmt.Sprintf("tmux-%d", os.Getuid()), s.socket))
 	})
 	s.tmux("new-session", "-d", "-x", strconv.Itoa(width), "-y", strconv.Itoa(height), command)
 	return s
