@@ -18,7 +18,10 @@
 #                             (iptables --queue-balance N:M, nft "num N-M")
 #   --chain INPUT|OUTPUT|FORWARD   default INPUT
 #   --proto P                 udp, tcp, icmp, sctp, ... (icmp is icmpv6 for IPv6)
-#   --dport PORT              needs --proto udp|tcp|sctp|udplite
+#   --dport PORT | LO-HI      destination port or range; needs --proto
+#                             udp|tcp|sctp|udplite
+#   --sport PORT | LO-HI      source port or range (replies from a server
+#                             port, say); needs --proto udp|tcp|sctp|udplite
 #   --src ADDR[/LEN]          source address or prefix; its family selects
 #                             IPv4 or IPv6 when --family is both
 #   --family ipv4|ipv6|both   default both
@@ -27,6 +30,13 @@
 #   --offload                 add: also the kernel drop rules of packetshaper
 #                             --offload (below); del removes them with or
 #                             without it
+#   --policy FILE             instead of --proto/--dport/--sport/--src/--family:
+#                             the rules the rule file's matches need, one
+#                             add (or del) each, as `packetshaper rules
+#                             --policy FILE --queue N` prints them (the
+#                             packetshaper command: $PACKETSHAPER, default
+#                             packetshaper in PATH). After a change of the
+#                             file: del --all, then add --policy FILE again.
 #
 # Every rule carries the bypass flag (iptables --queue-bypass, nft "bypass"):
 # when no packetshaper is bound to the queue, packets are accepted instead of
@@ -71,6 +81,8 @@
 #   sudo scripts/rules.sh add --backend nft --queue 0-1 --chain FORWARD
 #   sudo scripts/rules.sh del --queue 0 --proto udp --dport 9000
 #   sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000 --offload
+#   sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000-9100
+#   sudo scripts/rules.sh add --queue 0 --policy /etc/packetshaper/policy.toml
 set -u -o pipefail
 
 PROG=rules.sh
@@ -104,7 +116,7 @@ add | del | list) ;;
 *) die "unknown command '$cmd' (add|del|list|--help)" ;;
 esac
 
-backend="" queue="" chain=INPUT proto="" dport="" src="" family=both netns="" dry=0 all=0 offload=0
+backend="" queue="" chain=INPUT proto="" dport="" sport="" src="" family=both netns="" dry=0 all=0 offload=0 policy="" family_given=0
 need() { if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -113,8 +125,10 @@ while [ $# -gt 0 ]; do
 	--chain) need "$@"; chain=$2; shift 2 ;;
 	--proto) need "$@"; proto=$2; shift 2 ;;
 	--dport) need "$@"; dport=$2; shift 2 ;;
+	--sport) need "$@"; sport=$2; shift 2 ;;
+	--policy) need "$@"; policy=$2; shift 2 ;;
 	--src) need "$@"; src=$2; shift 2 ;;
-	--family) need "$@"; family=$2; shift 2 ;;
+	--family) need "$@"; family=$2; family_given=1; shift 2 ;;
 	--netns) need "$@"; netns=$2; shift 2 ;;
 	--dry-run) dry=1; shift ;;
 	--all) all=1; shift ;;
@@ -155,9 +169,39 @@ case "$proto" in
 '' | udp | tcp | icmp | icmpv6 | sctp | udplite | esp | ah | gre) ;;
 *) die "--proto '$proto': want udp, tcp, icmp, icmpv6, sctp, udplite, esp, ah or gre" ;;
 esac
-if [ -n "$dport" ]; then
-	{ isnum "$dport" 65535 && [ "$dport" -ge 1 ]; } || die "--dport '$dport': want a port 1..65535"
-	case "$proto" in udp | tcp | sctp | udplite) ;; *) die "--dport needs --proto udp, tcp, sctp or udplite" ;; esac
+# checkports NAME VALUE: a port 1..65535 or a range LO-HI, 0 <= LO <= HI <= 65535.
+checkports() {
+	local lo hi
+	case "$2" in
+	*-*)
+		lo=${2%%-*} hi=${2#*-}
+		{ isnum "$lo" 65535 && isnum "$hi" 65535 && [ "$lo" -le "$hi" ]; } || die "$1 '$2': want a port 1..65535 or a range LO-HI (0 <= LO <= HI <= 65535)"
+		;;
+	*) { isnum "$2" 65535 && [ "$2" -ge 1 ]; } || die "$1 '$2': want a port 1..65535 or a range LO-HI" ;;
+	esac
+	case "$proto" in udp | tcp | sctp | udplite) ;; *) die "$1 needs --proto udp, tcp, sctp or udplite" ;; esac
+}
+[ -z "$dport" ] || checkports --dport "$dport"
+[ -z "$sport" ] || checkports --sport "$sport"
+# --policy: one add (del) per rule that `packetshaper rules` prints, with the
+# options given here; the rules themselves are written below, by the child.
+if [ -n "$policy" ] && [ "$cmd" != list ] && [ "$all" = 0 ]; then
+	[ -z "$proto$dport$sport$src" ] && [ "$family_given" = 0 ] || die "--policy gives the match: not with --proto, --dport, --sport, --src or --family"
+	ps=${PACKETSHAPER:-packetshaper}
+	command -v "$ps" >/dev/null || fail "--policy: $ps not found (set PACKETSHAPER to the packetshaper command)"
+	lines=$("$ps" rules --policy "$policy" --queue "$queue") || fail "--policy $policy: packetshaper rules failed"
+	[ -n "$lines" ] || fail "--policy $policy: no divert rules"
+	common=(--queue "$queue" --chain "$chain")
+	[ -z "$backend" ] || common+=(--backend "$backend")
+	[ -z "$netns" ] || common+=(--netns "$netns")
+	[ "$dry" = 0 ] || common+=(--dry-run)
+	[ "$offload" = 0 ] || common+=(--offload)
+	rc=0
+	while read -r -a opts; do
+		[ ${#opts[@]} -gt 0 ] || continue
+		"$0" "$cmd" "${common[@]}" "${opts[@]}" </dev/null || rc=$?
+	done <<<"$lines"
+	exit "$rc"
 fi
 src_family=""
 if [ -n "$src" ]; then
@@ -228,6 +272,7 @@ query() { if [ -n "$netns" ]; then ip netns exec "$netns" "$@"; else "$@"; fi; }
 desc="$TAG queue=$queue"
 [ -n "$proto" ] && desc="$desc proto=$proto"
 [ -n "$dport" ] && desc="$desc dport=$dport"
+[ -n "$sport" ] && desc="$desc sport=$sport"
 [ -n "$src" ] && desc="$desc src=$src"
 
 # ---------------------------------------------------------------- iptables
@@ -245,7 +290,8 @@ ipt_spec() { # tool -> rule spec (without chain)
 	[ "$1" = iptables ] && [ "$p" = icmpv6 ] && p=icmp
 	[ -n "$src" ] && spec+=(-s "$src")
 	[ -n "$p" ] && spec+=(-p "$p")
-	[ -n "$dport" ] && spec+=(--dport "$dport")
+	[ -n "$dport" ] && spec+=(--dport "${dport/-/:}")
+	[ -n "$sport" ] && spec+=(--sport "${sport/-/:}")
 	# Defragmentation before the queue (see the top of this file).
 	spec+=(-m conntrack --ctstate "$IPT_CTSTATE")
 	spec+=(-m comment --comment "$desc" -j NFQUEUE)
@@ -360,6 +406,7 @@ nft_expr() {
 	*) e="${e}meta l4proto $proto " ;;
 	esac
 	[ -n "$dport" ] && e="${e}th dport $dport "
+	[ -n "$sport" ] && e="${e}th sport $sport "
 	# Defragmentation before the queue (see the top of this file).
 	e="${e}ct state $NFT_CTSTATE "
 	if [ -n "$test_verdict" ]; then
@@ -476,6 +523,7 @@ off_rules() {
 		[ -n "$src" ] && m="${m}$a saddr $src "
 		[ -n "$proto" ] && m="${m}meta l4proto $proto "
 		[ -n "$dport" ] && m="${m}th dport $dport "
+		[ -n "$sport" ] && m="${m}th sport $sport "
 		case "$proto" in
 		'' | udp | tcp | sctp | udplite)
 			pm=""

@@ -86,6 +86,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return runFlows(args[1:], stdout, stderr)
 		case "status":
 			return runStatus(args[1:], stdout, stderr)
+		case "top":
+			return runTop(args[1:], stdout, stderr)
+		case "rules":
+			return runRules(args[1:], stdout, stderr)
 		case "version", "--version":
 			fmt.Fprintln(stdout, versionLine())
 			return 0
@@ -124,6 +128,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 			for _, w := range c.Warnings() {
 				fmt.Fprintln(stderr, "packetshaper check: warning:", w)
 			}
+			divertWarnings(f, stderr)
 		}
 	}
 	if err != nil {

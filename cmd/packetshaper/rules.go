@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/packetshaper/packetshaper/internal/divert"
+	"github.com/packetshaper/packetshaper/policy"
+)
+
+const rulesUsage = `Usage: packetshaper rules --policy FILE [--queue N|N-M]
+
+Prints the divert rules the rule file's matches need: one line per rule, the
+options of packetshaper-rules (scripts/rules.sh) add besides --queue and
+--chain ("--family both --proto udp --dport 53"). They are the fewest rules,
+by family, protocol and port ranges, whose packets include every packet a
+rule of the file matches (addresses, interfaces and marks are left to the
+rules' matches: a diverted packet no rule matches is accepted). Accept
+rules need none: their packets pass whether diverted or not. A rule whose
+match.queue names none of --queue's queues is left out, with a warning.
+packetshaper-rules add --queue N --policy FILE installs them.
+
+Flags:
+`
+
+// runRules is "packetshaper rules": exit status 0, 2 on bad usage or a bad
+// rule file.
+func runRules(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("packetshaper rules", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, rulesUsage)
+		fs.PrintDefaults()
+	}
+	pol := fs.String("policy", "", "the rule `FILE`")
+	queue := fs.String("queue", "0", "the `N` or N-M the divert rules send packets to (as packetshaper's --queue)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "packetshaper rules: "+format+"\n", a...)
+		return 2
+	}
+	if fs.NArg() > 0 {
+		return fail("unexpected argument %q (packetshaper rules --help)", fs.Arg(0))
+	}
+	if *pol == "" {
+		return fail("--policy FILE is required")
+	}
+	qs, err := parseQueues(*queue)
+	if err != nil {
+		return fail("%v", err)
+	}
+	f, err := policy.Load(*pol)
+	if err != nil {
+		return fail("%s", oneLine(err.Error()))
+	}
+	rules, skipped := divert.Needed(f, qs)
+	for _, s := range skipped {
+		fmt.Fprintf(stderr, "packetshaper rules: warning: rule %q can never see a packet: %s\n", s.Rule, s.Why)
+	}
+	if len(rules) == 0 {
+		fmt.Fprintln(stderr, "packetshaper rules: no rule needs packets diverted (accept rules' packets pass anyway)")
+	}
+	for i := range rules {
+		fmt.Fprintln(stdout, strings.Join(rules[i].Args(), " "))
+	}
+	return 0
+}
+
+// divertDefault is the packaged service's settings file (tests change it).
+var divertDefault = divert.DefaultFile
+
+// divertWarnings writes check's warnings about the rules of f that no
+// divert rule can feed: those in force in this network namespace (rules.sh's
+// rules, by their comments) or, with none, those divertDefault's QUEUE and
+// RULES_OPTS would install. Nothing when neither is there.
+func divertWarnings(f *policy.File, stderr io.Writer) {
+	ds, from := divert.InForce()
+	source := "by the rules in force (" + strings.Join(from, ", ") + ")"
+	if len(ds) == 0 {
+		queue, opts, ok, err := divert.ReadDefault(divertDefault)
+		if err != nil {
+			fmt.Fprintf(stderr, "packetshaper check: warning: %s: %v (divert rules not checked)\n", divertDefault, err)
+			return
+		}
+		if !ok {
+			return
+		}
+		d, pf, err := divert.FromOptions(queue, opts)
+		if err != nil {
+			fmt.Fprintf(stderr, "packetshaper check: warning: %s: RULES_OPTS: %v (divert rules not checked)\n", divertDefault, err)
+			return
+		}
+		source = fmt.Sprintf("by %s's RULES_OPTS (QUEUE=%s)", divertDefault, queue)
+		ds = []divert.Rule{d}
+		if pf != "" {
+			// The rules of that file, on QUEUE's queues.
+			pfile, err := policy.Load(pf)
+			if err != nil {
+				fmt.Fprintf(stderr, "packetshaper check: warning: %s: RULES_OPTS --policy: %s (divert rules not checked)\n", divertDefault, oneLine(err.Error()))
+				return
+			}
+			var qs []uint16
+			for q := int(d.QueueLo); q <= int(d.QueueHi); q++ {
+				qs = append(qs, uint16(q))
+			}
+			ds, _ = divert.Needed(pfile, qs)
+			for i := range ds {
+				ds[i].QueueLo, ds[i].QueueHi = d.QueueLo, d.QueueHi
+			}
+		}
+	}
+	for _, w := range divert.Unseen(f, ds) {
+		fmt.Fprintf(stderr, "packetshaper check: warning: %s %s (packetshaper rules --policy FILE prints the divert rules the file needs)\n", w, source)
+	}
+}

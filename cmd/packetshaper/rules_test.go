@@ -1,0 +1,94 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/packetshaper/packetshaper/internal/divert"
+)
+
+const dnsPolicy = `
+[[rule]]
+name  = "dns"
+match = { proto = ["udp"], dport = ["53"] }
+pps   = 10
+
+[[rule]]
+name  = "app"
+match = { proto = ["udp"], dport = ["9000"] }
+pps   = 10
+
+[[rule]]
+name  = "q1"
+match = { queue = [1] }
+pps   = 10
+`
+
+// TestRulesFromPolicy: packetshaper rules prints rules.sh's options for
+// each divert rule the file needs, and warns about a rule of another queue.
+func TestRulesFromPolicy(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.toml")
+	os.WriteFile(pol, []byte(dnsPolicy), 0o644)
+	var out, errb bytes.Buffer
+	if code := run([]string{"rules", "--policy", pol, "--queue", "0"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if got, want := out.String(), "--family both --proto udp --dport 53\n--family both --proto udp --dport 9000\n"; got != want {
+		t.Errorf("stdout %q, want %q", got, want)
+	}
+	if !strings.Contains(errb.String(), `warning: rule "q1" can never see a packet`) {
+		t.Errorf("stderr %q: no warning about q1", errb.String())
+	}
+	for _, args := range [][]string{{"rules"}, {"rules", "--policy", pol, "--queue", "x"}, {"rules", "--policy", pol + ".missing"}, {"rules", "--policy", pol, "extra"}} {
+		out.Reset()
+		errb.Reset()
+		if code := run(args, &out, &errb); code != 2 || out.Len() != 0 || strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want 2 and one line", args, code, out.String(), errb.String())
+		}
+	}
+}
+
+// TestCheckWarnsFromDefault: with no divert rule in force (the tests' own
+// namespace has none), check reads the service's RULES_OPTS: udp/9000
+// diverted, the dns rule can never see a packet; with --policy there,
+// every rule of queue 0 sees packets.
+func TestCheckWarnsFromDefault(t *testing.T) {
+	if ds, _ := divert.InForce(); len(ds) > 0 {
+		t.Skip("divert rules are in force in this namespace: they, not the test's file, are checked")
+	}
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.toml")
+	os.WriteFile(pol, []byte(dnsPolicy), 0o644)
+	def := filepath.Join(dir, "default")
+	old := divertDefault
+	divertDefault = def
+	t.Cleanup(func() { divertDefault = old })
+
+	check := func() string {
+		var out, errb bytes.Buffer
+		if code := run([]string{"check", pol}, &out, &errb); code != 0 {
+			t.Fatalf("check: exit %d: %s", code, errb.String())
+		}
+		return errb.String()
+	}
+	if s := check(); s != "" {
+		t.Errorf("no default file: stderr %q, want nothing", s)
+	}
+	os.WriteFile(def, []byte("QUEUE=0\nRULES_OPTS=\"--proto udp --dport 9000\"\n"), 0o644)
+	s := check()
+	for _, want := range []string{`rule "dns" can never see a packet: it matches udp dport 53, but only udp dport 9000 to queue 0 is diverted by ` + def + `'s RULES_OPTS (QUEUE=0)`, `rule "q1" can never see a packet`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("stderr has no %q:\n%s", want, s)
+		}
+	}
+	if strings.Contains(s, `"app"`) {
+		t.Errorf("a warning about app, which sees udp/9000:\n%s", s)
+	}
+	os.WriteFile(def, []byte("QUEUE=0\nRULES_OPTS=\"--policy "+pol+"\"\n"), 0o644)
+	if s := check(); strings.Contains(s, `"dns"`) || strings.Contains(s, `"app"`) || !strings.Contains(s, `"q1"`) {
+		t.Errorf("RULES_OPTS --policy: stderr %q; want a warning about q1 only", s)
+	}
+}

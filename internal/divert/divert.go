@@ -1,0 +1,329 @@
+// Package divert knows which packets a policy needs diverted to
+// packetshaper's queues, and which of its rules the divert rules in force
+// keep from ever seeing a packet.
+//
+// A divert rule here is what scripts/rules.sh (packetshaper-rules) adds:
+// a family, a protocol, a destination or source port range (and, for the
+// rules in force, a queue or queue range and a source prefix). rules.sh
+// stays the one place that writes them into iptables or nftables: Needed
+// gives its options (Rule.Args), and `rules.sh add --policy FILE` asks
+// `packetshaper rules --policy FILE` for them. InForce reads the rules
+// rules.sh installed back from their comments ("packetshaper queue=0
+// proto=udp dport=9000"), and Unseen says which policy rules none of them
+// can feed.
+package divert
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/policy"
+)
+
+// Families.
+const (
+	Both = "both"
+	IPv4 = "ipv4"
+	IPv6 = "ipv6"
+)
+
+// Rule is one divert rule.
+type Rule struct {
+	// Family is Both, IPv4 or IPv6.
+	Family string
+	// Proto is "" (every protocol) or a name rules.sh takes: tcp, udp,
+	// icmp (icmpv6 for IPv6 with Family Both), icmpv6, sctp, udplite,
+	// esp, ah, gre.
+	Proto string
+	// Dport and Sport, if not nil, are the destination or source ports
+	// (only with a protocol with ports).
+	Dport, Sport *policy.PortRange
+
+	// The rules in force also have these.
+	// QueueLo, QueueHi: the queue or queue range they divert to.
+	QueueLo, QueueHi uint16
+	// Src, if valid: the source prefix.
+	Src netip.Prefix
+	// Chain: INPUT, OUTPUT or FORWARD ("" if not known).
+	Chain string
+}
+
+// Args are r's rules.sh options (without --queue and --chain, which the
+// caller gives): "--family both --proto udp --dport 53".
+func (r *Rule) Args() []string {
+	a := []string{"--family", r.Family}
+	if r.Proto != "" {
+		a = append(a, "--proto", r.Proto)
+	}
+	if r.Dport != nil {
+		a = append(a, "--dport", fmtPorts(*r.Dport))
+	}
+	if r.Sport != nil {
+		a = append(a, "--sport", fmtPorts(*r.Sport))
+	}
+	if r.Src.IsValid() {
+		a = append(a, "--src", r.Src.String())
+	}
+	return a
+}
+
+// String describes r in words: "udp dport 9000", "every ipv6 packet".
+func (r *Rule) String() string {
+	var w []string
+	if r.Family != Both && r.Family != "" {
+		w = append(w, r.Family)
+	}
+	if r.Proto != "" {
+		w = append(w, r.Proto)
+	}
+	if r.Src.IsValid() {
+		w = append(w, "from "+r.Src.String())
+	}
+	if r.Dport != nil {
+		w = append(w, "dport "+fmtPorts(*r.Dport))
+	}
+	if r.Sport != nil {
+		w = append(w, "sport "+fmtPorts(*r.Sport))
+	}
+	if r.Proto == "" && r.Dport == nil && r.Sport == nil && !r.Src.IsValid() {
+		return strings.Join(append([]string{"every"}, append(w, "packet")...), " ")
+	}
+	return strings.Join(w, " ")
+}
+
+// fmtPorts writes a range as rules.sh takes it: "53", "9000-9100"; port 0
+// as the range "0-0" (rules.sh's single port is 1..65535).
+func fmtPorts(p policy.PortRange) string {
+	if p.Lo == p.Hi && p.Lo != 0 {
+		return fmt.Sprint(p.Lo)
+	}
+	return fmt.Sprintf("%d-%d", p.Lo, p.Hi)
+}
+
+// protoNames are the protocols rules.sh names, by number.
+var protoNames = map[uint8]string{
+	flows.ProtoTCP: "tcp", flows.ProtoUDP: "udp", flows.ProtoICMP: "icmp", flows.ProtoICMPv6: "icmpv6",
+	flows.ProtoSCTP: "sctp", flows.ProtoUDPLite: "udplite", 50: "esp", 51: "ah", 47: "gre",
+}
+
+// portProtos are the protocols with ports, as rules.sh names them.
+var portProtos = []uint8{flows.ProtoTCP, flows.ProtoUDP, flows.ProtoSCTP, flows.ProtoUDPLite}
+
+// MaxPortRanges bounds the port ranges of one family, protocol and
+// direction: more (after merging adjacent ones) divert the whole protocol
+// instead, one rule rather than a long list.
+const MaxPortRanges = 16
+
+// need is one family's divert needs, by protocol number: all (every
+// packet of the protocol) or its port ranges. anyProto: every packet.
+type need struct {
+	anyProto bool
+	all      map[uint8]bool
+	dports   map[uint8][]policy.PortRange
+	sports   map[uint8][]policy.PortRange
+}
+
+// Skipped is a rule Needed left out: it can see no packet of the queues.
+type Skipped struct {
+	Rule string
+	Why  string
+}
+
+// Needed computes the divert rules the rules of f need when packetshaper
+// reads queues (nil: any): the fewest rules.sh rules, by family, protocol
+// and port ranges, whose packets include every packet a rule of f matches.
+// Addresses, interfaces and marks are left to the rules' matches: a packet
+// diverted that no rule matches is accepted. Accept rules need nothing:
+// their packets pass whether diverted or not (diverting them would only
+// count them; a catch-all accept would divert everything). A rule whose
+// match.queue names none of queues is left out, in skipped.
+func Needed(f *policy.File, queues []uint16) (rules []Rule, skipped []Skipped) {
+	var fam [2]need // IPv4, IPv6
+	for i := range fam {
+		fam[i] = need{all: map[uint8]bool{}, dports: map[uint8][]policy.PortRange{}, sports: map[uint8][]policy.PortRange{}}
+	}
+	for i := range f.Rules {
+		r := &f.Rules[i]
+		if r.Action == "accept" {
+			continue
+		}
+		m := r.Match
+		if m != nil && m.Queue != nil && queues != nil && !slices.ContainsFunc(m.Queue, func(q int) bool { return q >= 0 && q <= 0xffff && slices.Contains(queues, uint16(q)) }) {
+			skipped = append(skipped, Skipped{r.Name, fmt.Sprintf("its match.queue %v names none of the queues %v", m.Queue, queues)})
+			continue
+		}
+		for fi, ok := range families(m) {
+			if ok {
+				addNeeds(&fam[fi], m, fi == 1)
+			}
+		}
+	}
+	var out [2][]Rule
+	for fi := range fam {
+		out[fi] = fam[fi].rules([]string{IPv4, IPv6}[fi])
+	}
+	return join(out[0], out[1]), skipped
+}
+
+// families says which of IPv4 and IPv6 a match can match.
+func families(m *policy.Match) [2]bool {
+	f := [2]bool{true, true}
+	if m == nil {
+		return f
+	}
+	switch m.Family {
+	case IPv4:
+		f[1] = false
+	case IPv6:
+		f[0] = false
+	}
+	for _, ps := range [][]netip.Prefix{m.SrcPrefixes(), m.DstPrefixes()} {
+		if ps == nil {
+			continue
+		}
+		var has [2]bool
+		for _, p := range ps {
+			has[b2i(p.Addr().Is6())] = true
+		}
+		f[0], f[1] = f[0] && has[0], f[1] && has[1]
+	}
+	return f
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func addNeeds(n *need, m *policy.Match, v6 bool) {
+	protos := m.Protocols()
+	dports, sports := m.DstPorts(), m.SrcPorts()
+	if protos == nil {
+		if dports == nil && sports == nil {
+			n.anyProto = true
+			return
+		}
+		protos = portProtos
+	}
+	for _, p := range protos {
+		// ICMP is IPv4's, ICMPv6 IPv6's: neither matches the other
+		// family's packets.
+		if p == flows.ProtoICMP && v6 || p == flows.ProtoICMPv6 && !v6 {
+			continue
+		}
+		if _, named := protoNames[p]; !named {
+			n.anyProto = true // rules.sh cannot name it: every packet
+			continue
+		}
+		switch {
+		case dports == nil && sports == nil:
+			n.all[p] = true
+		case !policy.HasPorts(p):
+			// Ports match only the protocols with ports: never.
+		case dports != nil:
+			// Both given: the destination ports are enough (fewer
+			// packets is not the point: one list, not a product).
+			n.dports[p] = append(n.dports[p], dports...)
+		default:
+			n.sports[p] = append(n.sports[p], sports...)
+		}
+	}
+}
+
+// rules are one family's rules, ordered by protocol, then ports.
+func (n *need) rules(family string) []Rule {
+	if n.anyProto {
+		return []Rule{{Family: family}}
+	}
+	var out []Rule
+	protos := map[uint8]bool{}
+	for _, m := range []map[uint8][]policy.PortRange{n.dports, n.sports} {
+		for p := range m {
+			protos[p] = true
+		}
+	}
+	for p := range n.all {
+		protos[p] = true
+	}
+	for _, p := range slices.Sorted(mapsKeys(protos)) {
+		name := protoNames[p]
+		d, s := merge(n.dports[p]), merge(n.sports[p])
+		if n.all[p] || len(d) > MaxPortRanges || len(s) > MaxPortRanges {
+			out = append(out, Rule{Family: family, Proto: name})
+			continue
+		}
+		for i := range d {
+			out = append(out, Rule{Family: family, Proto: name, Dport: &d[i]})
+		}
+		for i := range s {
+			out = append(out, Rule{Family: family, Proto: name, Sport: &s[i]})
+		}
+	}
+	return out
+}
+
+func mapsKeys(m map[uint8]bool) func(func(uint8) bool) {
+	return func(yield func(uint8) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// merge sorts ranges and joins those that overlap or touch.
+func merge(rs []policy.PortRange) []policy.PortRange {
+	if len(rs) == 0 {
+		return nil
+	}
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b policy.PortRange) int { return cmp.Or(cmp.Compare(a.Lo, b.Lo), cmp.Compare(a.Hi, b.Hi)) })
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		last := &out[len(out)-1]
+		if uint32(r.Lo) <= uint32(last.Hi)+1 {
+			last.Hi = max(last.Hi, r.Hi)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// join makes one Both rule of an IPv4 and an IPv6 rule that are the same
+// but for the family (ICMP and ICMPv6 are rules.sh's "icmp" with Both).
+func join(v4, v6 []Rule) []Rule {
+	same := func(a, b Rule) bool {
+		if a.Proto != b.Proto && !(a.Proto == "icmp" && b.Proto == "icmpv6") {
+			return false
+		}
+		return eqPorts(a.Dport, b.Dport) && eqPorts(a.Sport, b.Sport)
+	}
+	var out []Rule
+	used := make([]bool, len(v6))
+	for _, a := range v4 {
+		j := slices.IndexFunc(v6, func(b Rule) bool { return same(a, b) })
+		if j >= 0 && !used[j] {
+			used[j] = true
+			a.Family = Both
+		}
+		out = append(out, a)
+	}
+	for j, b := range v6 {
+		if !used[j] {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func eqPorts(a, b *policy.PortRange) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
