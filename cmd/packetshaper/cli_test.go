@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
 )
 
 // oldFlags are the flags of every command as the hand-parsed command line
