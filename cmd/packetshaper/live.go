@@ -34,9 +34,9 @@ defragmentation on so that a fragmented datagram is queued (and charged)
 whole: a port match alone never sees non-first fragments. Best, use
 scripts/rules.sh (packetshaper-rules), which writes exactly that:
 
-  iptables -I INPUT -p udp --dport 9000 -m conntrack --ctstate INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED -j NFQUEUE --queue-num 0 --queue-bypass
-  (--queue-balance 0:1 instead of --queue-num 0 with --queue 0-1; ip6tables alike)
-  nft add rule inet filter input udp dport 9000 ct state invalid,new,established,related,untracked queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
+    iptables -I INPUT -p udp --dport 9000 -m conntrack --ctstate INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED -j NFQUEUE --queue-num 0 --queue-bypass
+    (--queue-balance 0:1 instead of --queue-num 0 with --queue 0-1; ip6tables alike)
+    nft add rule inet filter input udp dport 9000 ct state invalid,new,established,related,untracked queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
 
 A full queue accepts packets without asking (fail-open) unless --fail-closed;
 such packets are counted as failopen_passed in the stats and metrics.

@@ -23,7 +23,6 @@ var subcommands = []func(*cli) *cobra.Command{
 	newFlowsCmd,
 	newStatusCmd,
 	newVersionCmd,
-	newGendocsCmd,
 }
 
 // cli is what every command writes to.
@@ -102,6 +101,9 @@ func newRootCmd(c *cli) *cobra.Command {
 	for _, sub := range subcommands {
 		root.AddCommand(sub(c))
 	}
+	// cobra's completion command (bash, zsh, fish, powershell), in the
+	// tree now rather than at Execute, so that the references list it.
+	root.InitDefaultCompletionCmd()
 	return root
 }
 
