@@ -11,7 +11,7 @@ package main
 // They are made here, in a test, so that the generator (cobra/doc,
 // go-md2man) is not linked into the binary.
 
-//go:generate go test -run ^TestCLIDocs$ . -args -update-docs
+//go:generate go test -run ^(TestCLIDocs|TestRulesManPage)$ . -args -update-docs
 
 import (
 	"bytes"
@@ -229,6 +229,13 @@ func slug(s string) string {
 	return b.String()
 }
 
+// commandPages are the pages in docs/man of the command tree (not
+// packetshaper-rules.8, TestRulesManPage's).
+func commandPages() []string {
+	pages, _ := filepath.Glob(filepath.Join(manDir, "packetshaper*.8"))
+	return slices.DeleteFunc(pages, func(p string) bool { return filepath.Base(p) == "packetshaper-rules.8" })
+}
+
 // TestCLIDocs: docs/cli.md and docs/man/packetshaper*.8 are what the
 // command tree generates (-update-docs rewrites them), and every flag of
 // every command is in both.
@@ -238,8 +245,7 @@ func TestCLIDocs(t *testing.T) {
 		want[filepath.Join(manDir, name)] = b
 	}
 	if *updateDocs {
-		old, _ := filepath.Glob(filepath.Join(manDir, "packetshaper*.8"))
-		for _, p := range old {
+		for _, p := range commandPages() {
 			if _, ok := want[p]; !ok {
 				os.Remove(p)
 			}
@@ -261,8 +267,7 @@ func TestCLIDocs(t *testing.T) {
 			stale = true
 		}
 	}
-	have, _ := filepath.Glob(filepath.Join(manDir, "packetshaper*.8"))
-	for _, p := range have {
+	for _, p := range commandPages() {
 		if _, ok := want[p]; !ok {
 			t.Errorf("%s: no such command any more", p)
 			stale = true
