@@ -159,8 +159,7 @@ func genCLIReference() []byte {
 	var b bytes.Buffer
 	b.WriteString(cliIntro)
 	b.WriteString("\n| command | what |\n|---|---|\n")
-	cmds := append([]*cobra.Command{root}, root.Commands()...)
-	cmds = slices.DeleteFunc(cmds, func(c *cobra.Command) bool { return c.Hidden || c.Name() == "help" })
+	cmds := allCommands(root)
 	for _, c := range cmds {
 		fmt.Fprintf(&b, "| [`%s`](#%s) | %s |\n", mdCell(c.UseLine()), slug(c.CommandPath()), mdCell(c.Short))
 	}
@@ -188,7 +187,7 @@ func genCLIReference() []byte {
 			}
 			title := g.title
 			if g.id == "" {
-				title = strings.TrimPrefix(strings.TrimPrefix(c.CommandPath()+" ", "packetshaper "), "packetshaper") + "flags"
+				title = strings.TrimPrefix(c.CommandPath()+" ", "packetshaper ") + "flags"
 				if c == root {
 					title = "live flags"
 				}
@@ -210,6 +209,19 @@ func genCLIReference() []byte {
 		}
 	}
 	return b.Bytes()
+}
+
+// allCommands are c and the commands under it, depth first, without the
+// hidden ones and help.
+func allCommands(c *cobra.Command) []*cobra.Command {
+	if c.Hidden || c.Name() == "help" {
+		return nil
+	}
+	cmds := []*cobra.Command{c}
+	for _, sub := range c.Commands() {
+		cmds = append(cmds, allCommands(sub)...)
+	}
+	return cmds
 }
 
 // mdCell keeps a table cell in its cell.
@@ -278,10 +290,7 @@ func TestCLIDocs(t *testing.T) {
 	}
 	// Every flag of every command, in both.
 	root := newRootCmd(&cli{stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}})
-	for _, c := range append([]*cobra.Command{root}, root.Commands()...) {
-		if c.Hidden || c.Name() == "help" {
-			continue
-		}
+	for _, c := range allCommands(root) {
 		page := want[filepath.Join(manDir, strings.ReplaceAll(c.CommandPath(), " ", "-")+".8")]
 		c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 			if !bytes.Contains(want[cliDoc], []byte("`--"+f.Name)) {
