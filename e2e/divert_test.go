@@ -31,7 +31,7 @@ burst = 100
 // TestDivertRulesFromPolicy: with rules.sh's rule for udp/9000 in force,
 // packetshaper check warns that the dns rule (udp/53) can never see a
 // packet, and indeed it sees none of the datagrams sent to port 53; after
-// rules.sh add --policy (the divert rules packetshaper rules prints for
+// rules.sh add --policy (the divert rules packetshaper divert prints for
 // the file), check says nothing and the dns rule sees, and limits, every
 // datagram sent to port 53.
 func TestDivertRulesFromPolicy(t *testing.T) {

@@ -150,3 +150,22 @@ func (v *flagValue) Set(s string) error {
 	}
 	return nil
 }
+
+// Type names the value's kind in a flag's help (the method pflag's
+// Value adds to flag.Value; package flag ignores it).
+func (v *flagValue) Type() string {
+	if v.IsBoolFlag() {
+		return "bool"
+	}
+	switch v.p.(type) {
+	case *Duration:
+		return "duration"
+	case **float64:
+		return "number"
+	case **int:
+		return "int"
+	case *[]string:
+		return "strings"
+	}
+	return "string"
+}

@@ -80,6 +80,25 @@ packetshaper_*_amd64.deb) ;;
 *) fail "package name $(basename "$deb"): want packetshaper_VERSION_amd64.deb" ;;
 esac
 version=$(dpkg-deb -f "$deb" Version)
+
+step "the package's contents (dpkg -c): man pages, completions, changelog"
+dpkg -c "$deb" | awk '{ print $6 }' | sed 's|^\./|/|' >"$work/contents"
+for f in /usr/share/man/man8/packetshaper.8.gz /usr/share/man/man8/packetshaper-replay.8.gz \
+	/usr/share/man/man8/packetshaper-check.8.gz /usr/share/man/man8/packetshaper-flows.8.gz \
+	/usr/share/man/man8/packetshaper-status.8.gz /usr/share/man/man8/packetshaper-rules.8.gz \
+	/usr/share/man/man5/packetshaper.toml.5.gz \
+	/usr/share/bash-completion/completions/packetshaper /usr/share/zsh/vendor-completions/_packetshaper \
+	/usr/share/fish/vendor_completions.d/packetshaper.fish \
+	/usr/share/doc/packetshaper/changelog.gz /usr/share/doc/packetshaper/README.md.gz; do
+	grep -qx "$f" "$work/contents" || fail "dpkg -c $deb does not list $f"
+done
+for f in docs/man/*.[58]; do
+	grep -qx "/usr/share/man/man${f##*.}/$(basename "$f").gz" "$work/contents" || fail "dpkg -c $deb does not list the man page of $f"
+done
+! grep -qx /usr/share/doc/packetshaper/README.md "$work/contents" || fail "README.md is shipped uncompressed"
+m=$(dpkg-deb -f "$deb" Maintainer)
+case "$m" in *example* | *noreply* | *placeholder*) fail "Maintainer '$m' looks like a placeholder" ;; esac
+echo "$PROG: dpkg -c: man pages, completions, changelog.gz, README.md.gz: ok; Maintainer: $m"
 commit=$(git rev-parse HEAD)
 echo "$PROG: $deb: version $version"
 
@@ -103,7 +122,9 @@ step "apt-get install $deb"
 apt install "$(realpath "$deb")" >"$work/install.log" 2>&1 || { cat "$work/install.log"; fail "apt-get install failed"; }
 dpkg-query -W -f='${Status}' packetshaper | grep -q 'install ok installed' || fail "packetshaper is not installed after apt-get install"
 files=(/usr/bin/packetshaper /usr/sbin/packetshaper-rules "$UNIT" /etc/default/packetshaper /etc/packetshaper/policy.toml
-	/usr/share/doc/packetshaper/README.md /usr/share/doc/packetshaper/copyright
+	/usr/share/doc/packetshaper/README.md.gz /usr/share/doc/packetshaper/changelog.gz /usr/share/doc/packetshaper/copyright
+	/usr/share/man/man8/packetshaper.8.gz /usr/share/man/man5/packetshaper.toml.5.gz /usr/share/man/man8/packetshaper-rules.8.gz
+	/usr/share/bash-completion/completions/packetshaper
 	/usr/share/doc/packetshaper/docs/configuration.md /usr/share/doc/packetshaper/docs/operations.md)
 for f in "${files[@]}"; do
 	[ -f "$f" ] || fail "$f is missing after install"
@@ -143,6 +164,25 @@ grep -q '^\[\[rule\]\]' "$work/check.out" || fail "packetshaper check printed no
 echo "$PROG: packetshaper check /etc/packetshaper/policy.toml: ok"
 
 # ---------------------------------------------------------------- 4
+step "the installed man pages, completions and changelog"
+if command -v man >/dev/null; then
+	for p in /usr/share/man/man8/packetshaper*.8.gz /usr/share/man/man5/packetshaper.toml.5.gz; do
+		warn=$(MANWIDTH=80 man --warnings -l "$p" 2>&1 >"$work/man.out") || fail "man -l $p failed: $warn"
+		[ -z "$warn" ] || fail "man -l $p warns:"$'\n'"$warn"
+		[ "$(wc -l <"$work/man.out")" -gt 10 ] || fail "man -l $p rendered $(wc -l <"$work/man.out") lines"
+	done
+	echo "$PROG: man --warnings -l renders every installed page without a warning: ok"
+else
+	echo "$PROG: no man command (man-db): the installed pages' rendering is not checked"
+fi
+zcat /usr/share/doc/packetshaper/changelog.gz | head -1 | grep -q "^packetshaper ($version) " ||
+	fail "changelog.gz does not start with this version's entry: $(zcat /usr/share/doc/packetshaper/changelog.gz | head -1)"
+bash -c 'source /usr/share/bash-completion/completions/packetshaper && declare -F __start_packetshaper >/dev/null' ||
+	fail "the bash completion does not define __start_packetshaper"
+grep -q "packetshaper" /usr/share/zsh/vendor-completions/_packetshaper /usr/share/fish/vendor_completions.d/packetshaper.fish ||
+	fail "the zsh or fish completion is empty"
+echo "$PROG: changelog.gz starts with $version; bash completion loads: ok"
+
 step "systemd runs the unit (a container booted with systemd-nspawn)"
 ./scripts/package-systemd-test.sh "$work/nspawn" "$deb" || fail "the unit under systemd (scripts/package-systemd-test.sh)"
 

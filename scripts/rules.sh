@@ -32,7 +32,7 @@
 #                             without it
 #   --policy FILE             instead of --proto/--dport/--sport/--src/--family:
 #                             the rules the rule file's matches need, one
-#                             add (or del) each, as `packetshaper rules
+#                             add (or del) each, as `packetshaper divert
 #                             --policy FILE --queue N` prints them (the
 #                             packetshaper command: $PACKETSHAPER, default
 #                             packetshaper in PATH). After a change of the
@@ -183,13 +183,13 @@ checkports() {
 }
 [ -z "$dport" ] || checkports --dport "$dport"
 [ -z "$sport" ] || checkports --sport "$sport"
-# --policy: one add (del) per rule that `packetshaper rules` prints, with the
+# --policy: one add (del) per rule that `packetshaper divert` prints, with the
 # options given here; the rules themselves are written below, by the child.
 if [ -n "$policy" ] && [ "$cmd" != list ] && [ "$all" = 0 ]; then
 	[ -z "$proto$dport$sport$src" ] && [ "$family_given" = 0 ] || die "--policy gives the match: not with --proto, --dport, --sport, --src or --family"
 	ps=${PACKETSHAPER:-packetshaper}
 	command -v "$ps" >/dev/null || fail "--policy: $ps not found (set PACKETSHAPER to the packetshaper command)"
-	lines=$("$ps" rules --policy "$policy" --queue "$queue") || fail "--policy $policy: packetshaper rules failed"
+	lines=$("$ps" divert --policy "$policy" --queue "$queue") || fail "--policy $policy: packetshaper divert failed"
 	[ -n "$lines" ] || fail "--policy $policy: no divert rules"
 	common=(--queue "$queue" --chain "$chain")
 	[ -z "$backend" ] || common+=(--backend "$backend")

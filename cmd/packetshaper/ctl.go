@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"cmp"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -17,14 +15,14 @@ import (
 
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/daemon"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
 // The commands that ask a running shaper through its control socket
 // (package internal/control): flows and status.
 
-const flowsUsage = `Usage: packetshaper flows [--rule R] [--top N] [--sort drops|packets|none] [--json] [--queue N|N-M | --control-socket PATH]
-
-Lists the flows of the running packetshaper, like /proc/net/ipt_hashlimit/NAME:
+const flowsUsage = `Lists the flows of the running packetshaper, like /proc/net/ipt_hashlimit/NAME:
 queue, rule, flow key, packets, accepted, dropped, shadow-dropped and marked
 (packets over a shadow or marking rule's limit: accepted, not dropped; as the
 rule's counters in status count them), what is left (tokens of a
@@ -37,14 +35,9 @@ flows that come or go meanwhile may or may not appear.
 It talks to the shaper's control socket (root only): --control-socket PATH,
 or the default one of --queue (as the shaper was started with); with
 neither, the one shaper running with a default control socket, whatever its
---queue (several: they are listed, choose one).
+--queue (several: they are listed, choose one).`
 
-Flags:
-`
-
-const statusUsage = `Usage: packetshaper status [--json] [--queue N|N-M | --control-socket PATH]
-
-Shows the running packetshaper: version, uptime, policy file and last reload;
+const statusUsage = `Shows the running packetshaper: version, uptime, policy file and last reload;
 each queue, bound or not, with the kernel queue's fill, packets decided and
 fail-open passes; each rule with its limiter and counters (summed over the
 queues): packets, accepted, dropped, SHADOW (what a shadow rule would have
@@ -54,10 +47,7 @@ evictions.
 It talks to the shaper's control socket (root only): --control-socket PATH,
 or the default one of --queue (as the shaper was started with); with
 neither, the one shaper running with a default control socket, whatever its
---queue (several: they are listed, choose one).
-
-Flags:
-`
+--queue (several: they are listed, choose one).`
 
 // ctlFlags are the flags that find the control socket.
 type ctlFlags struct {
@@ -67,7 +57,7 @@ type ctlFlags struct {
 	explicit bool
 }
 
-func addCtlFlags(fs *flag.FlagSet) *ctlFlags {
+func addCtlFlags(fs *pflag.FlagSet) *ctlFlags {
 	c := &ctlFlags{}
 	fs.StringVar(&c.queue, "queue", "0", "the `N` or N-M of the shaper's --queue, for its default control socket (default: the one shaper running with a default socket, whatever its --queue)")
 	fs.StringVar(&c.socket, "control-socket", "", "the shaper's control socket `PATH` (default: "+control.DefaultPath("0")+", or packetshaper-N[-M].sock for --queue N[-M])")
@@ -122,46 +112,38 @@ func queueArg(qs []uint16) string {
 	return fmt.Sprintf("%d-%d", qs[0], qs[len(qs)-1])
 }
 
-// parseCtl parses a control command's flags; done reports that the
-// command has finished (help, or bad usage) with code.
-func parseCtl(name, usage string, args []string, stderr io.Writer, define func(*flag.FlagSet)) (c *ctlFlags, code int, done bool) {
-	fs := flag.NewFlagSet("packetshaper "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	c = addCtlFlags(fs)
+// newCtlCmd is a command that asks the running shaper: its control
+// socket's flags, then define's. run gets the parsed flags.
+func newCtlCmd(c *cli, use, short, long string, define func(*pflag.FlagSet), run func(*ctlFlags) int) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: noArgs}
+	cf := addCtlFlags(cmd.Flags())
 	if define != nil {
-		define(fs)
+		define(cmd.Flags())
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, 0, true
-		}
-		return nil, 2, true
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		cf.explicit = cmd.Flags().Changed("queue")
+		return c.exit(run(cf))
 	}
-	fs.Visit(func(f *flag.Flag) { c.explicit = c.explicit || f.Name == "queue" })
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "packetshaper %s: unexpected argument %q (packetshaper %s --help)\n", name, fs.Arg(0), name)
-		return nil, 2, true
-	}
-	return c, 0, false
+	return cmd
+}
+
+// newFlowsCmd is "packetshaper flows".
+func newFlowsCmd(c *cli) *cobra.Command {
+	var rule, sort string
+	var top int
+	return newCtlCmd(c, "flows [--rule R] [--top N] [--sort drops|packets|none] [--json] [--queue N|N-M | --control-socket PATH]",
+		"list the running shaper's flows (root)", flowsUsage,
+		func(fs *pflag.FlagSet) {
+			fs.StringVar(&rule, "rule", "", "only the flows of rule `R`")
+			fs.IntVar(&top, "top", 0, "only the first `N` flows in --sort's order (0: all)")
+			fs.StringVar(&sort, "sort", control.SortDrops, "the `ORDER`: drops (most dropped first, then most packets), packets (most packets first), or none (the flow tables' order, printed as it comes)")
+		},
+		func(cf *ctlFlags) int { return runFlows(cf, rule, sort, top, c.stdout, c.stderr) })
 }
 
 // runFlows is "packetshaper flows": exit status 0, 1 when the shaper
 // cannot be asked, 2 on bad usage.
-func runFlows(args []string, stdout, stderr io.Writer) int {
-	var rule, sort string
-	var top int
-	c, code, done := parseCtl("flows", flowsUsage, args, stderr, func(fs *flag.FlagSet) {
-		fs.StringVar(&rule, "rule", "", "only the flows of rule `R`")
-		fs.IntVar(&top, "top", 0, "only the first `N` flows in --sort's order (0: all)")
-		fs.StringVar(&sort, "sort", control.SortDrops, "the `ORDER`: drops (most dropped first, then most packets), packets (most packets first), or none (the flow tables' order, printed as it comes)")
-	})
-	if done {
-		return code
-	}
+func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer) int {
 	fail := func(code int, format string, a ...any) int {
 		fmt.Fprintf(stderr, "packetshaper flows: "+format+"\n", a...)
 		return code
@@ -279,13 +261,16 @@ func fmtSecs(s float64) string {
 	return d.Round(time.Second).String()
 }
 
+// newStatusCmd is "packetshaper status".
+func newStatusCmd(c *cli) *cobra.Command {
+	return newCtlCmd(c, "status [--json] [--queue N|N-M | --control-socket PATH]",
+		"show the running shaper's queues and rules (root)", statusUsage, nil,
+		func(cf *ctlFlags) int { return runStatus(cf, c.stdout, c.stderr) })
+}
+
 // runStatus is "packetshaper status": exit status 0, 1 when the shaper
 // cannot be asked, 2 on bad usage.
-func runStatus(args []string, stdout, stderr io.Writer) int {
-	c, code, done := parseCtl("status", statusUsage, args, stderr, nil)
-	if done {
-		return code
-	}
+func runStatus(c *ctlFlags, stdout, stderr io.Writer) int {
 	path, err := c.path()
 	if err != nil {
 		fmt.Fprintf(stderr, "packetshaper status: %v\n", err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
+	"github.com/spf13/pflag"
 )
 
 // The limiter flags, which the live shaper and replay share, are what a
@@ -56,16 +57,24 @@ func flagError(err error) error {
 // policyFlags are the flags that choose the policy: --policy FILE or the
 // limiter flags, and the settings beside the rules.
 type policyFlags struct {
-	fs        *flag.FlagSet
+	fs        *pflag.FlagSet
 	limiter   *policy.Flags
 	file      string
 	malformed string
 }
 
-func addPolicyFlags(fs *flag.FlagSet) *policyFlags {
-	p := &policyFlags{fs: fs, limiter: policy.DefineFlags(fs)}
-	fs.StringVar(&p.file, "policy", "", "read the rules from the TOML rule `FILE` (see docs/configuration.md) instead of the limiter flags; live: SIGHUP re-reads it")
-	fs.StringVar(&p.malformed, "malformed", "accept", "verdict for packets whose IP header is invalid (the kernel drops those anyway): accept or drop")
+// addPolicyFlags adds the policy flags (group "policy") and the limiter
+// flags (group "limiter", declared by policy.DefineFlags) to fs.
+func addPolicyFlags(fs *pflag.FlagSet) *policyFlags {
+	limiter := flag.NewFlagSet("", flag.ContinueOnError)
+	p := &policyFlags{fs: fs, limiter: policy.DefineFlags(limiter)}
+	pol := pflag.NewFlagSet("", pflag.ContinueOnError)
+	pol.StringVar(&p.file, "policy", "", "read the rules from the TOML rule `FILE` (see docs/configuration.md) instead of the limiter flags; live: SIGHUP re-reads it")
+	pol.StringVar(&p.malformed, "malformed", "accept", "verdict for packets whose IP header is invalid (the kernel drops those anyway): accept or drop")
+	addGroup(fs, groupPolicy, pol)
+	lim := pflag.NewFlagSet("", pflag.ContinueOnError)
+	lim.AddGoFlagSet(limiter)
+	addGroup(fs, groupLimiter, lim)
 	return p
 }
 
@@ -88,7 +97,7 @@ func (p *policyFlags) source(opts policy.Options) (*policySource, error) {
 	}
 	limiter := limiterFlagNames()
 	var given []string
-	p.fs.Visit(func(f *flag.Flag) {
+	p.fs.Visit(func(f *pflag.Flag) {
 		if limiter[f.Name] {
 			given = append(given, "--"+f.Name)
 		}

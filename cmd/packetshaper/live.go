@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -20,11 +19,11 @@ import (
 	"github.com/packetshaper/packetshaper/internal/offload"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-const liveUsage = `Usage: packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [live flags]
-
-Shapes live traffic: every packet that an iptables or nft rule sends to
+const liveUsage = `Shapes live traffic: every packet that an iptables or nft rule sends to
 NFQUEUE queue N (or N..M) gets ACCEPT or DROP from the first rule of the
 policy that matches it: a TOML rule file (--policy FILE, see
 docs/configuration.md), or one rule made of the limiter flags (--pps 100 limits every
@@ -35,9 +34,9 @@ defragmentation on so that a fragmented datagram is queued (and charged)
 whole: a port match alone never sees non-first fragments. Best, use
 scripts/rules.sh (packetshaper-rules), which writes exactly that:
 
-  iptables -I INPUT -p udp --dport 9000 -m conntrack --ctstate INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED -j NFQUEUE --queue-num 0 --queue-bypass
-  (--queue-balance 0:1 instead of --queue-num 0 with --queue 0-1; ip6tables alike)
-  nft add rule inet filter input udp dport 9000 ct state invalid,new,established,related,untracked queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
+    iptables -I INPUT -p udp --dport 9000 -m conntrack --ctstate INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED -j NFQUEUE --queue-num 0 --queue-bypass
+    (--queue-balance 0:1 instead of --queue-num 0 with --queue 0-1; ip6tables alike)
+    nft add rule inet filter input udp dport 9000 ct state invalid,new,established,related,untracked queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
 
 A full queue accepts packets without asking (fail-open) unless --fail-closed;
 such packets are counted as failopen_passed in the stats and metrics.
@@ -51,10 +50,7 @@ once), log the final stats, exit 0.
 SIGHUP: re-read --policy FILE. Rules whose name, match, key and limiter
 settings are unchanged keep their flows and limiter state (no fresh burst);
 changed and new rules start empty; the log says which rules kept state. A bad
-file changes nothing and logs one error. Without --policy, SIGHUP is ignored.
-
-Flags:
-`
+file changes nothing and logs one error. Without --policy, SIGHUP is ignored.`
 
 // liveFlags are the flags of the live shaper beside the policy flags.
 type liveFlags struct {
@@ -76,7 +72,7 @@ type liveFlags struct {
 	maxHeld        int
 }
 
-func addLiveFlags(fs *flag.FlagSet) *liveFlags {
+func addLiveFlags(fs *pflag.FlagSet) *liveFlags {
 	f := &liveFlags{}
 	fs.StringVar(&f.queue, "queue", "0", "NFQUEUE number `N`, or a range N-M: one reader per queue, all sharing one engine, so a key has one bucket whichever queue its packets reach (rule: rules.sh --queue N-M, iptables --queue-balance N:M)")
 	fs.UintVar(&f.maxLen, "queue-maxlen", nfq.DefaultMaxQueueLen, "packets the kernel holds per queue waiting for a verdict; beyond it packets fail open (or are dropped with --fail-closed)")
@@ -120,23 +116,29 @@ func parseQueues(s string) ([]uint16, error) {
 	return qs, nil
 }
 
+// newLiveCmd is the root command, the live shaper.
+func newLiveCmd(c *cli) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [flags]",
+		Short: "per-flow packet shaper for Linux (NFQUEUE) and for captures",
+		Long:  liveUsage,
+		Example: `  sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000
+  sudo packetshaper --queue 0 --pps 100
+  sudo packetshaper --queue 0-3 --policy /etc/packetshaper/policy.toml --metrics-addr 127.0.0.1:9464`,
+	}
+	live := pflag.NewFlagSet("live", pflag.ContinueOnError)
+	f := addLiveFlags(live)
+	addGroup(cmd.Flags(), "", live)
+	pf := addPolicyFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return c.exit(runLive(cmd.Flags(), pf, f, c.stderr))
+	}
+	return cmd
+}
+
 // runLive is the root command: exit status 0 after a clean stop, 1 when the
 // queue cannot be bound or fails, 2 on bad usage.
-func runLive(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("packetshaper", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, liveUsage)
-		fs.PrintDefaults()
-	}
-	pf := addPolicyFlags(fs)
-	f := addLiveFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
+func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer) int {
 	// SIGHUP reloads --policy; caught from here on, so that it never kills
 	// the process (its default action).
 	hup := make(chan os.Signal, 1)
@@ -145,9 +147,6 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	usage := func(format string, a ...any) int {
 		fmt.Fprintf(stderr, "packetshaper: "+format+"\n", a...)
 		return 2
-	}
-	if fs.NArg() > 0 {
-		return usage("unexpected argument %q (packetshaper --help)", fs.Arg(0))
 	}
 	src, err := pf.source(policy.Options{IfIndex: ifIndex})
 	if err != nil {
@@ -206,12 +205,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 	// The default control socket: one of its own for each --queue, and
 	// if another process holds it, the shaper runs without one (logged).
 	// A path given must work.
-	socket, socketOptional := f.controlSocket, true
-	fs.Visit(func(fl *flag.Flag) {
-		if fl.Name == "control-socket" {
-			socketOptional = false
-		}
-	})
+	socket, socketOptional := f.controlSocket, !fs.Changed("control-socket")
 	if socketOptional {
 		socket = control.DefaultPath(queueArg(queues))
 	}
@@ -256,11 +250,7 @@ func runLive(args []string, stdout, stderr io.Writer) int {
 }
 
 // flagGiven reports whether the flag name was set on the command line.
-func flagGiven(fs *flag.FlagSet, name string) bool {
-	given := false
-	fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
-	return given
-}
+func flagGiven(fs *pflag.FlagSet, name string) bool { return fs.Changed(name) }
 
 // ifIndex resolves an interface name in packetshaper's network namespace.
 func ifIndex(name string) (uint32, bool) {

@@ -67,7 +67,7 @@ func TestLiveUsageErrors(t *testing.T) {
 		{[]string{}, "no limit given"},
 	} {
 		var out, errb bytes.Buffer
-		code := runLive(tc.args, &out, &errb)
+		code := run(tc.args, &out, &errb)
 		msg := errb.String()
 		if code != 2 || !strings.HasPrefix(msg, "packetshaper: ") || strings.Count(msg, "\n") != 1 || !strings.Contains(msg, tc.want) {
 			t.Errorf("runLive(%q) = %d, stderr %q; want 2 and one line mentioning %q", tc.args, code, msg, tc.want)
@@ -176,12 +176,12 @@ func testLive(t *testing.T, queues string, rule []string, flows int) {
 			metrics = string(b)
 			// The control socket: the flows, and the status.
 			var out, errb bytes.Buffer
-			if code := runFlows([]string{"--control-socket", sock, "--json"}, &out, &errb); code != 0 {
+			if code := runFlowsArgs([]string{"--control-socket", sock, "--json"}, &out, &errb); code != 0 {
 				return fmt.Errorf("packetshaper flows: %d: %s", code, errb.String())
 			}
 			flowsOut = out.String()
 			out.Reset()
-			if code := runStatus([]string{"--control-socket", sock, "--json"}, &out, &errb); code != 0 {
+			if code := runStatusArgs([]string{"--control-socket", sock, "--json"}, &out, &errb); code != 0 {
 				return fmt.Errorf("packetshaper status: %d: %s", code, errb.String())
 			}
 			statusOut = out.String()
@@ -200,7 +200,7 @@ func testLive(t *testing.T, queues string, rule []string, flows int) {
 	defer watchdog.Stop()
 	var stdout, stderr bytes.Buffer
 	t0 := time.Now()
-	code := runLive([]string{"--queue", queues, "--pps", "0.001", "--burst", fmt.Sprint(burst),
+	code := runLiveArgs([]string{"--queue", queues, "--pps", "0.001", "--burst", fmt.Sprint(burst),
 		"--metrics-addr", metricsAddr, "--stats-interval", "0", "--control-socket", sock}, &stdout, &stderr)
 	running.Store(false)
 	if err := <-driverErr; err != nil {

@@ -17,9 +17,9 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
-	"strings"
 
 	"github.com/packetshaper/packetshaper/policy"
+	"github.com/spf13/cobra"
 )
 
 // version and commit are set at build time (scripts/package.sh):
@@ -58,69 +58,52 @@ func versionLine() string {
 	return fmt.Sprintf("packetshaper %s (commit %s, %s)", version, c, runtime.Version())
 }
 
-const synopsis = `packetshaper — per-flow packet shaper for Linux (NFQUEUE) and for captures
-
-Usage:
-  packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [live flags]   shape live traffic from NFQUEUE (root)
-  packetshaper replay [--policy FILE | limiter flags] [replay flags] FILE...  replay pcap/pcapng captures offline
-  packetshaper check FILE                                                     validate a rule file, print it with defaults
-  packetshaper flows [--rule R] [--top N] [--sort drops|packets|none] [--json] list the running shaper's flows (root)
-  packetshaper status [--json]                                                show the running shaper's queues and rules (root)
-  packetshaper --version                                                      print the version and commit
-
-Run "packetshaper --help", "packetshaper replay --help" (or flows, status) for the flags.
-`
-
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "replay":
-			return runReplay(args[1:], stdout, stderr)
-		case "check":
-			return runCheck(args[1:], stdout, stderr)
-		case "flows":
-			return runFlows(args[1:], stdout, stderr)
-		case "status":
-			return runStatus(args[1:], stdout, stderr)
-		case "top":
-			return runTop(args[1:], stdout, stderr)
-		case "rules":
-			return runRules(args[1:], stdout, stderr)
-		case "version", "--version":
-			fmt.Fprintln(stdout, versionLine())
-			return 0
-		case "help":
-			fmt.Fprint(stdout, synopsis)
-			return 0
-		}
+// newVersionCmd is "packetshaper version" (as --version).
+func newVersionCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version and commit",
+		Args:  noArgs,
+		Run:   func(*cobra.Command, []string) { fmt.Fprintln(c.stdout, versionLine()) },
 	}
-	return runLive(args, stdout, stderr)
+}
+
+// newCheckCmd is "packetshaper check FILE".
+func newCheckCmd(c *cli) *cobra.Command {
+	return &cobra.Command{
+		Use:   "check FILE",
+		Short: "validate a rule file and print it with every default filled in",
+		Long: `Validates a --policy rule file (FILE "-": standard input) and prints it with
+every default filled in; warnings (a raised flow-timeout, ...) go to stderr.
+Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
+		Example: "  packetshaper check /etc/packetshaper/policy.toml",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) != 1 {
+				return &usageError{fmt.Sprintf("want one FILE, not %d arguments%s", len(args), seeHelp(cmd))}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error { return c.exit(runCheck(args[0], c.stdout, c.stderr)) },
+	}
 }
 
 // runCheck is "packetshaper check FILE": it validates the rule file and
 // prints the policy as understood, every default filled in; exit status 0,
 // or 2 with the one-line error.
-func runCheck(args []string, stdout, stderr io.Writer) int {
-	if len(args) != 1 || strings.HasPrefix(args[0], "-") && args[0] != "-" {
-		fmt.Fprintln(stderr, "usage: packetshaper check FILE   (validates a --policy rule file and prints it with every default filled in; - reads standard input)")
-		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help") {
-			return 0
-		}
-		return 2
-	}
+func runCheck(file string, stdout, stderr io.Writer) int {
 	var f *policy.File
 	var err error
-	if args[0] == "-" {
+	if file == "-" {
 		var data []byte
 		if data, err = io.ReadAll(io.LimitReader(os.Stdin, policy.MaxFileSize+1)); err == nil {
 			f, err = policy.Parse("stdin", data)
 		}
 	} else {
-		f, err = policy.Load(args[0])
+		f, err = policy.Load(file)
 	}
 	if err == nil {
 		var c *policy.Compiled

@@ -15,7 +15,7 @@ import (
 func TestReplayMaxHeldFlag(t *testing.T) {
 	for _, bad := range []string{"-1", "16385"} {
 		var stdout, stderr bytes.Buffer
-		code := runReplay([]string{"--pps", "10", "--shape", "--max-held", bad, filepath.Join(testdata, "multiflow.pcap")}, &stdout, &stderr)
+		code := runReplayArgs([]string{"--pps", "10", "--shape", "--max-held", bad, filepath.Join(testdata, "multiflow.pcap")}, &stdout, &stderr)
 		if code != 2 || !strings.Contains(stderr.String(), "--max-held must be between 0 and 16384, not "+bad) {
 			t.Errorf("--max-held %s: exit %d, stderr %q; want 2 and the range", bad, code, stderr.String())
 		}
@@ -23,7 +23,7 @@ func TestReplayMaxHeldFlag(t *testing.T) {
 	run := func(args ...string) jsonReport {
 		var stdout, stderr bytes.Buffer
 		args = append([]string{"--json", "--pps", "10", "--burst", "1"}, args...)
-		if code := runReplay(append(args, filepath.Join(testdata, "multiflow.pcap")), &stdout, &stderr); code != 0 {
+		if code := runReplayArgs(append(args, filepath.Join(testdata, "multiflow.pcap")), &stdout, &stderr); code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr.String())
 		}
 		var rep jsonReport

@@ -458,7 +458,7 @@ func runLiveDriven(t *testing.T, nsFd int, args []string, drive func(log *testut
 	})
 	defer watchdog.Stop()
 	args = append(args[:len(args):len(args)], "--control-socket", sock)
-	code := runLive(args, io.Discard, log)
+	code := runLiveArgs(args, io.Discard, log)
 	running.Store(false)
 	if err := <-driverErr; err != nil {
 		t.Fatalf("driver: %v\nlog:\n%s", err, log.String())

@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -20,11 +18,11 @@ import (
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
 	"github.com/packetshaper/packetshaper/shaper"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-const replayUsage = `Usage: packetshaper replay [--policy FILE | limiter flags] [replay flags] FILE...  (FILE "-": standard input)
-
-Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
+const replayUsage = `Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
 with each packet's capture timestamp as the clock: the what-if report of a
 policy on a capture before it is deployed. Several files are one stream, in
 the order given. Prints a summary with a per-rule table, or with --json one
@@ -54,38 +52,51 @@ traffic, the top flows by drops, the policy and the captures. It holds no
 wall-clock time: the same replay writes the same bytes.
 
 On a damaged capture, what was read before the damage is reported, then a
-one-line error names the file, the packet and the problem; exit status 1.
+one-line error names the file, the packet and the problem; exit status 1.`
 
-Flags:
-`
+// replayFlags are replay's own flags.
+type replayFlags struct {
+	queue                                     uint
+	asJSON                                    bool
+	verdicts, writeAcc, writeDrop, reportPath string
+	top, maxHeld                              int
+	progress                                  string
+}
+
+// newReplayCmd is "packetshaper replay".
+func newReplayCmd(c *cli) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "replay [--policy FILE | limiter flags] [flags] FILE...",
+		Short: "replay pcap/pcapng captures offline through the shaper (FILE \"-\": standard input)",
+		Long:  replayUsage,
+		Example: `  packetshaper replay --pps 100 --burst 10 capture.pcap
+  packetshaper replay --policy policy.toml --report report.html --json capture.pcapng.gz`,
+	}
+	rf := &replayFlags{}
+	fs := pflag.NewFlagSet("replay", pflag.ContinueOnError)
+	fs.UintVar(&rf.queue, "queue", 0, "the NFQUEUE number the packets are taken to come from, for rules that match queues")
+	fs.BoolVar(&rf.asJSON, "json", false, "print one JSON object (totals and per_flow) instead of the summary")
+	fs.StringVar(&rf.verdicts, "verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records; \"<index> ACCEPT +<ns>\" for a packet a shaping rule delays")
+	fs.StringVar(&rf.writeAcc, "write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps, a delayed packet's departure time as its timestamp, in departure order; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
+	fs.StringVar(&rf.writeDrop, "write-dropped", "", "write the dropped packets to pcap `FILE` (pcapng if it ends in .pcapng)")
+	fs.StringVar(&rf.reportPath, "report", "", "write an HTML report to `FILE`: packets offered, accepted and dropped per second over capture time, in total and per rule, the top flows by drops and the settings (one self-contained file)")
+	fs.IntVar(&rf.top, "top", 10, "how many flows the summary (and --report) lists (most drops first)")
+	fs.StringVar(&rf.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
+	fs.IntVar(&rf.maxHeld, "max-held", nfq.DefaultMaxHeld, fmt.Sprintf("with shaping rules: the most packets held at once for a later departure, as live's --max-held (one queue's); a packet a shaping rule would delay beyond it, or beyond %d MiB of held packets, is dropped (shape_overflow); 0: none held", replay.MaxHeldBytes>>20))
+	addGroup(cmd.Flags(), "", fs)
+	pf := addPolicyFlags(cmd.Flags())
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		return c.exit(runReplay(cmd.Flags(), pf, rf, args, c.stdout, c.stderr))
+	}
+	return cmd
+}
 
 // runReplay is "packetshaper replay": exit status 0 on success, 1 when a
 // capture or an output fails (after reporting what was replayed before),
 // 2 on bad usage.
-func runReplay(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("packetshaper replay", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, replayUsage)
-		fs.PrintDefaults()
-	}
-	pf := addPolicyFlags(fs)
-	queue := fs.Uint("queue", 0, "the NFQUEUE number the packets are taken to come from, for rules that match queues")
-	asJSON := fs.Bool("json", false, "print one JSON object (totals and per_flow) instead of the summary")
-	verdicts := fs.String("verdicts", "", "write one line per packet, `FILE`: \"<index> <ACCEPT|DROP>\", index from 1 over all records; \"<index> ACCEPT +<ns>\" for a packet a shaping rule delays")
-	writeAcc := fs.String("write-accepted", "", "write the accepted packets to pcap `FILE` (original link type and timestamps, a delayed packet's departure time as its timestamp, in departure order; pcapng if FILE ends in .pcapng, needed when the captures mix link types)")
-	writeDrop := fs.String("write-dropped", "", "write the dropped packets to pcap `FILE` (pcapng if it ends in .pcapng)")
-	reportPath := fs.String("report", "", "write an HTML report to `FILE`: packets offered, accepted and dropped per second over capture time, in total and per rule, the top flows by drops and the settings (one self-contained file)")
-	top := fs.Int("top", 10, "how many flows the summary (and --report) lists (most drops first)")
-	progress := fs.String("progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
-	maxHeld := fs.Int("max-held", nfq.DefaultMaxHeld, fmt.Sprintf("with shaping rules: the most packets held at once for a later departure, as live's --max-held (one queue's); a packet a shaping rule would delay beyond it, or beyond %d MiB of held packets, is dropped (shape_overflow); 0: none held", replay.MaxHeldBytes>>20))
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	files := fs.Args()
+func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []string, stdout, stderr io.Writer) int {
+	queue, asJSON, verdicts, writeAcc, writeDrop, reportPath := &rf.queue, &rf.asJSON, &rf.verdicts, &rf.writeAcc, &rf.writeDrop, &rf.reportPath
+	top, progress, maxHeld := &rf.top, &rf.progress, &rf.maxHeld
 	if len(files) == 0 {
 		fmt.Fprintln(stderr, "packetshaper replay: no capture file given (packetshaper replay --help)")
 		return 2
@@ -217,7 +228,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 	var reportErr error
 	if reportOut != nil {
 		in := report.Input{
-			Args: settingArgs(fs), Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
+			Args: settingArgs(fs, files), Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
 			Queue: uint16(*queue), Malformed: src.malformed, Top: *top,
 		}
 		if failed != nil {
@@ -272,9 +283,9 @@ var outputFlags = map[string]bool{"json": true, "verdicts": true, "write-accepte
 // settingArgs is the command line that replays what fs (parsed) replays,
 // outputs left out, flags in name order: the report's "command", the
 // same whatever the outputs' names.
-func settingArgs(fs *flag.FlagSet) []string {
+func settingArgs(fs *pflag.FlagSet, files []string) []string {
 	var args []string
-	fs.Visit(func(f *flag.Flag) {
+	fs.Visit(func(f *pflag.Flag) {
 		if outputFlags[f.Name] {
 			return
 		}
@@ -284,7 +295,7 @@ func settingArgs(fs *flag.FlagSet) []string {
 		}
 		args = append(args, "--"+f.Name, f.Value.String())
 	})
-	return append(args, fs.Args()...)
+	return append(args, files...)
 }
 
 // jsonReport is --json's object. Field order is fixed, and nothing in it

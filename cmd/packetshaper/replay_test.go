@@ -74,7 +74,7 @@ func TestGolden(t *testing.T) {
 					args = append(args, filepath.Join(testdata, f))
 				}
 				var stdout, stderr bytes.Buffer
-				if code := runReplay(args, &stdout, &stderr); code != tc.code {
+				if code := runReplayArgs(args, &stdout, &stderr); code != tc.code {
 					t.Fatalf("exit status %d, want %d; stderr: %s", code, tc.code, stderr.String())
 				}
 				var obj map[string]any
@@ -164,7 +164,7 @@ func TestReplayErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		var stdout, stderr bytes.Buffer
-		code := runReplay(tt.args, &stdout, &stderr)
+		code := runReplayArgs(tt.args, &stdout, &stderr)
 		msg := stderr.String()
 		if code != tt.code || !strings.Contains(msg, tt.err) {
 			t.Errorf("%s: exit %d, stderr %q; want exit %d and %q", tt.name, code, msg, tt.code, tt.err)
@@ -183,7 +183,7 @@ func TestReplayErrors(t *testing.T) {
 // TestSummary checks the human summary's content.
 func TestSummary(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := runReplay([]string{"--pps", "10", "--burst", "3", filepath.Join(testdata, "multiflow.pcap")}, &stdout, &stderr); code != 0 {
+	if code := runReplayArgs([]string{"--pps", "10", "--burst", "3", filepath.Join(testdata, "multiflow.pcap")}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()

@@ -16,7 +16,7 @@ import (
 func TestReplayShadowPerFlow(t *testing.T) {
 	args := []string{"--policy", filepath.Join(testdata, "policy-mix.toml"), filepath.Join(testdata, "policy-mix.pcapng")}
 	var stdout, stderr bytes.Buffer
-	if code := runReplay(append([]string{"--json"}, args...), &stdout, &stderr); code != 0 {
+	if code := runReplayArgs(append([]string{"--json"}, args...), &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	var rep jsonReport
@@ -51,7 +51,7 @@ func TestReplayShadowPerFlow(t *testing.T) {
 	// The summary: the shadow rule's flows have DROPPED 0 and their
 	// SHADOWDROP.
 	stdout.Reset()
-	if code := runReplay(args, &stdout, &stderr); code != 0 {
+	if code := runReplayArgs(args, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	out := stdout.String()
@@ -76,7 +76,7 @@ func TestReplayNotACapture(t *testing.T) {
 	}
 	for _, extra := range [][]string{nil, {"--json"}} {
 		var stdout, stderr bytes.Buffer
-		code := runReplay(append(append([]string{"--pps", "10"}, extra...), notCap), &stdout, &stderr)
+		code := runReplayArgs(append(append([]string{"--pps", "10"}, extra...), notCap), &stdout, &stderr)
 		lines := strings.Split(strings.TrimSuffix(stderr.String(), "\n"), "\n")
 		if code != 1 || stdout.Len() != 0 || len(lines) != 1 || !strings.Contains(lines[0], "notes.txt") {
 			t.Errorf("replay %v of a text file: exit %d, stdout %q, stderr %q; want 1, nothing on stdout, one line naming the file", extra, code, stdout.String(), stderr.String())
@@ -85,7 +85,7 @@ func TestReplayNotACapture(t *testing.T) {
 	// --report on a good capture: where it wrote, one line.
 	rp := filepath.Join(dir, "r.html")
 	var stdout, stderr bytes.Buffer
-	if code := runReplay([]string{"--pps", "10", "--report", rp, filepath.Join(testdata, "multiflow.pcap")}, &stdout, &stderr); code != 0 {
+	if code := runReplayArgs([]string{"--pps", "10", "--report", rp, filepath.Join(testdata, "multiflow.pcap")}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	if got, want := stderr.String(), "packetshaper replay: report written to "+rp+"\n"; got != want {

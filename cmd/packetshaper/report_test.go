@@ -32,7 +32,7 @@ func TestGoldenReport(t *testing.T) {
 	for i := range pages {
 		path := filepath.Join(t.TempDir(), "report"+string(rune('a'+i))+".html")
 		var stdout, stderr bytes.Buffer
-		if code := runReplay(reportArgs(path), &stdout, &stderr); code != 0 {
+		if code := runReplayArgs(reportArgs(path), &stdout, &stderr); code != 0 {
 			t.Fatalf("exit status %d; stderr: %s", code, stderr.String())
 		}
 		var err error
@@ -64,7 +64,7 @@ func TestGoldenReport(t *testing.T) {
 func TestReportDamaged(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "report.html")
 	var stdout, stderr bytes.Buffer
-	if code := runReplay([]string{"--pps", "10", "--report", path, testdata + "/truncated.pcap"}, &stdout, &stderr); code != 1 {
+	if code := runReplayArgs([]string{"--pps", "10", "--report", path, testdata + "/truncated.pcap"}, &stdout, &stderr); code != 1 {
 		t.Fatalf("exit status %d, want 1; stderr: %s", code, stderr.String())
 	}
 	page, err := os.ReadFile(path)
@@ -82,12 +82,12 @@ func TestReportDamaged(t *testing.T) {
 // writable, before anything is replayed.
 func TestReportErrors(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	if code := runReplay([]string{"--pps", "10", "--report", testdata + "/multiflow.pcap", testdata + "/multiflow.pcap"}, &stdout, &stderr); code != 2 ||
+	if code := runReplayArgs([]string{"--pps", "10", "--report", testdata + "/multiflow.pcap", testdata + "/multiflow.pcap"}, &stdout, &stderr); code != 2 ||
 		!strings.Contains(stderr.String(), "--report") {
 		t.Errorf("--report onto the capture: exit %d, stderr %q", code, stderr.String())
 	}
 	stderr.Reset()
-	if code := runReplay([]string{"--pps", "10", "--report", filepath.Join(t.TempDir(), "no", "such", "dir.html"), testdata + "/multiflow.pcap"}, &stdout, &stderr); code != 1 ||
+	if code := runReplayArgs([]string{"--pps", "10", "--report", filepath.Join(t.TempDir(), "no", "such", "dir.html"), testdata + "/multiflow.pcap"}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "--report") {
 		t.Errorf("--report into a missing directory: exit %d, stderr %q", code, stderr.String())
 	}
@@ -173,7 +173,7 @@ func TestReportInBrowser(t *testing.T) {
 
 	path := filepath.Join(dir, "report.html")
 	var stdout, stderr bytes.Buffer
-	if code := runReplay(reportArgs(path), &stdout, &stderr); code != 0 {
+	if code := runReplayArgs(reportArgs(path), &stdout, &stderr); code != 0 {
 		t.Fatalf("replay: exit status %d; stderr: %s", code, stderr.String())
 	}
 	dom, log := runChromium(t, bin, "file://"+path, "--dump-dom")

@@ -2,7 +2,7 @@ package main
 
 import (
 	"bytes"
-	"flag"
+	"github.com/spf13/pflag"
 	"io"
 	"strings"
 	"testing"
@@ -28,7 +28,7 @@ func TestFlagsFlowTimeoutRaised(t *testing.T) {
 		{[]string{"--pps", "10"}, time.Minute, ""},
 		{[]string{"--pps", "0.01", "--flow-timeout", "9m"}, 9 * time.Minute, ""},
 	} {
-		fs := flag.NewFlagSet("test", flag.ContinueOnError)
+		fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 		fs.SetOutput(io.Discard)
 		pf := addPolicyFlags(fs)
 		if err := fs.Parse(tc.args); err != nil {
@@ -65,7 +65,7 @@ func TestFlowTimeoutTooShortRefused(t *testing.T) {
 	flags := []string{"--pps", "1", "--algo", "fixed-window", "--window", "1h", "--flow-timeout", "1m"}
 	// Start checks the flags as source does (run would go on to bind a
 	// queue if it let them through).
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	pf := addPolicyFlags(fs)
 	if err := fs.Parse(flags); err != nil {

@@ -1,18 +1,18 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"time"
 
 	"github.com/packetshaper/packetshaper/internal/top"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 )
 
-const topUsage = `Usage: packetshaper top [--interval D] [--sort drops|packets] [--rule R] [--rows N] [--once] [--json] [--queue N|N-M | --control-socket PATH]
-
-A live view of the running packetshaper, like top: a header (queues,
+// topLong is "packetshaper top --help"'s text.
+const topLong = `A live view of the running packetshaper, like top: a header (queues,
 uptime, packets in, accepted, dropped and fail-open passes per second), each
 rule's rates, and the flows with the most drops (or packets) per second,
 refreshed every --interval. Rates are the counters' increase between two
@@ -21,28 +21,29 @@ first 1000 in the order of --sort by their counters since they started.
 Keys: q quit, s the next sort. Not on a terminal (or with --once), it prints
 one frame, an interval after the first reading, and exits.
 
-It talks to the shaper's control socket (root only) as flows and status do.
+It talks to the shaper's control socket (root only) as flows and status do.`
 
-Flags:
-`
-
-// runTop is "packetshaper top": exit status 0, 1 when the shaper cannot be
-// asked, 2 on bad usage.
-func runTop(args []string, stdout, stderr io.Writer) int {
+// newTopCmd is "packetshaper top".
+func newTopCmd(c *cli) *cobra.Command {
 	var sortBy, rule string
 	var interval time.Duration
 	var rows int
 	var once bool
-	c, code, done := parseCtl("top", topUsage, args, stderr, func(fs *flag.FlagSet) {
-		fs.DurationVar(&interval, "interval", time.Second, "the time `D` between refreshes")
-		fs.StringVar(&sortBy, "sort", "drops", "the flows' first `ORDER`: drops (most dropped per second first) or packets")
-		fs.StringVar(&rule, "rule", "", "only the flows of rule `R`")
-		fs.IntVar(&rows, "rows", top.DefaultRows, "the `N` flows of a frame not on a terminal (a terminal's height decides there)")
-		fs.BoolVar(&once, "once", false, "print one frame and exit")
-	})
-	if done {
-		return code
-	}
+	return newCtlCmd(c, "top [--interval D] [--sort drops|packets] [--rule R] [--rows N] [--once] [--json] [--queue N|N-M | --control-socket PATH]",
+		"a live view of the running shaper's rule and flow rates (root)", topLong,
+		func(fs *pflag.FlagSet) {
+			fs.DurationVar(&interval, "interval", time.Second, "the time `D` between refreshes")
+			fs.StringVar(&sortBy, "sort", "drops", "the flows' first `ORDER`: drops (most dropped per second first) or packets")
+			fs.StringVar(&rule, "rule", "", "only the flows of rule `R`")
+			fs.IntVar(&rows, "rows", top.DefaultRows, "the `N` flows of a frame not on a terminal (a terminal's height decides there)")
+			fs.BoolVar(&once, "once", false, "print one frame and exit")
+		},
+		func(cf *ctlFlags) int { return runTop(cf, sortBy, rule, interval, rows, once, c.stdout, c.stderr) })
+}
+
+// runTop is "packetshaper top": exit status 0, 1 when the shaper cannot be
+// asked, 2 on bad usage.
+func runTop(c *ctlFlags, sortBy, rule string, interval time.Duration, rows int, once bool, stdout, stderr io.Writer) int {
 	sort, ok := top.ParseSort(sortBy)
 	switch {
 	case !ok:

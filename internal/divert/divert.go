@@ -7,7 +7,7 @@
 // rules in force, a queue or queue range and a source prefix). rules.sh
 // stays the one place that writes them into iptables or nftables: Needed
 // gives its options (Rule.Args), and `rules.sh add --policy FILE` asks
-// `packetshaper rules --policy FILE` for them. InForce reads the rules
+// `packetshaper divert --policy FILE` for them. InForce reads the rules
 // rules.sh installed back from their comments ("packetshaper queue=0
 // proto=udp dport=9000"), and Unseen says which policy rules none of them
 // can feed.

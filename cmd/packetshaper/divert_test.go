@@ -27,13 +27,13 @@ match = { queue = [1] }
 pps   = 10
 `
 
-// TestRulesFromPolicy: packetshaper rules prints rules.sh's options for
+// TestRulesFromPolicy: packetshaper divert prints rules.sh's options for
 // each divert rule the file needs, and warns about a rule of another queue.
 func TestRulesFromPolicy(t *testing.T) {
 	pol := filepath.Join(t.TempDir(), "p.toml")
 	os.WriteFile(pol, []byte(dnsPolicy), 0o644)
 	var out, errb bytes.Buffer
-	if code := run([]string{"rules", "--policy", pol, "--queue", "0"}, &out, &errb); code != 0 {
+	if code := run([]string{"divert", "--policy", pol, "--queue", "0"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	if got, want := out.String(), "--family both --proto udp --dport 53\n--family both --proto udp --dport 9000\n"; got != want {
@@ -42,7 +42,7 @@ func TestRulesFromPolicy(t *testing.T) {
 	if !strings.Contains(errb.String(), `warning: rule "q1" can never see a packet`) {
 		t.Errorf("stderr %q: no warning about q1", errb.String())
 	}
-	for _, args := range [][]string{{"rules"}, {"rules", "--policy", pol, "--queue", "x"}, {"rules", "--policy", pol + ".missing"}, {"rules", "--policy", pol, "extra"}} {
+	for _, args := range [][]string{{"divert"}, {"divert", "--policy", pol, "--queue", "x"}, {"divert", "--policy", pol + ".missing"}, {"divert", "--policy", pol, "extra"}} {
 		out.Reset()
 		errb.Reset()
 		if code := run(args, &out, &errb); code != 2 || out.Len() != 0 || strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {

@@ -1,19 +1,17 @@
 package main
 
 import (
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
 
 	"github.com/packetshaper/packetshaper/internal/divert"
 	"github.com/packetshaper/packetshaper/policy"
+	"github.com/spf13/cobra"
 )
 
-const rulesUsage = `Usage: packetshaper rules --policy FILE [--queue N|N-M]
-
-Prints the divert rules the rule file's matches need: one line per rule, the
+// divertLong is "packetshaper divert --help"'s text.
+const divertLong = `Prints the divert rules the rule file's matches need: one line per rule, the
 options of packetshaper-rules (scripts/rules.sh) add besides --queue and
 --chain ("--family both --proto udp --dport 53"). They are the fewest rules,
 by family, protocol and port ranges, whose packets include every packet a
@@ -21,52 +19,50 @@ rule of the file matches (addresses, interfaces and marks are left to the
 rules' matches: a diverted packet no rule matches is accepted). Accept
 rules need none: their packets pass whether diverted or not. A rule whose
 match.queue names none of --queue's queues is left out, with a warning.
-packetshaper-rules add --queue N --policy FILE installs them.
+packetshaper-rules add --queue N --policy FILE installs them.`
 
-Flags:
-`
+// newDivertCmd is "packetshaper divert".
+func newDivertCmd(c *cli) *cobra.Command {
+	var pol, queue string
+	cmd := &cobra.Command{
+		Use:     "divert --policy FILE [--queue N|N-M]",
+		Short:   "print the divert rules (packetshaper-rules options) a rule file needs",
+		Long:    divertLong,
+		Example: "  packetshaper divert --policy /etc/packetshaper/policy.toml\n  sudo packetshaper-rules add --queue 0 --policy /etc/packetshaper/policy.toml",
+		Args:    noArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.exit(runDivert(pol, queue, c.stdout, c.stderr))
+		},
+	}
+	cmd.Flags().StringVar(&pol, "policy", "", "the rule `FILE`")
+	cmd.Flags().StringVar(&queue, "queue", "0", "the `N` or N-M the divert rules send packets to (as packetshaper's --queue)")
+	return cmd
+}
 
-// runRules is "packetshaper rules": exit status 0, 2 on bad usage or a bad
+// runDivert is "packetshaper divert": exit status 0, 2 on bad usage or a bad
 // rule file.
-func runRules(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("packetshaper rules", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, rulesUsage)
-		fs.PrintDefaults()
-	}
-	pol := fs.String("policy", "", "the rule `FILE`")
-	queue := fs.String("queue", "0", "the `N` or N-M the divert rules send packets to (as packetshaper's --queue)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
+func runDivert(pol, queue string, stdout, stderr io.Writer) int {
 	fail := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "packetshaper rules: "+format+"\n", a...)
+		fmt.Fprintf(stderr, "packetshaper divert: "+format+"\n", a...)
 		return 2
 	}
-	if fs.NArg() > 0 {
-		return fail("unexpected argument %q (packetshaper rules --help)", fs.Arg(0))
-	}
-	if *pol == "" {
+	if pol == "" {
 		return fail("--policy FILE is required")
 	}
-	qs, err := parseQueues(*queue)
+	qs, err := parseQueues(queue)
 	if err != nil {
 		return fail("%v", err)
 	}
-	f, err := policy.Load(*pol)
+	f, err := policy.Load(pol)
 	if err != nil {
 		return fail("%s", oneLine(err.Error()))
 	}
 	rules, skipped := divert.Needed(f, qs)
 	for _, s := range skipped {
-		fmt.Fprintf(stderr, "packetshaper rules: warning: rule %q can never see a packet: %s\n", s.Rule, s.Why)
+		fmt.Fprintf(stderr, "packetshaper divert: warning: rule %q can never see a packet: %s\n", s.Rule, s.Why)
 	}
 	if len(rules) == 0 {
-		fmt.Fprintln(stderr, "packetshaper rules: no rule needs packets diverted (accept rules' packets pass anyway)")
+		fmt.Fprintln(stderr, "packetshaper divert: no rule needs packets diverted (accept rules' packets pass anyway)")
 	}
 	for i := range rules {
 		fmt.Fprintln(stdout, strings.Join(rules[i].Args(), " "))
@@ -118,6 +114,6 @@ func divertWarnings(f *policy.File, stderr io.Writer) {
 		}
 	}
 	for _, w := range divert.Unseen(f, ds) {
-		fmt.Fprintf(stderr, "packetshaper check: warning: %s %s (packetshaper rules --policy FILE prints the divert rules the file needs)\n", w, source)
+		fmt.Fprintf(stderr, "packetshaper check: warning: %s %s (packetshaper divert --policy FILE prints the divert rules the file needs)\n", w, source)
 	}
 }
