@@ -174,7 +174,7 @@ func Open(c Config) (*Queue, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, netlinkNetfilter)
 	if err != nil {
 		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) {
-			return nil, fmt.Errorf("nfq: queue %d: %w: the kernel has no nfnetlink (%v)", cfg.Queue, ErrNoSupport, err)
+			return nil, fmt.Errorf("nfq: queue %d: %w: the kernel has no nfnetlink (%w)", cfg.Queue, ErrNoSupport, err)
 		}
 		return nil, fmt.Errorf("nfq: queue %d: netlink socket: %w", cfg.Queue, err)
 	}
@@ -266,7 +266,7 @@ func (q *Queue) explain(err error) error {
 		}
 		return fmt.Errorf("nfq: queue %d: %w: binding an NFQUEUE queue needs root (CAP_NET_ADMIN)", n, ErrPermission)
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("nfq: queue %d: %w (load it: modprobe nfnetlink_queue): %v", n, ErrNoSupport, err)
+		return fmt.Errorf("nfq: queue %d: %w (load it: modprobe nfnetlink_queue): %w", n, ErrNoSupport, err)
 	}
 	return fmt.Errorf("nfq: queue %d: configure: %w", n, err)
 }

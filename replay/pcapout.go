@@ -58,7 +58,7 @@ func ngInterface(lt layers.LinkType) pcapgo.NgInterface {
 func (o *pcapOut) write(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkType) error {
 	if !o.open {
 		if err := o.start(lt); err != nil {
-			return fmt.Errorf("writing %s packets: %v", o.name, err)
+			return fmt.Errorf("writing %s packets: %w", o.name, err)
 		}
 	}
 	c := *ci
@@ -82,7 +82,7 @@ func (o *pcapOut) write(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkTyp
 		}
 		if c.InterfaceIndex < 0 {
 			if c.InterfaceIndex, err = o.ngw.AddInterface(ngInterface(lt)); err != nil {
-				return fmt.Errorf("writing %s packets: %v", o.name, err)
+				return fmt.Errorf("writing %s packets: %w", o.name, err)
 			}
 			o.ngLink = append(o.ngLink, lt)
 		}
@@ -96,7 +96,7 @@ func (o *pcapOut) write(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkTyp
 		err = o.w.WritePacket(c, data)
 	}
 	if err != nil {
-		return fmt.Errorf("writing %s packets: %v", o.name, err)
+		return fmt.Errorf("writing %s packets: %w", o.name, err)
 	}
 	return nil
 }
@@ -109,16 +109,16 @@ func (o *pcapOut) flush() error {
 	}
 	if !o.open {
 		if err := o.start(layers.LinkTypeEthernet); err != nil {
-			return fmt.Errorf("writing %s packets: %v", o.name, err)
+			return fmt.Errorf("writing %s packets: %w", o.name, err)
 		}
 	}
 	if o.ngw != nil {
 		if err := o.ngw.Flush(); err != nil {
-			return fmt.Errorf("writing %s packets: %v", o.name, err)
+			return fmt.Errorf("writing %s packets: %w", o.name, err)
 		}
 	}
 	if err := o.buf.Flush(); err != nil {
-		return fmt.Errorf("writing %s packets: %v", o.name, err)
+		return fmt.Errorf("writing %s packets: %w", o.name, err)
 	}
 	return nil
 }

@@ -190,7 +190,7 @@ func (r *Replayer) ReplayFile(name string) error {
 func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 	rd, err := NewReader(src)
 	if err != nil {
-		return fmt.Errorf("%s: %v", name, err)
+		return fmt.Errorf("%s: %w", name, err)
 	}
 	r.ifIDs = r.ifIDs[:0]
 	var n uint64 // records of this file
@@ -201,13 +201,13 @@ func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 		}
 		if err != nil {
 			r.progress(name, rd, size, n)
-			return fmt.Errorf("%s: packet %d: %v", name, n+1, err)
+			return fmt.Errorf("%s: packet %d: %w", name, n+1, err)
 		}
 		n++
 		r.meta.InIf = r.ifaceID(rd, ci.InterfaceIndex)
 		r.meta.OutIf = r.meta.InIf
 		if err := r.packet(data, &ci, lt); err != nil {
-			return fmt.Errorf("%s: packet %d: %v", name, n, err)
+			return fmt.Errorf("%s: packet %d: %w", name, n, err)
 		}
 		if n%ProgressEvery == 0 {
 			r.progress(name, rd, size, n)
@@ -290,7 +290,7 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 			// Room for the longest line, so that the append below never
 			// grows (allocates) a new buffer.
 			if err := r.verdicts.Flush(); err != nil {
-				return fmt.Errorf("writing verdicts: %v", err)
+				return fmt.Errorf("writing verdicts: %w", err)
 			}
 		}
 		b := r.verdicts.AvailableBuffer()
@@ -306,7 +306,7 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 			b = append(b, " ACCEPT\n"...)
 		}
 		if _, err := r.verdicts.Write(b); err != nil {
-			return fmt.Errorf("writing verdicts: %v", err)
+			return fmt.Errorf("writing verdicts: %w", err)
 		}
 	}
 	if v == shaper.Drop {
@@ -334,7 +334,7 @@ func (r *Replayer) Flush() error {
 	}
 	if r.verdicts != nil {
 		if err := r.verdicts.Flush(); err != nil {
-			errs = append(errs, fmt.Errorf("writing verdicts: %v", err))
+			errs = append(errs, fmt.Errorf("writing verdicts: %w", err))
 		}
 	}
 	for _, o := range []*pcapOut{&r.acc, &r.drp} {

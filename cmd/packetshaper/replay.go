@@ -224,7 +224,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 			in.Err = oneLine(failed.Error())
 		}
 		if err := report.Write(reportOut, r, in); err != nil {
-			reportErr = fmt.Errorf("--report: %v", err)
+			reportErr = fmt.Errorf("--report: %w", err)
 		}
 	}
 	for _, f := range outs {
@@ -232,7 +232,7 @@ func runReplay(args []string, stdout, stderr io.Writer) int {
 			switch {
 			case io.Writer(f) == reportOut:
 				if reportErr == nil {
-					reportErr = fmt.Errorf("--report: %v", err)
+					reportErr = fmt.Errorf("--report: %w", err)
 				}
 			case failed == nil:
 				failed = err

@@ -53,7 +53,7 @@ func main() {
 	for _, f := range files {
 		b, err := f.gen()
 		if err != nil {
-			fail(fmt.Errorf("%s: %v", f.name, err))
+			fail(fmt.Errorf("%s: %w", f.name, err))
 		}
 		if err := os.WriteFile(filepath.Join(*out, f.name), b, 0o644); err != nil {
 			fail(err)
