@@ -118,11 +118,8 @@ func names(l, name string) bool {
 // the counters' table does not drive (not yet: they belong to other parts),
 // and why.
 var otherOutputs = map[string]string{
-	"../../internal/failopen/monitor.go": "the fail-open warning lines of a queue filling and draining",
-	"../../internal/failopen/exact.go":   "the fail-open monitor's line saying whether its counts are exact",
-	"../../cmd/packetshaper/replay.go":   "replay's JSON, the counts of a capture",
-	"../../internal/control/flowjson.go": "the flow listing's encoder, the keys of control.Flow's tags written out (TestFlowJSON checks it byte for byte against encoding/json)",
-	"../../internal/report/report.go":    "the replay report's settings table",
+	"../../cmd/packetshaper/replay.go": "replay's JSON, the counts of a capture",
+	"../../internal/report/report.go":  "the replay report's settings table",
 }
 
 // TestCounterNamesOnce: a counter's name (its stats-line key with an
