@@ -178,7 +178,7 @@ func Open(c Config) (*Queue, error) {
 		}
 		return nil, fmt.Errorf("nfq: queue %d: netlink socket: %w", cfg.Queue, err)
 	}
-	q := &Queue{cfg: cfg, fd: fd, unbound: true, epfd: -1, tfd: -1, wakeEst: wakeEstStart}
+	q := &Queue{cfg: cfg, fd: fd, unbound: true, epfd: -1, tfd: -1, wakeEst: wakeEstStart, latency: newLatencyHist(), late: newLatencyHist()}
 	q.spinShare.Store(defaultSpinShare)
 	q.writer, q.wallNs = q.writeSys, time.Time.UnixNano
 	fail := func(err error) (*Queue, error) {
