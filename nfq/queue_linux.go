@@ -6,10 +6,11 @@ package nfq
 // every message is copied into freshly allocated netlink.Message values, its
 // attributes are unmarshalled into a new Attribute struct with pointer
 // fields and a whole-packet copy, and each SetVerdict builds a new message,
-// sends it and goes back through the runtime netpoller. Profiled under load
-// (docs/design.md, "nfq: performance of the live path") that is ~22 µs of CPU per packet against ~6 µs for
-// libnetfilter_queue, and the queue overflows at 45k packets/s. One command
-// compares it with this file's loop in one run (root):
+// sends it and goes back through the runtime netpoller: several times the
+// CPU per packet of libnetfilter_queue, and its queue overflows first
+// (figures from sudo PARTS=live ./scripts/bench.sh in docs/design.md, "nfq:
+// performance of the live path"). One command compares it with this file's
+// loop in one run (root):
 //
 //	go test ./nfq -run '^$' -bench Consumers -benchmem -benchtime 100000x -count 3
 //
