@@ -1,5 +1,8 @@
 // Package layouttest checks, from a package's tests, that its Go files
-// (tests aside) stay under a size and import nothing they must not.
+// (tests aside) stay under a size and import nothing they must not; its
+// own tests check the whole module: no non-test Go file over MaxLines
+// lines, no error-string surgery, no fmt.Errorf that loses an error's
+// chain.
 package layouttest
 
 import (
