@@ -30,11 +30,10 @@ func (q *Queue) appendDue(out []byte, now int64) ([]byte, int, []heldPkt) {
 
 // Waking on time. A timer's expiry reaches Run's goroutine only after the
 // kernel has woken the thread waiting in the netpoller and the runtime has
-// run the goroutine: on an idle virtual CPU that is tens of microseconds,
-// measured 80 µs at the median on the CI machine (a Firecracker VM;
-// BenchmarkHoldLateness gives the lateness with and without the early wake
-// and spin), more
-// than the verdict itself. So the timer is set to fire that long before the
+// run the goroutine: on an idle virtual CPU that is tens of microseconds
+// (BenchmarkHoldLateness gives the lateness with and without the early
+// wake and spin; docs/design.md, "Holding packets", its figures), more than
+// the verdict itself. So the timer is set to fire that long before the
 // departure, and Run, woken early, spins until it: the spin is the wake-up
 // latency it saves, at most spinMax per wake-up (not per packet: what is
 // due together leaves in one write). The lead, spinAhead, follows the

@@ -247,7 +247,7 @@ func BenchmarkHoldLateness(b *testing.B) {
 	})
 	defer stop()
 	saved := q.spinShare.Load()
-	var hists [2]latencyHist // on, off
+	hists := [2]latencyHist{newLatencyHist(), newLatencyHist()} // on, off
 	seq := 0
 	for i := 0; i < b.N; i++ {
 		for k, share := range []int64{saved, 1 << 62} {
@@ -261,7 +261,7 @@ func BenchmarkHoldLateness(b *testing.B) {
 			}
 			// Run is idle: move this round's counts.
 			q.late.mergeInto(&hists[k])
-			q.late = latencyHist{}
+			q.late = newLatencyHist()
 		}
 	}
 	for k, name := range []string{"on", "off"} {

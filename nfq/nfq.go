@@ -34,10 +34,10 @@ package nfq
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/hist"
 )
 
 // Defaults for the zero fields of Config.
@@ -271,8 +271,8 @@ type HoldStats struct {
 }
 
 // LatencyStats summarise verdict latencies measured with Config.Latency.
-// Quantiles are upper bounds of histogram buckets: exact to 1 µs below
-// 1 ms, to 1/16 above.
+// Quantiles are upper bounds of histogram buckets, at most Max: exact to
+// 1 µs below 1 ms, to 1/16 above.
 type LatencyStats struct {
 	Count         uint64 // packets measured
 	Sum           time.Duration
@@ -292,103 +292,66 @@ type LatencyHistogram struct {
 	Cumulative []uint64
 }
 
-// latencyHist is a log-linear histogram of durations: 1 µs buckets up to
-// 1024 µs, then 16 buckets per power of two, up to about 67 s.
+// latencyHist is a queue's verdict latencies (or lateness), on the
+// project's one histogram (internal/hist) counted in microseconds: 1 µs
+// buckets up to 1024 µs, then 16 per power of two, up to 2^26 µs (about
+// 67 s). The sum and the largest value are kept in ns. One writer (Run's
+// goroutine), any reader. Make it with newLatencyHist.
 type latencyHist struct {
-	buckets [latBuckets]atomic.Uint64
-	max     atomic.Int64
-	sum     atomic.Int64 // ns, added once per batch (addSum)
+	h   *hist.Atomic // values in µs (ns / 1000, truncated); its sum in ns
+	max atomic.Int64 // ns
 }
 
-const (
-	latLinear  = 1024                  // µs covered by 1-µs buckets
-	latSub     = 16                    // buckets per power of two above
-	latBuckets = latLinear + 16*latSub // up to 2^26 µs
-)
+// latLayout is latencyHist's layout.
+var latLayout = hist.NewLayout(10, 4, 26)
 
-func latBucket(us int64) int {
-	if us < latLinear {
-		return int(max(us, 0))
-	}
-	e := bits.Len64(uint64(us)) - 1 // 2^e <= us < 2^(e+1), e >= 10
-	sub := int((us >> (e - 4)) & (latSub - 1))
-	b := latLinear + (e-10)*latSub + sub
-	return min(b, latBuckets-1)
-}
-
-// latUpper is the largest value in bucket b, in µs.
-func latUpper(b int) int64 {
-	if b < latLinear {
-		return int64(b)
-	}
-	e := (b-latLinear)/latSub + 10
-	sub := int64((b - latLinear) % latSub)
-	return (1<<e + (sub+1)<<(e-4)) - 1
-}
+func newLatencyHist() latencyHist { return latencyHist{h: hist.NewAtomic(latLayout)} }
 
 func (h *latencyHist) add(ns int64) {
-	h.buckets[latBucket(ns/1000)].Add(1)
+	h.h.Add(ns / 1000)
 	if ns > h.max.Load() {
 		h.max.Store(ns) // one writer: Run's goroutine
 	}
 }
 
 // addSum adds the latencies of a batch (ns) to the sum.
-func (h *latencyHist) addSum(ns int64) { h.sum.Add(ns) }
+func (h *latencyHist) addSum(ns int64) { h.h.AddSum(ns) }
 
 // histogram folds the buckets into bounds, which must be ascending: a
-// bucket counts towards a bound when all of it lies at or below it.
+// bucket counts towards a bound when all of it lies at or below it. A
+// value of u µs (truncated) is below u+1 µs, so the bucket of values up to
+// U µs counts towards a bound of b ns when (U+1)×1000 - 1 <= b, that is
+// U <= (b+1)/1000 - 1.
 func (h *latencyHist) histogram(bounds []time.Duration) LatencyHistogram {
+	us := make([]int64, len(bounds))
+	for i, b := range bounds {
+		us[i] = (int64(b)+1)/1000 - 1
+	}
 	cum := make([]uint64, len(bounds))
-	var n uint64
-	j := 0
-	for b := range h.buckets {
-		// Bucket b holds latencies shorter than latUpper(b)+1 µs.
-		for last := (latUpper(b)+1)*1000 - 1; j < len(bounds) && int64(bounds[j]) < last; j++ {
-			cum[j] = n
-		}
-		n += h.buckets[b].Load()
-	}
-	for ; j < len(bounds); j++ {
-		cum[j] = n
-	}
-	return LatencyHistogram{Count: n, Sum: time.Duration(h.sum.Load()), Cumulative: cum}
+	n, sum := h.h.Fold(us, cum)
+	return LatencyHistogram{Count: n, Sum: time.Duration(sum), Cumulative: cum}
 }
 
 // mergeInto adds h's counts to o (both quiescent).
 func (h *latencyHist) mergeInto(o *latencyHist) {
-	for i := range h.buckets {
-		o.buckets[i].Add(h.buckets[i].Load())
-	}
-	o.sum.Add(h.sum.Load())
+	h.h.MergeInto(o.h)
 	if m := h.max.Load(); m > o.max.Load() {
 		o.max.Store(m)
 	}
 }
 
+// stats summarises h. A quantile is its bucket's upper bound in µs plus
+// 1 µs (the values in it, truncated to the µs, are below that), but never
+// above Max.
 func (h *latencyHist) stats() LatencyStats {
-	var counts [latBuckets]uint64
-	s := LatencyStats{Sum: time.Duration(h.sum.Load())}
-	for i := range counts {
-		counts[i] = h.buckets[i].Load()
-		s.Count += counts[i]
-	}
+	hs := h.h.Stats()
+	s := LatencyStats{Count: hs.Count, Sum: time.Duration(hs.Sum)}
 	if s.Count == 0 {
 		return s
 	}
-	q := func(f float64) time.Duration {
-		rank := uint64(math.Ceil(f * float64(s.Count)))
-		var c uint64
-		for i, n := range counts {
-			c += n
-			if c >= rank {
-				return time.Duration(latUpper(i)+1) * time.Microsecond
-			}
-		}
-		return time.Duration(h.max.Load())
-	}
-	s.P50, s.P99 = q(0.50), q(0.99)
 	s.Max = time.Duration(h.max.Load())
+	q := func(us int64) time.Duration { return min(time.Duration(us+1)*time.Microsecond, s.Max) }
+	s.P50, s.P99 = q(hs.P50), q(hs.P99)
 	return s
 }
 

@@ -6,10 +6,11 @@ package nfq
 // every message is copied into freshly allocated netlink.Message values, its
 // attributes are unmarshalled into a new Attribute struct with pointer
 // fields and a whole-packet copy, and each SetVerdict builds a new message,
-// sends it and goes back through the runtime netpoller. Profiled under load
-// (docs/design.md, "nfq: performance of the live path") that is ~22 µs of CPU per packet against ~6 µs for
-// libnetfilter_queue, and the queue overflows at 45k packets/s. One command
-// compares it with this file's loop in one run (root):
+// sends it and goes back through the runtime netpoller: several times the
+// CPU per packet of libnetfilter_queue, and its queue overflows first
+// (figures from sudo PARTS=live ./scripts/bench.sh in docs/design.md, "nfq:
+// performance of the live path"). One command compares it with this file's
+// loop in one run (root):
 //
 //	go test ./nfq -run '^$' -bench Consumers -benchmem -benchtime 100000x -count 3
 //
@@ -174,11 +175,11 @@ func Open(c Config) (*Queue, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, netlinkNetfilter)
 	if err != nil {
 		if errors.Is(err, unix.EPROTONOSUPPORT) || errors.Is(err, unix.EAFNOSUPPORT) {
-			return nil, fmt.Errorf("nfq: queue %d: %w: the kernel has no nfnetlink (%v)", cfg.Queue, ErrNoSupport, err)
+			return nil, fmt.Errorf("nfq: queue %d: %w: the kernel has no nfnetlink (%w)", cfg.Queue, ErrNoSupport, err)
 		}
 		return nil, fmt.Errorf("nfq: queue %d: netlink socket: %w", cfg.Queue, err)
 	}
-	q := &Queue{cfg: cfg, fd: fd, unbound: true, epfd: -1, tfd: -1, wakeEst: wakeEstStart}
+	q := &Queue{cfg: cfg, fd: fd, unbound: true, epfd: -1, tfd: -1, wakeEst: wakeEstStart, latency: newLatencyHist(), late: newLatencyHist()}
 	q.spinShare.Store(defaultSpinShare)
 	q.writer, q.wallNs = q.writeSys, time.Time.UnixNano
 	fail := func(err error) (*Queue, error) {
@@ -266,7 +267,7 @@ func (q *Queue) explain(err error) error {
 		}
 		return fmt.Errorf("nfq: queue %d: %w: binding an NFQUEUE queue needs root (CAP_NET_ADMIN)", n, ErrPermission)
 	case errors.Is(err, unix.EINVAL), errors.Is(err, unix.EOPNOTSUPP), errors.Is(err, unix.ENOENT):
-		return fmt.Errorf("nfq: queue %d: %w (load it: modprobe nfnetlink_queue): %v", n, ErrNoSupport, err)
+		return fmt.Errorf("nfq: queue %d: %w (load it: modprobe nfnetlink_queue): %w", n, ErrNoSupport, err)
 	}
 	return fmt.Errorf("nfq: queue %d: configure: %w", n, err)
 }

@@ -242,38 +242,22 @@ func (q *Queue) handle(n int, errno unix.Errno) error {
 
 // Why Run waits in the netpoller.
 //
-// Run used to block in recvmmsg (MSG_WAITFORONE, SO_RCVTIMEO 100 ms) on a
-// locked thread, through syscall.Syscall6. At moderate load (20k packets/s
-// in batches of a few packets) that cost about twice the CPU per packet of
-// the C consumer (docs/design.md, "Moderate load"; the current loop
-// against the C consumer: sudo PARTS=moderate ./scripts/bench.sh; the
-// blocking loop was measured once, before it went), and half of it was
-// the runtime's system monitor (sysmon), not the reader. A goroutine
-// blocked in a system call keeps its P, so sysmon never sleeps for long; it
-// takes the P after 20 µs of a call when no other P is idle (GOMAXPROCS=1,
-// e.g. a consumer pinned to one core), and, as of Go 1.26, in any case at
-// the first call after 10 ms without the goroutine being rescheduled (a
-// reader that never parks is never rescheduled). Each time, the return from
-// the call takes the slow path, and sysmon goes back to polling every
-// 20 µs for a millisecond or more: thousands of wake-ups a second, several
-// futex calls per batch (strace).
+// Run waits for the socket in the runtime's netpoller, as the C consumer
+// waits in poll(2): the goroutine parks, its thread sleeps in epoll_wait
+// holding no P, and with every P idle the runtime's system monitor
+// (sysmon) sleeps until something happens. A packet wakes that thread,
+// which runs the goroutine again (it is not locked to a thread: a locked
+// one would be handed between two threads at every wait). The reads and
+// the verdict write do not wait (the socket is non-blocking; a write to the
+// kernel is processed in the call), so they are raw system calls, without
+// the runtime's bookkeeping for calls that may block. TestIdleRunParks
+// checks that an idle Run is parked, not in a system call nor running.
 //
-// Waiting in the netpoller instead, as the C consumer waits in poll(2): the
-// goroutine parks, its thread sleeps in epoll_wait holding no P, and with
-// every P idle sysmon sleeps until something happens. A packet wakes that
-// thread, which runs the goroutine again (it is not locked to a thread: a
-// locked one would be handed between two threads at every wait). The reads
-// and the verdict write do not wait (the socket is non-blocking; a write
-// to the kernel is processed in the call), so they are raw system calls,
-// without the runtime's bookkeeping for calls that may block.
-//
-// Blocking in recvmmsg through RawSyscall6 was measured too, once (a design
-// not kept, so no benchmark in the tree): about as cheap per batch, but the
-// runtime then sees the goroutine always running, so sysmon never sleeps
-// and preempts it with a signal every 10 ms (5-6 ms of CPU a second with no
-// traffic; the C consumer 0.5), a stop-the-world waits for that signal, and
-// each queue holds a P for good, which starves the process's other
-// goroutines when there are as many queues as Ps.
+// A goroutine blocked in a system call would keep its P, so sysmon would
+// never sleep for long and take the P back again and again; the blocking
+// designs this replaced and what they cost (CPU per packet against the C
+// consumer, sudo PARTS=moderate ./scripts/bench.sh) are in docs/design.md,
+// "Moderate load: CPU per packet in small batches".
 
 // startPoll makes the socket non-blocking and registers it with the
 // runtime's netpoller as q.sock (from then on q.sock owns q.fd); it puts it

@@ -59,7 +59,7 @@ func (q *Queue) finish() error { return q.unbind() }
 // what the unbind could not do (packets left to the kernel).
 func (q *Queue) quit(err error) error {
 	if uerr := q.unbind(); uerr != nil {
-		return fmt.Errorf("%w; %v", err, uerr)
+		return fmt.Errorf("%w; %w", err, uerr)
 	}
 	return err
 }

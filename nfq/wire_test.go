@@ -386,16 +386,18 @@ func within(d, s []byte) bool {
 }
 
 func TestLatencyHistogram(t *testing.T) {
+	// The layout (internal/hist's arithmetic, tested there): exact to the
+	// µs below 1024 µs, within 1/16 above.
 	for us := int64(0); us < 1<<25; us = us*9/8 + 1 {
-		b := latBucket(us)
-		if latUpper(b) < us || (b > 0 && latUpper(b-1) >= us) {
-			t.Fatalf("%d µs in bucket %d, which covers up to %d (previous up to %d)", us, b, latUpper(b), latUpper(b-1))
+		b := latLayout.Bucket(us)
+		if latLayout.Upper(b) < us || (b > 0 && latLayout.Upper(b-1) >= us) {
+			t.Fatalf("%d µs in bucket %d, which covers up to %d (previous up to %d)", us, b, latLayout.Upper(b), latLayout.Upper(b-1))
 		}
-		if us >= latLinear && float64(latUpper(b)-us) > float64(us)/16 {
-			t.Fatalf("%d µs: bucket upper bound %d is more than 1/16 above", us, latUpper(b))
+		if us >= 1024 && float64(latLayout.Upper(b)-us) > float64(us)/16 {
+			t.Fatalf("%d µs: bucket upper bound %d is more than 1/16 above", us, latLayout.Upper(b))
 		}
 	}
-	var h latencyHist
+	h := newLatencyHist()
 	for i := int64(1); i <= 1000; i++ {
 		h.add(i * 1000) // 1..1000 µs
 	}

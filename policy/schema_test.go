@@ -4,10 +4,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
+	"github.com/packetshaper/packetshaper/internal/layouttest"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -29,24 +29,16 @@ func TestErrorChain(t *testing.T) {
 	}
 }
 
-// sources are the non-test Go files of the packages the schema serves.
+// sources are the non-test Go files of the module, by path from its root.
 func sources(t *testing.T) map[string]string {
 	out := map[string]string{}
-	for _, dir := range []string{".", "../shaper", "../cmd/packetshaper", "../internal/daemon", "../flows", "../internal/report", "../replay"} {
-		names, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	root := layouttest.ModuleRoot(t)
+	for _, n := range layouttest.SourceFiles(t) {
+		b, err := os.ReadFile(filepath.Join(root, n))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range names {
-			if strings.HasSuffix(n, "_test.go") {
-				continue
-			}
-			b, err := os.ReadFile(n)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[filepath.Clean(n)] = string(b)
-		}
+		out[n] = string(b)
 	}
 	return out
 }
@@ -73,18 +65,5 @@ func TestFieldNamesOnce(t *testing.T) {
 	}
 }
 
-// TestNoErrorStringSurgery checks that no code of the rule file's path
-// (policy, shaper, flows, the command's flags) takes errors apart by their
-// text: no prefix stripped from or tested on an error's message. (The
-// daemon's control-socket and store errors are not on that path.)
-func TestNoErrorStringSurgery(t *testing.T) {
-	surgery := regexp.MustCompile(`(TrimPrefix|HasPrefix|CutPrefix)\([^)]*(\.Msg|Error\(\))|"(shaper|flows): "`)
-	for name, text := range sources(t) {
-		if strings.HasPrefix(name, "../internal/daemon") {
-			continue
-		}
-		if m := surgery.FindString(text); m != "" {
-			t.Errorf("%s: error-string surgery: %s", name, m)
-		}
-	}
-}
+// TestNoErrorStringSurgery, once here for the rule file's path, is now
+// module-wide in internal/layouttest.

@@ -72,7 +72,7 @@ func (rd *Redis) loadTLS() (*tls.Config, string, error) {
 		}
 		pair, err := tls.X509KeyPair(cert, key)
 		if err != nil {
-			return nil, "redis.cert-file", fmt.Errorf("%s and %s: %v", show(rd.CertFile), show(rd.KeyFile), err)
+			return nil, "redis.cert-file", fmt.Errorf("%s and %s: %w", show(rd.CertFile), show(rd.KeyFile), err)
 		}
 		cfg.Certificates = []tls.Certificate{pair}
 	}
@@ -101,7 +101,7 @@ func readFile(name string) ([]byte, error) {
 		if errors.As(err, &pe) {
 			err = pe.Err
 		}
-		return nil, fmt.Errorf("cannot read %s: %v", show(name), err)
+		return nil, fmt.Errorf("cannot read %s: %w", show(name), err)
 	}
 	st, err := os.Stat(name)
 	if err != nil {

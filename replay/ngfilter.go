@@ -59,8 +59,11 @@ type ngFilter struct {
 	skip int64  // then bytes of src to drop
 	tail []byte // then bytes to give out (in tailBuf): the block's trailing length
 
-	ifaces  int // interfaces in this section
-	err     error
+	ifaces int // interfaces in this section
+	err    error
+	// cut: the file ended inside a block (the error given out was
+	// io.ErrUnexpectedEOF), whatever pcapgo makes of that error.
+	cut     bool
 	hdr     [256]byte
 	tailBuf [4]byte
 }
@@ -115,7 +118,7 @@ func (f *ngFilter) Read(p []byte) (int, error) {
 				if n > 0 {
 					return n, nil
 				}
-				return 0, truncated(err)
+				return 0, f.truncated(err)
 			}
 		case f.skip > 0:
 			d := min(f.skip, 1<<30)
@@ -130,7 +133,7 @@ func (f *ngFilter) Read(p []byte) (int, error) {
 				if n > 0 {
 					return n, nil
 				}
-				return 0, truncated(err)
+				return 0, f.truncated(err)
 			}
 		case len(f.tail) > 0:
 			c := copy(p[n:], f.tail)
@@ -157,9 +160,12 @@ func (f *ngFilter) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// truncated: the file ends inside a block.
-func truncated(err error) error {
-	if err == io.EOF {
+// truncated: the file ends inside a block (err is src's error there). It
+// sets cut, so that the Reader can say so even when pcapgo's error does
+// not wrap io.ErrUnexpectedEOF.
+func (f *ngFilter) truncated(err error) error {
+	if err == io.EOF || err == io.ErrUnexpectedEOF {
+		f.cut = true
 		return io.ErrUnexpectedEOF
 	}
 	return err
@@ -172,7 +178,7 @@ func (f *ngFilter) read(b []byte, atStart bool) error {
 	if err == io.EOF && atStart && n == 0 {
 		return io.EOF
 	}
-	return truncated(err)
+	return f.truncated(err)
 }
 
 // block reads the next block's header and sets out, pass, skip and tail
@@ -310,7 +316,7 @@ func (f *ngFilter) idb(length int64) error {
 			keep = 0
 		}
 		if _, err := f.src.Discard(int(padded - keep)); err != nil {
-			return truncated(err)
+			return f.truncated(err)
 		}
 		left -= padded
 	}

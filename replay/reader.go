@@ -2,6 +2,7 @@ package replay
 
 import (
 	"bufio"
+	"compress/flate"
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
@@ -56,6 +57,7 @@ type Reader struct {
 	budget budgetReader
 	pcap   *pcapgo.Reader
 	ng     *pcapgo.NgReader
+	ngf    *ngFilter       // what pcapgo's NgReader reads from
 	lt     layers.LinkType // link type of a pcap file
 	n      uint64          // records returned so far
 	raw    countingReader  // bytes of the file read so far
@@ -72,7 +74,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
 		if err != nil {
-			return nil, fmt.Errorf("gzip: %v", err)
+			return nil, fmt.Errorf("gzip: %w", err)
 		}
 		src = zr
 	} else if err != nil && len(head) == 0 {
@@ -102,7 +104,8 @@ func NewReader(r io.Reader) (*Reader, error) {
 	case magicPcapng:
 		// pcapgo reads the blocks replay uses, and only those: see
 		// ngFilter.
-		ngr := bufio.NewReaderSize(newNgFilter(br), 64<<10)
+		rd.ngf = newNgFilter(br)
+		ngr := bufio.NewReaderSize(rd.ngf, 64<<10)
 		rd.ng, err = pcapgo.NewNgReader(ngr, pcapgo.NgReaderOptions{WantMixedLinkType: true})
 		if err == io.EOF {
 			// A section header and nothing else: a valid, empty capture.
@@ -198,7 +201,7 @@ func (r *Reader) wrap(where string, err error) error {
 	case r.budget.over:
 		msg = fmt.Sprintf("record larger than %d bytes (or %d bytes of blocks without a packet)", MaxRecord, readBudget)
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF),
-		strings.HasSuffix(err.Error(), ": "+io.ErrUnexpectedEOF.Error()): // pcapgo's "could not discard n bytes: %v"
+		r.ngf != nil && r.ngf.cut: // pcapgo's "could not discard n bytes: %v" does not wrap it
 		msg = "truncated: the file ends inside a record"
 		if where != "" {
 			msg = "truncated: the file ends inside it"
@@ -207,7 +210,9 @@ func (r *Reader) wrap(where string, err error) error {
 		msg = "unsupported pcapng section version"
 	default:
 		msg = err.Error()
-		if errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || strings.HasPrefix(msg, "flate:") {
+		var corrupt flate.CorruptInputError
+		var internal flate.InternalError
+		if errors.Is(err, gzip.ErrChecksum) || errors.Is(err, gzip.ErrHeader) || errors.As(err, &corrupt) || errors.As(err, &internal) {
 			msg = "gzip: " + msg
 		}
 		if msg != "" {

@@ -86,7 +86,7 @@ func (c *ctlFlags) path() (string, error) {
 	}
 	running, err := control.Running(ctlDir)
 	if err != nil {
-		return "", fmt.Errorf("looking for running shapers: %v", err)
+		return "", fmt.Errorf("looking for running shapers: %w", err)
 	}
 	switch len(running) {
 	case 0:

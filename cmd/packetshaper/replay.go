@@ -235,7 +235,7 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 			in.Err = oneLine(failed.Error())
 		}
 		if err := report.Write(reportOut, r, in); err != nil {
-			reportErr = fmt.Errorf("--report: %v", err)
+			reportErr = fmt.Errorf("--report: %w", err)
 		}
 	}
 	for _, f := range outs {
@@ -243,7 +243,7 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 			switch {
 			case io.Writer(f) == reportOut:
 				if reportErr == nil {
-					reportErr = fmt.Errorf("--report: %v", err)
+					reportErr = fmt.Errorf("--report: %w", err)
 				}
 			case failed == nil:
 				failed = err

@@ -83,7 +83,7 @@ func (r *reader) line() ([]byte, error) {
 func decode(line []byte, a *answer) error {
 	*a = answer{}
 	if err := json.Unmarshal(line, a); err != nil {
-		return fmt.Errorf("bad answer line: %v", err)
+		return fmt.Errorf("bad answer line: %w", err)
 	}
 	if a.Error != nil {
 		return &ServerError{*a.Error}
@@ -146,7 +146,7 @@ func ListFlows(path string, req Request, fn func(*Flow) error) (*End, error) {
 			if body, ok := bytes.CutPrefix(line, []byte(flowPrefix)); ok && bytes.HasSuffix(body, []byte(flowSuffix)) {
 				f = Flow{}
 				if err := json.Unmarshal(body[:len(body)-len(flowSuffix)], &f); err != nil {
-					return nil, fmt.Errorf("flows: bad flow line: %v", err)
+					return nil, fmt.Errorf("flows: bad flow line: %w", err)
 				}
 				if err := fn(&f); err != nil {
 					return nil, err

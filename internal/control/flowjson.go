@@ -2,7 +2,9 @@ package control
 
 import (
 	"math"
+	"reflect"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -16,38 +18,64 @@ import (
 
 // AppendJSON appends f as a JSON object, as encoding/json would write it
 // (without HTML escaping); a non-finite number (which encoding/json
-// refuses) is written as null, never as NaN or Inf.
+// refuses) is written as null, never as NaN or Inf. Its keys are Flow's
+// JSON tags (flowKey), declared once.
 func (f *Flow) AppendJSON(b []byte) []byte {
-	b = append(b, `{"queue":`...)
+	b = append(b, '{')
+	b = append(b, kQueue[1:]...)
 	b = strconv.AppendUint(b, uint64(f.Queue), 10)
-	b = append(b, `,"rule":`...)
+	b = append(b, kRule...)
 	b = appendString(b, f.Rule)
-	b = append(b, `,"key":`...)
+	b = append(b, kKey...)
 	b = appendString(b, f.Key)
-	b = append(b, `,"packets":`...)
+	b = append(b, kPackets...)
 	b = strconv.AppendUint(b, f.Packets, 10)
-	b = append(b, `,"accepted":`...)
+	b = append(b, kAccepted...)
 	b = strconv.AppendUint(b, f.Accepted, 10)
-	b = append(b, `,"dropped":`...)
+	b = append(b, kDropped...)
 	b = strconv.AppendUint(b, f.Dropped, 10)
 	if f.ShadowDropped != 0 {
-		b = append(b, `,"shadow_dropped":`...)
+		b = append(b, kShadowDropped...)
 		b = strconv.AppendUint(b, f.ShadowDropped, 10)
 	}
 	if f.Marked != 0 {
-		b = append(b, `,"marked":`...)
+		b = append(b, kMarked...)
 		b = strconv.AppendUint(b, f.Marked, 10)
 	}
-	b = append(b, `,"left":`...)
+	b = append(b, kLeft...)
 	b = appendFloat(b, f.Left)
-	b = append(b, `,"unit":`...)
+	b = append(b, kUnit...)
 	b = appendString(b, f.Unit)
-	b = append(b, `,"idle_secs":`...)
+	b = append(b, kIdleSecs...)
 	b = appendFloat(b, f.IdleSecs)
 	if f.Expired {
-		b = append(b, `,"expired":true`...)
+		b = append(b, kExpired...)
+		b = append(b, "true"...)
 	}
 	return append(b, '}')
+}
+
+// The keys AppendJSON writes, from Flow's tags.
+var (
+	kQueue, kRule, kKey               = flowKey("Queue"), flowKey("Rule"), flowKey("Key")
+	kPackets, kAccepted, kDropped     = flowKey("Packets"), flowKey("Accepted"), flowKey("Dropped")
+	kShadowDropped, kMarked           = flowKey("ShadowDropped"), flowKey("Marked")
+	kLeft, kUnit, kIdleSecs, kExpired = flowKey("Left"), flowKey("Unit"), flowKey("IdleSecs"), flowKey("Expired")
+)
+
+// flowKey is the JSON key of Flow's field as encoding/json writes it after
+// another: `,"name":`, the name from the field's json tag. Flow's fields
+// are fixed: a name that is not one is a bug, found at start.
+func flowKey(field string) string {
+	f, ok := reflect.TypeFor[Flow]().FieldByName(field)
+	if !ok {
+		panic("control: Flow has no field " + field)
+	}
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if name == "" {
+		name = field
+	}
+	return `,"` + name + `":`
 }
 
 // appendFloat writes a float as encoding/json does; null if not finite.

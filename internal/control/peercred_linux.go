@@ -19,14 +19,14 @@ func checkPeer(c net.Conn) error {
 	}
 	rc, err := uc.SyscallConn()
 	if err != nil {
-		return fmt.Errorf("refused: cannot read the client's credentials: %v", err)
+		return fmt.Errorf("refused: cannot read the client's credentials: %w", err)
 	}
 	var cred *syscall.Ucred
 	var cerr error
 	if err := rc.Control(func(fd uintptr) {
 		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
 	}); err != nil || cerr != nil {
-		return fmt.Errorf("refused: cannot read the client's credentials (SO_PEERCRED): %v", cmpErr(err, cerr))
+		return fmt.Errorf("refused: cannot read the client's credentials (SO_PEERCRED): %w", cmpErr(err, cerr))
 	}
 	if own := uint32(os.Getuid()); cred.Uid != 0 && cred.Uid != own {
 		return fmt.Errorf("permission denied: uid %d is neither root nor the shaper's user (uid %d); run as root", cred.Uid, own)

@@ -39,29 +39,56 @@ func DefaultPath(queues string) string {
 // answers on the path.
 var ErrInUse = errors.New("in use by another process")
 
+// ErrNotSocket is matched (errors.Is) by Listen's error when the path is
+// taken by something that is not a socket.
+var ErrNotSocket = errors.New("exists and is not a socket")
+
+// ListenError is why Listen could not make the control socket at Path: Op
+// what it was doing ("" for making the socket itself), Err the cause
+// (ErrInUse, ErrNotSocket, an errno, a *fs.PathError). Its text is one
+// line, "[OP ]PATH: CAUSE", without a "control socket" prefix: the caller
+// says what the path is for (the daemon: "--control-socket: ").
+type ListenError struct {
+	Path string
+	Op   string
+	Err  error
+}
+
+func (e *ListenError) Error() string {
+	if e.Op != "" {
+		return e.Op + " " + e.Path + ": " + e.Err.Error()
+	}
+	return e.Path + ": " + e.Err.Error()
+}
+
+func (e *ListenError) Unwrap() error { return e.Err }
+
 // Listen creates the control socket at path, mode 0600, owned by the
 // process's user (root), creating its directory (mode 0755) if missing. A
 // socket file left by a process that died (nobody answers on it) is
 // replaced; a live one is not (ErrInUse), nor anything that is not a
-// socket. Closing the listener removes the file. Errors are one line.
+// socket (ErrNotSocket). Its errors are *ListenError, one line.
 func Listen(path string) (*net.UnixListener, error) {
+	fail := func(op string, err error) (*net.UnixListener, error) {
+		return nil, &ListenError{Path: path, Op: op, Err: err}
+	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
+		return fail("creating the directory of", unwrapOp(err))
 	}
 	if fi, err := os.Lstat(path); err == nil {
 		if fi.Mode().Type() != fs.ModeSocket {
-			return nil, fmt.Errorf("control socket: %s exists and is not a socket", path)
+			return fail("", ErrNotSocket)
 		}
 		c, err := net.DialTimeout("unix", path, time.Second)
 		if err == nil {
 			c.Close()
-			return nil, fmt.Errorf("control socket: %s: %w", path, ErrInUse)
+			return fail("", ErrInUse)
 		}
 		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("control socket: %s: %w", path, unwrapOp(err))
+			return fail("", unwrapOp(err))
 		}
 		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("control socket: removing the stale %s: %w", path, unwrapOp(err))
+			return fail("removing the stale", unwrapOp(err))
 		}
 	}
 	// The socket is created with the umask's mode: mask everything but
@@ -73,13 +100,13 @@ func Listen(path string) (*net.UnixListener, error) {
 	syscall.Umask(old)
 	if err != nil {
 		if errors.Is(err, syscall.EADDRINUSE) {
-			return nil, fmt.Errorf("control socket: %s: %w", path, ErrInUse)
+			return fail("", ErrInUse)
 		}
-		return nil, fmt.Errorf("control socket: %s: %w", path, unwrapOp(err))
+		return fail("", unwrapOp(err))
 	}
 	if err := os.Chmod(path, 0o600); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("control socket: %w", err)
+		return fail("setting the mode of", unwrapOp(err))
 	}
 	return ln, nil
 }
@@ -258,7 +285,7 @@ func serveFlows(ctx context.Context, c net.Conn, h Handler, req *Request) error 
 		}
 		bw.Flush()
 		if e := writeAnswer(c, answer{Error: ptr(err.Error())}); e != nil && ctx.Err() == nil {
-			return fmt.Errorf("flows: %v (and the client could not be told: %v)", err, unwrapOp(e))
+			return fmt.Errorf("flows: %w (and the client could not be told: %w)", err, unwrapOp(e))
 		}
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/failopen"
 	"github.com/packetshaper/packetshaper/internal/global"
 	"github.com/packetshaper/packetshaper/nfq"
 )
@@ -194,11 +195,11 @@ var counters = []counter{
 	{Metric: "packetshaper_queue_max_packets", Help: "The queue's length: beyond it packets pass without a verdict (fail-open) or are dropped (fail-closed).", Kind: kGauge, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return float64(s.q.maxLen) }},
 	// Fail-open.
-	{Key: "failopen_secs", Metric: "packetshaper_failopen_seconds_total", Help: "Time the queue was full, to within 0.1 s.", Kind: kCounter, Scope: scopeFailOpen, from: fromQueue, fmt: fSecs, merge: mTotal,
+	{Key: failopen.KeySecs, Metric: "packetshaper_failopen_seconds_total", Help: "Time the queue was full, to within 0.1 s.", Kind: kCounter, Scope: scopeFailOpen, from: fromQueue, fmt: fSecs, merge: mTotal,
 		get: func(s *src) float64 { return s.q.failOpen.Secs }},
-	{Key: "failopen_passed", Metric: "packetshaper_failopen_passed_total", Help: "Packets the kernel let through without a verdict (fail-open): the queue was full, or the socket's receive buffer was (lost).", Kind: kCounter, Scope: scopeFailOpen, from: fromQueue, merge: mTotal,
+	{Key: failopen.KeyPassed, Metric: "packetshaper_" + failopen.KeyPassed + "_total", Help: "Packets the kernel let through without a verdict (fail-open): the queue was full, or the socket's receive buffer was (lost).", Kind: kCounter, Scope: scopeFailOpen, from: fromQueue, merge: mTotal,
 		get: func(s *src) float64 { return u(s.q.failOpen.Passed) }, queueField: func(q *control.Queue) *uint64 { return &q.FailOpenPassed }},
-	{Key: "failopen_exact", Metric: "packetshaper_failopen_exact", Help: "1 if failopen_passed is exact (from the queueing rules' counters), 0 if estimated from the arrival rate.", Kind: kFlag, Scope: scopeFailOpen, from: fromQueue, fmt: fBool, merge: mTotal,
+	{Key: failopen.KeyExact, Metric: "packetshaper_" + failopen.KeyExact, Help: "1 if failopen_passed is exact (from the queueing rules' counters), 0 if estimated from the arrival rate.", Kind: kFlag, Scope: scopeFailOpen, from: fromQueue, fmt: fBool, merge: mTotal,
 		get: func(s *src) float64 { return b2f(s.q.failOpen.Exact) }},
 	{Metric: "packetshaper_failopen_active", Help: "1 while the queue is full.", Kind: kFlag, Scope: scopeFailOpen, from: fromQueue,
 		get: func(s *src) float64 { return b2f(s.q.failOpen.Active) }},

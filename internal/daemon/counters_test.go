@@ -114,15 +114,18 @@ func names(l, name string) bool {
 	return strings.HasPrefix(l, "`") && (strings.Contains(l, `"`+name+`"`) || strings.Contains(l, `"`+name+`,`))
 }
 
-// otherOutputs are the files that name some of the same counts in outputs
-// the counters' table does not drive (not yet: they belong to other parts),
-// and why.
+// otherOutputs are the files that name some of the same counts in an
+// output of another program, which the counters' table does not drive,
+// and why. They are replay's (a capture's counts, not the daemon's): its
+// --json keys are struct tags (they cannot take a constant), written on
+// purpose with the daemon's names (shadow_dropped, shape_overflow,
+// no_ports), and the report's totals table labels them for a reader.
+// Everything the daemon writes (stats line, metrics, status, flow
+// listing, fail-open log lines) is driven by the table, control's JSON
+// tags or failopen's keys.
 var otherOutputs = map[string]string{
-	"../../internal/failopen/monitor.go": "the fail-open warning lines of a queue filling and draining",
-	"../../internal/failopen/exact.go":   "the fail-open monitor's line saying whether its counts are exact",
-	"../../cmd/packetshaper/replay.go":   "replay's JSON, the counts of a capture",
-	"../../internal/control/flowjson.go": "the flow listing's encoder, the keys of control.Flow's tags written out (TestFlowJSON checks it byte for byte against encoding/json)",
-	"../../internal/report/report.go":    "the replay report's settings table",
+	"../../cmd/packetshaper/replay.go": "replay's --json and its text summary: a capture's counts",
+	"../../internal/report/report.go":  "the replay report's totals table, labels for a reader",
 }
 
 // TestCounterNamesOnce: a counter's name (its stats-line key with an

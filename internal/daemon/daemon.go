@@ -145,7 +145,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	defer gl.close()
 	pol, _, err := gl.prepare(cfg.policy(comp), comp)
 	if err != nil {
-		return UsageError{fmt.Errorf("%s: %v", src.Describe(), err)}
+		return UsageError{fmt.Errorf("%s: %w", src.Describe(), err)}
 	}
 	var qs []*nfq.Queue
 	defer func() {
@@ -236,25 +236,21 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		defer serveMetrics(ln, h).Close()
 		metricsAt = "http://" + ln.Addr().String() + "/metrics"
 	}
-	if cfg.ControlSocket != "" {
-		ln, err := control.Listen(cfg.ControlSocket)
-		switch {
-		case err != nil && cfg.ControlSocketOptional:
-			log.Warn("no control socket (packetshaper status and flows will not reach this process): " + oneLine(err.Error()) + "; give each process its own --control-socket")
-		case err != nil:
-			return fmt.Errorf("--control-socket: %s", strings.TrimPrefix(oneLine(err.Error()), "control socket: "))
-		default:
-			ctx, cancel := context.WithCancel(context.Background())
-			served := make(chan struct{})
-			go func() {
-				control.Serve(ctx, ln, d, logf)
-				close(served)
-			}()
-			// After the queues have stopped (deferred earlier, so run
-			// later): listings in progress end, the file goes.
-			defer func() { cancel(); <-served }()
-			controlAt = cfg.ControlSocket
-		}
+	ln, err := listenControl(&cfg, log)
+	if err != nil {
+		return err
+	}
+	if ln != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan struct{})
+		go func() {
+			control.Serve(ctx, ln, d, logf)
+			close(served)
+		}()
+		// After the queues have stopped (deferred earlier, so run
+		// later): listings in progress end, the file goes.
+		defer func() { cancel(); <-served }()
+		controlAt = cfg.ControlSocket
 	}
 
 	mode := "fail-open"
@@ -389,7 +385,7 @@ func install(log *slog.Logger, cfg *Config, comp *policy.Compiled, ws []*worker,
 	}
 	pol, done, err := gl.prepare(cfg.policy(comp), comp)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %v", what, err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	engs := engines(ws)
 	swapped := make([]<-chan struct{}, len(engs))
@@ -443,6 +439,25 @@ func waitSwapped(engs []*shared, swapped []<-chan struct{}, wait time.Duration, 
 			return
 		}
 	}
+}
+
+// listenControl opens the control socket cfg asks for: nil without
+// --control-socket, or when an optional one cannot be had (a warning says
+// why). Its error is control.Listen's (*control.ListenError), with the
+// flag's name as context.
+func listenControl(cfg *Config, log *slog.Logger) (*net.UnixListener, error) {
+	if cfg.ControlSocket == "" {
+		return nil, nil
+	}
+	ln, err := control.Listen(cfg.ControlSocket)
+	switch {
+	case err != nil && cfg.ControlSocketOptional:
+		log.Warn("no control socket (packetshaper status and flows will not reach this process): " + err.Error() + "; give each process its own --control-socket")
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("--control-socket: %w", err)
+	}
+	return ln, nil
 }
 
 // oneLine keeps an error message on one line.

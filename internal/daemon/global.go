@@ -94,7 +94,7 @@ func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy
 			}
 			var err error
 			if gr, err = client.NewRule(global.RuleConfig{Name: r.Name, Limit: r.Limit, MaxKeys: maxFlows * g.engines}); err != nil {
-				return fail(fmt.Errorf("rule %s: %v", r.Name, err))
+				return fail(fmt.Errorf("rule %s: %w", r.Name, err))
 			}
 			made = append(made, gr)
 		}
@@ -131,7 +131,7 @@ func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {
 			if errors.As(err, &pe) {
 				err = pe.Err
 			}
-			return nil, fmt.Errorf("redis.password-file: cannot read %s: %v", rd.PasswordFile, err)
+			return nil, fmt.Errorf("redis.password-file: cannot read %s: %w", rd.PasswordFile, err)
 		}
 		password = strings.TrimRight(string(b), "\r\n")
 	}
@@ -147,7 +147,7 @@ func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {
 		Timeout: time.Duration(rd.Timeout), KeyPrefix: *rd.KeyPrefix, Logger: log,
 	})
 	if err != nil {
-		return nil, errors.New(strings.TrimPrefix(err.Error(), "global: "))
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	return c, nil
 }

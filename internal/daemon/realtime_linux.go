@@ -19,15 +19,15 @@ import (
 // The whole process, not the reader's thread: a queue's Run is not locked
 // to a thread (it waits in the runtime's netpoller, and any thread of the
 // runtime runs it after a wake-up), so a per-thread setting would not
-// follow it. And a Go thread does not run alone. Right after a read returns, the reader may have to wait for
-// another thread of the runtime (a GC worker scanning its stack, the thread
-// holding its P), and the runtime waits for it by spinning with
-// sched_yield. A real-time thread that yields gives its CPU only to threads
+// follow it. And a Go thread does not run alone. Right after a read
+// returns, the reader may have to wait for another thread of the runtime
+// (a GC worker scanning its stack, the thread holding its P), and the
+// runtime waits for it by spinning with sched_yield. A real-time thread that yields gives its CPU only to threads
 // of its own priority, so with the reader alone at SCHED_FIFO and the other
-// thread on the same CPU, the reader spins until the kernel's real-time
-// throttling stops it: measured once, 0.95 s stalls, with a design not kept
-// and so without a benchmark in the tree (docs/design.md). With
-// every thread at the same priority, a yield lets the other one run.
+// thread on the same CPU, the reader would spin until the kernel's
+// real-time throttling stopped it (docs/design.md, "Levers tried": the
+// reader-only setting and why it was rejected). With every thread at the
+// same priority, a yield lets the other one run.
 func setProcessRealtime(prio int) error {
 	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
 	if err := unix.SchedSetAttr(0, &attr, 0); err != nil {

@@ -109,7 +109,7 @@ func (c *core) exactDelta(g, prev *group, counters map[ruleKey]uint64) (d, dRule
 		g.why = fmt.Sprintf("the rules' counters counted fewer packets (%d) than the queue received (%d): rules that queue GSO packets as several segments, or rules this monitor cannot see (iptables-legacy)?", dRules, dIDs)
 		if c.log != nil {
 			c.log.Warn(fmt.Sprintf("nfq: queue %s: packets passed by fail-open are estimated from the arrival rate from now on: %s", queueList(g.nums()), g.why),
-				"queue", queueList(g.nums()), "failopen_exact", false)
+				"queue", queueList(g.nums()), KeyExact, false)
 		}
 		return 0, 0, false
 	case diff < 0:
@@ -304,9 +304,9 @@ func (c *core) logMethod(g *group) {
 			rs[i] = k.String()
 		}
 		c.log.Info(fmt.Sprintf("nfq: queue %s: packets passed by fail-open are counted exactly, from the counters of rule %s", qs, strings.Join(rs, ", ")),
-			"queue", qs, "failopen_exact", true)
+			"queue", qs, KeyExact, true)
 		return
 	}
 	c.log.Info(fmt.Sprintf("nfq: queue %s: packets passed by fail-open are estimated from the arrival rate: %s", qs, g.why),
-		"queue", qs, "failopen_exact", false)
+		"queue", qs, KeyExact, false)
 }

@@ -419,7 +419,7 @@ func (c *core) report(q *qmon, now int64, force bool) {
 	default:
 		msg = fmt.Sprintf("nfq: queue %d: fail-open ended: %d packets passed without a verdict in %.1fs (%s)", q.num, passed, secs, how)
 	}
-	attrs := []any{"queue", q.num, "failopen_secs", math.Round(secs*1000) / 1000, "failopen_passed", passed, "failopen_exact", exact}
+	attrs := []any{"queue", q.num, KeySecs, math.Round(secs*1000) / 1000, KeyPassed, passed, KeyExact, exact}
 	if q.episodes > 1 {
 		attrs = append(attrs, "episodes", q.episodes)
 	}

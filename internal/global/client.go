@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -115,18 +114,29 @@ type Client struct {
 
 type errText struct{ s string }
 
+// ConfigError is a Config or RuleConfig that Open or NewRule refuses:
+// Field names the setting (the struct field: "Addrs", "KeyPrefix",
+// "Limit"), Msg what is wrong with it. Its text is Msg alone, with no
+// package prefix: the caller says where the setting came from.
+type ConfigError struct {
+	Field, Msg string
+}
+
+func (e *ConfigError) Error() string { return e.Msg }
+
 // Open checks cfg and starts the client and its refresher. It does not wait
 // for the store: a store that is down at start makes the rules fall back,
-// like one that goes down later, and they take leases once it answers.
+// like one that goes down later, and they take leases once it answers. A
+// cfg it refuses is a *ConfigError; its errors carry no package prefix.
 func Open(cfg Config) (*Client, error) {
 	if len(cfg.Addrs) == 0 {
-		return nil, errors.New("global: no store address")
+		return nil, &ConfigError{Field: "Addrs", Msg: "no store address"}
 	}
 	if len(cfg.Addrs) > 1 && !cfg.Cluster {
-		return nil, fmt.Errorf("global: %d addresses need Cluster (a single server or primary takes one)", len(cfg.Addrs))
+		return nil, &ConfigError{Field: "Addrs", Msg: fmt.Sprintf("%d addresses need Cluster (a single server or primary takes one)", len(cfg.Addrs))}
 	}
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
-		return nil, errors.New("global: the key prefix must not hold { or }")
+		return nil, &ConfigError{Field: "KeyPrefix", Msg: "the key prefix must not hold { or }"}
 	}
 	to := max(durOr(cfg.Timeout, DefaultTimeout), int64(100*time.Millisecond))
 	var rdb redis.UniversalClient
@@ -190,7 +200,7 @@ func newClient(cfg Config, st store) (*Client, error) {
 	if c.host == "" {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
-			return nil, fmt.Errorf("global: host id: %w", err)
+			return nil, fmt.Errorf("host id: %w", err)
 		}
 		c.host = hex.EncodeToString(b[:])
 	}

@@ -1,7 +1,6 @@
 package global
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"sync"
@@ -105,10 +104,12 @@ type entry struct {
 }
 
 // NewRule makes the leases of a global rule. The rule is kept by the
-// client's refresher until Close.
+// client's refresher until Close. A rc it refuses is a *ConfigError (a
+// limit that is not global) or the limit's own error (Limit.Check); the
+// caller names the rule.
 func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 	if !rc.Limit.Global {
-		return nil, errors.New("global: the rule's limit is not global")
+		return nil, &ConfigError{Field: "Limit", Msg: "the rule's limit is not global"}
 	}
 	if err := rc.Limit.Check(); err != nil {
 		return nil, err

@@ -545,7 +545,7 @@ func (o *Offloader) cleanup() error {
 				if errors.Is(gerr, unix.ENOENT) {
 					continue // the set is gone, and its elements
 				}
-				return fmt.Errorf("offload: reading set %s: %v", setNames[i], gerr)
+				return fmt.Errorf("offload: reading set %s: %w", setNames[i], gerr)
 			}
 			var del []nftables.SetElement
 			for _, e := range elems {

@@ -65,7 +65,7 @@ func Write(w io.Writer, r *replay.Replayer, in Input) error {
 	p := build(r, tl, in)
 	var buf bytes.Buffer
 	if err := page.Execute(&buf, p); err != nil {
-		return fmt.Errorf("report: %v", err)
+		return fmt.Errorf("report: %w", err)
 	}
 	_, err := w.Write(buf.Bytes())
 	return err

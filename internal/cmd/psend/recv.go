@@ -92,7 +92,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 		rcvbuf = setRcvBuf(c, 32<<20)
 		if *times {
 			if err := enableRxTimestamps(c); err != nil {
-				return nil, fmt.Errorf("SO_TIMESTAMPNS: %v", err)
+				return nil, fmt.Errorf("SO_TIMESTAMPNS: %w", err)
 			}
 		}
 		conns = append(conns, c)

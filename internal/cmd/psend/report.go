@@ -39,7 +39,7 @@ func runReport(_ context.Context, args []string) (any, error) {
 			return nil, err
 		}
 		if err := json.Unmarshal(b, f.v); err != nil {
-			return nil, fmt.Errorf("%s: %v", f.name, err)
+			return nil, fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
 	var ports []int

@@ -1,0 +1,65 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/global"
+	"github.com/packetshaper/packetshaper/policy"
+)
+
+// TestControlSocketErrorTyped: the control socket's error reaches the
+// caller typed (*control.ListenError wrapping ErrNotSocket), with the
+// flag's name as context and no "control socket: " inside, whether it is
+// returned or, for an optional socket, logged.
+func TestControlSocketErrorTyped(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	ln, err := listenControl(&Config{ControlSocket: file}, log)
+	if ln != nil {
+		ln.Close()
+	}
+	var le *control.ListenError
+	if !errors.As(err, &le) || le.Path != file || !errors.Is(err, control.ErrNotSocket) {
+		t.Fatalf("listenControl over a file: %#v, want a *control.ListenError for %s matching ErrNotSocket", err, file)
+	}
+	if want := "--control-socket: " + file + ": exists and is not a socket"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+	ln, err = listenControl(&Config{ControlSocket: file, ControlSocketOptional: true}, log)
+	if ln != nil || err != nil {
+		t.Errorf("optional socket over a file: %v, %v; want neither", ln, err)
+	}
+	if got := logged.String(); !strings.Contains(got, "reach this process): "+file+": exists and is not a socket; give each") || strings.Contains(got, "control socket: ") {
+		t.Errorf("optional socket over a file logged %q", got)
+	}
+}
+
+// TestStoreErrorTyped: a store configuration global.Open refuses reaches
+// the daemon's caller as a *global.ConfigError with "redis: " as context,
+// not a message with a package prefix cut off.
+func TestStoreErrorTyped(t *testing.T) {
+	no, prefix := false, "ps:"
+	log := slog.New(slog.NewTextHandler(&bytes.Buffer{}, nil))
+	c, err := openClient(&policy.Redis{Cluster: &no, KeyPrefix: &prefix}, log)
+	if c != nil {
+		c.Close()
+	}
+	var ce *global.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "Addrs" {
+		t.Fatalf("openClient without addrs: %#v, want a *global.ConfigError for Addrs", err)
+	}
+	if want := "redis: no store address"; err.Error() != want {
+		t.Errorf("error %q, want %q", err, want)
+	}
+}
