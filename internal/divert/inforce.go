@@ -201,7 +201,7 @@ func FromOptions(queue string, opts []string) (r Rule, policyFile string, err er
 			return r, "", fmt.Errorf("unknown option %s", o)
 		}
 		if err != nil {
-			return r, "", fmt.Errorf("%s %s: %v", o, v, err)
+			return r, "", fmt.Errorf("%s %s: %w", o, v, err)
 		}
 	}
 	return r, policyFile, nil

@@ -73,13 +73,14 @@ type counts struct {
 	packets, accepted, dropped, shadow, marked uint64
 }
 
-// Rates are per-second rates of counts.
+// Rates are per-second rates of counts (JSON: each count's name with
+// "_per_sec": they are not the counters themselves).
 type Rates struct {
-	Packets  float64 `json:"packets"`
-	Accepted float64 `json:"accepted"`
-	Dropped  float64 `json:"dropped"`
-	Shadow   float64 `json:"shadow_dropped"`
-	Marked   float64 `json:"marked"`
+	Packets  float64 `json:"packets_per_sec"`
+	Accepted float64 `json:"accepted_per_sec"`
+	Dropped  float64 `json:"dropped_per_sec"`
+	Shadow   float64 `json:"shadow_dropped_per_sec"`
+	Marked   float64 `json:"marked_per_sec"`
 }
 
 // delta is a counter's increase from prev to cur; a counter that went
