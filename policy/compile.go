@@ -64,7 +64,7 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 		s := &specs[i]
 		s.rule.Match = s.match.canonical()
 		c.rules = append(c.rules, s.rule)
-		if m := &s.match; m.hasMark || m.iif != nil || m.oif != nil || m.queue != nil {
+		if m := &s.match; m.hasMark || m.iif != nil || m.oif != nil || m.queue != nil || m.uid != nil || m.gid != nil {
 			c.metaRules = append(c.metaRules, s.rule.Name)
 		}
 		for _, names := range [][]string{s.match.iif, s.match.oif} {
@@ -98,6 +98,11 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 		}
 	}
 	for i := range specs {
+		if w := ownerWarning(&specs[i]); w != "" {
+			c.warnings = append(c.warnings, w)
+		}
+	}
+	for i := range specs {
 		if specs[i].rule.Match == "" && i+1 < len(specs) {
 			for _, s := range specs[i+1:] {
 				c.warnings = append(c.warnings, fmt.Sprintf("rule %q: never reached: rule %q before it has no match table and takes every packet", s.rule.Name, specs[i].rule.Name))
@@ -109,6 +114,31 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 		c.cls = build(specs, c.ifaces)
 	}
 	return c, nil
+}
+
+// ownerWarning says what a rule keyed or matched by the packets' owner
+// (uid or gid) does with packets that have none, or "".
+func ownerWarning(s *ruleSpec) string {
+	const divert = "Divert rules for INPUT or FORWARD only (packetshaper-rules' default chain is INPUT) give it no packet with an owner: divert OUTPUT (packetshaper-rules add --chain OUTPUT; RULES_OPTS in /etc/default/packetshaper)"
+	var fields []string
+	if s.match.uid != nil {
+		fields = append(fields, "match.uid")
+	}
+	if s.match.gid != nil {
+		fields = append(fields, "match.gid")
+	}
+	keyed := false
+	if s.rule.Action == shaper.ActionLimit {
+		by := s.rule.Limit.Key.Mode.By()
+		keyed = by == flows.ByUID || by == flows.ByGID
+	}
+	switch {
+	case len(fields) > 0:
+		return fmt.Sprintf("rule %q: %s: only packets a local socket sends (the OUTPUT chain) have an owner; forwarded and incoming packets, replies the kernel makes itself and replayed captures never match. %s", s.rule.Name, strings.Join(fields, " and "), divert)
+	case keyed:
+		return fmt.Sprintf("rule %q: key %s: only packets a local socket sends (the OUTPUT chain) have an owner; the others (forwarded, incoming, replies the kernel makes itself, replayed captures) share one flow, \"no owner\", limited as one user. %s", s.rule.Name, s.rule.Limit.Key.Mode, divert)
+	}
+	return ""
 }
 
 // Policy returns the engine's policy: the rules and their classifier (nil
@@ -242,6 +272,21 @@ func (s *matchSpec) canonical() string {
 	if s.hasMark {
 		m.Mark = formatMark(s.mark, s.markMask)
 	}
+	idList := func(rs []idRange) []string {
+		if rs == nil {
+			return nil
+		}
+		var out []string
+		for _, r := range mergeIDs(rs) {
+			if r.lo == r.hi {
+				out = append(out, strconv.FormatUint(uint64(r.lo), 10))
+			} else {
+				out = append(out, fmt.Sprintf("%d-%d", r.lo, r.hi))
+			}
+		}
+		return out
+	}
+	m.UID, m.GID = idList(s.uid), idList(s.gid)
 	if s.queue != nil {
 		qs := slices.Clone(s.queue)
 		slices.Sort(qs)
@@ -287,6 +332,25 @@ func mergeRanges(rs []portRange) []portRange {
 	for _, r := range rs[1:] {
 		last := &out[len(out)-1]
 		if int(r.lo) <= int(last.hi)+1 {
+			last.hi = max(last.hi, r.hi)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// mergeIDs sorts id ranges and merges those that touch or overlap.
+func mergeIDs(rs []idRange) []idRange {
+	if len(rs) == 0 {
+		return nil
+	}
+	rs = slices.Clone(rs)
+	slices.SortFunc(rs, func(a, b idRange) int { return cmp.Or(cmp.Compare(a.lo, b.lo), cmp.Compare(a.hi, b.hi)) })
+	out := rs[:1]
+	for _, r := range rs[1:] {
+		last := &out[len(out)-1]
+		if uint64(r.lo) <= uint64(last.hi)+1 {
 			last.hi = max(last.hi, r.hi)
 			continue
 		}
@@ -446,6 +510,9 @@ func build(specs []ruleSpec, ifaces map[string]uint32) *classifier {
 		}
 		return out, m.queue != nil
 	})
+
+	c.uid = b.idDim(func(m *matchSpec) []idRange { return m.uid })
+	c.gid = b.idDim(func(m *matchSpec) []idRange { return m.gid })
 
 	if free, _, used := b.dim(func(m *matchSpec) bool { return m.hasMark }); used {
 		d := &markDim{none: b.intern(free)}
@@ -621,6 +688,45 @@ func mergeRangesOrNil(rs []portRange) []portRange {
 		return nil
 	}
 	return mergeRanges(rs)
+}
+
+// idDim is the uid or gid dimension, made as portDim's intervals; an
+// ownerless packet's class is the rules without the constraint.
+func (b *builder) idDim(get func(m *matchSpec) []idRange) idDim {
+	free, _, used := b.dim(func(m *matchSpec) bool { return get(m) != nil })
+	if !used {
+		return idDim{}
+	}
+	d := idDim{on: true, none: b.intern(free)}
+	starts := []uint32{0}
+	for i := range b.specs {
+		for _, r := range get(&b.specs[i].match) {
+			starts = append(starts, r.lo)
+			if r.hi < math.MaxUint32 {
+				starts = append(starts, r.hi+1)
+			}
+		}
+	}
+	slices.Sort(starts)
+	starts = slices.Compact(starts)
+	cover := make([][]uint64, len(starts))
+	for k := range cover {
+		cover[k] = slices.Clone(free)
+	}
+	for i := range b.specs {
+		for _, r := range mergeIDs(get(&b.specs[i].match)) {
+			a, _ := slices.BinarySearch(starts, r.lo)
+			for k := a; k < len(starts) && starts[k] <= r.hi; k++ {
+				setBit(cover[k], i)
+			}
+		}
+	}
+	d.bounds = starts
+	d.offs = make([]int32, len(starts))
+	for k := range starts {
+		d.offs[k] = b.intern(cover[k])
+	}
+	return d
 }
 
 func (b *builder) valueDim(get func(m *matchSpec) ([]uint32, bool)) valueDim {
