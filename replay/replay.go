@@ -137,6 +137,12 @@ type Summary struct {
 	// nothing was evicted or expired). Evictions: flows pushed out of a
 	// full table; Expired: flows forgotten after the idle timeout.
 	Flows, FlowsSeen, Evictions, Expired uint64
+	// NoOwner: packets of rules keyed by uid or gid, which a capture
+	// cannot give (pcapng records carry no socket owner): each such rule
+	// put them all in its one "no owner" flow, as the live path does with
+	// forwarded and incoming packets. (A uid or gid match matches no
+	// replayed packet.)
+	NoOwner uint64
 	// First and Last are the smallest and largest capture timestamps
 	// (nanoseconds since the Unix epoch); both 0 when there were no records.
 	First, Last int64
@@ -186,6 +192,7 @@ type Replayer struct {
 	heldSeq   uint64
 	index     uint64 // records so far, over all files
 	nonIP     uint64
+	noOwner   uint64
 	first     int64
 	last      int64
 	any       bool
@@ -318,6 +325,9 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 		}
 		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
 		v, depart = r.dec.Verdict, r.dec.Depart
+		if r.dec.Key.NoOwner {
+			r.noOwner++
+		}
 		if r.tl != nil {
 			row := r.dec.Rule
 			if row < 0 {
@@ -506,6 +516,7 @@ func (r *Replayer) Summary() Summary {
 		Unmatched:     st.Unmatched,
 		NoPorts:       st.NoPorts,
 		NonIP:         r.nonIP,
+		NoOwner:       r.noOwner,
 		Flows:         st.Flows,
 		FlowsSeen:     st.Flows + st.Evictions + st.Expired,
 		Evictions:     st.Evictions,
@@ -604,7 +615,15 @@ func compareKeys(a, b *flows.Key) int {
 		return c
 	}
 	return cmp.Or(cmp.Compare(a.SrcPort, b.SrcPort), cmp.Compare(a.DstPort, b.DstPort),
-		cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Family, b.Family), cmp.Compare(a.Mode, b.Mode))
+		cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Family, b.Family), cmp.Compare(a.Mode, b.Mode),
+		cmp.Compare(noOwner(a), noOwner(b)))
+}
+
+func noOwner(k *flows.Key) int {
+	if k.NoOwner {
+		return 1
+	}
+	return 0
 }
 
 func (r *Replayer) summary(f *flowRec) FlowSummary {
