@@ -105,3 +105,23 @@ func TestParseOwnerModes(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseMode: ParseMode never panics, and a mode it returns is valid and
+// reads back from its String.
+func FuzzParseMode(f *testing.F) {
+	for _, s := range []string{"5tuple", "src", "uid", "mark+src-dst", "dst+gid", "uid+5tuple", "+", "uid+uid"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseMode(s)
+		if err != nil {
+			return
+		}
+		if !m.valid() {
+			t.Fatalf("ParseMode(%q) = invalid mode %d", s, m)
+		}
+		if back, err := ParseMode(m.String()); err != nil || back != m {
+			t.Fatalf("ParseMode(%q) = %v; its String %q reads back as %v, %v", s, m, m.String(), back, err)
+		}
+	})
+}
