@@ -287,3 +287,32 @@ burst = %v
 		t.Errorf("packetshaper accepted %d and dropped %d of %d sent: not every packet went through it", acc, drop, sent[0].Sent+sent[1].Sent)
 	}
 }
+
+// TestOwnerNoOwnerOneFlow (issue 21): incoming packets have no socket
+// owner. Diverted from B's INPUT chain into a rule keyed by uid, two
+// senders' flows (from A, another host as far as B is concerned) are one
+// flow, "no owner", held together to 5 + 100 × T (±5 %): having no owner
+// is never a way around a per-user limit.
+func TestOwnerNoOwnerOneFlow(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.toml")
+	writePolicy(t, pol, fmt.Sprintf("[[rule]]\nname = \"users\"\nkey = \"uid\"\npps = %v\nburst = %v\n", limRate, limBurst))
+	sock := filepath.Join(dir, "ps.sock")
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0", "--rt-priority", "1")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
+	s := sendDone(tp.start(tp.A, "psend send", append([]string{psendBin}, ownerSendArgs(tp, 11000)...)...))
+	r := recvDone(rc, 35*time.Second)
+	listed := ownerListing(t, tp, tp.B, sock)
+	log := tp.stopShaper(sh)
+	got := received(r, s)
+	checkOwnerLimited(t, "incoming packets (no owner)", s, got)
+	if f, ok := listed["no owner"]; !ok || len(listed) != 1 || f.Accepted != got {
+		t.Errorf("listing %v: want one flow, \"no owner\", with %d accepted", listed, got)
+	}
+	if !strings.Contains(log, `share one flow, \"no owner\"`) && !strings.Contains(log, `share one flow, "no owner"`) {
+		t.Errorf("packetshaper's log does not say what ownerless packets get:\n%s", indent(log))
+	}
+}
