@@ -274,7 +274,9 @@ func (c *KeyConfig) KeyTo(k *Key, p *Packet) {
 		k.Src, k.Dst = k.Dst, k.Src
 		k.SrcPort, k.DstPort = k.DstPort, k.SrcPort
 	}
-	k.NoOwner = false
+	// ByUID and ByGID (with any address part) are the modes below
+	// ByMark from ByUID: their keys start as "no owner" (SetOwner).
+	k.NoOwner = uint8(c.Mode-ByUID) < uint8(ByMark-ByUID)
 	switch c.Mode.Addr() {
 	case Src:
 		k.Dst, k.SrcPort, k.DstPort, k.Proto = [16]byte{}, 0, 0, 0
@@ -284,9 +286,6 @@ func (c *KeyConfig) KeyTo(k *Key, p *Packet) {
 		k.SrcPort, k.DstPort, k.Proto = 0, 0, 0
 	case NoAddr:
 		k.Src, k.Dst, k.SrcPort, k.DstPort, k.Proto, k.Family = [16]byte{}, [16]byte{}, 0, 0, 0, 0
-	}
-	if by := c.Mode.By(); by == ByUID || by == ByGID {
-		k.NoOwner = true
 	}
 }
 
