@@ -51,6 +51,10 @@ const (
 	nfAccept = 1
 )
 
+// ownersFlag is the flag that asks for packets' owners: NFQA_CFG_F_UID_GID,
+// or in a test a flag the kernel refuses, to take the fallback.
+var ownersFlag uint32 = nfqaCfgFUIDGID
+
 var le = binary.LittleEndian
 var be = binary.BigEndian
 
@@ -293,8 +297,8 @@ func (c configMsg) append(b []byte, queue uint16, seq uint32) []byte {
 			f = nfqaCfgFFailOpen
 		}
 		if c.owners {
-			f |= nfqaCfgFUIDGID
-			mask |= nfqaCfgFUIDGID
+			f |= ownersFlag
+			mask |= ownersFlag
 		}
 		attr(nfqaCfgMask, be.AppendUint32(nil, mask)...)
 		attr(nfqaCfgFlags, be.AppendUint32(nil, f)...)
