@@ -65,17 +65,17 @@ func mix(a, b uint64) uint64 {
 	return hi ^ lo
 }
 
-// hash is a seeded wyhash-style mix of the key's 37 meaningful bytes.
+// hash is a seeded wyhash-style mix of the key's 40 bytes.
 // Both operands of every multiplication carry a secret: with a constant
 // operand, a key word equal to that constant would zero the product
 // whatever the seed, and senders could make every key collide.
 func (x *index) hash(k *Key) uint64 {
 	le := binary.LittleEndian
 	s := &x.seed
-	w := uint64(k.SrcPort) | uint64(k.DstPort)<<16 | uint64(k.Proto)<<32 | uint64(k.Family)<<40 | uint64(k.Mode)<<48
-	h := mix(le.Uint64(k.Src[0:])^s[0]^m1, le.Uint64(k.Src[8:])^s[1])
-	h = mix(h^le.Uint64(k.Dst[0:])^s[2], le.Uint64(k.Dst[8:])^s[0]^m2)
-	return mix(h^w^s[1]^m3, s[2]^m1)
+	b := k.bytes()
+	h := mix(le.Uint64(b[0:])^s[0]^m1, le.Uint64(b[8:])^s[1])
+	h = mix(h^le.Uint64(b[16:])^s[2], le.Uint64(b[24:])^s[0]^m2)
+	return mix(h^le.Uint64(b[32:])^s[1]^m3, s[2]^m1)
 }
 
 // tag is the part of a hash stored in a slot; its low bits pick the home

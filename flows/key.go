@@ -5,40 +5,80 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
+	"strings"
+	"unsafe"
 )
 
-// Key identifies a flow. It is a packed, comparable value with no pointers,
-// so it hashes as 40 plain bytes in a Go map; tailscale's flowtrack records
-// that a netip.AddrPort-based key was about twice as slow, and our
-// BenchmarkKeyMap agrees (go test -run '^$' -bench KeyMap ./flows).
+// Key identifies a flow. It is a packed, comparable value with no pointers
+// and no padding, so it hashes as 40 plain bytes in a Go map; tailscale's
+// flowtrack records that a netip.AddrPort-based key was about twice as slow,
+// and our BenchmarkKeyMap agrees (go test -run '^$' -bench KeyMap ./flows).
 //
 // Which fields are set depends on the KeyConfig that made it: fields a mode
 // leaves out are zero, and prefixes mask the addresses.
 type Key struct {
-	Src, Dst         [16]byte
+	Src, Dst [16]byte
+	// SrcPort and DstPort are the ports of a FiveTuple key. A mode with
+	// an owner part (ByUID, ByGID, ByMark) never keys by ports: there
+	// they hold the owner, which Owner returns (a flow table entry stays
+	// 160 bytes).
 	SrcPort, DstPort uint16
 	Proto            uint8
-	// Family is 4 or 6; 0 only in the zero Key.
+	// Family is 4 or 6; 0 in the zero Key, and in a key of mode NoAddr
+	// (an owner alone: IPv4 and IPv6 packets of one owner are one flow).
 	Family uint8
 	// Mode is the KeyConfig mode that made the key; it says which of the
 	// other fields are part of the identity (String uses it).
 	Mode Mode
+	// NoOwner: a ByUID or ByGID key of a packet whose owner is not known
+	// (no local socket: forwarded or incoming, a reply the kernel made, a
+	// replayed capture). All such packets of a rule share one flow, "no
+	// owner": never a way around the limit.
+	NoOwner bool
 }
+
+// Owner is the owner part of a key whose Mode has one: the socket's uid or
+// gid, or the mark under the KeyConfig's MarkMask; 0 in the address modes
+// and with NoOwner.
+func (k *Key) Owner() uint32 {
+	if k.Mode.By() == 0 {
+		return 0
+	}
+	return uint32(k.SrcPort)<<16 | uint32(k.DstPort)
+}
+
+func (k *Key) setOwner(v uint32) { k.SrcPort, k.DstPort = uint16(v>>16), uint16(v) }
+
+// keySize is the size of a Key; equal and hash read it as words.
+const keySize = 40
+
+// A Key must be keySize bytes with no padding: equal compares its bytes.
+var _ [keySize - unsafe.Sizeof(Key{})]byte
+var _ [unsafe.Sizeof(Key{}) - keySize]byte
+
+// bytes is k's memory as bytes (alignment 1, so checkptr is content).
+func (k *Key) bytes() *[keySize]byte { return (*[keySize]byte)(unsafe.Pointer(k)) }
 
 // equal is k == *o, in five word compares: the compiler's 40-byte
 // comparison calls memequal. BenchmarkKeyEqual (go test -run '^$' -bench
-// KeyEqual -count 4 ./flows) gives 7.0–8.1 ns for equal against 12.9–16.7 ns
-// for == here (0.48–0.54×, one noisy pair 0.81×): about 6 ns off a hit,
-// which costs 18–27 ns at 10 000 flows in BenchmarkTableIndex.
+// KeyEqual -count 4 ./flows) gave, with four word and five field compares
+// before NoOwner took the last byte, 7.0–8.1 ns for equal against
+// 12.9–16.7 ns for == here (0.48–0.54×): about 6 ns off a hit, which costs
+// 18–27 ns at 10 000 flows in BenchmarkTableIndex.
 func (k *Key) equal(o *Key) bool {
+	a, b := k.bytes(), o.bytes()
 	le := binary.LittleEndian
-	return le.Uint64(k.Src[0:]) == le.Uint64(o.Src[0:]) && le.Uint64(k.Src[8:]) == le.Uint64(o.Src[8:]) &&
-		le.Uint64(k.Dst[0:]) == le.Uint64(o.Dst[0:]) && le.Uint64(k.Dst[8:]) == le.Uint64(o.Dst[8:]) &&
-		k.SrcPort == o.SrcPort && k.DstPort == o.DstPort && k.Proto == o.Proto && k.Family == o.Family && k.Mode == o.Mode
+	return le.Uint64(a[0:]) == le.Uint64(b[0:]) && le.Uint64(a[8:]) == le.Uint64(b[8:]) &&
+		le.Uint64(a[16:]) == le.Uint64(b[16:]) && le.Uint64(a[24:]) == le.Uint64(b[24:]) &&
+		le.Uint64(a[32:]) == le.Uint64(b[32:])
 }
 
 // Mode chooses which packet fields make up a flow's identity, as iptables
-// hashlimit's --hashlimit-mode does.
+// hashlimit's --hashlimit-mode does, and, beyond hashlimit, the packet's
+// owner: its address part (FiveTuple, Src, Dst, SrcDst, or NoAddr) is or'ed
+// with an owner part (none, ByUID, ByGID or ByMark). NoAddr goes with an
+// owner only, and FiveTuple with none (a 5-tuple is one socket, so one
+// owner): "uid", "uid+dst", "mark+src-dst".
 type Mode uint8
 
 const (
@@ -51,25 +91,103 @@ const (
 	Dst
 	// SrcDst keys by the address pair (hashlimit's srcip,dstip).
 	SrcDst
+	// NoAddr keys by no address: the owner part alone.
+	NoAddr
+)
+
+// Owner parts of a Mode.
+const (
+	// ByUID keys by the uid of the local socket that sent the packet
+	// (NFQUEUE's NFQA_UID); packets without one share a flow (NoOwner).
+	ByUID Mode = (iota + 1) << 4
+	// ByGID keys by the socket's gid (NFQA_GID), as ByUID.
+	ByGID
+	// ByMark keys by the packet's mark under KeyConfig.MarkMask.
+	ByMark
+
+	addrPart Mode = 0x0f
 )
 
 var modeNames = [...]string{FiveTuple: "5tuple", Src: "src", Dst: "dst", SrcDst: "src-dst"}
 
-func (m Mode) String() string {
-	if int(m) < len(modeNames) {
-		return modeNames[m]
+var ownerNames = [...]string{ByUID >> 4: "uid", ByGID >> 4: "gid", ByMark >> 4: "mark"}
+
+// Addr is m's address part: FiveTuple, Src, Dst, SrcDst or NoAddr.
+func (m Mode) Addr() Mode { return m & addrPart }
+
+// By is m's owner part: 0, ByUID, ByGID or ByMark.
+func (m Mode) By() Mode { return m &^ addrPart }
+
+func (m Mode) valid() bool {
+	a, by := m.Addr(), m.By()>>4
+	switch {
+	case by == 0:
+		return a <= SrcDst
+	case int(by) < len(ownerNames):
+		return a != FiveTuple && a <= NoAddr
 	}
-	return "Mode(" + strconv.Itoa(int(m)) + ")"
+	return false
 }
 
-// ParseMode parses "5tuple", "src", "dst" or "src-dst".
-func ParseMode(s string) (Mode, error) {
-	for m, n := range modeNames {
-		if s == n {
-			return Mode(m), nil
-		}
+func (m Mode) String() string {
+	if !m.valid() {
+		return "Mode(" + strconv.Itoa(int(m)) + ")"
 	}
-	return 0, fmt.Errorf("unknown key mode %q (want 5tuple, src, dst or src-dst)", s)
+	a, by := m.Addr(), m.By()>>4
+	switch {
+	case by == 0:
+		return modeNames[a]
+	case a == NoAddr:
+		return ownerNames[by]
+	}
+	return ownerNames[by] + "+" + modeNames[a]
+}
+
+// ParseMode parses "5tuple", "src", "dst" or "src-dst"; "uid", "gid" or
+// "mark"; or an owner and an address part joined by "+" ("uid+dst",
+// "src-dst+mark").
+func ParseMode(s string) (Mode, error) {
+	one := func(s string) (Mode, bool) {
+		for m, n := range modeNames {
+			if s == n {
+				return Mode(m), true
+			}
+		}
+		for by, n := range ownerNames {
+			if n != "" && s == n {
+				return Mode(by << 4), true
+			}
+		}
+		return 0, false
+	}
+	bad := func() (Mode, error) {
+		return 0, fmt.Errorf("unknown key mode %q (want 5tuple, src, dst or src-dst; uid, gid or mark; or one of these joined to src, dst or src-dst, as \"uid+dst\")", s)
+	}
+	a, b, two := strings.Cut(s, "+")
+	m1, ok := one(a)
+	if !ok {
+		return bad()
+	}
+	if !two {
+		if m1.By() != 0 {
+			return m1 | NoAddr, nil
+		}
+		return m1, nil
+	}
+	m2, ok := one(b)
+	if !ok {
+		return bad()
+	}
+	if m1.By() == 0 {
+		m1, m2 = m2, m1
+	}
+	if m1.By() == 0 || m2.By() != 0 {
+		return 0, fmt.Errorf("bad key mode %q: join one owner (uid, gid or mark) and one address part (src, dst or src-dst)", s)
+	}
+	if m2 == FiveTuple {
+		return 0, fmt.Errorf("bad key mode %q: a 5-tuple is one socket, so one owner: key by 5tuple, or by %s with src, dst or src-dst", s, ownerNames[m1>>4])
+	}
+	return m1 | m2, nil
 }
 
 // KeyConfig says how Key derives a flow key from a packet. The zero value
@@ -88,12 +206,18 @@ type KeyConfig struct {
 	// With Src or Dst mode it keys by whichever address sorts first. It
 	// needs equal source and destination prefix lengths (Validate).
 	Symmetric bool
+	// MarkMask is the part of the mark a ByMark mode keys by (0: all of
+	// it): with 0xff00, marks 0x1200 and 0x12ff are one flow.
+	MarkMask uint32
 }
 
 // Validate reports a prefix length out of range.
 func (c *KeyConfig) Validate() error {
-	if c.Mode > SrcDst {
+	if !c.Mode.valid() {
 		return fmt.Errorf("unknown key mode %d", c.Mode)
+	}
+	if c.MarkMask != 0 && c.Mode.By() != ByMark {
+		return fmt.Errorf("a mark mask needs a mark key (key = \"mark\", \"mark+dst\", ...), not %v", c.Mode)
 	}
 	for _, f := range []struct {
 		name string
@@ -125,7 +249,8 @@ func (c *KeyConfig) Validate() error {
 }
 
 // Key returns the flow key of a decoded packet. p must not be Malformed.
-// It does not allocate.
+// It does not allocate. An owner mode gets the key of a packet with no
+// owner and mark 0: see SetOwner.
 func (c *KeyConfig) Key(p *Packet) Key {
 	var k Key
 	c.KeyTo(&k, p)
@@ -149,13 +274,43 @@ func (c *KeyConfig) KeyTo(k *Key, p *Packet) {
 		k.Src, k.Dst = k.Dst, k.Src
 		k.SrcPort, k.DstPort = k.DstPort, k.SrcPort
 	}
-	switch c.Mode {
+	// ByUID and ByGID (with any address part) are the modes below
+	// ByMark from ByUID: their keys start as "no owner" (SetOwner).
+	k.NoOwner = uint8(c.Mode-ByUID) < uint8(ByMark-ByUID)
+	switch c.Mode.Addr() {
 	case Src:
 		k.Dst, k.SrcPort, k.DstPort, k.Proto = [16]byte{}, 0, 0, 0
 	case Dst:
 		k.Src, k.SrcPort, k.DstPort, k.Proto = [16]byte{}, 0, 0, 0
 	case SrcDst:
 		k.SrcPort, k.DstPort, k.Proto = 0, 0, 0
+	case NoAddr:
+		k.Src, k.Dst, k.SrcPort, k.DstPort, k.Proto, k.Family = [16]byte{}, [16]byte{}, 0, 0, 0, 0
+	}
+}
+
+// SetOwner writes the owner part of k, a key c made with KeyTo, for a
+// packet with mark and, when known (the packet came from a local socket),
+// its socket's uid and gid. An unknown owner leaves k the "no owner" flow
+// of a ByUID or ByGID mode. Nothing changes in an address mode.
+func (c *KeyConfig) SetOwner(k *Key, mark, uid, gid uint32, known bool) {
+	switch c.Mode.By() {
+	case ByUID:
+		if known {
+			k.setOwner(uid)
+			k.NoOwner = false
+		}
+	case ByGID:
+		if known {
+			k.setOwner(gid)
+			k.NoOwner = false
+		}
+	case ByMark:
+		m := c.MarkMask
+		if m == 0 {
+			m = ^uint32(0)
+		}
+		k.setOwner(mark & m)
 	}
 }
 
@@ -235,11 +390,39 @@ func hasPorts(p uint8) bool {
 // show port 0. Not for the per-packet
 // path: it allocates.
 func (k Key) String() string {
+	by := k.owner()
+	if k.Mode.Addr() == NoAddr {
+		return by
+	}
+	if by != "" {
+		by += " "
+	}
+	return by + k.addrString()
+}
+
+// owner is the owner part of k for people: "uid 1001", "gid 100", "mark
+// 0x10", "no owner"; "" for an address mode.
+func (k Key) owner() string {
+	if k.NoOwner {
+		return "no owner"
+	}
+	switch k.Mode.By() {
+	case ByUID:
+		return "uid " + strconv.FormatUint(uint64(k.Owner()), 10)
+	case ByGID:
+		return "gid " + strconv.FormatUint(uint64(k.Owner()), 10)
+	case ByMark:
+		return "mark 0x" + strconv.FormatUint(uint64(k.Owner()), 16)
+	}
+	return ""
+}
+
+func (k Key) addrString() string {
 	src, dst := k.Addrs()
 	if k.Family == 0 {
 		return "invalid"
 	}
-	switch k.Mode {
+	switch k.Mode.Addr() {
 	case Src:
 		return "src " + src.String()
 	case Dst:
@@ -258,6 +441,13 @@ func (k Key) String() string {
 // made by c.
 func (c *KeyConfig) Format(k Key) string {
 	s := k.String()
+	if k.Mode.Addr() == NoAddr {
+		return s
+	}
+	by := k.owner()
+	if by != "" {
+		by += " "
+	}
 	sp, dp, full := c.SrcPrefix4, c.DstPrefix4, 32
 	if k.Family == 6 {
 		sp, dp, full = c.SrcPrefix6, c.DstPrefix6, 128
@@ -272,13 +462,13 @@ func (c *KeyConfig) Format(k Key) string {
 		}
 		return netip.PrefixFrom(a, bits).String()
 	}
-	switch k.Mode {
+	switch k.Mode.Addr() {
 	case Src:
-		return "src " + withLen(src, sp)
+		return by + "src " + withLen(src, sp)
 	case Dst:
-		return "dst " + withLen(dst, dp)
+		return by + "dst " + withLen(dst, dp)
 	case SrcDst:
-		return withLen(src, sp) + " > " + withLen(dst, dp)
+		return by + withLen(src, sp) + " > " + withLen(dst, dp)
 	}
 	ep := func(a netip.Addr, bits int, port uint16) string {
 		if !hasPorts(k.Proto) {

@@ -225,6 +225,14 @@ type Packet struct {
 	// when Data was cut to the copy range, len(Data) otherwise. (The IP
 	// header in Data carries the same length.)
 	Len int
+	// UID and GID are the owner of the local socket that sent the packet
+	// (NFQA_UID, NFQA_GID), when HasOwner says the kernel sent one: only
+	// packets made by a local process's socket have an owner; forwarded
+	// and incoming packets, and those the kernel makes itself (a TCP
+	// reset, a SYN-ACK, a time-wait ACK) have none. Never set when the
+	// kernel refused to send owners (Queue.Owners).
+	UID, GID uint32
+	HasOwner bool
 }
 
 // Handler decides a batch. It must set verdicts[i] for batch[i] (the slice

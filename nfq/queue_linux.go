@@ -62,6 +62,9 @@ type Queue struct {
 	closeOnce sync.Once
 	closeErr  error
 	unbound   bool
+	// owners: the kernel sends each packet's socket owner
+	// (NFQA_CFG_F_UID_GID took).
+	owners bool
 
 	// proc is the kernel's queue table, opened in the queue's namespace
 	// by Open (nil if that failed: then KernelStats reads it from the
@@ -243,9 +246,26 @@ func Open(c Config) (*Queue, error) {
 		queueLen:  cfg.MaxQueueLen,
 		flags:     true,
 		failOpen:  !cfg.FailClosed,
+		owners:    true,
 		ack:       true,
 	}
-	if err := q.request(msg); err != nil {
+	err = q.request(msg)
+	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+		// A kernel without NFQA_CFG_F_UID_GID (before 3.19) refuses
+		// the whole message, before binding: bind without it. Packets
+		// then have no owner: rules keyed by uid or gid see one "no
+		// owner" flow, and uid and gid matches match nothing.
+		msg.owners = false
+		if err2 := q.request(msg); err2 == nil {
+			if cfg.Logf != nil {
+				cfg.Logf("nfq: queue %d: the kernel does not send packets' socket owners (NFQA_CFG_F_UID_GID: %v): uid and gid keys see every packet as \"no owner\", and uid and gid matches match none", cfg.Queue, err)
+			}
+			err = nil
+		}
+	} else if err == nil {
+		q.owners = true
+	}
+	if err != nil {
 		return fail(q.explain(err))
 	}
 	q.unbound = false
@@ -352,6 +372,11 @@ func (q *Queue) LateHistogram(bounds []time.Duration) LatencyHistogram {
 // PortID is the netlink port of the queue's socket: the kernel's table of
 // queues (KernelStats) names it for a queue bound by this Queue.
 func (q *Queue) PortID() uint32 { return q.portID }
+
+// Owners reports whether the kernel sends each packet's socket owner
+// (Packet.UID, GID and HasOwner): false on a kernel that refused
+// NFQA_CFG_F_UID_GID, which Open logged through Config.Logf.
+func (q *Queue) Owners() bool { return q.owners }
 
 // Wake makes Run call Config.Idle soon, from any goroutine: at once if Run
 // is waiting for packets (the wait is ended), else as soon as the current

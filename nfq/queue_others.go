@@ -23,6 +23,7 @@ func (q *Queue) Stats() Stats                              { return Stats{} }
 func (q *Queue) KernelStats() (KernelStats, error)         { return KernelStats{}, ErrNotBound }
 func (q *Queue) Latency() LatencyStats                     { return LatencyStats{} }
 func (q *Queue) PortID() uint32                            { return 0 }
+func (q *Queue) Owners() bool                              { return false }
 func (q *Queue) Wake()                                     {}
 func (q *Queue) LatencyHistogram(bounds []time.Duration) LatencyHistogram {
 	return LatencyHistogram{Cumulative: make([]uint64, len(bounds))}

@@ -32,6 +32,8 @@ const (
 	nfqaOutDev     = 6
 	nfqaPayload    = 10
 	nfqaCapLen     = 13
+	nfqaUID        = 16
+	nfqaGID        = 17
 
 	nfqaCfgCmd         = 1
 	nfqaCfgParams      = 2
@@ -43,10 +45,15 @@ const (
 	nfqnlCfgCmdUnbind = 2
 	nfqnlCopyPacket   = 2
 	nfqaCfgFFailOpen  = 1
+	nfqaCfgFUIDGID    = 1 << 3 // NFQA_CFG_F_UID_GID
 
 	nfDrop   = 0
 	nfAccept = 1
 )
+
+// ownersFlag is the flag that asks for packets' owners: NFQA_CFG_F_UID_GID,
+// or in a test a flag the kernel refuses, to take the fallback.
+var ownersFlag uint32 = nfqaCfgFUIDGID
 
 var le = binary.LittleEndian
 var be = binary.BigEndian
@@ -104,6 +111,15 @@ func parsePacket(b []byte, p *Packet) bool {
 		case nfqaCapLen:
 			if len(data) >= 4 {
 				capLen = int(be.Uint32(data))
+			}
+		case nfqaUID:
+			if len(data) >= 4 {
+				p.UID = be.Uint32(data)
+				p.HasOwner = true
+			}
+		case nfqaGID:
+			if len(data) >= 4 {
+				p.GID = be.Uint32(data)
 			}
 		}
 		n := align4(alen)
@@ -242,8 +258,9 @@ type configMsg struct {
 	copyRange uint32 //
 	maxLen    bool   // include NFQA_CFG_QUEUE_MAXLEN
 	queueLen  uint32 //
-	flags     bool   // include NFQA_CFG_MASK and NFQA_CFG_FLAGS (fail-open)
+	flags     bool   // include NFQA_CFG_MASK and NFQA_CFG_FLAGS (fail-open, owners)
 	failOpen  bool   //
+	owners    bool   // NFQA_CFG_F_UID_GID: each packet's socket owner
 	ack       bool   // request an acknowledgement
 }
 
@@ -275,10 +292,15 @@ func (c configMsg) append(b []byte, queue uint16, seq uint32) []byte {
 	}
 	if c.flags {
 		var f uint32
+		mask := uint32(nfqaCfgFFailOpen)
 		if c.failOpen {
 			f = nfqaCfgFFailOpen
 		}
-		attr(nfqaCfgMask, be.AppendUint32(nil, nfqaCfgFFailOpen)...)
+		if c.owners {
+			f |= ownersFlag
+			mask |= ownersFlag
+		}
+		attr(nfqaCfgMask, be.AppendUint32(nil, mask)...)
 		attr(nfqaCfgFlags, be.AppendUint32(nil, f)...)
 	}
 	h := b[start:]

@@ -113,6 +113,20 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 		}
 		s.hasMark, s.mark, s.markMask = true, v, mask
 	}
+	ids := func(field string, items []string) []idRange {
+		var rs []idRange
+		list(field, items, func(j int, v string) {
+			r, err := parseIDs(v)
+			if err != nil {
+				bad(field, j, "%w", err)
+				return
+			}
+			rs = append(rs, r)
+		})
+		return rs
+	}
+	s.uid = ids("match.uid", m.UID)
+	s.gid = ids("match.gid", m.GID)
 	if m.Queue != nil && len(m.Queue) == 0 {
 		bad("match.queue", -1, "empty list: it would match nothing; give at least one item or leave it out")
 	}
@@ -199,6 +213,30 @@ func parsePorts(s string) (portRange, error) {
 		return portRange{}, fmt.Errorf("bad port range %q: %d is above %d", s, a, b)
 	}
 	return portRange{a, b}, nil
+}
+
+// parseIDs parses a uid or gid, or a "lo-hi" range of them.
+func parseIDs(s string) (idRange, error) {
+	id := func(v string) (uint32, bool) {
+		if v == "" || len(v) > 10 || v[0] == '+' {
+			return 0, false
+		}
+		n, err := strconv.ParseUint(v, 10, 32)
+		return uint32(n), err == nil
+	}
+	lo, hi, isRange := strings.Cut(s, "-")
+	a, ok1 := id(lo)
+	b, ok2 := a, true
+	if isRange {
+		b, ok2 = id(hi)
+	}
+	if !ok1 || !ok2 {
+		return idRange{}, fmt.Errorf("bad id %q (want a number 0-4294967295 or a range such as \"1000-1999\"; names are not looked up)", s)
+	}
+	if a > b {
+		return idRange{}, fmt.Errorf("bad id range %q: %d is above %d", s, a, b)
+	}
+	return idRange{a, b}, nil
 }
 
 // validIfName reports whether s can name a Linux network interface

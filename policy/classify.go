@@ -29,7 +29,7 @@ import (
 // gaissmai/bart prefix table, whose longest-prefix match returns the class
 // precomputed for that prefix (its rules and those of every shorter prefix
 // of the set containing it, so one lookup answers for all of them); queues
-// and interface ids by binary search; marks by a scan of the distinct
+// interface ids, uids and gids by binary search; marks by a scan of the distinct
 // value/mask pairs. Nothing allocates; the classifier is read-only and safe
 // for concurrent use by the engines of several queues.
 type classifier struct {
@@ -49,6 +49,7 @@ type classifier struct {
 
 	sport, dport    portDim
 	iif, oif, queue valueDim
+	uid, gid        idDim
 	marks           *markDim
 }
 
@@ -73,7 +74,7 @@ func (c *classifier) Classify(p *flows.Packet, m *shaper.Meta) int {
 	if m == nil {
 		m = &zeroMeta
 	}
-	var offs [9]int32
+	var offs [11]int32
 	n := 0
 	if c.useFam {
 		offs[n] = c.fam[p.Class]
@@ -137,6 +138,14 @@ func (c *classifier) Classify(p *flows.Packet, m *shaper.Meta) int {
 	}
 	if c.queue.on {
 		offs[n] = c.queue.lookup(uint32(m.Queue))
+		n++
+	}
+	if c.uid.on {
+		offs[n] = c.uid.lookup(m.UID, m.HasOwner)
+		n++
+	}
+	if c.gid.on {
+		offs[n] = c.gid.lookup(m.GID, m.HasOwner)
 		n++
 	}
 	sets := c.sets
@@ -290,6 +299,33 @@ func (d *valueDim) lookup(v uint32) int32 {
 		return d.offs[lo]
 	}
 	return d.none
+}
+
+// idDim is the uid or gid dimension: the id space cut into intervals at
+// every range's bounds, as portDim's, found by binary search. A packet
+// without an owner meets no rule's constraint: none is the rules without
+// one.
+type idDim struct {
+	on     bool
+	none   int32
+	bounds []uint32 // interval starts, ascending; bounds[0] == 0
+	offs   []int32  // class of each interval
+}
+
+func (d *idDim) lookup(id uint32, known bool) int32 {
+	if !known {
+		return d.none
+	}
+	lo, hi := 0, len(d.bounds)
+	for hi-lo > 1 {
+		m := int(uint(lo+hi) >> 1)
+		if d.bounds[m] <= id {
+			lo = m
+		} else {
+			hi = m
+		}
+	}
+	return d.offs[lo]
 }
 
 // markDim holds the distinct value/mask pairs of the rules' marks. A packet

@@ -77,6 +77,13 @@
 //     (Compiled.Warnings says so) until a reload.
 //   - mark: "VALUE" or "VALUE/MASK": the packet's mark & MASK == VALUE.
 //   - queue: NFQUEUE queue numbers.
+//   - uid, gid: the owner of the local socket that sent the packet
+//     (shaper.Meta's UID and GID), as numbers and "lo-hi" ranges. A packet
+//     without an owner (forwarded, incoming, made by the kernel, replayed:
+//     HasOwner false) meets neither: it has no id that could be listed.
+//     A limit rule keyed by uid or gid (key = "uid", "gid+dst") puts such
+//     packets in one flow, "no owner", so that having no owner never
+//     escapes a per-owner limit; Compiled.Warnings says both.
 //
 // No evasion by hiding the transport header: a packet whose ports could not
 // be read (flows.Packet.NoPorts: a non-first fragment, a transport header

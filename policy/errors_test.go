@@ -142,7 +142,7 @@ var errorCases = []struct{ name, in, want string }{
 	{"flow timeout below max delay", "[[rule]]\nname = \"a\"\npps = 1\nshape = true\nmax-delay = \"2s\"\nflow-timeout = \"1s\"\n",
 		"p.toml:6:16: rule \"a\": flow-timeout: a flow timeout of 1s is below the max delay of 2s: a flow could be forgotten while its packets are held"},
 	{"bad key", "[[rule]]\nname = \"a\"\npps = 1\nkey = \"5-tuple\"\n",
-		"p.toml:4:7: rule \"a\": key: unknown key mode \"5-tuple\" (want 5tuple, src, dst or src-dst)"},
+		"p.toml:4:7: rule \"a\": key: unknown key mode \"5-tuple\" (want 5tuple, src, dst or src-dst; uid, gid or mark; or one of these joined to src, dst or src-dst, as \"uid+dst\")"},
 	{"prefix4 out of range", "[[rule]]\nname = \"a\"\npps = 1\nsrc-prefix4 = 33\n",
 		"p.toml:4:15: rule \"a\": src-prefix4: must be between 1 and 32, not 33"},
 	{"prefix6 out of range", "[[rule]]\nname = \"a\"\npps = 1\ndst-prefix6 = 0\n",

@@ -170,6 +170,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(classifyPolicy))
 	f.Add([]byte(shapePolicy))
 	f.Add([]byte(globalPolicy))
+	f.Add([]byte(ownerPolicy))
 	for _, c := range errorCases {
 		f.Add([]byte(c.in))
 	}

@@ -65,8 +65,12 @@ type Rule struct {
 	// OnExceed "mark".
 	SetMark string
 	// Key is what makes a flow: "5tuple" (the default), "src", "dst" or
-	// "src-dst".
+	// "src-dst"; "uid", "gid" or "mark" (the packet's owner); or an owner
+	// joined to src, dst or src-dst ("uid+dst").
 	Key string
+	// KeyMarkMask is the part of the mark a mark key keys by ("0xff00";
+	// default all of it). Only with a mark key.
+	KeyMarkMask string
 	// Prefix lengths flows are keyed by (defaults 32 and 128).
 	SrcPrefix4 *int
 	DstPrefix4 *int
@@ -166,11 +170,17 @@ type Match struct {
 	Mark string
 	// Queue: NFQUEUE queue numbers.
 	Queue []int
+	// UID and GID: the uid or gid of the local socket that sent the
+	// packet, as numbers or "lo-hi" ranges (written in TOML as strings or
+	// integers). A packet without an owner (forwarded, incoming, a reply
+	// the kernel made) matches neither.
+	UID []string
+	GID []string
 }
 
 func (m *Match) empty() bool {
 	return m == nil || (m.Src == nil && m.Dst == nil && m.Proto == nil && m.Sport == nil && m.Dport == nil &&
-		m.Iif == nil && m.Oif == nil && m.Family == "" && m.Mark == "" && m.Queue == nil)
+		m.Iif == nil && m.Oif == nil && m.Family == "" && m.Mark == "" && m.Queue == nil && m.UID == nil && m.GID == nil)
 }
 
 // Duration is a length of time, written in TOML as a string that

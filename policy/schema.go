@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"fmt"
 	"strconv"
 
 	"github.com/packetshaper/packetshaper/flows"
@@ -112,7 +113,9 @@ var schema = []field{
 	{table: tRule, name: "window", inRule: func(r *Rule) any { return &r.Window }, kind: kDuration, def: Duration(shaper.DefaultWindow).String(), limit: true, settings: []shaper.Setting{shaper.SettingWindow}, flag: "window",
 		help: "Window length of the window algorithms (windows align to multiples of it since the Unix epoch).", comment: windowComment},
 	{table: tRule, name: "key", inRule: func(r *Rule) any { return &r.Key }, kind: kString, def: DefaultKey, limit: true, settings: []shaper.Setting{shaper.SettingKey}, flag: "key",
-		help: "What makes a flow: 5tuple, src, dst or src-dst (like hashlimit's --hashlimit-mode)."},
+		help: "What makes a flow: 5tuple, src, dst or src-dst (like hashlimit's --hashlimit-mode); uid or gid (of the local socket that sent the packet: packets without one share one flow, \"no owner\") or mark (key-mark-mask picks its bits); or one of these three joined to src, dst or src-dst: \"uid+dst\" is one flow per user per destination."},
+	{table: tRule, name: "key-mark-mask", inRule: func(r *Rule) any { return &r.KeyMarkMask }, kind: kString, def: "0xffffffff", limit: true, settings: []shaper.Setting{shaper.SettingMarkMask},
+		help: "With a mark key: the bits of the mark that make the flow (\"0xff00\": marks 0x1200 and 0x12ff are one flow)."},
 	{table: tRule, name: "src-prefix4", inRule: func(r *Rule) any { return &r.SrcPrefix4 }, kind: kInt, def: "32", limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix4",
 		help: "IPv4 source prefix length a flow is keyed by (24 = one limit per /24)."},
 	{table: tRule, name: "dst-prefix4", inRule: func(r *Rule) any { return &r.DstPrefix4 }, kind: kInt, def: "32", limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix4",
@@ -142,6 +145,8 @@ var schema = []field{
 	{table: tMatch, name: "iif", inMatch: func(m *Match) any { return &m.Iif }, kind: kStrings, help: "Input interface names."},
 	{table: tMatch, name: "oif", inMatch: func(m *Match) any { return &m.Oif }, kind: kStrings, help: "Output interface names."},
 	{table: tMatch, name: "mark", inMatch: func(m *Match) any { return &m.Mark }, kind: kString, help: "\"VALUE\" or \"VALUE/MASK\": the packet's mark & MASK must be VALUE (mask default 0xffffffff)."},
+	{table: tMatch, name: "uid", inMatch: func(m *Match) any { return &m.UID }, kind: kStringsOrInts, help: "Uids of the local socket that sent the packet, or \"lo-hi\" ranges (\"1000-1999\"). Packets without an owner (forwarded, incoming, replies the kernel makes) never match."},
+	{table: tMatch, name: "gid", inMatch: func(m *Match) any { return &m.GID }, kind: kStringsOrInts, help: "Gids of the sending socket, or \"lo-hi\" ranges, as uid."},
 	{table: tMatch, name: "queue", inMatch: func(m *Match) any { return &m.Queue }, kind: kInts, help: "NFQUEUE queue numbers."},
 
 	{table: tRedis, name: "addrs", inRedis: func(r *Redis) any { return &r.Addrs }, kind: kStrings, flag: "redis", help: "host:port addresses: one for a single server (or a Valkey/Redis primary), or with cluster the seeds of a Redis Cluster (flag: comma-separated)."},
@@ -273,7 +278,8 @@ func Flag(path string) string {
 type KeySetting struct{ Field, Value string }
 
 // KeySettings are the settings of k other than its mode that differ from
-// their defaults, in the schema's order: prefix lengths, symmetric.
+// their defaults, in the schema's order: mark mask, prefix lengths,
+// symmetric.
 func KeySettings(k *flows.KeyConfig) []KeySetting {
 	r := Rule{SrcPrefix4: &k.SrcPrefix4, DstPrefix4: &k.DstPrefix4, SrcPrefix6: &k.SrcPrefix6, DstPrefix6: &k.DstPrefix6, Symmetric: &k.Symmetric}
 	var out []KeySetting
@@ -283,6 +289,10 @@ func KeySettings(k *flows.KeyConfig) []KeySetting {
 			continue
 		}
 		switch {
+		case hasSetting(f, shaper.SettingMarkMask):
+			if k.MarkMask != 0 && k.MarkMask != ^uint32(0) {
+				out = append(out, KeySetting{f.name, fmt.Sprintf("%#x", k.MarkMask)})
+			}
 		case hasSetting(f, shaper.SettingPrefix):
 			if v := **f.inRule(&r).(**int); v > 0 && strconv.Itoa(v) != f.def {
 				out = append(out, KeySetting{f.name, strconv.Itoa(v)})

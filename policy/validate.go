@@ -74,7 +74,11 @@ type matchSpec struct {
 	mark     uint32
 	markMask uint32
 	queue    []uint16
+	uid, gid []idRange
 }
+
+// idRange is a range of uids or gids.
+type idRange struct{ lo, hi uint32 }
 
 // Validate checks every rule as Parse does, including the combination
 // checks of the engine (shaper.Config.Check). A File built in code (the
@@ -112,7 +116,7 @@ func (f *File) check() ([]ruleSpec, error) {
 		}
 		names[r.Name] = i
 		if m := r.Match; m != nil {
-			items += len(m.Src) + len(m.Dst) + len(m.Proto) + len(m.Sport) + len(m.Dport) + len(m.Iif) + len(m.Oif) + len(m.Queue)
+			items += len(m.Src) + len(m.Dst) + len(m.Proto) + len(m.Sport) + len(m.Dport) + len(m.Iif) + len(m.Oif) + len(m.Queue) + len(m.UID) + len(m.GID)
 			if items > MaxMatchItems {
 				errs.add(f.errAt(i, "match", -1, "too many match items: more than %d in the file", MaxMatchItems))
 				break
@@ -255,6 +259,15 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 	if r.Key != "" {
 		if _, err := flows.ParseMode(r.Key); err != nil {
 			bad("key", "%w", err)
+		}
+	}
+	if r.KeyMarkMask != "" {
+		m, err := flows.ParseMode(r.Key)
+		switch _, perr := parseMarkMask(r.KeyMarkMask); {
+		case perr != nil:
+			bad("key-mark-mask", "%w", perr)
+		case err == nil && m.By() != flows.ByMark:
+			bad("key-mark-mask", "needs a mark key (key = \"mark\", or mark joined to src, dst or src-dst), not key = %q", cmpOr(r.Key, DefaultKey))
 		}
 	}
 	for _, p := range []struct {
@@ -414,6 +427,9 @@ func (d *Rule) config() shaper.Config {
 	c.Key.SrcPrefix4, c.Key.DstPrefix4 = *d.SrcPrefix4, *d.DstPrefix4
 	c.Key.SrcPrefix6, c.Key.DstPrefix6 = *d.SrcPrefix6, *d.DstPrefix6
 	c.Key.Symmetric = *d.Symmetric
+	if d.KeyMarkMask != "" {
+		c.Key.MarkMask, _ = parseMarkMask(d.KeyMarkMask)
+	}
 	c.MaxFlows = *d.MaxFlows
 	c.FlowTimeout = int64(d.FlowTimeout)
 	if d.Scope == "global" {
@@ -584,6 +600,26 @@ func (f *File) WithDefaults() *File {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// parseMarkMask parses a key's mark mask: a number up to 0xffffffff with
+// at least one bit set.
+func parseMarkMask(s string) (uint32, error) {
+	v, err := strconv.ParseUint(s, 0, 32)
+	if err != nil {
+		return 0, fmt.Errorf("bad mark mask %q: want a number up to 0xffffffff (such as \"0xff00\")", s)
+	}
+	if v == 0 {
+		return 0, fmt.Errorf("bad mark mask %q: a mask of 0 takes no bit of the mark: every packet would be one flow", s)
+	}
+	return uint32(v), nil
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
 
 // parseMark parses "VALUE" or "VALUE/MASK" (numbers as Go writes them:
 // 0x10, 16, 0o20, 0b10000).

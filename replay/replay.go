@@ -137,6 +137,7 @@ type Replayer struct {
 	heldSeq   uint64
 	index     uint64 // records so far, over all files
 	nonIP     uint64
+	noOwner   uint64
 	first     int64
 	last      int64
 	any       bool
@@ -269,6 +270,9 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 		}
 		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
 		v, depart = r.dec.Verdict, r.dec.Depart
+		if r.dec.Key.NoOwner {
+			r.noOwner++
+		}
 		if r.tl != nil {
 			row := r.dec.Rule
 			if row < 0 {

@@ -34,6 +34,12 @@ type Summary struct {
 	// nothing was evicted or expired). Evictions: flows pushed out of a
 	// full table; Expired: flows forgotten after the idle timeout.
 	Flows, FlowsSeen, Evictions, Expired uint64
+	// NoOwner: packets of rules keyed by uid or gid, which a capture
+	// cannot give (pcapng records carry no socket owner): each such rule
+	// put them all in its one "no owner" flow, as the live path does with
+	// forwarded and incoming packets. (A uid or gid match matches no
+	// replayed packet.)
+	NoOwner uint64
 	// First and Last are the smallest and largest capture timestamps
 	// (nanoseconds since the Unix epoch); both 0 when there were no records.
 	First, Last int64
@@ -68,6 +74,7 @@ func (r *Replayer) Summary() Summary {
 		Unmatched:     st.Unmatched,
 		NoPorts:       st.NoPorts,
 		NonIP:         r.nonIP,
+		NoOwner:       r.noOwner,
 		Flows:         st.Flows,
 		FlowsSeen:     st.Flows + st.Evictions + st.Expired,
 		Evictions:     st.Evictions,
@@ -166,7 +173,15 @@ func compareKeys(a, b *flows.Key) int {
 		return c
 	}
 	return cmp.Or(cmp.Compare(a.SrcPort, b.SrcPort), cmp.Compare(a.DstPort, b.DstPort),
-		cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Family, b.Family), cmp.Compare(a.Mode, b.Mode))
+		cmp.Compare(a.Proto, b.Proto), cmp.Compare(a.Family, b.Family), cmp.Compare(a.Mode, b.Mode),
+		cmp.Compare(noOwner(a), noOwner(b)))
+}
+
+func noOwner(k *flows.Key) int {
+	if k.NoOwner {
+		return 1
+	}
+	return 0
 }
 
 func (r *Replayer) summary(f *flowRec) FlowSummary {

@@ -26,6 +26,8 @@ const (
 	SettingGlobal
 	SettingGlobalSlack
 	SettingVerdict
+	// SettingMarkMask is the key's mark mask (flows.KeyConfig.MarkMask).
+	SettingMarkMask
 )
 
 // ConfigError is a problem with a limiter's settings. Settings are the

@@ -37,6 +37,7 @@ type ruleState struct {
 	lim    Limiter
 	bytes  bool
 	shape  bool // lim shapes: Depart, not Allow
+	owned  bool // key has an owner part (flows.Mode.By)
 	key    flows.KeyConfig
 	stats  RuleStats
 	off    OffloadLimit // what the kernel may hold an offloaded flow to
@@ -223,7 +224,7 @@ func newLimitState(c Config, global bool) (*ruleState, error) {
 		return nil, err
 	}
 	maxFlows, timeout := c.Table()
-	rs := &ruleState{lim: *lim, key: c.Key, bytes: c.Bytes, shape: lim.maxDelay > 0, off: offloadLimit(c.LimiterConfig(), c.Bytes)}
+	rs := &ruleState{lim: *lim, key: c.Key, owned: c.Key.Mode.By() != 0, bytes: c.Bytes, shape: lim.maxDelay > 0, off: offloadLimit(c.LimiterConfig(), c.Bytes)}
 	if global {
 		rs.gtable = flows.NewTable[gflow](maxFlows, timeout)
 	} else {
@@ -276,7 +277,10 @@ func checkLimit(c Config) (*Limiter, error) {
 	}
 	if err := c.Key.Validate(); err != nil {
 		at := about(SettingPrefix, SettingKey)
-		if c.Key.Symmetric {
+		switch {
+		case c.Key.MarkMask != 0 && c.Key.Mode.By() != flows.ByMark:
+			at = about(SettingMarkMask, SettingKey)
+		case c.Key.Symmetric:
 			at = about(SettingSymmetric, SettingPrefix)
 		}
 		return nil, &ConfigError{Settings: at, Msg: err.Error()}
@@ -359,6 +363,9 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		return
 	}
 	rs.key.KeyTo(&d.Key, p)
+	if rs.owned && m != nil {
+		rs.key.SetOwner(&d.Key, m.Mark, m.UID, m.GID, m.HasOwner)
+	}
 	cost := int64(1)
 	if rs.bytes {
 		cost = int64(p.Length) // the real length: flows.Packet.DecodeLen

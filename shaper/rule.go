@@ -214,6 +214,14 @@ type Meta struct {
 	// nfq.Packet.Len); in replay, the record's original length. 0: unknown
 	// (the length of the bytes given).
 	Len int
+	// UID and GID are the owner of the local socket that sent the packet
+	// (NFQUEUE's NFQA_UID and NFQA_GID), when HasOwner says there is one:
+	// there is none for forwarded and incoming packets, replies the
+	// kernel makes itself (a TCP reset, a SYN-ACK), and in replay. A rule
+	// keyed by uid or gid puts ownerless packets in one flow, "no owner";
+	// a uid or gid match does not match them.
+	UID, GID uint32
+	HasOwner bool
 }
 
 // Classifier picks the rule that decides a packet: the index in

@@ -25,8 +25,11 @@ const (
 	// replayRSSFixed (bytes) is the rest: runtime, binary, buffers, and
 	// the command tree (cobra: about 0.7 MiB more than the hand-parsed
 	// command line, measured with /usr/bin/time -f %M on --version and on
-	// a small replay: 15.1-15.5 MiB before, 16.1-16.2 MiB after).
-	replayRSSFixed = 17 << 20
+	// a small replay: 15.1-15.5 MiB before, 16.1-16.2 MiB after), then
+	// top, divert and owner keys: this test's --max-flows 1000 run measured
+	// 17.2 MiB, at the old bound of 17 MiB. It is the part that does not
+	// grow with flows; replayRSSPerFlow is what the test holds to.
+	replayRSSFixed = 18 << 20
 )
 
 // memFlows is how many distinct flows the memory test's capture holds:

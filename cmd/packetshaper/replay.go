@@ -436,6 +436,9 @@ func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Durat
 		fmt.Fprintf(w, "shaping    delayed %d, shape_overflow %d; delay p50 %v, p99 %v, max %v\n",
 			s.Delayed, s.ShapeOverflow, time.Duration(s.Delays.P50), time.Duration(s.Delays.P99), time.Duration(s.Delays.Max))
 	}
+	if s.NoOwner > 0 {
+		fmt.Fprintf(w, "no owner   %d packets of rules keyed by uid or gid: a capture holds no socket owners, so each such rule had one flow, \"no owner\"\n", s.NoOwner)
+	}
 	fmt.Fprintf(w, "capture    %d file(s), %v of capture time\n", files, s.Duration())
 	rate := 0.0
 	if elapsed > 0 {

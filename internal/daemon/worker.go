@@ -163,6 +163,7 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 	for i := range batch {
 		p := &batch[i]
 		w.meta.Mark, w.meta.InIf, w.meta.OutIf, w.meta.Len = p.Mark, p.InDev, p.OutDev, p.Len
+		w.meta.UID, w.meta.GID, w.meta.HasOwner = p.UID, p.GID, p.HasOwner
 		eng.DecidePacket(p.Data, &w.meta, now, &w.dec)
 		switch {
 		case w.dec.Verdict == shaper.Drop:
