@@ -3,6 +3,7 @@ module github.com/packetshaper/packetshaper
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/florianl/go-nfqueue/v2 v2.1.0
 	github.com/gaissmai/bart v0.30.0
 	github.com/google/nftables v0.3.0

@@ -1,0 +1,259 @@
+//go:build linux
+
+package fastpath
+
+import (
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/packetshaper/packetshaper/policy"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// skbSize is sizeof(struct __sk_buff); mark is at offset 8.
+const skbSize = 192
+
+// tc verdicts.
+const (
+	tcOK   = 0
+	tcShot = 2
+)
+
+// frame is an Ethernet frame for one synthetic packet.
+type frame struct {
+	b    []byte
+	ip   []byte // b from the IP header on
+	mark uint32
+}
+
+type flowDesc struct {
+	src, dst     netip.Addr
+	proto        uint8
+	sport, dport uint16
+}
+
+// build makes an Ethernet frame: IPv4 or IPv6, then a transport header of
+// proto (TCP, UDP: ports; ICMP/ICMPv6: an echo request), padded to size
+// bytes of IP packet.
+func build(f flowDesc, size int) []byte {
+	v6 := f.src.Is6()
+	hl := 20
+	if v6 {
+		hl = 40
+	}
+	size = max(size, hl+8)
+	b := make([]byte, 14+size)
+	binary.BigEndian.PutUint16(b[12:], map[bool]uint16{false: 0x0800, true: 0x86dd}[v6])
+	ip := b[14:]
+	if v6 {
+		ip[0] = 0x60
+		binary.BigEndian.PutUint16(ip[4:], uint16(size-40))
+		ip[6], ip[7] = f.proto, 64
+		s, d := f.src.As16(), f.dst.As16()
+		copy(ip[8:], s[:])
+		copy(ip[24:], d[:])
+	} else {
+		ip[0] = 0x45
+		binary.BigEndian.PutUint16(ip[2:], uint16(size))
+		ip[8], ip[9] = 64, f.proto
+		s, d := f.src.As4(), f.dst.As4()
+		copy(ip[12:], s[:])
+		copy(ip[16:], d[:])
+	}
+	l4 := ip[hl:]
+	switch f.proto {
+	case 1, 58:
+		l4[0] = map[bool]byte{false: 8, true: 128}[v6]
+		binary.BigEndian.PutUint16(l4[4:], f.sport)
+	default:
+		binary.BigEndian.PutUint16(l4[0:], f.sport)
+		binary.BigEndian.PutUint16(l4[2:], f.dport)
+	}
+	return b
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// mixed is a policy with a rule of every kind the kernel runs, and some it
+// does not.
+func mixed() *policy.File {
+	mf := ptr(4096)
+	return &policy.File{Rules: []policy.Rule{
+		{Name: "dns-drop", Action: "drop", Match: &policy.Match{Proto: []string{"udp"}, Dport: []string{"53"}}},
+		{Name: "ping", Action: "accept", Match: &policy.Match{Proto: []string{"icmp"}, Src: []string{"10.9.0.0/16"}}},
+		{Name: "udp-tb", PPS: ptr(200.0), Burst: ptr(20.0), MaxFlows: mf, Match: &policy.Match{Proto: []string{"udp"}, Dport: []string{"5000-5100", "6000"}, Src: []string{"10.1.0.0/16", "fd00:1::/32"}}},
+		{Name: "shaped", PPS: ptr(100.0), Algo: "leaky-bucket", MaxFlows: mf, Match: &policy.Match{Proto: []string{"udp"}, Dport: []string{"7000"}}},
+		{Name: "tcp-fw-bytes", Bitrate: "2mbit", Algo: "fixed-window", Window: policy.Duration(100e6), Key: "src", MaxFlows: mf, Match: &policy.Match{Proto: []string{"tcp"}, Src: []string{"10.1.2.0/24"}}},
+		{Name: "swc-dst", PPS: ptr(300.0), Algo: "sliding-window-counter", Window: policy.Duration(50e6), Key: "dst", MaxFlows: mf, Match: &policy.Match{Dst: []string{"10.2.0.0/16"}}},
+		{Name: "shadow", PPS: ptr(50.0), Mode: "shadow", MaxFlows: mf, Match: &policy.Match{Dst: []string{"10.3.0.0/16"}}},
+		{Name: "marker", PPS: ptr(50.0), OnExceed: "mark", SetMark: "0x10/0xff", MaxFlows: mf, Match: &policy.Match{Dst: []string{"10.4.0.0/16"}}},
+		{Name: "rest", Bitrate: "1mbit", Key: "src-dst", SrcPrefix4: ptr(24), DstPrefix4: ptr(24), Symmetric: ptr(true), MaxFlows: mf},
+	}}
+}
+
+// needKernel skips t unless it runs as root on a kernel that loads the
+// program, and returns the program.
+func needKernel(t testing.TB, s Spec) *Program {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("not root: loading eBPF programs needs CAP_BPF/CAP_NET_ADMIN")
+	}
+	p, err := Load(s)
+	if err != nil {
+		if errors.Is(err, ebpf.ErrNotSupported) {
+			t.Skipf("the kernel does not support the program: %v", err)
+		}
+		t.Fatalf("Load: %v", err)
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// run runs one frame through the program at now: its tc verdict and the
+// mark it leaves.
+func run(t testing.TB, p *Program, fr *frame, now int64) (int, uint32) {
+	if err := p.SetNow(now); err != nil {
+		t.Fatal(err)
+	}
+	ctx := make([]byte, skbSize)
+	binary.LittleEndian.PutUint32(ctx[8:], fr.mark)
+	out := make([]byte, skbSize)
+	ret, err := p.Prog().Run(&ebpf.RunOptions{Data: fr.b, Context: ctx, ContextOut: out})
+	if err != nil {
+		t.Fatalf("BPF_PROG_TEST_RUN: %v", err)
+	}
+	return int(ret), binary.LittleEndian.Uint32(out[8:])
+}
+
+// traffic is synthetic traffic: flows of every rule, bursts over the
+// limits, varied sizes, with time going forward by random steps (and a few
+// going back, which must grant nothing).
+func traffic(n int, seed uint64) ([]frame, []int64) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	a := netip.MustParseAddr
+	var fl []flowDesc
+	add := func(src, dst string, proto uint8, sp, dp uint16) {
+		fl = append(fl, flowDesc{a(src), a(dst), proto, sp, dp})
+	}
+	for i := range 6 {
+		add("10.1.0."+itoa(i+1), "10.8.0.1", 17, uint16(40000+i), uint16(5000+i*17))
+		add("10.1.2."+itoa(i+1), "10.8.0.2", 6, uint16(41000+i), 443)
+		add("10.5.0."+itoa(i+1), "10.2.0."+itoa(i%3+1), 17, 1000, 2000)
+		add("10.5.1."+itoa(i+1), "10.3.0.1", 6, uint16(1000+i), 80)
+		add("10.5.2."+itoa(i+1), "10.4.0.1", 17, uint16(1000+i), 81)
+		add("10.6."+itoa(i)+".1", "10.7.0."+itoa(i), 17, 3000, 3001)
+		add("10.7.0."+itoa(i), "10.6."+itoa(i)+".9", 17, 3001, 3000) // symmetric partner
+	}
+	add("fd00:1::1", "fd00:2::1", 17, 4000, 6000)
+	add("fd00:1::2", "fd00:2::1", 17, 4000, 5050)
+	add("fd00:3::1", "fd00:2::1", 6, 4000, 80)
+	add("10.9.1.1", "10.8.0.1", 1, 77, 77)
+	add("10.1.0.9", "10.8.0.1", 1, 78, 78)
+	add("10.1.0.9", "10.8.0.1", 17, 53, 53)
+	add("10.1.0.9", "10.8.0.1", 17, 999, 7000)
+	add("10.1.0.9", "10.2.0.1", 47, 0, 0) // GRE: no ports
+	var frames []frame
+	var times []int64
+	now := int64(1_700_000_000_000_000_000)
+	for len(frames) < n {
+		f := fl[r.IntN(len(fl))]
+		burst := 1
+		if r.IntN(20) == 0 {
+			burst = 10 + r.IntN(60) // over the limit
+		}
+		for range burst {
+			size := 40 + r.IntN(1460)
+			if r.IntN(4) == 0 {
+				size = 64
+			}
+			b := build(f, size)
+			fr := frame{b: b, ip: b[14:]}
+			if r.IntN(10) == 0 {
+				fr.mark = uint32(r.IntN(4))
+			}
+			frames = append(frames, fr)
+			switch {
+			case r.IntN(50) == 0:
+				now -= int64(r.IntN(1e6)) // backwards
+			case r.IntN(3) == 0:
+				now += int64(r.IntN(50_000_000))
+			default:
+				now += int64(r.IntN(200_000))
+			}
+			times = append(times, now)
+		}
+	}
+	return frames[:n], times[:n]
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestAgreement runs synthetic traffic through the program
+// (BPF_PROG_TEST_RUN, time injected) and through the Go engine with the same
+// times, and compares every packet: the kernel's verdict and mark where it
+// decided, and where it handed the packet to user space, that the Go engine
+// decided it by a rule that runs there.
+func TestAgreement(t *testing.T) {
+	f := mixed()
+	s, reasons, err := Compile(f, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range reasons {
+		t.Log(r)
+	}
+	p := needKernel(t, s)
+	c, err := f.Compile(policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := shaper.NewPolicy(c.Policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, times := traffic(20000, 7)
+	var agree, kernel, punted, drops int
+	var d shaper.Decision
+	for i := range frames {
+		fr := &frames[i]
+		ret, mark := run(t, p, fr, times[i])
+		eng.DecidePacket(fr.ip, &shaper.Meta{Mark: fr.mark}, times[i], &d)
+		ok := false
+		switch {
+		case mark&s.PuntMark != 0:
+			punted++
+			ok = d.Rule >= 0 && s.Entries[d.Rule].Action == Punt && mark&^s.PuntMark == fr.mark
+		default:
+			kernel++
+			want, wantMark := tcOK, fr.mark
+			if d.Verdict == shaper.Drop {
+				want = tcShot
+				drops++
+			}
+			if d.SetMark {
+				wantMark = d.Mark
+			}
+			ok = ret == want && mark == wantMark
+		}
+		if ok {
+			agree++
+		} else if t.Failed() == false {
+			t.Errorf("packet %d (%x…) at %d: kernel ret %d mark %#x; Go verdict %v rule %d setmark %v %#x", i, fr.ip[:min(40, len(fr.ip))], times[i], ret, mark, d.Verdict, d.Rule, d.SetMark, d.Mark)
+		}
+	}
+	pct := 100 * float64(agree) / float64(len(frames))
+	t.Logf("%d packets: %d decided in the kernel (%d dropped), %d handed to user space; agreement %.3f%%", len(frames), kernel, drops, punted, pct)
+	if agree != len(frames) {
+		t.Errorf("agreement %.3f%%, want 100%%", pct)
+	}
+	if drops == 0 || punted == 0 {
+		t.Errorf("the traffic exercised too little: %d drops, %d punted", drops, punted)
+	}
+}

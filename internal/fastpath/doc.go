@@ -1,0 +1,32 @@
+// Package fastpath runs the rules of a policy that the kernel can enforce
+// inside an eBPF tc classifier (bpf/fastpath.c), with the same rule order,
+// first-match semantics and integer arithmetic as package shaper, and hands
+// every other packet on to the NFQUEUE path.
+//
+// Compile splits a policy: accept and drop rules, and limit rules with the
+// token bucket, the fixed window or the sliding-window counter, run in the
+// kernel; shaping, the sliding-window log, global rules and matches the
+// program cannot evaluate (oif, queue, more than 4 port ranges or input
+// interfaces per rule) stay in user space, and a limit rule after a rule
+// whose match the program can only approximate stays there too, so that no
+// key ever has a bucket on both paths. Each rule gets one Reason line: the
+// basis of `check`'s "which rules run where".
+//
+// The program decodes Ethernet + IPv4/IPv6 and the transport ports as
+// package flows does. Packets it cannot decide — malformed IP headers, IPv6
+// packets with extension headers (this slice does not walk them), packets
+// of user-space rules, new flows when the flow map has no room — it passes
+// with the punt mark (Spec.PuntMark) or'ed into skb->mark. The program is
+// attached at tc ingress, before netfilter, so the divert rule sees that
+// mark: in the iptables divert chain, match it before the NFQUEUE rule,
+//
+//	iptables -t mangle -A PREROUTING -m mark --mark 0x40000000/0x40000000 -j NFQUEUE --queue-num 0 --queue-bypass
+//
+// and send nothing else to the queue. Packets the program decided carry no
+// punt mark and never reach the queue. (The daemon's wiring of this split
+// is later work, issue 20 point 2.)
+//
+// Time: the program reads bpf_ktime_get_boot_ns() plus an offset the
+// loader sets (the Unix time at boot), so that windows align to the Unix
+// epoch as in shaper; a test sets the config's now instead, per packet.
+package fastpath
