@@ -36,6 +36,14 @@ type fastpathFlowKey struct {
 	Rule   uint32
 }
 
+type fastpathFlowLock struct {
+	_    structs.HostLayout
+	Lock struct {
+		_   structs.HostLayout
+		Val uint32
+	}
+}
+
 type fastpathFlowState struct {
 	_      structs.HostLayout
 	Last   int64
@@ -105,6 +113,7 @@ const (
 	fastpathMapCounters  = "counters"
 	fastpathMapDstCidrs  = "dst_cidrs"
 	fastpathMapFlows     = "flows"
+	fastpathMapLocks     = "locks"
 	fastpathMapRules     = "rules"
 	fastpathMapSrcCidrs  = "src_cidrs"
 	fastpathProgFastpath = "fastpath"
@@ -163,6 +172,7 @@ type fastpathMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
+	Locks    *ebpf.MapSpec `ebpf:"locks"`
 	Rules    *ebpf.MapSpec `ebpf:"rules"`
 	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
@@ -197,6 +207,7 @@ type fastpathMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
 	Flows    *ebpf.Map `ebpf:"flows"`
+	Locks    *ebpf.Map `ebpf:"locks"`
 	Rules    *ebpf.Map `ebpf:"rules"`
 	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
 }
@@ -207,6 +218,7 @@ func (m *fastpathMaps) Close() error {
 		m.Counters,
 		m.DstCidrs,
 		m.Flows,
+		m.Locks,
 		m.Rules,
 		m.SrcCidrs,
 	)

@@ -121,6 +121,30 @@ struct {
 	__type(value, struct flow_state);
 } flows SEC(".maps");
 
+// Striped locks over the flow states (an LRU hash's values cannot hold a
+// bpf_spin_lock): a key's state changes under locks[hash(key) % N_LOCKS].
+#define N_LOCKS 4096
+struct flow_lock {
+	struct bpf_spin_lock lock;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, N_LOCKS);
+	__type(key, __u32);
+	__type(value, struct flow_lock);
+} locks SEC(".maps");
+
+static __always_inline __u32 key_hash(struct flow_key *k)
+{
+	__u32 *w = (__u32 *)k, h = 2166136261u;
+	for (int i = 0; i < sizeof(*k) / 4; i++) {
+		h ^= w[i];
+		h *= 16777619u;
+	}
+	return h ^ (h >> 15);
+}
+
 struct rule_counters {
 	__u64 c[C_N];
 };
@@ -599,13 +623,21 @@ int fastpath(struct __sk_buff *skb)
 			skb->mark |= cfg->punt_mark;
 			return TC_ACT_OK;
 		}
-	} else {
-		if (r->timeout > 0 && now - f->seen > r->timeout)
-			reset(r, f, now);
-		if (now > f->seen)
-			f->seen = now;
 	}
-	if (allow(r, f, now, cost)) {
+	// The CPUs a key's packets arrive on take turns on its state, as
+	// shaper's one goroutine per engine does.
+	__u32 li = key_hash(&key) % N_LOCKS;
+	struct flow_lock *lk = bpf_map_lookup_elem(&locks, &li);
+	if (!lk)
+		return TC_ACT_OK;
+	bpf_spin_lock(&lk->lock);
+	if (r->timeout > 0 && now - f->seen > r->timeout)
+		reset(r, f, now);
+	if (now > f->seen)
+		f->seen = now;
+	int ok = allow(r, f, now, cost);
+	bpf_spin_unlock(&lk->lock);
+	if (ok) {
 		count(ri, C_ACCEPTED);
 		return TC_ACT_OK;
 	}
