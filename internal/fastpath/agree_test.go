@@ -14,6 +14,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -268,6 +269,10 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 				wantMark = d.Mark
 			}
 			ok = ret == want && mark == wantMark && !d.Malformed
+			if ok && d.Rule >= 0 && s.Entries[d.Rule].Action == Limit {
+				// The packet was charged to the Go engine's key.
+				ok = p.hasFlow(&d.Key, d.Rule)
+			}
 		}
 		if ok {
 			res.agree++
@@ -278,15 +283,46 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 	return res
 }
 
-// ext6 reports an IPv6 packet whose first next header is an extension
-// header: the program hands those to user space.
+// ext6 reports an IPv6 packet with more than maxExt extension headers: the
+// program hands those to user space.
 func ext6(ip []byte) bool {
 	if len(ip) < 40 || ip[0]>>4 != 6 {
 		return false
 	}
-	switch ip[6] {
-	case 0, 43, 44, 60, 51:
-		return true
+	next, rest := ip[6], ip[40:]
+	for i := 0; ; i++ {
+		switch next {
+		case 0, 43, 44, 60, 51:
+		default:
+			return false
+		}
+		if i == maxExt {
+			return true
+		}
+		if len(rest) < 8 {
+			return false
+		}
+		n := (int(rest[1]) + 1) * 8
+		switch next {
+		case 51:
+			n = (int(rest[1]) + 2) * 4
+		case 44:
+			if binary.BigEndian.Uint16(rest[2:4])>>3 != 0 {
+				return false
+			}
+			n = 8
+		}
+		if len(rest) < n {
+			return false
+		}
+		next, rest = rest[0], rest[n:]
 	}
-	return false
+}
+
+// hasFlow reports whether the program's flow map holds the state of the
+// Go engine's key k of rule i.
+func (p *Program) hasFlow(k *flows.Key, i int) bool {
+	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: uint32(i)}
+	var st fastpathFlowState
+	return p.objs.Flows.Lookup(&fk, &st) == nil
 }

@@ -17,6 +17,7 @@ const (
 	MaxRules  = 64
 	maxRanges = 4
 	maxIfs    = 4
+	maxExt    = 8 // IPv6 extension headers walked
 )
 
 // DefaultPuntMark is the skb->mark bit the program sets on packets for user
@@ -162,7 +163,7 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 			e.Action = Punt
 		} else if e.Action == Limit {
 			if e.Family != 4 && !allFamily(e.Src, 4) && !allFamily(e.Dst, 4) {
-				why += "; IPv6 packets with extension headers go to user space (not walked in the kernel yet), where their keys have buckets of their own"
+				why += fmt.Sprintf("; IPv6 packets with more than %d extension headers go to user space, where their keys have buckets of their own", maxExt)
 			}
 			if e.HasMark {
 				why += "; match.mark is read at tc ingress, before netfilter's rules set marks"

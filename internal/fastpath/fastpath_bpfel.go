@@ -89,6 +89,7 @@ type fastpathRuleEntry struct {
 	N_dport   uint8
 	N_iif     uint8
 	HasMark   uint8
+	HasProto  uint8
 	Family    uint8
 	Action    uint8
 	Orig      uint8
@@ -101,8 +102,8 @@ type fastpathRuleEntry struct {
 	Dst4      uint8
 	Src6      uint8
 	Dst6      uint8
+	_         [3]byte
 	Id        uint32
-	Pad       uint32
 }
 
 // Names of all BPF objects in the ELF.

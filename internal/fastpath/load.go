@@ -205,6 +205,9 @@ func ruleEntry(e *Entry, id uint32) fastpathRuleEntry {
 	if e.Never {
 		r.Family = 0xff
 	}
+	if e.Proto != nil {
+		r.HasProto = 1
+	}
 	if e.Proto == nil {
 		r.Proto = [4]uint64{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
 	} else {

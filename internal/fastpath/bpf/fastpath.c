@@ -13,6 +13,7 @@
 #define MAX_RULES 64
 #define MAX_RANGES 4
 #define MAX_IFS 4
+#define MAX_EXT 8
 #define NANO 1000000000ULL
 
 // Actions of a rule entry. PUNT: the rule runs in user space; its packets
@@ -41,6 +42,7 @@ struct rule_entry {
 	__u16 sport_lo[MAX_RANGES], sport_hi[MAX_RANGES];
 	__u16 dport_lo[MAX_RANGES], dport_hi[MAX_RANGES];
 	__u8 n_sport, n_dport, n_iif, has_mark;
+	__u8 has_proto; // match.proto given
 	__u8 family;   // 0 (any), 4 or 6
 	__u8 action;   // ACT_*
 	__u8 orig;     // the rule's own action (ACT_ACCEPT/DROP/LIMIT), for hidden ports
@@ -51,7 +53,6 @@ struct rule_entry {
 	__u8 symmetric;
 	__u8 src4, dst4, src6, dst6; // key prefix lengths (full when not masked)
 	__u32 id;      // the rule's identity in flow keys
-	__u32 _pad;
 };
 
 struct cfg {
@@ -335,11 +336,18 @@ static __always_inline int matches(struct rule_entry *r, struct pkt *p, __u32 ma
 {
 	if (r->family && r->family != p->family)
 		return 0;
-	if (!((r->proto[(p->proto >> 6) & 3] >> (p->proto & 63)) & 1))
+	if (p->proto == 255 && r->has_proto) {
+		// The protocol is unknown (a cut extension header chain, an
+		// IPv6 later fragment): limit and drop rules' constraints
+		// hold, accept rules' do not; for a later fragment only limit
+		// rules'.
+		if (p->frag ? r->orig != ACT_LIMIT : r->orig == ACT_ACCEPT)
+			return 0;
+	} else if (!((r->proto[(p->proto >> 6) & 3] >> (p->proto & 63)) & 1))
 		return 0;
 	if (r->n_sport || r->n_dport) {
 		int known = policy_ports(p->proto);
-		if (p->noports && known) {
+		if (p->noports && (known || p->proto == 255)) {
 			// Hidden ports: limit and drop rules' constraints hold,
 			// accept rules' do not; for a later fragment, only
 			// limit rules'.
@@ -467,18 +475,54 @@ static __always_inline int decode(struct __sk_buff *skb, struct pkt *p)
 		if (plen == 0)
 			end = wire;
 		__u8 next = h[6];
-		switch (next) {
-		case 0: case 43: case 44: case 60: case 51:
-			return 0; // extension headers: user space walks them
-		}
-		p->proto = next;
 		__builtin_memcpy(p->src, &h[8], 16);
 		__builtin_memcpy(p->dst, &h[24], 16);
-		if (next == 59)
-			return 1;
 		if (end > wire)
 			end = wire;
-		read_ports(skb, p, l3 + 40, l3 + end, 1);
+		// The extension headers, as flows' decode6 walks them: at most
+		// MAX_EXT here; a longer chain goes to user space.
+		__u32 off = 40;
+		int i;
+		for (i = 0; i < MAX_EXT; i++) {
+			__u8 e[4];
+			__u32 n;
+			if (next != 0 && next != 43 && next != 60 && next != 51 && next != 44)
+				break;
+			if (off + 8 > end || bpf_skb_load_bytes(skb, l3 + off, e, 4) < 0) {
+				p->proto = 255; // cut: protocol unknown, ports out of reach
+				p->noports = 1;
+				return 1;
+			}
+			if (next == 44) {
+				__u16 fo = ((__u16)e[2] << 8 | e[3]) >> 3;
+				next = e[0];
+				off += 8;
+				if (fo != 0) {
+					// A later fragment: its next header means
+					// nothing (see flows' decode6).
+					p->proto = 255;
+					p->frag = 1;
+					p->noports = 1;
+					return 1;
+				}
+				continue;
+			}
+			n = next == 51 ? ((__u32)e[1] + 2) * 4 : ((__u32)e[1] + 1) * 8;
+			if (off + n > end) {
+				p->proto = 255;
+				p->noports = 1;
+				return 1;
+			}
+			next = e[0];
+			off += n;
+		}
+		if (i == MAX_EXT && (next == 0 || next == 43 || next == 60 || next == 51 || next == 44))
+			return 0; // a longer chain: user space walks it
+		p->proto = next;
+		if (next == 59)
+			return 1;
+		off &= 0xffff;
+		read_ports(skb, p, l3 + off, l3 + end, 1);
 		return 1;
 	}
 	return -1;
