@@ -5,11 +5,9 @@ package fastpath
 import (
 	"fmt"
 	"net"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
 	"github.com/packetshaper/packetshaper/internal/testutil"
@@ -40,14 +38,7 @@ func TestAttachTCX(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pid := os.Getpid()
-	nsA := testutil.NewNetns(t, fmt.Sprintf("psfp-a-%d", pid))
-	nsB := testutil.NewNetns(t, fmt.Sprintf("psfp-b-%d", pid))
-	testutil.MustRun(t, "ip", "-n", nsA, "link", "add", "vfa", "type", "veth", "peer", "name", "vfb", "netns", nsB)
-	testutil.MustRun(t, "ip", "-n", nsA, "addr", "add", "10.77.0.1/24", "dev", "vfa")
-	testutil.MustRun(t, "ip", "-n", nsB, "addr", "add", "10.77.0.2/24", "dev", "vfb")
-	testutil.MustRun(t, "ip", "-n", nsA, "link", "set", "vfa", "up")
-	testutil.MustRun(t, "ip", "-n", nsB, "link", "set", "vfb", "up")
+	nsA, nsB := vethPair(t)
 
 	var l link.Link
 	recv := map[int]*net.UDPConn{}
@@ -153,27 +144,7 @@ func TestAttachTCX(t *testing.T) {
 
 	// Closing the link detaches the program: nothing left on the
 	// interface, and the drop rule's packets arrive.
-	// attached asks the kernel (BPF_PROG_QUERY) how many programs sit at
-	// tcx ingress of vfb.
-	attached := func() int {
-		var n int
-		err := testutil.Do(nsB, func() error {
-			ifc, err := net.InterfaceByName("vfb")
-			if err != nil {
-				return err
-			}
-			r, err := link.QueryPrograms(link.QueryOptions{Target: ifc.Index, Attach: ebpf.AttachTCXIngress})
-			if err != nil {
-				return err
-			}
-			n = len(r.Programs)
-			return nil
-		})
-		if err != nil {
-			t.Fatalf("querying vfb's tcx programs: %v", err)
-		}
-		return n
-	}
+	attached := func() int { return tcxPrograms(t, nsB) }
 	if n := attached(); n != 1 {
 		t.Errorf("%d programs at tcx ingress of vfb, want 1", n)
 	}
