@@ -223,6 +223,7 @@ func TestAgreement(t *testing.T) {
 	frames, times := traffic(20000, 7)
 	res := compare(t, p, &s, eng, frames, times)
 	t.Log(res)
+	checkCounters(t, p, &s, eng)
 	if res.agree != res.n {
 		t.Errorf("agreement %.3f%%, want 100%%", res.pct())
 	}
@@ -334,4 +335,27 @@ func (p *Program) hasFlow(k *flows.Key, i int) bool {
 	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: uint32(i)}
 	var st fastpathFlowState
 	return p.objs.Flows.Lookup(&fk, &st) == nil
+}
+
+// checkCounters compares the program's per-rule counters with the Go
+// engine's for the rules that run in the kernel (those of user-space rules
+// count what was punted, which the engine decided).
+func checkCounters(t *testing.T, p *Program, s *Spec, eng *shaper.Engine) {
+	t.Helper()
+	for i, e := range s.Entries {
+		c, err := p.RuleCounters(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g := eng.RuleStats(i)
+		if e.Action == Punt {
+			if c.Punted != g.Packets || c.Packets != c.Punted {
+				t.Errorf("rule %s: the program punted %d, the engine decided %d", e.Name, c.Punted, g.Packets)
+			}
+			continue
+		}
+		if c.Packets != g.Packets || c.Accepted != g.Accepted || c.Dropped != g.Dropped || c.Shadow != g.ShadowDropped || c.Marked != g.Marked {
+			t.Errorf("rule %s: program %+v, engine %+v", e.Name, c, g)
+		}
+	}
 }
