@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -42,11 +43,7 @@ func Load(s Spec) (*Program, error) {
 	cs.Maps[fastpathMapFlows].MaxEntries = uint32(min(max(flowsN, 1024), maxFlowEntries))
 	p := &Program{}
 	if err := cs.LoadAndAssign(&p.objs, nil); err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return nil, fmt.Errorf("the kernel refused the fast path program: %v", ve.Cause)
-		}
-		return nil, fmt.Errorf("loading the fast path: %w", err)
+		return nil, loadError(err)
 	}
 	if err := p.fill(s); err != nil {
 		p.Close()
@@ -252,4 +249,30 @@ func (p *Program) Attach(ifindex int) (link.Link, error) {
 		return nil, fmt.Errorf("attaching the fast path at tcx ingress of interface %d: %w", ifindex, err)
 	}
 	return l, nil
+}
+
+// loadError says in one line why the kernel refused the program: the
+// verifier's reason (the last line of its log that is not its statistics)
+// when there is one.
+func loadError(err error) error {
+	var ve *ebpf.VerifierError
+	if !errors.As(err, &ve) {
+		return fmt.Errorf("loading the fast path: %s", oneLine(err.Error()))
+	}
+	why := ""
+	for i := len(ve.Log) - 1; i >= 0 && why == ""; i-- {
+		l := strings.TrimSpace(ve.Log[i])
+		if l != "" && !strings.HasPrefix(l, "processed ") && !strings.HasPrefix(l, "verification time") && !strings.HasPrefix(l, "stack depth") {
+			why = l
+		}
+	}
+	if why == "" {
+		return fmt.Errorf("the kernel refused the fast path program: %w", ve.Cause)
+	}
+	return fmt.Errorf("the kernel refused the fast path program: %w (verifier: %s)", ve.Cause, oneLine(why))
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
 }
