@@ -110,14 +110,16 @@ type fastpathRuleEntry struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	fastpathMapConfig    = "config"
-	fastpathMapCounters  = "counters"
-	fastpathMapDstCidrs  = "dst_cidrs"
-	fastpathMapFlows     = "flows"
-	fastpathMapLocks     = "locks"
-	fastpathMapRules     = "rules"
-	fastpathMapSrcCidrs  = "src_cidrs"
-	fastpathProgFastpath = "fastpath"
+	fastpathMapConfig          = "config"
+	fastpathMapCounters        = "counters"
+	fastpathMapDstCidrs        = "dst_cidrs"
+	fastpathMapFlows           = "flows"
+	fastpathMapLocks           = "locks"
+	fastpathMapRules           = "rules"
+	fastpathMapSrcCidrs        = "src_cidrs"
+	fastpathProgFastpath       = "fastpath"
+	fastpathVarUnusedFlowKey   = "unused_flow_key"
+	fastpathVarUnusedFlowState = "unused_flow_state"
 )
 
 // loadFastpath returns the embedded CollectionSpec for fastpath.
@@ -182,6 +184,8 @@ type fastpathMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathVariableSpecs struct {
+	UnusedFlowKey   *ebpf.VariableSpec `ebpf:"unused_flow_key"`
+	UnusedFlowState *ebpf.VariableSpec `ebpf:"unused_flow_state"`
 }
 
 // fastpathObjects contains all objects after they have been loaded into the kernel.
@@ -229,6 +233,8 @@ func (m *fastpathMaps) Close() error {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathVariables struct {
+	UnusedFlowKey   *ebpf.Variable `ebpf:"unused_flow_key"`
+	UnusedFlowState *ebpf.Variable `ebpf:"unused_flow_state"`
 }
 
 // fastpathPrograms contains all programs after they have been loaded into the kernel.

@@ -22,10 +22,11 @@ import (
 type Program struct {
 	objs fastpathObjects
 	cfg  fastpathCfg
+	// inner is the template of the rules' flow maps; tables[i] is rule
+	// i's (nil but for limit rules).
+	inner  *ebpf.MapSpec
+	tables []*ebpf.Map
 }
-
-// maxFlowEntries bounds the flow map, whatever the rules' max-flows add to.
-const maxFlowEntries = 1 << 22
 
 // Load loads the program for s and fills its maps. Its error says in one
 // line why the kernel refused it.
@@ -34,14 +35,7 @@ func Load(s Spec) (*Program, error) {
 	if err != nil {
 		return nil, err
 	}
-	flowsN := 0
-	for _, e := range s.Entries {
-		if e.Action == Limit {
-			flowsN += e.MaxFlows
-		}
-	}
-	cs.Maps[fastpathMapFlows].MaxEntries = uint32(min(max(flowsN, 1024), maxFlowEntries))
-	p := &Program{}
+	p := &Program{inner: cs.Maps[fastpathMapFlows].InnerMap}
 	if err := cs.LoadAndAssign(&p.objs, nil); err != nil {
 		return nil, loadError(err)
 	}
@@ -54,7 +48,14 @@ func Load(s Spec) (*Program, error) {
 
 // Close frees the program and its maps (a link holding the program keeps
 // it until the link is closed).
-func (p *Program) Close() error { return p.objs.Close() }
+func (p *Program) Close() error {
+	for _, m := range p.tables {
+		if m != nil {
+			m.Close()
+		}
+	}
+	return p.objs.Close()
+}
 
 // Prog is the tc program, for attaching (link.AttachTCX) and tests.
 func (p *Program) Prog() *ebpf.Program { return p.objs.Fastpath }
@@ -130,6 +131,23 @@ func (p *Program) fill(s Spec) error {
 			if err := d.m.Put(&k, &v); err != nil {
 				return fmt.Errorf("filling the address map: %w", err)
 			}
+		}
+	}
+	p.tables = make([]*ebpf.Map, n)
+	for i, e := range s.Entries {
+		if e.Action != Limit {
+			continue
+		}
+		ms := p.inner.Copy()
+		ms.Name = fmt.Sprintf("flows_%d", i)
+		ms.MaxEntries = uint32(e.MaxFlows)
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			return fmt.Errorf("making rule %s's flow map (%d flows): %s", e.Name, e.MaxFlows, oneLine(err.Error()))
+		}
+		p.tables[i] = m
+		if err := p.objs.Flows.Put(uint32(i), m); err != nil {
+			return fmt.Errorf("filling the flow maps: %w", err)
 		}
 	}
 	for i, e := range s.Entries {

@@ -114,12 +114,29 @@ struct {
 	__type(value, __u64);
 } dst_cidrs SEC(".maps");
 
-// flows' size is set at load from the kernel rules' max-flows.
-struct {
+// flows holds, for each limit rule, an LRU map of its flows of the rule's
+// own max-flows (the loader makes them; the kernel's check of an inner
+// hash map does not compare sizes), so that a rule's flood evicts only that
+// rule's flows.
+struct inner_flows {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct flow_key);
-	__type(value, struct flow_state);
+	__uint(max_entries, 1024);
+	// Sizes, not types: clang leaves the types of a map only reached
+	// through the outer map's declaration as forward declarations.
+	__uint(key_size, sizeof(struct flow_key));
+	__uint(value_size, sizeof(struct flow_state));
+};
+
+// The flow types in BTF, for bpf2go's Go types (as cilium/ebpf's examples
+// force a type into the ELF).
+const struct flow_key *unused_flow_key __attribute__((unused));
+const struct flow_state *unused_flow_state __attribute__((unused));
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, MAX_RULES);
+	__type(key, __u32);
+	__array(values, struct inner_flows);
 } flows SEC(".maps");
 
 // Striped locks over the flow states (an LRU hash's values cannot hold a
@@ -654,13 +671,21 @@ int fastpath(struct __sk_buff *skb)
 	}
 	__s64 now = cfg->now ? (__s64)cfg->now : (__s64)bpf_ktime_get_boot_ns() + cfg->offset;
 	__s64 cost = r->bytes ? p.length : 1;
-	struct flow_state *f = bpf_map_lookup_elem(&flows, &key);
+	void *table = bpf_map_lookup_elem(&flows, &ri);
+	if (!table) {
+		// No flow map for the rule (the loader failed to give it
+		// one): user space decides.
+		count(ri, C_PUNTED);
+		skb->mark |= cfg->punt_mark;
+		return TC_ACT_OK;
+	}
+	struct flow_state *f = bpf_map_lookup_elem(table, &key);
 	if (!f) {
 		struct flow_state nf = {};
 		reset(r, &nf, now);
 		nf.seen = now;
-		bpf_map_update_elem(&flows, &key, &nf, BPF_NOEXIST);
-		f = bpf_map_lookup_elem(&flows, &key);
+		bpf_map_update_elem(table, &key, &nf, BPF_NOEXIST);
+		f = bpf_map_lookup_elem(table, &key);
 		if (!f) {
 			// No room even after the LRU's eviction: user space decides.
 			count(ri, C_PUNTED);
