@@ -12,11 +12,14 @@
 // key ever has a bucket on both paths. Each rule gets one Reason line: the
 // basis of `check`'s "which rules run where".
 //
-// The program decodes Ethernet + IPv4/IPv6 and the transport ports as
-// package flows does. Packets it cannot decide — malformed IP headers, IPv6
-// packets with extension headers (this slice does not walk them), packets
-// of user-space rules, new flows when the flow map has no room — it passes
-// with the punt mark (Spec.PuntMark) or'ed into skb->mark. The program is
+// The program decodes Ethernet + IPv4/IPv6 (up to 8 IPv6 extension
+// headers) and the transport ports as package flows does, keys flows as
+// flows.KeyConfig does, and keeps each limit rule's flows in an LRU map of
+// the rule's max-flows; a key's state changes under a spin lock, so the
+// CPUs share one bucket per key. Packets it cannot decide — malformed IP
+// headers, IPv6 packets with a longer extension header chain, packets of
+// user-space rules — it passes with the punt mark (Spec.PuntMark) or'ed
+// into skb->mark. The program is
 // attached at tc ingress, before netfilter, so the divert rule sees that
 // mark: in the iptables divert chain, match it before the NFQUEUE rule,
 //
