@@ -17,7 +17,7 @@ const (
 	MaxRules  = 64
 	maxRanges = 4
 	maxIfs    = 4
-	maxExt    = 8 // IPv6 extension headers walked
+	maxExt    = 32 // IPv6 extension headers walked (bpf/fastpath.c MAX_EXT)
 )
 
 // DefaultPuntMark is the skb->mark bit the program sets on packets for user

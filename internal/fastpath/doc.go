@@ -12,7 +12,7 @@
 // key ever has a bucket on both paths. Each rule gets one Reason line: the
 // basis of `check`'s "which rules run where".
 //
-// The program decodes Ethernet + IPv4/IPv6 (up to 8 IPv6 extension
+// The program decodes Ethernet + IPv4/IPv6 (up to 32 IPv6 extension
 // headers) and the transport ports as package flows does, keys flows as
 // flows.KeyConfig does, and keeps each limit rule's flows in an LRU map of
 // the rule's max-flows; a key's state changes under a spin lock, so the

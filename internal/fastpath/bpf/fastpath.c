@@ -13,7 +13,7 @@
 #define MAX_RULES 64
 #define MAX_RANGES 4
 #define MAX_IFS 4
-#define MAX_EXT 8
+#define MAX_EXT 32
 #define NANO 1000000000ULL
 
 // Actions of a rule entry. PUNT: the rule runs in user space; its packets
