@@ -63,7 +63,7 @@ func FuzzAgreement(f *testing.F) {
 		v6ext([]byte{44}, 5),
 		v6ext(bytes.Repeat([]byte{60}, maxExt), 0),
 		v6ext(bytes.Repeat([]byte{60}, maxExt+1), 0), // over the walk: user space
-		v6ext([]byte{0, 43, 60}, 0)[:60], // chain cut
+		v6ext([]byte{0, 43, 60}, 0)[:60],             // chain cut
 	}
 	frag4 := build(flowDesc{a("10.1.0.1"), a("10.8.0.1"), 17, 40000, 5000}, 100)[14:]
 	binary.BigEndian.PutUint16(frag4[6:], 100)
