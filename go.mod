@@ -3,6 +3,7 @@ module github.com/packetshaper/packetshaper
 go 1.26.0
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/cpuguy83/go-md2man/v2 v2.0.7
 	github.com/florianl/go-nfqueue/v2 v2.1.0
 	github.com/gaissmai/bart v0.30.0
@@ -15,7 +16,7 @@ require (
 	github.com/prometheus/common v0.72.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/spf13/cobra v1.10.2
-	github.com/spf13/pflag v1.0.9
+	github.com/spf13/pflag v1.0.10
 	golang.org/x/net v0.59.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/time v0.16.0

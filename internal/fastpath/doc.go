@@ -1,0 +1,35 @@
+// Package fastpath runs the rules of a policy that the kernel can enforce
+// inside an eBPF tc classifier (bpf/fastpath.c), with the same rule order,
+// first-match semantics and integer arithmetic as package shaper, and hands
+// every other packet on to the NFQUEUE path.
+//
+// Compile splits a policy: accept and drop rules, and limit rules with the
+// token bucket, the fixed window or the sliding-window counter, run in the
+// kernel; shaping, the sliding-window log, global rules and matches the
+// program cannot evaluate (oif, queue, more than 4 port ranges or input
+// interfaces per rule) stay in user space, and a limit rule after a rule
+// whose match the program can only approximate stays there too, so that no
+// key ever has a bucket on both paths. Each rule gets one Reason line: the
+// basis of `check`'s "which rules run where".
+//
+// The program decodes Ethernet + IPv4/IPv6 (up to 32 IPv6 extension
+// headers) and the transport ports as package flows does, keys flows as
+// flows.KeyConfig does, and keeps each limit rule's flows in an LRU map of
+// the rule's max-flows; a key's state changes under a spin lock, so the
+// CPUs share one bucket per key. Packets it cannot decide — malformed IP
+// headers, IPv6 packets with a longer extension header chain, packets of
+// user-space rules — it passes with the punt mark (Spec.PuntMark) or'ed
+// into skb->mark. The program is
+// attached at tc ingress, before netfilter, so the divert rule sees that
+// mark: in the iptables divert chain, match it before the NFQUEUE rule,
+//
+//	iptables -t mangle -A PREROUTING -m mark --mark 0x40000000/0x40000000 -j NFQUEUE --queue-num 0 --queue-bypass
+//
+// and send nothing else to the queue. Packets the program decided carry no
+// punt mark and never reach the queue. (The daemon's wiring of this split
+// is later work, issue 20 point 2.)
+//
+// Time: the program reads bpf_ktime_get_boot_ns() plus an offset the
+// loader sets (the Unix time at boot), so that windows align to the Unix
+// epoch as in shaper; a test sets the config's now instead, per packet.
+package fastpath

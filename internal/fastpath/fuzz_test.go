@@ -1,0 +1,110 @@
+//go:build linux
+
+package fastpath
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/netip"
+	"sync"
+	"testing"
+
+	"github.com/packetshaper/packetshaper/policy"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// v6ext builds an IPv6 packet with the given extension headers (next-header
+// numbers, 8 bytes each; a 44 is a fragment header of offset off) before a
+// UDP header.
+func v6ext(hdrs []byte, off uint16) []byte {
+	b := make([]byte, 40+8*len(hdrs)+8)
+	b[0] = 0x60
+	binary.BigEndian.PutUint16(b[4:], uint16(len(b)-40))
+	b[6] = 17
+	if len(hdrs) > 0 {
+		b[6] = hdrs[0]
+	}
+	s, d := netip.MustParseAddr("fd00:1::1").As16(), netip.MustParseAddr("fd00:2::1").As16()
+	copy(b[8:], s[:])
+	copy(b[24:], d[:])
+	for i := range hdrs {
+		h := b[40+8*i:]
+		h[0] = 17
+		if i+1 < len(hdrs) {
+			h[0] = hdrs[i+1]
+		}
+		if hdrs[i] == 44 {
+			binary.BigEndian.PutUint16(h[2:], off<<3)
+		}
+	}
+	u := b[40+8*len(hdrs):]
+	binary.BigEndian.PutUint16(u[0:], 1234)
+	binary.BigEndian.PutUint16(u[2:], 5050)
+	return b
+}
+
+// FuzzAgreement runs any IP packet through the program and the Go engine
+// (the mixed policy; one program and engine for the whole run, time going
+// forward by the input's step) and fails on a disagreement as TestAgreement
+// counts them. The seeds (run by go test) cover IPv6 extension header
+// chains (walked, cut, longer than the program walks), fragments of both
+// families, ICMP and ports cut short.
+//
+//	go test -run '^$' -fuzz FuzzAgreement -fuzztime 60s ./internal/fastpath
+func FuzzAgreement(f *testing.F) {
+	a := netip.MustParseAddr
+	seeds := [][]byte{
+		build(flowDesc{a("10.1.0.1"), a("10.8.0.1"), 17, 40000, 5000}, 100)[14:],
+		build(flowDesc{a("10.1.2.1"), a("10.8.0.1"), 6, 40000, 443}, 1500)[14:],
+		build(flowDesc{a("10.9.1.1"), a("10.8.0.1"), 1, 7, 7}, 64)[14:],
+		build(flowDesc{a("fd00:1::1"), a("fd00:2::1"), 58, 7, 7}, 64)[14:],
+		v6ext([]byte{0, 43, 60}, 0),
+		v6ext([]byte{44}, 0),
+		v6ext([]byte{44}, 5),
+		v6ext(bytes.Repeat([]byte{60}, maxExt), 0),
+		v6ext(bytes.Repeat([]byte{60}, maxExt+1), 0), // over the walk: user space
+		v6ext([]byte{0, 43, 60}, 0)[:60],             // chain cut
+	}
+	frag4 := build(flowDesc{a("10.1.0.1"), a("10.8.0.1"), 17, 40000, 5000}, 100)[14:]
+	binary.BigEndian.PutUint16(frag4[6:], 100)
+	tiny := build(flowDesc{a("10.1.0.1"), a("10.8.0.1"), 6, 40000, 5000}, 100)[14:36]
+	binary.BigEndian.PutUint16(tiny[2:], 22)
+	seeds = append(seeds, frag4, tiny)
+	for _, s := range seeds {
+		f.Add(s, uint32(1e6), uint32(0))
+	}
+	s, _, err := Compile(mixed(), policy.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	p := needKernel(f, s)
+	c, err := mixed().Compile(policy.Options{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	eng, err := shaper.NewPolicy(c.Policy())
+	if err != nil {
+		f.Fatal(err)
+	}
+	var mu sync.Mutex // the engine and the time are shared by the workers
+	now := int64(1_700_000_000_000_000_000)
+	f.Fuzz(func(t *testing.T, ip []byte, step, mark uint32) {
+		if len(ip) < 20 || ip[0]>>4 == 6 && len(ip) < 40 || len(ip) > 3000 {
+			t.Skip("BPF_PROG_TEST_RUN refuses an IP header cut short, and frames over a page")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		b := make([]byte, 14+len(ip))
+		et := uint16(0x0800)
+		if ip[0]>>4 == 6 {
+			et = 0x86dd
+		}
+		binary.BigEndian.PutUint16(b[12:], et)
+		copy(b[14:], ip)
+		now += int64(step)
+		fr := []frame{{b: b, ip: b[14:], mark: mark &^ s.PuntMark}}
+		if res := compare(t, p, &s, eng, fr, []int64{now}); res.agree != 1 {
+			t.Fatalf("disagreement: %v", res)
+		}
+	})
+}

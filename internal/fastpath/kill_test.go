@@ -1,0 +1,223 @@
+//go:build linux
+
+package fastpath
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
+	"github.com/packetshaper/packetshaper/policy"
+)
+
+// childEnv names the namespace a child run of TestKillDetaches attaches in.
+const childEnv = "FASTPATH_TEST_CHILD_NS"
+
+// vethPair makes two namespaces of the test's own joined by a veth pair:
+// vfa (10.77.0.1) in the first, vfb (10.77.0.2) in the second.
+func vethPair(t *testing.T) (nsA, nsB string) {
+	t.Helper()
+	pid := os.Getpid()
+	nsA = testutil.NewNetns(t, fmt.Sprintf("psfp-a-%d", pid))
+	nsB = testutil.NewNetns(t, fmt.Sprintf("psfp-b-%d", pid))
+	testutil.MustRun(t, "ip", "-n", nsA, "link", "add", "vfa", "type", "veth", "peer", "name", "vfb", "netns", nsB)
+	testutil.MustRun(t, "ip", "-n", nsA, "addr", "add", "10.77.0.1/24", "dev", "vfa")
+	testutil.MustRun(t, "ip", "-n", nsB, "addr", "add", "10.77.0.2/24", "dev", "vfb")
+	testutil.MustRun(t, "ip", "-n", nsA, "link", "set", "vfa", "up")
+	testutil.MustRun(t, "ip", "-n", nsB, "link", "set", "vfb", "up")
+	return nsA, nsB
+}
+
+// tcxPrograms asks the kernel (BPF_PROG_QUERY) how many programs sit at
+// tcx ingress of vfb in ns.
+func tcxPrograms(t *testing.T, ns string) int {
+	var n int
+	err := testutil.Do(ns, func() error {
+		ifc, err := net.InterfaceByName("vfb")
+		if err != nil {
+			return err
+		}
+		r, err := link.QueryPrograms(link.QueryOptions{Target: ifc.Index, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		n = len(r.Programs)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("querying vfb's tcx programs: %v", err)
+	}
+	return n
+}
+
+// killChild is the child of TestKillDetaches: it loads a policy that drops
+// UDP to port 9001, attaches it at vfb, prints the ids of its program and
+// maps, and waits to be killed (a minute at most).
+func killChild(t *testing.T, ns string) {
+	f := &policy.File{Rules: []policy.Rule{{Name: "blocked", Action: "drop", Match: &policy.Match{Proto: []string{"udp"}, Dport: []string{"9001"}}}}}
+	s, _, err := Compile(f, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Load(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = testutil.Do(ns, func() error {
+		ifc, err := net.InterfaceByName("vfb")
+		if err != nil {
+			return err
+		}
+		_, err = p.Attach(ifc.Index)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{}
+	info, _ := p.objs.Fastpath.Info()
+	id, _ := info.ID()
+	ids = append(ids, fmt.Sprintf("prog:%d", id))
+	for _, m := range []*ebpf.Map{p.objs.Config, p.objs.Rules, p.objs.Flows, p.objs.SrcCidrs, p.objs.DstCidrs, p.objs.Counters, p.objs.Locks} {
+		mi, _ := m.Info()
+		mid, _ := mi.ID()
+		ids = append(ids, fmt.Sprintf("map:%d", mid))
+	}
+	fmt.Printf("attached %s\n", strings.Join(ids, " "))
+	time.Sleep(time.Minute)
+}
+
+// TestKillDetaches: a process that attached the program and is SIGKILLed
+// leaves nothing behind: no program at the interface, its program and maps
+// gone from the kernel (by id), and the traffic it dropped flows again
+// (unlimited, as with fail-open).
+func TestKillDetaches(t *testing.T) {
+	if ns := os.Getenv(childEnv); ns != "" {
+		killChild(t, ns)
+		return
+	}
+	testutil.NeedRoot(t, "creates network namespaces and attaches an eBPF program")
+	testutil.NeedTools(t, "ip")
+	nsA, nsB := vethPair(t)
+
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillDetaches$", "-test.count=1")
+	cmd.Env = append(os.Environ(), childEnv+"="+nsB)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	killed := false
+	t.Cleanup(func() {
+		if !killed {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	line := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "attached ") {
+				line <- sc.Text()
+				break
+			}
+		}
+		close(line)
+		for sc.Scan() { // drain
+		}
+	}()
+	var ids []string
+	select {
+	case l, ok := <-line:
+		if !ok {
+			t.Fatal("the child ended without attaching")
+		}
+		ids = strings.Fields(l)[1:]
+		t.Logf("the child attached: %v", ids)
+	case <-time.After(60 * time.Second):
+		t.Fatal("the child did not attach within a minute")
+	}
+	if n := tcxPrograms(t, nsB); n != 1 {
+		t.Fatalf("%d programs at vfb with the child running, want 1", n)
+	}
+
+	var recv *net.UDPConn
+	if err := testutil.Do(nsB, func() error {
+		recv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(10, 77, 0, 2), Port: 9001})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer recv.Close()
+	var send *net.UDPConn
+	if err := testutil.Do(nsA, func() error {
+		send, err = net.DialUDP("udp4", nil, &net.UDPAddr{IP: net.IPv4(10, 77, 0, 2), Port: 9001})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer send.Close()
+	buf := make([]byte, 64)
+	send.Write([]byte("while attached"))
+	recv.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, _, err := recv.ReadFromUDP(buf); err == nil {
+		t.Error("a packet the child's program drops arrived")
+	}
+
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	killed = true
+	testutil.Eventually(t, 10*time.Second, func() bool { return tcxPrograms(t, nsB) == 0 },
+		"a program is still attached at vfb after its process was killed")
+	testutil.Eventually(t, 10*time.Second, func() bool {
+		for _, id := range ids {
+			kind, n, _ := strings.Cut(id, ":")
+			var v uint32
+			fmt.Sscan(n, &v)
+			var err error
+			if kind == "prog" {
+				var p *ebpf.Program
+				if p, err = ebpf.NewProgramFromID(ebpf.ProgramID(v)); err == nil {
+					p.Close()
+				}
+			} else {
+				var m *ebpf.Map
+				if m, err = ebpf.NewMapFromID(ebpf.MapID(v)); err == nil {
+					m.Close()
+				}
+			}
+			if err == nil {
+				return false
+			}
+		}
+		return true
+	}, "the killed child's program or maps still exist (%v)", ids)
+	for i := range 10 {
+		send.Write([]byte(fmt.Sprintf("after %d", i)))
+	}
+	n := 0
+	for n < 10 {
+		recv.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, _, err := recv.ReadFromUDP(buf); err != nil {
+			break
+		}
+		n++
+	}
+	if n != 10 {
+		t.Errorf("after the kill, %d of 10 packets arrived, want all", n)
+	}
+}

@@ -1,0 +1,296 @@
+//go:build linux
+
+package fastpath
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// Program is the fast path loaded into the kernel: the program and its
+// maps, owned by this process (nothing is pinned: Close, or the process's
+// end, frees them).
+type Program struct {
+	objs fastpathObjects
+	cfg  fastpathCfg
+	// inner is the template of the rules' flow maps; tables[i] is rule
+	// i's (nil but for limit rules).
+	inner  *ebpf.MapSpec
+	tables []*ebpf.Map
+}
+
+// Load loads the program for s and fills its maps. Its error says in one
+// line why the kernel refused it.
+func Load(s Spec) (*Program, error) {
+	cs, err := loadFastpath()
+	if err != nil {
+		return nil, err
+	}
+	p := &Program{inner: cs.Maps[fastpathMapFlows].InnerMap}
+	if err := cs.LoadAndAssign(&p.objs, nil); err != nil {
+		return nil, loadError(err)
+	}
+	if err := p.fill(s); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// Close frees the program and its maps (a link holding the program keeps
+// it until the link is closed).
+func (p *Program) Close() error {
+	for _, m := range p.tables {
+		if m != nil {
+			m.Close()
+		}
+	}
+	return p.objs.Close()
+}
+
+// Prog is the tc program, for attaching (link.AttachTCX) and tests.
+func (p *Program) Prog() *ebpf.Program { return p.objs.Fastpath }
+
+// SetNow makes the program read now (Unix nanoseconds) as the time instead
+// of the clock; 0 goes back to the clock. For tests.
+func (p *Program) SetNow(now int64) error {
+	p.cfg.Now = uint64(now)
+	return p.objs.Config.Put(uint32(0), &p.cfg)
+}
+
+// Counters are one rule's counts, summed over the CPUs.
+type Counters struct {
+	Packets, Accepted, Dropped, Shadow, Marked, Punted uint64
+}
+
+// RuleCounters returns rule i's counters; i = MaxRules gives the program's
+// own (every IP packet; those it punted before matching; Accepted, the
+// packets no rule matched).
+func (p *Program) RuleCounters(i int) (Counters, error) {
+	var per []fastpathRuleCounters
+	if err := p.objs.Counters.Lookup(uint32(i), &per); err != nil {
+		return Counters{}, err
+	}
+	var c Counters
+	for _, x := range per {
+		c.Packets += x.C[0]
+		c.Accepted += x.C[1]
+		c.Dropped += x.C[2]
+		c.Shadow += x.C[3]
+		c.Marked += x.C[4]
+		c.Punted += x.C[5]
+	}
+	return c, nil
+}
+
+// bootOffset is the Unix time at boot: CLOCK_REALTIME − CLOCK_BOOTTIME.
+func bootOffset() int64 {
+	var rt, bt unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &bt)
+	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
+	return time.Duration(rt.Nano() - bt.Nano()).Nanoseconds()
+}
+
+func (p *Program) fill(s Spec) error {
+	n := len(s.Entries)
+	if n > MaxRules {
+		return fmt.Errorf("%d rules, more than the kernel table's %d", n, MaxRules)
+	}
+	var srcFree, dstFree uint64
+	for i, e := range s.Entries {
+		if e.Never {
+			continue // in no address class: it matches nothing
+		}
+		if e.Src == nil {
+			srcFree |= 1 << i
+		}
+		if e.Dst == nil {
+			dstFree |= 1 << i
+		}
+	}
+	for _, d := range []struct {
+		m    *ebpf.Map
+		free uint64
+		get  func(*Entry) []netip.Prefix
+	}{
+		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }},
+		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }},
+	} {
+		for pfx, bits := range addrClasses(s.Entries, d.get) {
+			k := lpmKey(pfx)
+			v := bits | d.free
+			if err := d.m.Put(&k, &v); err != nil {
+				return fmt.Errorf("filling the address map: %w", err)
+			}
+		}
+	}
+	p.tables = make([]*ebpf.Map, n)
+	for i, e := range s.Entries {
+		if e.Action != Limit {
+			continue
+		}
+		ms := p.inner.Copy()
+		ms.Name = fmt.Sprintf("flows_%d", i)
+		ms.MaxEntries = uint32(e.MaxFlows)
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			return fmt.Errorf("making rule %s's flow map (%d flows): %s", e.Name, e.MaxFlows, oneLine(err.Error()))
+		}
+		p.tables[i] = m
+		if err := p.objs.Flows.Put(uint32(i), m); err != nil {
+			return fmt.Errorf("filling the flow maps: %w", err)
+		}
+	}
+	for i, e := range s.Entries {
+		r := ruleEntry(&e, uint32(i))
+		if err := p.objs.Rules.Put(uint32(i), &r); err != nil {
+			return fmt.Errorf("filling the rule table: %w", err)
+		}
+	}
+	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark}
+	return p.objs.Config.Put(uint32(0), &p.cfg)
+}
+
+// addrClasses gives, for each prefix of the rules' lists, the rules with a
+// prefix containing it: what a longest-prefix match on it stands for.
+func addrClasses(es []Entry, get func(*Entry) []netip.Prefix) map[netip.Prefix]uint64 {
+	out := map[netip.Prefix]uint64{}
+	for i := range es {
+		for _, p := range get(&es[i]) {
+			out[p] = 0
+		}
+	}
+	for p := range out {
+		var bits uint64
+		for i := range es {
+			if es[i].Never {
+				continue
+			}
+			for _, q := range get(&es[i]) {
+				if q.Addr().Is4() == p.Addr().Is4() && q.Bits() <= p.Bits() && q.Contains(p.Addr()) {
+					bits |= 1 << i
+				}
+			}
+		}
+		out[p] = bits
+	}
+	return out
+}
+
+func lpmKey(p netip.Prefix) fastpathLpmKey {
+	var k fastpathLpmKey
+	k.Prefixlen = 8 + uint32(p.Bits())
+	if p.Addr().Is4() {
+		k.Data[0] = 4
+		a := p.Addr().As4()
+		copy(k.Data[1:], a[:])
+	} else {
+		k.Data[0] = 6
+		a := p.Addr().As16()
+		copy(k.Data[1:], a[:])
+	}
+	return k
+}
+
+func ruleEntry(e *Entry, id uint32) fastpathRuleEntry {
+	r := fastpathRuleEntry{
+		Burst: uint64(e.BurstN), RateInt: e.RateInt, RateHi: e.RateHi, RateLo: e.RateLo,
+		Window: e.Window, Limit: e.Limit, Timeout: e.Timeout,
+		Mark: e.Mark, MarkMask: e.Mask, SetMark: e.SetMark, SetMask: e.SetMask,
+		Family: e.Family, Action: uint8(e.Action), Algo: uint8(e.Algo), Mode: uint8(e.Key.Mode),
+		Over: uint8(e.Over), Id: id,
+	}
+	switch e.Orig {
+	case shaper.ActionAccept:
+		r.Orig = uint8(Accept)
+	case shaper.ActionDrop:
+		r.Orig = uint8(Drop)
+	default:
+		r.Orig = uint8(Limit)
+	}
+	if e.Never {
+		r.Family = 0xff
+	}
+	if e.Proto != nil {
+		r.HasProto = 1
+	}
+	if e.Proto == nil {
+		r.Proto = [4]uint64{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
+	} else {
+		r.Proto = *e.Proto
+	}
+	for k, pr := range e.Sport {
+		r.SportLo[k], r.SportHi[k] = pr.Lo, pr.Hi
+	}
+	for k, pr := range e.Dport {
+		r.DportLo[k], r.DportHi[k] = pr.Lo, pr.Hi
+	}
+	r.N_sport, r.N_dport = uint8(len(e.Sport)), uint8(len(e.Dport))
+	copy(r.Iif[:], e.Iif)
+	r.N_iif = uint8(len(e.Iif))
+	if e.HasMark {
+		r.HasMark = 1
+	}
+	if e.Bytes {
+		r.Bytes = 1
+	}
+	if e.Key.Symmetric {
+		r.Symmetric = 1
+	}
+	full := func(v, n int) uint8 {
+		if v <= 0 || v >= n {
+			return uint8(n)
+		}
+		return uint8(v)
+	}
+	r.Src4, r.Dst4 = full(e.Key.SrcPrefix4, 32), full(e.Key.DstPrefix4, 32)
+	r.Src6, r.Dst6 = full(e.Key.SrcPrefix6, 128), full(e.Key.DstPrefix6, 128)
+	return r
+}
+
+// Attach attaches the program at tcx ingress of the interface ifindex (in
+// the calling thread's network namespace). The link belongs to this process
+// and is not pinned: closing it, or the process's end (a SIGKILL too),
+// detaches the program.
+func (p *Program) Attach(ifindex int) (link.Link, error) {
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: p.objs.Fastpath, Attach: ebpf.AttachTCXIngress})
+	if err != nil {
+		return nil, fmt.Errorf("attaching the fast path at tcx ingress of interface %d: %w", ifindex, err)
+	}
+	return l, nil
+}
+
+// loadError says in one line why the kernel refused the program: the
+// verifier's reason (the last line of its log that is not its statistics)
+// when there is one.
+func loadError(err error) error {
+	var ve *ebpf.VerifierError
+	if !errors.As(err, &ve) {
+		return fmt.Errorf("loading the fast path: %s", oneLine(err.Error()))
+	}
+	why := ""
+	for i := len(ve.Log) - 1; i >= 0 && why == ""; i-- {
+		l := strings.TrimSpace(ve.Log[i])
+		if l != "" && !strings.HasPrefix(l, "processed ") && !strings.HasPrefix(l, "verification time") && !strings.HasPrefix(l, "stack depth") {
+			why = l
+		}
+	}
+	if why == "" {
+		return fmt.Errorf("the kernel refused the fast path program: %w", ve.Cause)
+	}
+	return fmt.Errorf("the kernel refused the fast path program: %w (verifier: %s)", ve.Cause, oneLine(why))
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
