@@ -115,7 +115,6 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 // ownerWarning says what a rule keyed or matched by the packets' owner
 // (uid or gid) does with packets that have none, or "".
 func ownerWarning(s *ruleSpec) string {
-	const divert = "Divert rules for INPUT or FORWARD only (packetshaper-rules' default chain is INPUT) give it no packet with an owner: divert OUTPUT (packetshaper-rules add --chain OUTPUT; RULES_OPTS in /etc/default/packetshaper)"
 	var fields []string
 	if s.match.uid != nil {
 		fields = append(fields, "match.uid")
@@ -130,9 +129,9 @@ func ownerWarning(s *ruleSpec) string {
 	}
 	switch {
 	case len(fields) > 0:
-		return fmt.Sprintf("rule %q: %s: only packets a local socket sends (the OUTPUT chain) have an owner; forwarded and incoming packets, replies the kernel makes itself and replayed captures never match. %s", s.rule.Name, strings.Join(fields, " and "), divert)
+		return fmt.Sprintf("rule %q: %s: only packets a local socket sends (the OUTPUT chain) have an owner; forwarded and incoming packets, replies the kernel makes itself and replayed captures never match (packetshaper check warns when the divert rules feed it from INPUT or FORWARD only)", s.rule.Name, strings.Join(fields, " and "))
 	case keyed:
-		return fmt.Sprintf("rule %q: key %s: only packets a local socket sends (the OUTPUT chain) have an owner; the others (forwarded, incoming, replies the kernel makes itself, replayed captures) share one flow, \"no owner\", limited as one user. %s", s.rule.Name, s.rule.Limit.Key.Mode, divert)
+		return fmt.Sprintf("rule %q: key %s: only packets a local socket sends (the OUTPUT chain) have an owner; the others (forwarded, incoming, replies the kernel makes itself, replayed captures) share one flow, \"no owner\", limited as one user (packetshaper check warns when the divert rules feed it from INPUT or FORWARD only)", s.rule.Name, s.rule.Limit.Key.Mode)
 	}
 	return ""
 }

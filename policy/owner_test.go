@@ -80,10 +80,10 @@ func TestClassifyOwner(t *testing.T) {
 	if got := strings.Join(c.MetaRules(), ","); got != "root,users,staff,services" {
 		t.Errorf("MetaRules %s", got)
 	}
-	// check says what becomes of ownerless packets, and which divert
-	// chain gives owners.
+	// check says what becomes of ownerless packets (internal/divert's
+	// TestUnseenOwner: and when the divert rules give none).
 	w := strings.Join(c.Warnings(), "\n")
-	for _, want := range []string{`rule "users": match.uid: only packets a local socket sends (the OUTPUT chain) have an owner`, `rule "staff": match.gid`, "--chain OUTPUT", "default chain is INPUT"} {
+	for _, want := range []string{`rule "users": match.uid: only packets a local socket sends (the OUTPUT chain) have an owner`, `rule "staff": match.gid`, "check warns when the divert rules feed it from INPUT or FORWARD only"} {
 		if !strings.Contains(w, want) {
 			t.Errorf("warnings lack %q:\n%s", want, w)
 		}

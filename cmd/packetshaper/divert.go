@@ -109,11 +109,15 @@ func divertWarnings(f *policy.File, stderr io.Writer) {
 			}
 			ds, _ = divert.Needed(pfile, qs)
 			for i := range ds {
-				ds[i].QueueLo, ds[i].QueueHi = d.QueueLo, d.QueueHi
+				ds[i].QueueLo, ds[i].QueueHi, ds[i].Chain = d.QueueLo, d.QueueHi, d.Chain
 			}
 		}
 	}
 	for _, w := range divert.Unseen(f, ds) {
+		if w.Owner {
+			fmt.Fprintf(stderr, "packetshaper check: warning: %s (diverted %s)\n", w, source)
+			continue
+		}
 		fmt.Fprintf(stderr, "packetshaper check: warning: %s %s (packetshaper divert --policy FILE prints the divert rules the file needs)\n", w, source)
 	}
 }

@@ -92,3 +92,39 @@ func TestCheckWarnsFromDefault(t *testing.T) {
 		t.Errorf("RULES_OPTS --policy: stderr %q; want a warning about q1 only", s)
 	}
 }
+
+// TestCheckWarnsOwnerChain: check warns about a uid-keyed rule when the
+// divert rules (here the default file's) feed it from INPUT only, and not
+// when they divert OUTPUT.
+func TestCheckWarnsOwnerChain(t *testing.T) {
+	if ds, _ := divert.InForce(); len(ds) > 0 {
+		t.Skip("divert rules are in force in this namespace: they, not the test's file, are checked")
+	}
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.toml")
+	os.WriteFile(pol, []byte("[[rule]]\nname = \"users\"\nmatch = { uid = [\"1000-1999\"], proto = [\"udp\"] }\nkey = \"uid\"\npps = 100\n"), 0o644)
+	def := filepath.Join(dir, "default")
+	old := divertDefault
+	divertDefault = def
+	t.Cleanup(func() { divertDefault = old })
+	check := func(opts string) string {
+		os.WriteFile(def, []byte("QUEUE=0\nRULES_OPTS=\""+opts+"\"\n"), 0o644)
+		var out, errb bytes.Buffer
+		if code := run([]string{"check", pol}, &out, &errb); code != 0 {
+			t.Fatalf("check: exit %d: %s", code, errb.String())
+		}
+		return errb.String()
+	}
+	const want = `rule "users" goes by the socket owner (key uid, match.uid), but only udp to queue 0 is diverted, from INPUT or FORWARD`
+	if s := check("--proto udp"); !strings.Contains(s, want) || !strings.Contains(s, "--chain OUTPUT") {
+		t.Errorf("INPUT (the default chain): stderr has no %q:\n%s", want, s)
+	}
+	for _, opts := range []string{"--proto udp --chain OUTPUT", "--policy " + pol + " --chain OUTPUT"} {
+		if s := check(opts); strings.Contains(s, "goes by the socket owner") {
+			t.Errorf("RULES_OPTS %q: an owner warning:\n%s", opts, s)
+		}
+	}
+	if s := check("--policy " + pol + " --chain FORWARD"); !strings.Contains(s, "goes by the socket owner") {
+		t.Errorf("RULES_OPTS --policy --chain FORWARD: no owner warning:\n%s", s)
+	}
+}

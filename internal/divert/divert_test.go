@@ -254,3 +254,56 @@ action = "accept"
 		t.Errorf("no divert rules: %v", ws)
 	}
 }
+
+// TestUnseenOwner: a rule keyed or matched by the socket owner that the
+// divert rules feed from INPUT or FORWARD only sees no packet with an
+// owner: a warning; fed from OUTPUT (or a chain not known), none.
+func TestUnseenOwner(t *testing.T) {
+	const pol = `
+[[rule]]
+name = "users"
+match = { uid = ["1000-1999"], proto = ["udp"] }
+key = "uid"
+pps = 100
+
+[[rule]]
+name = "by-gid"
+key = "gid+dst"
+pps = 100
+
+[[rule]]
+name = "by-mark"
+key = "mark"
+pps = 100
+`
+	f := parse(t, pol)
+	for _, tc := range []struct {
+		chains []string
+		want   string
+	}{
+		{[]string{"INPUT"}, "users,by-gid"},
+		{[]string{"INPUT", "FORWARD"}, "users,by-gid"},
+		{[]string{"INPUT", "OUTPUT"}, ""},
+		{[]string{"OUTPUT"}, ""},
+		{[]string{""}, ""},
+	} {
+		var ds []Rule
+		for _, c := range tc.chains {
+			ds = append(ds, Rule{Family: Both, Chain: c})
+		}
+		var got []string
+		for _, w := range Unseen(f, ds) {
+			if !w.Owner {
+				t.Errorf("%v: %s", tc.chains, w)
+			}
+			got = append(got, w.Rule)
+		}
+		if strings.Join(got, ",") != tc.want {
+			t.Errorf("chains %v: owner warnings for %v, want %q", tc.chains, got, tc.want)
+		}
+	}
+	ws := Unseen(f, []Rule{{Family: Both, Chain: "INPUT"}})
+	if s := ws[0].String(); !strings.Contains(s, `rule "users" goes by the socket owner (key uid, match.uid)`) || !strings.Contains(s, "--chain OUTPUT") {
+		t.Errorf("warning: %s", s)
+	}
+}

@@ -154,7 +154,7 @@ func ParseNft(out string) []Rule {
 // queue. policyFile is the file of a --policy option ("" if none): its
 // rules are then Needed's.
 func FromOptions(queue string, opts []string) (r Rule, policyFile string, err error) {
-	r.Family = Both
+	r.Family, r.Chain = Both, "INPUT" // rules.sh's defaults
 	if r.QueueLo, r.QueueHi, err = parseQueue(queue); err != nil {
 		return r, "", fmt.Errorf("QUEUE %q: want N or N-M", queue)
 	}
@@ -294,16 +294,38 @@ func overlaps(d *policy.PortRange, rs []policy.PortRange) bool {
 	return slices.ContainsFunc(rs, func(r policy.PortRange) bool { return r.Lo <= d.Hi && d.Lo <= r.Hi })
 }
 
-// Warning is a rule that can never see a packet.
+// Warning is a rule that can never see a packet or, Owner, a rule keyed
+// or matched by the socket owner (uid, gid) that the divert rules feed only
+// from INPUT or FORWARD, where no packet has an owner.
 type Warning struct {
 	Rule string
-	// Matches describes what the rule matches; Diverted, what the divert
-	// rules send.
+	// Matches describes what the rule matches (Owner: its owner key or
+	// match); Diverted, what the divert rules send.
 	Matches, Diverted string
+	Owner             bool
 }
 
 func (w Warning) String() string {
+	if w.Owner {
+		return fmt.Sprintf("rule %q goes by the socket owner (%s), but only %s is diverted, from INPUT or FORWARD, where no packet has an owner: divert the OUTPUT chain (packetshaper-rules add --chain OUTPUT)", w.Rule, w.Matches, w.Diverted)
+	}
 	return fmt.Sprintf("rule %q can never see a packet: it matches %s, but only %s is diverted", w.Rule, w.Matches, w.Diverted)
+}
+
+// ownerUse says how r goes by the packets' owner: "key uid", "match.uid"
+// ..., or "" when it does not.
+func ownerUse(r *policy.Rule) string {
+	var use []string
+	if m, err := flows.ParseMode(r.Key); err == nil && (m.By() == flows.ByUID || m.By() == flows.ByGID) && r.Action != "accept" && r.Action != "drop" {
+		use = append(use, "key "+r.Key)
+	}
+	if r.Match != nil && r.Match.UID != nil {
+		use = append(use, "match.uid")
+	}
+	if r.Match != nil && r.Match.GID != nil {
+		use = append(use, "match.gid")
+	}
+	return strings.Join(use, ", ")
 }
 
 // Unseen lists the rules of f that none of the divert rules ds can feed;
@@ -333,6 +355,14 @@ func Unseen(f *policy.File, ds []Rule) []Warning {
 		}
 		if !slices.ContainsFunc(ds, func(d Rule) bool { return Sees(&d, r) }) {
 			ws = append(ws, Warning{Rule: r.Name, Matches: describeMatch(r.Match), Diverted: diverted})
+			continue
+		}
+		// Fed, but only from chains where no packet has an owner ("": a
+		// chain not known, not warned about).
+		if use := ownerUse(r); use != "" && !slices.ContainsFunc(ds, func(d Rule) bool {
+			return Sees(&d, r) && d.Chain != "INPUT" && d.Chain != "FORWARD"
+		}) {
+			ws = append(ws, Warning{Rule: r.Name, Matches: use, Diverted: diverted, Owner: true})
 		}
 	}
 	return ws
