@@ -181,6 +181,7 @@ func TestToolFlood(t *testing.T) {
 // default --copy-range of 256), are accepted by B's kernel and arrive at an
 // ordinary UDP socket, every one of them, with no shaper.
 func TestToolDstOpts(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	for _, tc := range []struct {

@@ -18,6 +18,7 @@ import (
 // been going through its queue; the rule's bypass flag lets the traffic
 // keep flowing once the queue has no listener.
 func TestFailOpenKill(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
@@ -67,6 +68,7 @@ func TestFailOpenKill(t *testing.T) {
 // receiving namespace's sockets to have been read every datagram sent
 // before stopping the receiver (each within a bound, a failure past it).
 func TestFailOpenStop(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
@@ -198,6 +200,7 @@ func checkStatsLog(t *testing.T, log string) {
 // queue drops what does not fit, nothing passes unlimited, and the final
 // stats count every such drop as queue_drops (read before the unbind).
 func TestFailClosedStop(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")

@@ -90,6 +90,7 @@ func TestChurnFlood(t *testing.T) {
 // all four flows share their address pair's flow), is limited like any
 // other traffic. Before, both were "malformed" and accepted unlimited.
 func TestIPv6ExtensionHeaders(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--family", "ipv6")

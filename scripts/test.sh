@@ -14,7 +14,8 @@
 #            tests that mean nothing under the race detector (RACELESS: the
 #            peak-RSS tests), run plainly
 #   e2e      the end-to-end tests: the real binary against the real kernel in
-#            network namespaces they create
+#            network namespaces they create (those that mostly wait three at
+#            a time: -parallel 3, see e2e/parallel_test.go)
 #   race     go test -race over every package with goroutines or shared
 #            state (go statements, sync, sync/atomic; found by this script,
 #            so that a new one is covered; e2e aside: the binary it runs is
@@ -183,7 +184,10 @@ if stage_on e2e; then
 	: >"$OUT/e2e.json"
 	if [ ${#e2e[@]} -gt 0 ]; then
 		echo "== e2e: go test ./e2e"
-		gotest e2e -p 1 -count=1 -timeout 40m "${run[@]}" "${e2e[@]}"
+		# -parallel 3: the tests marked parallel (e2e/parallel_test.go:
+		# mostly waiting, asserting counts) run three at a time, after
+		# the others ran alone.
+		gotest e2e -p 1 -parallel 3 -count=1 -timeout 40m "${run[@]}" "${e2e[@]}"
 	else
 		echo "== e2e: not among TEST_PKGS=$TEST_PKGS"
 	fi
