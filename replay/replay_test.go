@@ -416,6 +416,9 @@ func TestOutputMixedLinkTypes(t *testing.T) {
 // flows, and checks that the heap stays small throughout: memory is bounded
 // by the flow table, not by the capture.
 func TestConstantMemory(t *testing.T) {
+	if raceEnabled {
+		t.Skip("streams hundreds of MB through code with no goroutine: nothing for the race detector, five times as long (scripts/test.sh runs this test without -race first)")
+	}
 	if testing.Short() {
 		t.Skip("streams 200 MB")
 	}

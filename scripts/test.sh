@@ -12,7 +12,7 @@
 #            headless Chromium, the packages' own tests of the real kernel
 #            (netns, NFQUEUE); and, of the race stage's packages, only the
 #            tests that mean nothing under the race detector (RACELESS: the
-#            peak-RSS tests), run plainly
+#            peak-RSS tests, replay's memory-bound streams), run plainly
 #   e2e      the end-to-end tests: the real binary against the real kernel in
 #            network namespaces they create (those that mostly wait three at
 #            a time: -parallel 3, see e2e/parallel_test.go)
@@ -121,9 +121,11 @@ for p in "${units[@]}"; do
 	fi
 done
 # RACELESS: the tests of race-stage packages that skip under the race
-# detector (peak RSS means nothing there): the unit stage runs them plainly.
-RACELESS_PKG=github.com/packetshaper/packetshaper/cmd/packetshaper
-RACELESS='^(TestReplayMemory|TestReplayCraftedMemory)$'
+# detector, saying why (peak RSS means nothing there; replay's memory-bound
+# streams start no goroutine): the unit stage runs them plainly. One
+# "package regexp" a line.
+RACELESS='github.com/packetshaper/packetshaper/cmd/packetshaper ^(TestReplayMemory|TestReplayCraftedMemory)$
+github.com/packetshaper/packetshaper/replay ^(TestConstantMemory|TestHugeLengthsBounded|TestHeldBytesBounded)$'
 # plain: the packages the unit stage runs whole: all but the race stage's
 # when that stage runs too.
 plain=("${units[@]}")
@@ -171,11 +173,15 @@ if stage_on unit; then
 	# ones that drive the real kernel.
 	[ ${#plain[@]} -gt 0 ] && gotest unit -p 1 -count=1 -timeout 20m "${run[@]}" "${plain[@]}"
 	if stage_on race && [ -z "${TEST_RUN:-}" ]; then
-		case " ${race[*]} " in *" $RACELESS_PKG "*)
-			echo "== unit: $RACELESS in ${RACELESS_PKG#github.com/packetshaper/packetshaper/} (they skip under -race)"
-			gotest unit -p 1 -count=1 -timeout 20m -run "$RACELESS" "$RACELESS_PKG"
-			;;
-		esac
+		mapfile -t raceless <<<"$RACELESS"
+		for line in "${raceless[@]}"; do
+			pkg=${line%% *} re=${line#* }
+			case " ${race[*]} " in *" $pkg "*)
+				echo "== unit: $re in ${pkg#github.com/packetshaper/packetshaper/} (they skip under -race)"
+				gotest unit -p 1 -count=1 -timeout 20m -run "$re" "$pkg"
+				;;
+			esac
+		done
 	fi
 	summary+=("unit=$OUT/unit.json")
 fi
