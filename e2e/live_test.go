@@ -17,7 +17,10 @@ import (
 // from 20 source addresses: the chance that they all hash to the same queue
 // is 2/2^20.
 func TestTwoQueues(t *testing.T) {
-	parallel(t)
+	// Serial: 20 senders (10 000 packets/s) whose flows are checked
+	// against an ideal bucket over their send times, which a shaper
+	// starved beside other tests sees bunched (stress-tests.sh --e2e 1:
+	// 270 of 301).
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0-1", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
