@@ -423,6 +423,9 @@ func TestConstantMemory(t *testing.T) {
 		t.Skip("streams 200 MB")
 	}
 	const n, nflows = 2_000_000, 500_000
+	// The heap of this test only: not the garbage the tests before it
+	// left (TestHugeLengthsBounded inflates 256 MiB).
+	runtime.GC()
 	eng, err := shaper.New(shaper.Config{Rate: 10, MaxFlows: 1000})
 	if err != nil {
 		t.Fatal(err)
