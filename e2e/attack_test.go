@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,6 +84,15 @@ func (tp *topo) startFlood(s floodSpec) *flood {
 	}
 	args = append(args, tp.IPB)
 	return &flood{p: tp.start(tp.A, "hping3", args...), start: time.Now()}
+}
+
+// stop ends the flood before its duration: timeout passes the signal on
+// to hping3 as SIGINT, on which it prints its count. floodDone then waits.
+func (f *flood) stop() {
+	f.p.t.Helper()
+	if !f.p.exited() {
+		_ = f.p.cmd.Process.Signal(syscall.SIGTERM)
+	}
 }
 
 var transmittedRe = regexp.MustCompile(`(?m)^(\d+) packets transmitted`)
@@ -181,6 +191,7 @@ func TestToolFlood(t *testing.T) {
 // default --copy-range of 256), are accepted by B's kernel and arrive at an
 // ordinary UDP socket, every one of them, with no shaper.
 func TestToolDstOpts(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	for _, tc := range []struct {

@@ -93,6 +93,7 @@ func fds(t *testing.T, p *proc) int {
 // leave the shaper under 600 file descriptors, and a scrape still answers
 // within 2 s (it used to hold every one: 2000 goroutines, 2016 fds).
 func TestMetricsManyIdleConns(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	dir := t.TempDir()
@@ -136,6 +137,7 @@ func TestMetricsManyIdleConns(t *testing.T) {
 // when the socket's mode lets it connect (here loosened to 0666 on
 // purpose); root is still served.
 func TestControlSocketPeerCred(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	// A directory others may enter, holding the socket and a copy of the

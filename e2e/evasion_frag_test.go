@@ -150,6 +150,7 @@ func TestFragmentsChargedForwardIPv6(t *testing.T) { testFragments(t, "ipv6", "F
 // packetshaper decided each datagram once, whole (accepted + dropped ==
 // sent, accepted == received).
 func testFragments(t *testing.T, family, chain string) {
+	parallel(t)
 	needShaper(t)
 	var tp *topo
 	shNS := ""
@@ -212,6 +213,7 @@ const (
 // delivers every one of its packets (payload length 0 behind a hop-by-hop
 // header) whole to an ordinary UDP socket.
 func TestToolHopByHopZero(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "2s")
@@ -244,6 +246,7 @@ func TestPayloadLengthZeroChargedCopyRange64(t *testing.T) { testHBHZero(t, "--c
 // flags): the bytes delivered are what an exact token bucket in bytes over
 // the send times lets through, each packet costing its hbhLen bytes, ±5 %.
 func testHBHZero(t *testing.T, extra ...string) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv6")
@@ -289,6 +292,7 @@ var nftCounterRe = regexp.MustCompile(`counter packets (\d+) bytes (\d+)`)
 // bytes == datagrams × their IP length), where without defragmentation it
 // would see 41 fragments each.
 func TestFragmentsNftRuleDefrags(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	if _, err := exec.LookPath("nft"); err != nil {
 		t.Fatal("e2e: nft not found in PATH (apt-get install nftables)")

@@ -99,6 +99,7 @@ func TestLimitTokenBucketIPv6(t *testing.T) { testLimit(t, "token-bucket", "ipv6
 // algorithm should let through, and that every packet was decided by
 // packetshaper (none bypassed it).
 func testLimit(t *testing.T, algo, family string) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	dst := tp.IPB + ":9000"
@@ -171,6 +172,7 @@ func sendLimited(t *testing.T, tp *topo, sh *proc, algo, dst string) {
 // burst gives each flow burst + rate × duration (±10 %). If this fails, the
 // sender or the namespaces are off, not packetshaper.
 func TestKernelHashlimit(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	addHashlimit(tp, "9001")
@@ -199,6 +201,7 @@ func addHashlimit(tp *topo, dport string) {
 // to port 9001, limited by the kernel's hashlimit with the same rate and
 // burst. Per flow, the two counts agree within 5 %.
 func TestHashlimitAgreement(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")

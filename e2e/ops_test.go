@@ -158,6 +158,7 @@ action = "accept"
 // stopped and again later (current without traffic, never stale), then
 // across a good and a bad reload.
 func TestMetricsLive(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
@@ -297,6 +298,7 @@ action = "accept"
 // received: counters, what is left of each limiter, idle times; the
 // listing's filters and order; and the status after a reload.
 func TestFlowsAndStatus(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")

@@ -12,6 +12,7 @@ import (
 // ping work through packetshaper over IPv4 and IPv6, and the packets really
 // went through the queue.
 func TestTCPAndPing(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	// Everything B receives, both families, goes to the queue.
@@ -67,6 +68,7 @@ func TestTCPAndPing(t *testing.T) {
 // idempotent, del removes exactly the rule it names and is fine when the
 // rule is absent, and every rule has the bypass flag.
 func TestRulesScript(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	count := func(tool string) int {
@@ -104,6 +106,7 @@ func TestRulesScript(t *testing.T) {
 // TestRulesScriptNft is TestRulesScript for the nft backend, which keeps its
 // rules in its own table.
 func TestRulesScriptNft(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	// The kernel may lack nft_queue (CONFIG_NFT_QUEUE): then rules.sh must
@@ -133,6 +136,7 @@ func TestRulesScriptNft(t *testing.T) {
 // without --offload, and the table with the last of them; del --all removes
 // the table.
 func TestRulesScriptOffload(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	const table = "packetshaper_offload"
@@ -255,6 +259,7 @@ func lastLine(s string) string {
 // prints (this kernel may lack nft queue support, so TestRulesScriptNft may
 // skip): only the queue statement counts, never the rule's comment.
 func TestNftQueueRules(t *testing.T) {
+	parallel(t)
 	for _, c := range []struct {
 		nft          string
 		rules, bypas int

@@ -76,6 +76,7 @@ func writePolicy(t *testing.T, path, text string) {
 // everything but counts what it would drop, and a fixed-window catch-all
 // per 5-tuple. Each class is checked against its rule.
 func TestPolicyClasses(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	pol := filepath.Join(t.TempDir(), "policy.toml")
@@ -179,6 +180,7 @@ pps   = 20
 // with the mark set, and a later nft rule (input hook, after the queue)
 // sees exactly that many marked packets.
 func TestPolicyMark(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	for _, args := range [][]string{
@@ -238,6 +240,7 @@ set-mark  = "0x10/0x10"
 // burst + rate × duration in all); a later reload that changes one rule's
 // rate starts that rule afresh and keeps the other's state.
 func TestPolicyReload(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	pol := filepath.Join(t.TempDir(), "policy.toml")

@@ -16,6 +16,7 @@ import (
 // reader blocked on the pipe used to hold the main loop for ever: the
 // queues unbound, the process never exited).
 func TestReloadFIFONeverBlocks(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")

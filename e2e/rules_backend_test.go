@@ -44,6 +44,7 @@ func pathWithout(t *testing.T, drop ...string) string {
 // --backend still wins. Dry runs, inside an empty namespace of their own
 // as root (the host's rules cannot make a rule "present").
 func TestRulesBackendChoice(t *testing.T) {
+	parallel(t)
 	ns := ""
 	if os.Geteuid() == 0 {
 		ns = newNetns(t)

@@ -228,6 +228,7 @@ func newNetns(t *testing.T) string {
 // --netns (each command prefixed), add under RULES_SH_TEST_VERDICT, and del,
 // del --all and list with nothing to remove or show.
 func TestRulesNftDryRun(t *testing.T) {
+	parallel(t)
 	ns := ""
 	if os.Geteuid() == 0 {
 		ns = newNetns(t)
@@ -507,6 +508,7 @@ func (rs nftRuleset) withoutHandles() nftRuleset {
 // nothing; del removes each case's rules (and its drop rules, without
 // --offload) and leaves the others, and the last del removes both tables.
 func TestRulesNftApply(t *testing.T) {
+	parallel(t)
 	needNft(t)
 	ns := newNetns(t)
 	// The real queue statement if this kernel takes it; otherwise, the

@@ -401,20 +401,28 @@ func iperf(t *testing.T, tp *topo, d time.Duration) (float64, int) {
 	return r.End.SumReceived.BitsPerSecond, r.End.SumSent.Retransmits
 }
 
-// TestShapeTCP: one TCP transfer (iperf3, 10 s) at 20 Mbit/s three ways in
-// the same run, twice: through packetshaper shaping (--bitrate 20mbit
-// --shape --max-delay 50ms), through the kernel's tc tbf (rate 20mbit, the
-// same burst and latency, on A's egress) and through packetshaper policing
-// (--bitrate 20mbit). Neither packetshaper's goodput is over the rate (5 %
-// margin: the burst, 0.1 s of the rate, spreads over the 10 s), and the
-// shaper delayed packets rather than dropping them all. The speed figures,
-// the shaper's goodput at least 95 % of 20 Mbit/s and at least 0.98 ×
-// tbf's, are checked with timing.Check (enforced by scripts/bench.sh's
-// shape part); the policer's is reported beside them.
+// TestShapeTCP: one TCP transfer (iperf3) at 20 Mbit/s through packetshaper
+// shaping (--bitrate 20mbit --shape --max-delay 50ms) and through
+// packetshaper policing (--bitrate 20mbit). Neither packetshaper's goodput
+// is over the rate (5 % margin: the burst, 0.1 s of the rate, spreads over
+// the transfer's 5 s: 2 %), and the shaper delayed packets rather than
+// dropping them all. Those are the assertions, and one 5 s transfer each
+// shows them.
+//
+// The speed figures, the shaper's goodput at least 95 % of 20 Mbit/s and
+// at least 0.98 × the kernel's tc tbf's (rate 20mbit, the same burst and
+// latency, on A's egress), are checked with timing.Check, enforced by
+// scripts/bench.sh's shape part (PS_STRICT_TIMING=1): only then does the
+// test measure them as a benchmark must, with 10 s transfers, the three
+// ways (shaper, tbf, policer) twice in the same run, best of 2; otherwise
+// the figures it reports come from the one round.
 func TestShapeTCP(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
-	const dur = 10 * time.Second
+	dur, rounds := 5*time.Second, 1
+	if timing.Strict() {
+		dur, rounds = 10*time.Second, 2
+	}
 	type res struct {
 		bps     float64
 		retrans int
@@ -444,9 +452,11 @@ func TestShapeTCP(t *testing.T) {
 		results["tbf"] = append(results["tbf"], res{bps, rt})
 		t.Logf("tc tbf: %.2f Mbit/s, %d retransmissions", bps/1e6, rt)
 	}
-	for round := 0; round < 2; round++ {
+	for round := 0; round < rounds; round++ {
 		ps("shaper", "--bitrate", "20mbit", "--shape", "--max-delay", "50ms")
-		tbf()
+		if timing.Strict() {
+			tbf()
+		}
 		ps("policer", "--bitrate", "20mbit")
 	}
 	best := func(name string) res {
@@ -459,8 +469,13 @@ func TestShapeTCP(t *testing.T) {
 		return b
 	}
 	sh, tb, po := best("shaper"), best("tbf"), best("policer")
-	t.Logf("best of 2: shaper %.2f Mbit/s (%.1f %% of 20, %.3f × tbf, %d retrans), tbf %.2f Mbit/s (%d retrans), policer %.2f Mbit/s (%.1f %%, %d retrans)",
-		sh.bps/1e6, sh.bps/20e4, sh.bps/tb.bps, sh.retrans, tb.bps/1e6, tb.retrans, po.bps/1e6, po.bps/20e4, po.retrans)
+	if !timing.Strict() {
+		t.Logf("shaper %.2f Mbit/s (%.1f %% of 20, %d retrans), policer %.2f Mbit/s (%.1f %%, %d retrans); tbf not run (PS_STRICT_TIMING=1 compares)",
+			sh.bps/1e6, sh.bps/20e4, sh.retrans, po.bps/1e6, po.bps/20e4, po.retrans)
+	} else {
+		t.Logf("best of %d: shaper %.2f Mbit/s (%.1f %% of 20, %.3f × tbf, %d retrans), tbf %.2f Mbit/s (%d retrans), policer %.2f Mbit/s (%.1f %%, %d retrans)",
+			rounds, sh.bps/1e6, sh.bps/20e4, sh.bps/tb.bps, sh.retrans, tb.bps/1e6, tb.retrans, po.bps/1e6, po.bps/20e4, po.retrans)
+	}
 	for _, name := range []string{"shaper", "policer"} {
 		for _, r := range results[name] {
 			if r.bps > 1.05*20e6 {
@@ -472,5 +487,7 @@ func TestShapeTCP(t *testing.T) {
 		t.Errorf("the shaper passed %.2f Mbit/s and delayed %.0f packets: not shaping", sh.bps/1e6, delayed)
 	}
 	timing.Check(t, sh.bps >= 0.95*20e6, "shaped goodput %.2f Mbit/s, want ≥ 95 %% of 20 Mbit/s", sh.bps/1e6)
-	timing.Check(t, sh.bps >= 0.98*tb.bps, "shaped goodput %.2f Mbit/s, want ≥ 0.98 × tbf's %.2f", sh.bps/1e6, tb.bps/1e6)
+	if timing.Strict() {
+		timing.Check(t, sh.bps >= 0.98*tb.bps, "shaped goodput %.2f Mbit/s, want ≥ 0.98 × tbf's %.2f", sh.bps/1e6, tb.bps/1e6)
+	}
 }

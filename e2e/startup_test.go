@@ -36,6 +36,7 @@ mode = "shadow"
 // host); and flows count the shadow rule's packets over the limit as
 // shadow_dropped, not dropped, as status's rule counters do.
 func TestStartupFlowsShadowNoFlags(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "6", "--proto", "udp", "--dport", "9000", "--family", "ipv4")

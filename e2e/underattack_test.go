@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // The shaper under the attacks of issue 12, each against the real binary in
@@ -50,6 +52,8 @@ func idealBucket(timesUs []int64, rate, burst float64) float64 {
 // burst and with the large one (where a fresh burst per eviction showed
 // most), while the table evicts hundreds of thousands of flows.
 func TestChurnFlood(t *testing.T) {
+	// churnEvictions is how many flows the flood must evict.
+	const churnEvictions = 100000
 	for _, burst := range []float64{5, 50} {
 		t.Run(fmt.Sprintf("burst%.0f", burst), func(t *testing.T) {
 			needShaper(t)
@@ -58,19 +62,25 @@ func TestChurnFlood(t *testing.T) {
 			// A long queue: the test is about the flow table, and a
 			// loaded machine's scheduling hiccups must not overflow the
 			// queue (checked below: failopen_passed must stay 0).
-			sh := tp.startShaper("--queue", "0", "--pps", "100", "--burst", fmt.Sprint(burst), "--max-flows", "10000", "--queue-maxlen", "65536")
-			rc := tp.startRecv(":9000", "--duration", "40s", "--idle", "3s")
+			sh := tp.startShaper("--queue", "0", "--pps", "100", "--burst", fmt.Sprint(burst), "--max-flows", "10000", "--queue-maxlen", "65536",
+				"--stats-interval", "500ms")
+			rc := tp.startRecv(":9000", "--duration", "60s", "--idle", "3s")
 			// The flood goes to a port nobody listens on (the receiver must
-			// not drown), through the same queue, rule and flow table.
-			fl := tp.startFlood(floodSpec{Port: 9001, Duration: 5 * time.Second, Size: 18})
+			// not drown), through the same queue, rule and flow table. It
+			// lasts as long as it takes to churn the table (the evictions
+			// wanted below, read from the stats lines), at least the
+			// flows' 4 s, at most 50 s: a loaded machine floods slower.
+			fl := tp.startFlood(floodSpec{Port: 9001, Duration: 50 * time.Second, Size: 18})
 			time.Sleep(500 * time.Millisecond) // the table is full of flood flows
 			s := tp.send("--dst", tp.IPB+":9000", "--flows", "4", "--sport", "10000", "--pps", "500", "--duration", "4s", "--times")
+			testutil.WaitFor(t, 45*time.Second, func() bool { return logIntOr(sh.err.String(), "evictions") >= churnEvictions || fl.p.exited() })
+			fl.stop()
 			fr := floodDone(fl)
 			r := recvDone(rc, 45*time.Second)
 			log := tp.stopShaper(sh)
 			t.Logf("flood: %d packets at %.0f/s; evictions %d, failopen_passed %d", fr.Sent, fr.PPS(), logInt(t, log, "evictions"), logInt(t, log, "failopen_passed"))
-			if ev := logInt(t, log, "evictions"); ev < 100000 {
-				t.Errorf("evictions = %d: the flood did not churn the table (want > 100 000)", ev)
+			if ev := logInt(t, log, "evictions"); ev < churnEvictions {
+				t.Errorf("evictions = %d: the flood did not churn the table (want > %d)", ev, churnEvictions)
 			}
 			if fo := logInt(t, log, "failopen_passed"); fo != 0 {
 				t.Errorf("failopen_passed = %d: the queue overflowed, the test shows nothing about the table", fo)
@@ -90,6 +100,7 @@ func TestChurnFlood(t *testing.T) {
 // all four flows share their address pair's flow), is limited like any
 // other traffic. Before, both were "malformed" and accepted unlimited.
 func TestIPv6ExtensionHeaders(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--family", "ipv6")
@@ -367,20 +378,28 @@ func vmHWM(t *testing.T, pid int) uint64 {
 
 // Live memory, as docs/design.md states it: a process's peak RSS is about
 // liveRSSFixed plus tableBytesPerFlow per flow in its tables (×1.1).
+// liveMemFlows is how many flows TestLiveMemory fills the table with.
 const (
+	liveMemFlows      = 500000
 	liveRSSFixed      = 24 << 20
 	tableBytesPerFlow = 180
 )
 
 // TestLiveMemory fills a --max-flows 1000000 table with a random-source
-// flood (a new flow per packet) and checks the shaper's peak RSS against
-// the figure of docs/design.md for the flows it held.
+// flood (a new flow per packet) until it holds liveMemFlows flows and
+// checks the shaper's peak RSS against the figure of docs/design.md for
+// the flows it held.
 func TestLiveMemory(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--family", "ipv4")
 	sh := tp.startShaper("--queue", "0", "--pps", "100", "--max-flows", "1000000", "--stats-interval", "1s")
-	fr := floodDone(tp.startFlood(floodSpec{Port: 9001, Duration: 9 * time.Second, Size: 18}))
+	// The flood lasts until the table holds liveMemFlows flows (read from
+	// the stats lines), at most 50 s: a loaded machine floods slower.
+	fl := tp.startFlood(floodSpec{Port: 9001, Duration: 50 * time.Second, Size: 18})
+	testutil.WaitFor(t, 50*time.Second, func() bool { return logIntOr(sh.err.String(), "flows") >= liveMemFlows || fl.p.exited() })
+	fl.stop()
+	fr := floodDone(fl)
 	time.Sleep(1200 * time.Millisecond) // a stats line after the flood
 	hwm := vmHWM(t, sh.cmd.Process.Pid)
 	log := tp.stopShaper(sh)
@@ -389,6 +408,7 @@ func TestLiveMemory(t *testing.T) {
 	t.Logf("flood %d packets (%.0f/s); %d flows held, peak RSS %.1f MiB (%.0f bytes per flow over the fixed part), bound %.1f MiB",
 		fr.Sent, fr.PPS(), flowsHeld, float64(hwm)/(1<<20), (float64(hwm)-liveRSSFixed)/float64(flowsHeld), float64(bound)/(1<<20))
 	if flowsHeld < 300000 {
+		// liveMemFlows was in a stats line, or the flood ended at its bound.
 		t.Errorf("only %d flows held: the flood did not fill the table enough to measure", flowsHeld)
 	}
 	if hwm > bound {

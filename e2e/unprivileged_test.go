@@ -17,6 +17,7 @@ import (
 // limiting traffic as root does (token bucket, each flow within 10 %),
 // serves /metrics, reloads on SIGHUP, and stops cleanly on SIGTERM.
 func TestUnprivileged(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	// The binary and the policy must be readable by nobody: t.TempDir and
 	// the build directory are root's (0700).

@@ -2,6 +2,7 @@ package nfq
 
 import (
 	"github.com/packetshaper/packetshaper/internal/netnstest"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/internal/timing"
 
 	"errors"
@@ -17,19 +18,6 @@ import (
 	"testing"
 	"time"
 )
-
-// waitFor polls cond until it holds or the timeout passes, and reports
-// whether it held.
-func waitFor(timeout time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(time.Millisecond)
-	}
-	return true
-}
 
 // openQueue opens a queue, closed when the test ends, and applies the
 // test options to it.
@@ -84,7 +72,7 @@ func TestVerdictsReachTheKernel(t *testing.T) {
 	// more waiting in the receiver's socket (an accepted packet reaches it
 	// within the verdict's write, over lo): a wrongly accepted packet
 	// would be counted by now.
-	if !waitFor(5*time.Second, func() bool {
+	if !testutil.WaitFor(t, 5*time.Second, func() bool {
 		return q.Stats().Packets == n && p.N.Load() >= int64(want) && p.Pending() == 0
 	}) {
 		t.Errorf("after 5 s: Stats %+v, received %d, %d bytes unread; want Packets %d, received %d, none unread", q.Stats(), p.N.Load(), p.Pending(), n, want)
@@ -511,30 +499,59 @@ func TestMarks(t *testing.T) {
 	}
 }
 
-// TestIdle: with no traffic, Run calls Config.Idle about every receive
-// timeout, with a clock that moves forward.
+// TestIdle: with no traffic, Run calls Config.Idle at the end of each
+// receive timeout (idleEvery), never sooner, with a clock that moves
+// forward. It waits for the calls (no count in a wall-clock window) and
+// reads their spacing from the clock Run passes; how close the spacing is
+// to idleEvery is a timing figure (timing.Check).
 func TestIdle(t *testing.T) {
-	const queue = 5
+	const queue, calls = 5, 5
 	netnstest.NewNetns(t, queue)
-	var calls atomic.Int64
-	var last atomic.Int64
-	var backwards atomic.Bool
+	var mu sync.Mutex
+	var nows []int64 // the clock of each Idle call
 	q := openQueue(t, Config{Queue: queue, Idle: func(now int64) {
-		if now < last.Load() {
-			backwards.Store(true)
-		}
-		last.Store(now)
-		calls.Add(1)
+		mu.Lock()
+		nows = append(nows, now)
+		mu.Unlock()
 	}})
 	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
-	time.Sleep(550 * time.Millisecond)
+	// No traffic, no Wake: every call comes at the end of a receive
+	// timeout. Wait for calls of them (10 s: 20 times what they take
+	// unloaded), then look at their spacing on the clock Run passed.
+	n := func() int { mu.Lock(); defer mu.Unlock(); return len(nows) }
+	ok := testutil.WaitFor(t, 10*time.Second, func() bool { return n() >= calls })
 	stop()
-	if n := calls.Load(); n < 3 || n > 6 {
-		t.Errorf("Idle called %d times in 550 ms, want about 5 (every %v)", n, idleEvery)
+	mu.Lock()
+	got := slices.Clone(nows)
+	mu.Unlock()
+	if !ok {
+		t.Fatalf("Idle called %d times in 10 s with no traffic, want at least %d (every %v)", len(got), calls, idleEvery)
 	}
-	if backwards.Load() {
-		t.Error("Idle's clock went backwards")
+	// Each timeout is set after the previous call read the clock: calls
+	// are at least idleEvery apart (less a millisecond for the two clock
+	// reads), never closer, and the clock never goes backwards.
+	for i := 1; i < len(got); i++ {
+		d := time.Duration(got[i] - got[i-1])
+		if d < 0 {
+			t.Errorf("Idle's clock went backwards: call %d at %d, call %d at %d", i-1, got[i-1], i, got[i])
+		} else if d < idleEvery-time.Millisecond {
+			t.Errorf("Idle calls %d and %d %v apart, want at least %v (the receive timeout): called without waiting", i-1, i, d, idleEvery)
+		}
 	}
+	gaps := spacings(got)
+	slices.Sort(gaps)
+	med := gaps[len(gaps)/2]
+	timing.Check(t, med <= 2*idleEvery, "Idle calls spaced %v (median), want about %v", med, idleEvery)
+	t.Logf("%d Idle calls, spaced %v", len(got), spacings(got))
+}
+
+// spacings lists the gaps between successive times (ns).
+func spacings(ns []int64) []time.Duration {
+	var d []time.Duration
+	for i := 1; i < len(ns); i++ {
+		d = append(d, time.Duration(ns[i]-ns[i-1]))
+	}
+	return d
 }
 
 // TestWake: Wake interrupts Run's wait for packets, which calls Idle at

@@ -2,11 +2,11 @@ package failopen
 
 import (
 	"github.com/packetshaper/packetshaper/internal/netnstest"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 
 	"github.com/packetshaper/packetshaper/nfq"
 
 	"bufio"
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -16,30 +16,11 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// syncBuffer is a bytes.Buffer for a logger written from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // pacer sends datagrams at a steady rate and remembers when it sent them.
 type pacer struct {
@@ -176,7 +157,7 @@ func TestMonitorFailOpen(t *testing.T) {
 	netnstest.NewNetns(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, nfq.Config{Queue: queue, MaxQueueLen: maxLen})
-	var logExact, logEst syncBuffer
+	var logExact, logEst testutil.SyncBuffer
 	mExact, err := NewMonitor([]*nfq.Queue{q}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&logExact, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -350,7 +331,7 @@ type child struct {
 	cmd   *exec.Cmd
 	stdin io.WriteCloser
 	lines chan string
-	out   syncBuffer
+	out   testutil.SyncBuffer
 }
 
 // startChild starts test name in a child process, as root, in the calling
@@ -461,7 +442,7 @@ func TestMonitorBalance(t *testing.T) {
 	}
 	qa := openQueue(t, nfq.Config{Queue: q0, MaxQueueLen: maxLen})
 	qb := openQueue(t, nfq.Config{Queue: q1, MaxQueueLen: maxLen})
-	var log syncBuffer
+	var log testutil.SyncBuffer
 	m, err := NewMonitor([]*nfq.Queue{qa, qb}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -541,7 +522,7 @@ func TestMonitorBurst(t *testing.T) {
 			netnstest.NewNetns(t, queue)
 			p := netnstest.NewUDPPair(t)
 			q := openQueue(t, nfq.Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
-			var log syncBuffer
+			var log testutil.SyncBuffer
 			m, err := NewMonitor([]*nfq.Queue{q}, MonitorConfig{Logger: slog.New(slog.NewTextHandler(&log, nil))})
 			if err != nil {
 				t.Fatal(err)

@@ -137,6 +137,9 @@ func run(hosts []*host, keys []flows.Key, pps []float64, d time.Duration, window
 // credit per host), with few commands per packet; hosts whose clocks are
 // an hour apart change nothing (the store's clock rules).
 func TestLeasesThreeHosts(t *testing.T) {
+	if raceEnabled {
+		t.Skip("its 5 % figure needs the hosts' refreshers on time, which the race detector's slowdown is not; the same hosts and leases run under -race in TestRogueWriter, TestFallbackAndReturn and TestCluster (scripts/test.sh runs this test without -race first)")
+	}
 	s := testutil.StartRedis(t)
 	// A burst of twice the slack: the fewest asks (see the script's wait).
 	const rate, burst, slack = 2000.0, 400.0, 0.1
@@ -172,10 +175,7 @@ func TestLeasesThreeHosts(t *testing.T) {
 			}
 			// At the end the hosts may still hold up to the slack,
 			// granted but not spent.
-			tol := 0.05
-			if raceEnabled {
-				tol = 0.15
-			}
+			const tol = 0.05
 			if float64(total) < (1-tol)*want-slack*rate {
 				t.Errorf("accepted %d, want at least %.0f - %.0f %% - the slack", total, want, 100*tol)
 			}
