@@ -332,26 +332,27 @@ func writeJSON(w io.Writer, r *replay.Replayer, asLocal []string) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.Write(bytes.TrimSuffix(head.Bytes(), []byte("\n}\n")))
 	bw.WriteString(",\n  \"per_flow\": [")
-	var one bytes.Buffer
-	fenc := json.NewEncoder(&one)
-	fenc.SetIndent("    ", "  ")
-	fenc.SetEscapeHTML(false)
+	// Each flow is written in place: jf's members (its keys, pointers to
+	// its fields) made once, no encoder's reflection.
+	var jf jsonFlow
+	members := jf.members()
+	var one []byte
 	n := 0
 	var err error
 	r.EachFlow(func(f replay.FlowSummary) {
 		if err != nil {
 			return
 		}
-		one.Reset()
-		if err = fenc.Encode(jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped,
-			ShadowDropped: f.ShadowDropped, Marked: f.Marked}); err != nil {
+		jf = jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped,
+			ShadowDropped: f.ShadowDropped, Marked: f.Marked}
+		if one, err = appendMembers(one[:0], members, "    ", "  "); err != nil {
 			return
 		}
 		if n > 0 {
 			bw.WriteByte(',')
 		}
 		bw.WriteString("\n    ")
-		bw.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
+		bw.Write(one)
 		n++
 	})
 	if err != nil {

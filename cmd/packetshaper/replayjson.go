@@ -132,24 +132,35 @@ type member struct {
 }
 
 // marshalMembers writes the members as one compact object, as
-// encoding/json writes a struct (the caller's encoder indents it), without
-// HTML escaping ("udp a:1 > b:2").
+// encoding/json writes a struct (the caller's encoder indents it).
 func marshalMembers(ms []member) ([]byte, error) {
-	b := make([]byte, 0, 24*len(ms))
+	return appendMembers(make([]byte, 0, 24*len(ms)), ms, "", "")
+}
+
+// appendMembers appends the members as one object, as encoding/json
+// writes a struct, without HTML escaping ("udp a:1 > b:2"): compact with
+// indent "", else as an Encoder with SetIndent(prefix, indent) writes it
+// (without the final newline). A plain string or an integer does not
+// allocate: writeJSON writes a million flows this way.
+func appendMembers(b []byte, ms []member, prefix, indent string) ([]byte, error) {
 	b = append(b, '{')
-	var enc *json.Encoder
-	var buf *bytes.Buffer
-	first := true
+	n := 0
 	for _, m := range ms {
 		if m.omit {
 			continue
 		}
-		if !first {
+		if n > 0 {
 			b = append(b, ',')
 		}
-		first = false
+		n++
+		if indent != "" {
+			b = append(append(append(b, '\n'), prefix...), indent...)
+		}
 		b = strconv.AppendQuote(b, m.key) // plain ASCII names
 		b = append(b, ':')
+		if indent != "" {
+			b = append(b, ' ')
+		}
 		switch v := m.ptr.(type) {
 		case *uint64:
 			b = strconv.AppendUint(b, *v, 10)
@@ -163,16 +174,19 @@ func marshalMembers(ms []member) ([]byte, error) {
 				continue
 			}
 		}
-		if enc == nil {
-			buf = new(bytes.Buffer)
-			enc = json.NewEncoder(buf)
-			enc.SetEscapeHTML(false)
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if indent != "" {
+			enc.SetIndent(prefix+indent, indent)
 		}
-		buf.Reset()
 		if err := enc.Encode(m.ptr); err != nil {
 			return nil, err
 		}
 		b = append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+	}
+	if n > 0 && indent != "" {
+		b = append(append(b, '\n'), prefix...)
 	}
 	return append(b, '}'), nil
 }

@@ -113,5 +113,23 @@ func TestReplayJSONAsTagged(t *testing.T) {
 		if b := tag(back); !reflect.DeepEqual(b, tback) {
 			t.Errorf("read back %+v, want %+v", b, tback)
 		}
+		// Written in place, indented (as writeJSON writes per_flow's
+		// flows): as an indenting encoder writes it.
+		for _, in := range [][2]string{{"", "  "}, {"    ", "  "}, {"", ""}} {
+			var w bytes.Buffer
+			enc := json.NewEncoder(&w)
+			enc.SetIndent(in[0], in[1])
+			enc.SetEscapeHTML(false)
+			if err := enc.Encode(tag(rep)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := appendMembers(nil, rep.members(), in[0], in[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := bytes.TrimSuffix(w.Bytes(), []byte("\n")); !bytes.Equal(got, want) {
+				t.Errorf("indent %q: in place\n%s\nencoder\n%s", in, got, want)
+			}
+		}
 	}
 }
