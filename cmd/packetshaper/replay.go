@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/packetshaper/packetshaper/internal/countname"
 	"github.com/packetshaper/packetshaper/internal/report"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
@@ -298,69 +299,6 @@ func settingArgs(fs *pflag.FlagSet, files []string) []string {
 	return append(args, files...)
 }
 
-// jsonReport is --json's object. Field order is fixed, and nothing in it
-// depends on the wall clock: the same command on the same files prints the
-// same bytes.
-type jsonReport struct {
-	Packets  uint64 `json:"packets"`
-	Accepted uint64 `json:"accepted"`
-	Dropped  uint64 `json:"dropped"`
-	// Shaping: packets accepted later than they arrived, packets dropped
-	// because a shaping rule's queue was full, and how long the delayed
-	// ones waited (bucket bounds of a histogram, within 1/64).
-	Delayed       uint64 `json:"delayed"`
-	ShapeOverflow uint64 `json:"shape_overflow"`
-	DelayP50Ns    int64  `json:"delay_p50_ns"`
-	DelayP99Ns    int64  `json:"delay_p99_ns"`
-	DelayMaxNs    int64  `json:"delay_max_ns"`
-
-	Malformed  uint64     `json:"malformed"`
-	NoPorts    uint64     `json:"no_ports"`
-	Unmatched  uint64     `json:"unmatched"`
-	NonIP      uint64     `json:"non_ip"`
-	Flows      uint64     `json:"flows"`
-	FlowsSeen  uint64     `json:"flows_seen"`
-	Evictions  uint64     `json:"evictions"`
-	Expired    uint64     `json:"expired"`
-	FirstNs    int64      `json:"first_ns"`
-	LastNs     int64      `json:"last_ns"`
-	DurationNs int64      `json:"duration_ns"`
-	Rules      []jsonRule `json:"rules"`
-	// GlobalAsLocal names the global rules, which replay runs as local
-	// ones (a capture holds one host's view).
-	GlobalAsLocal []string `json:"global_as_local,omitempty"`
-	// PerFlow is written by writeJSON after the rest, one flow at a
-	// time; here for readers of the report (tests).
-	PerFlow []jsonFlow `json:"per_flow,omitempty"`
-}
-
-type jsonRule struct {
-	Name          string `json:"name"`
-	Packets       uint64 `json:"packets"`
-	Accepted      uint64 `json:"accepted"`
-	Dropped       uint64 `json:"dropped"`
-	ShadowDropped uint64 `json:"shadow_dropped"`
-	Marked        uint64 `json:"marked"`
-	Delayed       uint64 `json:"delayed"`
-	ShapeOverflow uint64 `json:"shape_overflow"`
-	Flows         uint64 `json:"flows"`
-	Evictions     uint64 `json:"evictions"`
-}
-
-// jsonFlow is a flow of per_flow, counted as its rule's counters count:
-// the packets over a shadow rule's limit are accepted and shadow_dropped,
-// those over a marking rule's accepted and marked; packets = accepted +
-// dropped.
-type jsonFlow struct {
-	Rule          string `json:"rule"`
-	Flow          string `json:"flow"`
-	Packets       uint64 `json:"packets"`
-	Accepted      uint64 `json:"accepted"`
-	Dropped       uint64 `json:"dropped"`
-	ShadowDropped uint64 `json:"shadow_dropped"`
-	Marked        uint64 `json:"marked"`
-}
-
 func writeJSON(w io.Writer, r *replay.Replayer, asLocal []string) error {
 	s := r.Summary()
 	rep := jsonReport{
@@ -394,26 +332,27 @@ func writeJSON(w io.Writer, r *replay.Replayer, asLocal []string) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.Write(bytes.TrimSuffix(head.Bytes(), []byte("\n}\n")))
 	bw.WriteString(",\n  \"per_flow\": [")
-	var one bytes.Buffer
-	fenc := json.NewEncoder(&one)
-	fenc.SetIndent("    ", "  ")
-	fenc.SetEscapeHTML(false)
+	// Each flow is written in place: jf's members (its keys, pointers to
+	// its fields) made once, no encoder's reflection.
+	var jf jsonFlow
+	members := jf.members()
+	var one []byte
 	n := 0
 	var err error
 	r.EachFlow(func(f replay.FlowSummary) {
 		if err != nil {
 			return
 		}
-		one.Reset()
-		if err = fenc.Encode(jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped,
-			ShadowDropped: f.ShadowDropped, Marked: f.Marked}); err != nil {
+		jf = jsonFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped,
+			ShadowDropped: f.ShadowDropped, Marked: f.Marked}
+		if one, err = appendMembers(one[:0], members, "    ", "  "); err != nil {
 			return
 		}
 		if n > 0 {
 			bw.WriteByte(',')
 		}
 		bw.WriteString("\n    ")
-		bw.Write(bytes.TrimSuffix(one.Bytes(), []byte("\n")))
+		bw.Write(one)
 		n++
 	})
 	if err != nil {
@@ -428,13 +367,13 @@ func writeJSON(w io.Writer, r *replay.Replayer, asLocal []string) error {
 
 func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Duration, top int, asLocal []string) {
 	s := r.Summary()
-	fmt.Fprintf(w, "packets    %d: accepted %d, dropped %d (malformed %d, no_ports %d, unmatched %d, non_ip %d)\n",
-		s.Packets, s.Accepted, s.Dropped, s.Malformed, s.NoPorts, s.Unmatched, s.NonIP)
+	fmt.Fprintf(w, "packets    %d: accepted %d, dropped %d (malformed %d, %s %d, unmatched %d, non_ip %d)\n",
+		s.Packets, s.Accepted, s.Dropped, s.Malformed, countname.NoPorts, s.NoPorts, s.Unmatched, s.NonIP)
 	fmt.Fprintf(w, "flows      %d in the table at the end, %d seen, %d evicted, %d expired\n",
 		s.Flows, s.FlowsSeen, s.Evictions, s.Expired)
 	if s.Delayed > 0 || s.ShapeOverflow > 0 {
-		fmt.Fprintf(w, "shaping    delayed %d, shape_overflow %d; delay p50 %v, p99 %v, max %v\n",
-			s.Delayed, s.ShapeOverflow, time.Duration(s.Delays.P50), time.Duration(s.Delays.P99), time.Duration(s.Delays.Max))
+		fmt.Fprintf(w, "shaping    delayed %d, %s %d; delay p50 %v, p99 %v, max %v\n",
+			s.Delayed, countname.ShapeOverflow, s.ShapeOverflow, time.Duration(s.Delays.P50), time.Duration(s.Delays.P99), time.Duration(s.Delays.Max))
 	}
 	if s.NoOwner > 0 {
 		fmt.Fprintf(w, "no owner   %d packets of rules keyed by uid or gid: a capture holds no socket owners, so each such rule had one flow, \"no owner\"\n", s.NoOwner)

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/countname"
 	"github.com/packetshaper/packetshaper/internal/failopen"
 	"github.com/packetshaper/packetshaper/internal/global"
 	"github.com/packetshaper/packetshaper/nfq"
@@ -159,7 +160,7 @@ var counters = []counter{
 	// Engine.
 	{Key: "malformed", Metric: "packetshaper_malformed_total", Help: "Packets whose IP header is invalid.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Malformed) }, queueField: func(q *control.Queue) *uint64 { return &q.Malformed }},
-	{Key: "no_ports", Metric: "packetshaper_no_ports_total", Help: "Packets whose ports could not be read, limited by address and protocol.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
+	{Key: countname.NoPorts, Metric: "packetshaper_" + countname.NoPorts + "_total", Help: "Packets whose ports could not be read, limited by address and protocol.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.NoPorts) }},
 	{Key: "unmatched", Metric: "packetshaper_unmatched_total", Help: "Packets no rule matched (accepted).", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Unmatched) }, queueField: func(q *control.Queue) *uint64 { return &q.Unmatched }},
@@ -223,7 +224,7 @@ var counters = []counter{
 		get: func(s *src) float64 { return float64(s.q.hold.MaxHeld) }},
 	{Key: "delayed", Metric: "packetshaper_delayed_total", Help: "Packets shaping rules accepted later than they arrived.", Kind: kCounter, Scope: scopeShaping, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Delayed) }},
-	{Key: "shape_overflow", Metric: "packetshaper_shape_overflow_total", Help: "Packets shaping rules dropped: their queue was full (max-delay) or --max-held packets were held.", Kind: kCounter, Scope: scopeShaping, from: fromEngine,
+	{Key: countname.ShapeOverflow, Metric: "packetshaper_" + countname.ShapeOverflow + "_total", Help: "Packets shaping rules dropped: their queue was full (max-delay) or --max-held packets were held.", Kind: kCounter, Scope: scopeShaping, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.ShapeOverflow) }},
 	{Key: "delay_p50_us", Help: "The median delay shaping rules gave packets (the worst engine's).", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros, merge: mMax,
 		get: func(s *src) float64 { return ns(s.e.delays.P50) }},
@@ -258,7 +259,7 @@ var counters = []counter{
 		get: func(s *src) float64 { return u(s.r.Accepted) }, ruleField: func(r *control.Rule) *uint64 { return &r.Accepted }},
 	{Key: "dropped", Metric: "packetshaper_rule_dropped_total", Help: "Packets a rule dropped.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "DROPPED",
 		get: func(s *src) float64 { return u(s.r.Dropped) }, ruleField: func(r *control.Rule) *uint64 { return &r.Dropped }},
-	{Key: "shadow_dropped", Metric: "packetshaper_rule_shadow_dropped_total", Help: "Packets a shadow rule accepted that it would have dropped.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "SHADOW",
+	{Key: countname.ShadowDropped, Metric: "packetshaper_rule_" + countname.ShadowDropped + "_total", Help: "Packets a shadow rule accepted that it would have dropped.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "SHADOW",
 		get: func(s *src) float64 { return u(s.r.ShadowDropped) }, ruleField: func(r *control.Rule) *uint64 { return &r.ShadowDropped }},
 	{Key: "marked", Metric: "packetshaper_rule_marked_total", Help: "Packets over a rule's limit accepted with a new mark.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "MARKED",
 		get: func(s *src) float64 { return u(s.r.Marked) }, ruleField: func(r *control.Rule) *uint64 { return &r.Marked }},
@@ -270,7 +271,7 @@ var counters = []counter{
 		get: func(s *src) float64 { return u(s.r.Expired) }, ruleField: func(r *control.Rule) *uint64 { return &r.Expired }},
 	{Key: "delayed", Metric: "packetshaper_rule_delayed_total", Help: "Packets a shaping rule accepted later than they arrived.", Kind: kCounter, Scope: scopeRule, from: fromRule,
 		get: func(s *src) float64 { return u(s.r.Delayed) }},
-	{Key: "shape_overflow", Metric: "packetshaper_rule_shape_overflow_total", Help: "Packets a shaping rule dropped because its queue was full.", Kind: kCounter, Scope: scopeRule, from: fromRule,
+	{Key: countname.ShapeOverflow, Metric: "packetshaper_rule_" + countname.ShapeOverflow + "_total", Help: "Packets a shaping rule dropped because its queue was full.", Kind: kCounter, Scope: scopeRule, from: fromRule,
 		get: func(s *src) float64 { return u(s.r.ShapeOverflow) }},
 	{Key: "fallback_packets", Metric: "packetshaper_rule_fallback_packets_total", Help: "Packets of a global rule decided by its local fallback limit (the store unreachable).", Kind: kCounter, Scope: scopeRule, from: fromRule, globalOnly: true,
 		get: func(s *src) float64 { return u(s.r.Fallback) }},

@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/packetshaper/packetshaper/internal/countname"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
 	"github.com/packetshaper/packetshaper/shaper"
@@ -183,7 +184,7 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		{"accepted", num(s.Accepted)},
 		{"dropped", num(s.Dropped) + pctOf(s.Dropped, s.Packets)},
 		{"malformed", num(s.Malformed)},
-		{"no_ports", num(s.NoPorts)},
+		{countname.NoPorts, num(s.NoPorts)},
 		{"unmatched", num(s.Unmatched)},
 		{"non_ip", num(s.NonIP)},
 		{"flows at the end", num(s.Flows)},

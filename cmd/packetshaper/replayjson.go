@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/packetshaper/packetshaper/internal/countname"
+)
+
+// replay's --json objects. Their keys are their members' (below), in
+// order: a counter's name (shadow_dropped, shape_overflow, no_ports) is
+// countname's, the one the daemon's stats line and metrics use, not a
+// struct tag of its own (a tag cannot take a constant). Written as
+// encoding/json would write the same struct with those tags (the replay
+// goldens hold the bytes); read back by the tests.
+
+// jsonReport is --json's object. Field order is fixed, and nothing in it
+// depends on the wall clock: the same command on the same files prints the
+// same bytes.
+type jsonReport struct {
+	Packets  uint64
+	Accepted uint64
+	Dropped  uint64
+	// Shaping: packets accepted later than they arrived, packets dropped
+	// because a shaping rule's queue was full, and how long the delayed
+	// ones waited (bucket bounds of a histogram, within 1/64).
+	Delayed       uint64
+	ShapeOverflow uint64
+	DelayP50Ns    int64
+	DelayP99Ns    int64
+	DelayMaxNs    int64
+
+	Malformed  uint64
+	NoPorts    uint64
+	Unmatched  uint64
+	NonIP      uint64
+	Flows      uint64
+	FlowsSeen  uint64
+	Evictions  uint64
+	Expired    uint64
+	FirstNs    int64
+	LastNs     int64
+	DurationNs int64
+	Rules      []jsonRule
+	// GlobalAsLocal names the global rules, which replay runs as local
+	// ones (a capture holds one host's view).
+	GlobalAsLocal []string
+	// PerFlow is written by writeJSON after the rest, one flow at a
+	// time; here for readers of the report (tests).
+	PerFlow []jsonFlow
+}
+
+func (r *jsonReport) members() []member {
+	return []member{
+		{"packets", &r.Packets, false}, {"accepted", &r.Accepted, false}, {"dropped", &r.Dropped, false},
+		{"delayed", &r.Delayed, false}, {countname.ShapeOverflow, &r.ShapeOverflow, false},
+		{"delay_p50_ns", &r.DelayP50Ns, false}, {"delay_p99_ns", &r.DelayP99Ns, false}, {"delay_max_ns", &r.DelayMaxNs, false},
+		{"malformed", &r.Malformed, false}, {countname.NoPorts, &r.NoPorts, false}, {"unmatched", &r.Unmatched, false},
+		{"non_ip", &r.NonIP, false}, {"flows", &r.Flows, false}, {"flows_seen", &r.FlowsSeen, false},
+		{"evictions", &r.Evictions, false}, {"expired", &r.Expired, false},
+		{"first_ns", &r.FirstNs, false}, {"last_ns", &r.LastNs, false}, {"duration_ns", &r.DurationNs, false},
+		{"rules", &r.Rules, false},
+		{"global_as_local", &r.GlobalAsLocal, len(r.GlobalAsLocal) == 0},
+		{"per_flow", &r.PerFlow, len(r.PerFlow) == 0},
+	}
+}
+
+func (r jsonReport) MarshalJSON() ([]byte, error) { return marshalMembers(r.members()) }
+
+func (r *jsonReport) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, r.members()) }
+
+type jsonRule struct {
+	Name          string
+	Packets       uint64
+	Accepted      uint64
+	Dropped       uint64
+	ShadowDropped uint64
+	Marked        uint64
+	Delayed       uint64
+	ShapeOverflow uint64
+	Flows         uint64
+	Evictions     uint64
+}
+
+func (r *jsonRule) members() []member {
+	return []member{
+		{"name", &r.Name, false}, {"packets", &r.Packets, false}, {"accepted", &r.Accepted, false}, {"dropped", &r.Dropped, false},
+		{countname.ShadowDropped, &r.ShadowDropped, false}, {"marked", &r.Marked, false},
+		{"delayed", &r.Delayed, false}, {countname.ShapeOverflow, &r.ShapeOverflow, false},
+		{"flows", &r.Flows, false}, {"evictions", &r.Evictions, false},
+	}
+}
+
+func (r jsonRule) MarshalJSON() ([]byte, error) { return marshalMembers(r.members()) }
+
+func (r *jsonRule) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, r.members()) }
+
+// jsonFlow is a flow of per_flow, counted as its rule's counters count:
+// the packets over a shadow rule's limit are accepted and shadow_dropped,
+// those over a marking rule's accepted and marked; packets = accepted +
+// dropped.
+type jsonFlow struct {
+	Rule          string
+	Flow          string
+	Packets       uint64
+	Accepted      uint64
+	Dropped       uint64
+	ShadowDropped uint64
+	Marked        uint64
+}
+
+func (f *jsonFlow) members() []member {
+	return []member{
+		{"rule", &f.Rule, false}, {"flow", &f.Flow, false},
+		{"packets", &f.Packets, false}, {"accepted", &f.Accepted, false}, {"dropped", &f.Dropped, false},
+		{countname.ShadowDropped, &f.ShadowDropped, false}, {"marked", &f.Marked, false},
+	}
+}
+
+func (f jsonFlow) MarshalJSON() ([]byte, error) { return marshalMembers(f.members()) }
+
+func (f *jsonFlow) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, f.members()) }
+
+// member is a member of a JSON object: its key, a pointer to its value,
+// and whether it is left out (an empty omitempty member).
+type member struct {
+	key  string
+	ptr  any
+	omit bool
+}
+
+// marshalMembers writes the members as one compact object, as
+// encoding/json writes a struct (the caller's encoder indents it).
+func marshalMembers(ms []member) ([]byte, error) {
+	return appendMembers(make([]byte, 0, 24*len(ms)), ms, "", "")
+}
+
+// appendMembers appends the members as one object, as encoding/json
+// writes a struct, without HTML escaping ("udp a:1 > b:2"): compact with
+// indent "", else as an Encoder with SetIndent(prefix, indent) writes it
+// (without the final newline). A plain string or an integer does not
+// allocate: writeJSON writes a million flows this way.
+func appendMembers(b []byte, ms []member, prefix, indent string) ([]byte, error) {
+	b = append(b, '{')
+	n := 0
+	for _, m := range ms {
+		if m.omit {
+			continue
+		}
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		if indent != "" {
+			b = append(append(append(b, '\n'), prefix...), indent...)
+		}
+		b = strconv.AppendQuote(b, m.key) // plain ASCII names
+		b = append(b, ':')
+		if indent != "" {
+			b = append(b, ' ')
+		}
+		switch v := m.ptr.(type) {
+		case *uint64:
+			b = strconv.AppendUint(b, *v, 10)
+			continue
+		case *int64:
+			b = strconv.AppendInt(b, *v, 10)
+			continue
+		case *string:
+			if plain(*v) {
+				b = append(append(append(b, '"'), *v...), '"')
+				continue
+			}
+		}
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if indent != "" {
+			enc.SetIndent(prefix+indent, indent)
+		}
+		if err := enc.Encode(m.ptr); err != nil {
+			return nil, err
+		}
+		b = append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+	}
+	if n > 0 && indent != "" {
+		b = append(append(b, '\n'), prefix...)
+	}
+	return append(b, '}'), nil
+}
+
+// plain reports whether s is a JSON string's content as it is: printable
+// ASCII without a quote or a backslash.
+func plain(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
+}
+
+// unmarshalMembers reads an object into the members it has (others are
+// ignored, as encoding/json ignores unknown keys).
+func unmarshalMembers(data []byte, ms []member) error {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	for _, m := range ms {
+		if v, ok := raw[m.key]; ok {
+			if err := json.Unmarshal(v, m.ptr); err != nil {
+				return fmt.Errorf("%s: %w", m.key, err)
+			}
+		}
+	}
+	return nil
+}
