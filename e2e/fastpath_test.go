@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
+)
+
+// fastpathPolicy: a token bucket the kernel runs (UDP to 9000) and a
+// sliding-window log, which stays in user space (UDP to 9001), both at the
+// limiting tests' rate, per 5-tuple.
+var fastpathPolicy = fmt.Sprintf(`
+[[rule]]
+name  = "kern"
+match = { proto = ["udp"], dport = ["9000"] }
+pps   = %.0f
+burst = %.0f
+
+[[rule]]
+name  = "user"
+match = { proto = ["udp"], dport = ["9001"] }
+algo  = "sliding-window"
+pps   = %.0f
+`, limRate, limBurst, limRate)
+
+// expectSlidingLog is what an exact sliding-window log of limRate per 1 s
+// lets through of packets sent at timesUs.
+func expectSlidingLog(timesUs []int64) float64 {
+	var acc []int64
+	for _, t := range timesUs {
+		n := 0
+		for _, a := range acc {
+			if a > t-1e6 {
+				n++
+			}
+		}
+		if float64(n) < limRate {
+			acc = append(acc, t)
+		}
+	}
+	return float64(len(acc))
+}
+
+// tcxProgs asks the kernel (BPF_PROG_QUERY) how many programs sit at tcx
+// ingress of dev in ns.
+func tcxProgs(t *testing.T, ns, dev string) int {
+	var n int
+	err := testutil.Do(ns, func() error {
+		ifc, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		r, err := link.QueryPrograms(link.QueryOptions{Target: ifc.Index, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		n = len(r.Programs)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("querying %s's tcx programs: %v", dev, err)
+	}
+	return n
+}
+
+// runFastpath runs the split policy with --fastpath on B's veth and the
+// fast path's divert rule, sends the limiting traffic to both rules, stops
+// packetshaper with SIGTERM and returns the sender's results, what arrived
+// and packetshaper's log.
+func runFastpath(t *testing.T, tp *topo) (kern, user sendResult, r recvResult, log string) {
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tp.rules("add", "--fastpath", "--queue", "0")
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB)
+	sh.waitStderr("msg=shaping", 10*time.Second) // attached before it says so
+	if n := tcxProgs(t, tp.B, tp.VethB); n != 1 {
+		t.Fatalf("%d programs at tcx ingress of %s while packetshaper runs, want 1", n, tp.VethB)
+	}
+	rc := tp.startRecv(":9000,:9001", "--duration", "40s", "--idle", "3s")
+	kern = tp.send(limitSendArgs(tp.IPB + ":9000")...)
+	user = tp.send(limitSendArgs(tp.IPB + ":9001")...)
+	r = recvDone(rc, 45*time.Second)
+	log = tp.stopShaper(sh)
+	if n := tcxProgs(t, tp.B, tp.VethB); n != 0 {
+		t.Errorf("%d programs at tcx ingress of %s after SIGTERM, want none", n, tp.VethB)
+	}
+	return kern, user, r, log
+}
+
+// TestFastpathSplit: one policy split across both paths. The kernel's
+// token bucket and user space's sliding-window log each let through, per
+// flow, what the ideal limiter would of the actual send times (±5 %);
+// packetshaper's queue decided exactly the user-space rule's packets (none
+// of the kernel rule's reached it); SIGTERM leaves no program attached.
+func TestFastpathSplit(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	kern, user, r, log := runFastpath(t, tp)
+	if !strings.Contains(log, "shaping") || strings.Contains(log, "fast path off") {
+		t.Fatalf("the fast path did not run:\n%s", log)
+	}
+	for _, c := range []struct {
+		port   string
+		s      sendResult
+		expect func([]int64) float64
+	}{{"9000", kern, expectTokenBucket}, {"9001", user, expectSlidingLog}} {
+		if len(c.s.Flows) != limFlows {
+			t.Fatalf("port %s: sender reports %d flows, want %d", c.port, len(c.s.Flows), limFlows)
+		}
+		for _, sport := range sortedPorts(c.s.Flows) {
+			f := c.s.Flows[sport]
+			checkSent(t, sport, f.Sent, 1)
+			checkWithin(t, fmt.Sprintf("port %s flow %s (sent %d)", c.port, sport, f.Sent), float64(r.Received[c.port][sport]), c.expect(f.TimesUs), 0.05)
+		}
+	}
+	// The queue saw the user-space rule's packets, all of them, and none
+	// of the kernel rule's.
+	acc, drop, line := finalStats(t, log)
+	t.Logf("final stats: %s", line)
+	var userRecv uint64
+	for _, n := range r.Received["9001"] {
+		userRecv += n
+	}
+	if acc+drop != user.Sent || acc != userRecv {
+		t.Errorf("the queue decided %d packets (accepted %d); the user-space rule's traffic was %d sent, %d received: want equal (no kernel-rule packet in the queue)", acc+drop, acc, user.Sent, userRecv)
+	}
+}
+
+// TestFastpathRefused: a program the kernel refuses (forced by the test
+// variable) is one log line, and the whole policy runs through NFQUEUE:
+// both rules limit as they would in user space, every packet reaches the
+// queue. With --fastpath-required, packetshaper exits non-zero instead.
+func TestFastpathRefused(t *testing.T) {
+	needShaper(t)
+	t.Setenv("PACKETSHAPER_TEST_REFUSE_FASTPATH", "refused by the test")
+	tp := newTopo(t)
+	kern, user, r, log := runFastpath(t, tp)
+	if n := strings.Count(log, "fast path off, the whole policy runs through NFQUEUE: the kernel refused the fast path program: refused by the test"); n != 1 {
+		t.Errorf("%d fallback log lines, want 1:\n%s", n, log)
+	}
+	for _, c := range []struct {
+		port   string
+		s      sendResult
+		expect func([]int64) float64
+	}{{"9000", kern, expectTokenBucket}, {"9001", user, expectSlidingLog}} {
+		for _, sport := range sortedPorts(c.s.Flows) {
+			f := c.s.Flows[sport]
+			checkWithin(t, fmt.Sprintf("port %s flow %s (sent %d)", c.port, sport, f.Sent), float64(r.Received[c.port][sport]), c.expect(f.TimesUs), 0.05)
+		}
+	}
+	// Every packet of both rules reached the queue (and, the punt-all
+	// program marking every packet, a few of the link's own: IPv6
+	// neighbour discovery, which no rule matches).
+	_, _, line := finalStats(t, log)
+	if k, u := statField(t, line, "rule.kern.packets"), statField(t, line, "rule.user.packets"); k != kern.Sent || u != user.Sent {
+		t.Errorf("the queue decided %d packets of the kernel rule and %d of the user-space rule; %d and %d were sent: want all", k, u, kern.Sent, user.Sent)
+	}
+	pol := filepath.Join(t.TempDir(), "p.toml")
+	os.WriteFile(pol, []byte(fastpathPolicy), 0o644)
+	p := tp.start(tp.B, "packetshaper", shaperBin, "--queue", "1", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-required", "--control-socket", "")
+	if err := p.wait(10 * time.Second); err == nil || !strings.Contains(p.err.String(), "--fastpath-required: the kernel refused") {
+		t.Errorf("--fastpath-required with a refused program: %v, %q; want a non-zero exit naming the refusal", err, p.err.String())
+	}
+}
