@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -132,6 +133,15 @@ func TestFastpathSplit(t *testing.T) {
 	for _, n := range r.Received["9001"] {
 		userRecv += n
 	}
+	// The kernel rule's counters, read from the program's per-CPU
+	// counters, are in the stats line beside the user-space rule's.
+	var kernRecv uint64
+	for _, n := range r.Received["9000"] {
+		kernRecv += n
+	}
+	if p, a := statField(t, line, "rule.kern.packets"), statField(t, line, "rule.kern.accepted"); p != kern.Sent || a != kernRecv {
+		t.Errorf("stats: rule.kern.packets=%d accepted=%d; %d sent, %d received", p, a, kern.Sent, kernRecv)
+	}
 	if acc+drop != user.Sent || acc != userRecv {
 		t.Errorf("the queue decided %d packets (accepted %d); the user-space rule's traffic was %d sent, %d received: want equal (no kernel-rule packet in the queue)", acc+drop, acc, user.Sent, userRecv)
 	}
@@ -171,5 +181,56 @@ func TestFastpathRefused(t *testing.T) {
 	p := tp.start(tp.B, "packetshaper", shaperBin, "--queue", "1", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-required", "--control-socket", "")
 	if err := p.wait(10 * time.Second); err == nil || !strings.Contains(p.err.String(), "--fastpath-required: the kernel refused") {
 		t.Errorf("--fastpath-required with a refused program: %v, %q; want a non-zero exit naming the refusal", err, p.err.String())
+	}
+}
+
+// TestFastpathReload: SIGHUP swaps in a new program; the kernel rule, its
+// settings unchanged, keeps its flows' buckets (no fresh burst), and its
+// counters go on from the old program's.
+func TestFastpathReload(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	// A slow refill and a big burst: a fresh bucket would pass 50 of a
+	// flow's packets at once, the kept one about 1 per second since.
+	const file = `
+[[rule]]
+name  = "kern"
+match = { proto = ["udp"], dport = ["9000"] }
+pps   = 1
+burst = 50
+`
+	if err := os.WriteFile(pol, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tp.rules("add", "--fastpath", "--queue", "0")
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
+	sh.waitStderr("msg=shaping", 10*time.Second)
+	phase := func() (sent, got uint64) {
+		rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
+		s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "200ms")
+		r := recvDone(rc, 25*time.Second)
+		return s.Sent, r.Total
+	}
+	sent1, got1 := phase()
+	if got1 < 45 || got1 > 55 {
+		t.Fatalf("before the reload: %d of %d packets passed, want the burst, 50 (±5)", got1, sent1)
+	}
+	t0 := time.Now()
+	sh.signal(syscall.SIGHUP)
+	sh.waitStderr("fast path reloaded", 10*time.Second)
+	if !strings.Contains(sh.err.String(), "kept_flows=[kern]") {
+		t.Errorf("the reload did not keep rule kern's flows:\n%s", sh.err.String())
+	}
+	sent2, got2 := phase()
+	// The refill since the first phase, plus slack for the phase's own
+	// length: far below a fresh burst.
+	if max := uint64(time.Since(t0).Seconds()) + 5; got2 > max {
+		t.Errorf("after the reload: %d of %d packets passed, want at most %d: the bucket was not kept (a fresh one passes 50)", got2, sent2, max)
+	}
+	log := tp.stopShaper(sh)
+	_, _, line := finalStats(t, log)
+	if p, a := statField(t, line, "rule.kern.packets"), statField(t, line, "rule.kern.accepted"); p != sent1+sent2 || a != got1+got2 {
+		t.Errorf("stats after the reload: rule.kern.packets=%d accepted=%d; want %d sent and %d received over both programs", p, a, sent1+sent2, got1+got2)
 	}
 }
