@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -232,5 +233,39 @@ burst = 50
 	_, _, line := finalStats(t, log)
 	if p, a := statField(t, line, "rule.kern.packets"), statField(t, line, "rule.kern.accepted"); p != sent1+sent2 || a != got1+got2 {
 		t.Errorf("stats after the reload: rule.kern.packets=%d accepted=%d; want %d sent and %d received over both programs", p, a, sent1+sent2, got1+got2)
+	}
+}
+
+// TestFastpathRulesScript: rules.sh add --fastpath writes the one divert
+// rule of the fast path (mangle PREROUTING, the punt mark, bypass), once
+// however often it is added; list shows it; del and del --all remove it;
+// it refuses the options that would queue other packets.
+func TestFastpathRulesScript(t *testing.T) {
+	needRoot(t)
+	tp := newTopo(t)
+	mangle := func() string { return tp.must(tp.B, "iptables", "-w", "-t", "mangle", "-S", "PREROUTING") }
+	for range 2 {
+		tp.rules("add", "--fastpath", "--queue", "3")
+	}
+	got := mangle()
+	const want = `-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m conntrack --ctstate INVALID,NEW,RELATED,ESTABLISHED,UNTRACKED -m comment --comment "packetshaper queue=3 fastpath" -j NFQUEUE --queue-num 3 --queue-bypass`
+	if strings.Count(got, "packetshaper") != 1 || !strings.Contains(got, want) {
+		t.Errorf("mangle PREROUTING after add --fastpath twice:\n%s\nwant one\n%s", got, want)
+	}
+	if l := tp.rules("list"); !strings.Contains(l, "fastpath") {
+		t.Errorf("list does not show the fast path's rule:\n%s", l)
+	}
+	tp.rules("del", "--fastpath", "--queue", "3")
+	if got := mangle(); strings.Contains(got, "packetshaper") {
+		t.Errorf("after del --fastpath:\n%s", got)
+	}
+	tp.rules("add", "--fastpath", "--queue", "3")
+	tp.rules("del", "--all")
+	if got := mangle(); strings.Contains(got, "packetshaper") {
+		t.Errorf("after del --all:\n%s", got)
+	}
+	out, err := exec.Command(rulesScript, "add", "--fastpath", "--queue", "0", "--dport", "9000", "--proto", "udp", "--dry-run").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--fastpath takes no") {
+		t.Errorf("add --fastpath --dport: %v %s; want a refusal", err, out)
 	}
 }
