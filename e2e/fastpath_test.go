@@ -269,3 +269,32 @@ func TestFastpathRulesScript(t *testing.T) {
 		t.Errorf("add --fastpath --dport: %v %s; want a refusal", err, out)
 	}
 }
+
+// TestFastpathKill: a SIGKILLed packetshaper leaves no program at tcx
+// ingress (its links were never pinned), so traffic flows unlimited.
+func TestFastpathKill(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tp.rules("add", "--fastpath", "--queue", "0")
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
+	sh.waitStderr("msg=shaping", 10*time.Second)
+	if n := tcxProgs(t, tp.B, tp.VethB); n != 1 {
+		t.Fatalf("%d programs at tcx ingress while packetshaper runs, want 1", n)
+	}
+	sh.signal(syscall.SIGKILL)
+	if err := sh.wait(10 * time.Second); err == nil {
+		t.Fatalf("packetshaper survived SIGKILL")
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return tcxProgs(t, tp.B, tp.VethB) == 0 },
+		"a program is still attached at tcx ingress after SIGKILL")
+	// The kernel rule no longer limits: a burst far over it all arrives.
+	rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
+	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "200ms")
+	if r := recvDone(rc, 25*time.Second); r.Total != s.Sent {
+		t.Errorf("after SIGKILL: %d of %d packets arrived, want all", r.Total, s.Sent)
+	}
+}
