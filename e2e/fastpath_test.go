@@ -112,6 +112,9 @@ func TestFastpathSplit(t *testing.T) {
 	if !strings.Contains(log, "shaping") || strings.Contains(log, "fast path off") {
 		t.Fatalf("the fast path did not run:\n%s", log)
 	}
+	if strings.Contains(log, "fast path: ") {
+		t.Errorf("a warning about the divert rules rules.sh --fastpath wrote:\n%s", log)
+	}
 	for _, c := range []struct {
 		port   string
 		s      sendResult

@@ -209,6 +209,11 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		for _, u := range failopen.UnservedQueues(rules, bound) {
 			log.Warn(u.String())
 		}
+		if fp != nil {
+			for _, h := range fastpathRuleHints(rules, cfg.Queues) {
+				log.Warn(h)
+			}
+		}
 	}
 	mon, err := failopen.NewMonitor(qs, failopen.MonitorConfig{Logger: log})
 	if err != nil {

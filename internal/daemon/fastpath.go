@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"strings"
 	"sync/atomic"
 
+	"github.com/packetshaper/packetshaper/internal/failopen"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -40,4 +42,45 @@ func addFast(fc *atomic.Pointer[fastCounts], rules []ruleSnap) {
 			r.Marked += k.Marked
 		}
 	}
+}
+
+// fastpathRuleHints checks the queue rules (failopen.QueueRules) against
+// the fast path's one divert rule, scripts/rules.sh add --fastpath's: a
+// queue rule of ours in mangle PREROUTING (it matches the punt mark). None:
+// the user-space rules' packets are never queued (they pass undecided).
+// Another queue rule of ours: the packets the program decided are queued
+// and decided again.
+func fastpathRuleHints(rules []failopen.QueueRule, queues []uint16) []string {
+	ours := func(r *failopen.QueueRule) bool {
+		if r.Computed {
+			return false
+		}
+		for _, q := range queues {
+			if q >= r.Queue && int(q) < int(r.Queue)+int(r.Queues) {
+				return true
+			}
+		}
+		return false
+	}
+	var punt bool
+	var other []string
+	for i := range rules {
+		r := &rules[i]
+		if !ours(r) {
+			continue
+		}
+		if r.Table == "mangle" && r.Chain == "PREROUTING" {
+			punt = true
+		} else {
+			other = append(other, r.Family+" "+r.Table+" "+r.Chain)
+		}
+	}
+	var out []string
+	if !punt {
+		out = append(out, "fast path: no queue rule in mangle PREROUTING for the punt mark: the user-space rules' packets will not reach the queue (scripts/rules.sh add --fastpath --queue N)")
+	}
+	if len(other) > 0 {
+		out = append(out, "fast path: other queue rules send to this queue ("+strings.Join(other, ", ")+"): packets the kernel decided will be queued and decided again; with --fastpath, the punt-mark rule should be the only one")
+	}
+	return out
 }

@@ -1,9 +1,11 @@
 package daemon
 
 import (
+	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/packetshaper/packetshaper/internal/failopen"
 	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/shaper"
@@ -48,5 +50,34 @@ func TestAddFast(t *testing.T) {
 	}
 	if u := rules[1].RuleStats; u.Packets != 2 || u.Accepted != 0 {
 		t.Errorf("user-space rule %+v", u)
+	}
+}
+
+// TestFastpathRuleHints: with --fastpath, a missing punt-mark divert rule,
+// and a queue rule elsewhere that would queue the kernel's packets again,
+// are each one warning; the one rules.sh --fastpath writes is none.
+func TestFastpathRuleHints(t *testing.T) {
+	punt := failopen.QueueRule{Family: "ip", Table: "mangle", Chain: "PREROUTING", Queue: 0, Queues: 1, Bypass: true}
+	input := failopen.QueueRule{Family: "ip", Table: "filter", Chain: "INPUT", Queue: 0, Queues: 2, Bypass: true}
+	otherQ := failopen.QueueRule{Family: "ip", Table: "filter", Chain: "INPUT", Queue: 5, Queues: 1}
+	for _, tc := range []struct {
+		rules []failopen.QueueRule
+		want  []string
+	}{
+		{[]failopen.QueueRule{punt, otherQ}, nil},
+		{nil, []string{"no queue rule in mangle PREROUTING"}},
+		{[]failopen.QueueRule{otherQ}, []string{"no queue rule in mangle PREROUTING"}},
+		{[]failopen.QueueRule{punt, input}, []string{"ip filter INPUT"}},
+	} {
+		got := fastpathRuleHints(tc.rules, []uint16{0})
+		if len(got) != len(tc.want) {
+			t.Errorf("%v: %q, want %d warnings", tc.rules, got, len(tc.want))
+			continue
+		}
+		for i := range got {
+			if !strings.Contains(got[i], tc.want[i]) {
+				t.Errorf("%q lacks %q", got[i], tc.want[i])
+			}
+		}
 	}
 }
