@@ -358,6 +358,9 @@ loop:
 				continue
 			}
 			comp = next
+			if err := fp.reload(next); err != nil {
+				log.Error("fast path reload failed, keeping its previous program", "err", oneLine(err.Error()))
+			}
 		case <-finished:
 			break loop
 		}
