@@ -353,3 +353,7 @@ func mergeIDs(rs []idRange) []idRange {
 	}
 	return out
 }
+
+// Source returns the file and options c was compiled from (the kernel fast
+// path compiles its split of the same policy).
+func (c *Compiled) Source() (*File, Options) { return c.file, c.opts }

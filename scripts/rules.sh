@@ -30,6 +30,15 @@
 #   --offload                 add: also the kernel drop rules of packetshaper
 #                             --offload (below); del removes them with or
 #                             without it
+#   --fastpath                instead of --proto/--dport/--sport/--src/--chain:
+#                             the rule of packetshaper --fastpath IFACE, which
+#                             queues exactly the packets its eBPF program
+#                             marked for user space (the punt mark), in the
+#                             mangle table's PREROUTING chain (iptables only):
+#                             iptables -t mangle -I PREROUTING -m mark --mark
+#                             0x40000000/0x40000000 ... -j NFQUEUE ... --queue-bypass.
+#                             Add no other queue rule for that traffic: the
+#                             packets the program decided must not be queued.
 #   --policy FILE             instead of --proto/--dport/--sport/--src/--family:
 #                             the rules the rule file's matches need, one
 #                             add (or del) each, as `packetshaper divert
@@ -96,6 +105,8 @@ TAG=packetshaper
 # and lets every packet through.
 IPT_CTSTATE=INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED
 NFT_CTSTATE=invalid,new,established,related,untracked
+# The fast path's punt mark: fastpath.DefaultPuntMark.
+PUNT_MARK=0x40000000
 # The offload table and sets: the same names as package offload's constants
 # (its tests check that they agree).
 OFF_TABLE=packetshaper_offload
@@ -116,7 +127,7 @@ add | del | list) ;;
 *) die "unknown command '$cmd' (add|del|list|--help)" ;;
 esac
 
-backend="" queue="" chain=INPUT proto="" dport="" sport="" src="" family=both netns="" dry=0 all=0 offload=0 policy="" family_given=0
+backend="" queue="" chain=INPUT proto="" dport="" sport="" src="" family=both netns="" dry=0 all=0 offload=0 policy="" family_given=0 fastpath=0
 need() { if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -133,6 +144,7 @@ while [ $# -gt 0 ]; do
 	--dry-run) dry=1; shift ;;
 	--all) all=1; shift ;;
 	--offload) offload=1; shift ;;
+	--fastpath) fastpath=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) die "unknown option '$1' (see --help)" ;;
 	esac
@@ -153,6 +165,13 @@ case "$backend" in iptables | nft) ;; *) die "--backend '$backend': want iptable
 case "$family" in ipv4 | ipv6 | both) ;; *) die "--family '$family': want ipv4, ipv6 or both" ;; esac
 chain=$(echo "$chain" | tr '[:lower:]' '[:upper:]')
 case "$chain" in INPUT | OUTPUT | FORWARD) ;; *) die "--chain '$chain': want INPUT, OUTPUT or FORWARD" ;; esac
+# --fastpath: the mangle table's PREROUTING (tc ingress runs before it).
+ipt_table=()
+if [ "$fastpath" = 1 ]; then
+	[ "$backend" = iptables ] || die "--fastpath: iptables only (--backend iptables)"
+	[ -z "$proto$dport$sport$src$policy" ] && [ "$offload" = 0 ] || die "--fastpath takes no --proto/--dport/--sport/--src/--policy/--offload: the eBPF program decides which packets come to the queue"
+	chain=PREROUTING ipt_table=(-t mangle)
+fi
 isnum() { case "$1" in '' | *[!0-9]*) return 1 ;; esac; [ ${#1} -le 5 ] && [ "$1" -le "$2" ]; }
 qlo="" qhi=""
 if [ "$cmd" != list ] && [ "$all" = 0 ]; then
@@ -274,6 +293,7 @@ desc="$TAG queue=$queue"
 [ -n "$dport" ] && desc="$desc dport=$dport"
 [ -n "$sport" ] && desc="$desc sport=$sport"
 [ -n "$src" ] && desc="$desc src=$src"
+[ "$fastpath" = 1 ] && desc="$desc fastpath"
 
 # ---------------------------------------------------------------- iptables
 ipt_tools() { # the tools for the family
@@ -292,6 +312,7 @@ ipt_spec() { # tool -> rule spec (without chain)
 	[ -n "$p" ] && spec+=(-p "$p")
 	[ -n "$dport" ] && spec+=(--dport "${dport/-/:}")
 	[ -n "$sport" ] && spec+=(--sport "${sport/-/:}")
+	[ "$fastpath" = 1 ] && spec+=(-m mark --mark "$PUNT_MARK/$PUNT_MARK")
 	# Defragmentation before the queue (see the top of this file).
 	spec+=(-m conntrack --ctstate "$IPT_CTSTATE")
 	spec+=(-m comment --comment "$desc" -j NFQUEUE)
@@ -307,12 +328,12 @@ ipt_add() {
 	for t in $(ipt_tools); do
 		command -v "$t" >/dev/null || fail "$t not found (apt-get install iptables)"
 		mapfile -t spec < <(ipt_spec "$t")
-		if query "$t" -w -C "$chain" "${spec[@]}" 2>/dev/null; then
-			echo "$PROG: present: $t -I $chain $(quoted "${spec[@]}")"
+		if query "$t" -w "${ipt_table[@]}" -C "$chain" "${spec[@]}" 2>/dev/null; then
+			echo "$PROG: present: $t ${ipt_table[*]} -I $chain $(quoted "${spec[@]}")"
 			continue
 		fi
-		run "$t" -w -I "$chain" 1 "${spec[@]}" || fail "$t: could not add the rule"
-		[ "$dry" = 1 ] || echo "$PROG: added: $t -I $chain $(quoted "${spec[@]}")"
+		run "$t" -w "${ipt_table[@]}" -I "$chain" 1 "${spec[@]}" || fail "$t: could not add the rule"
+		[ "$dry" = 1 ] || echo "$PROG: added: $t ${ipt_table[*]} -I $chain $(quoted "${spec[@]}")"
 	done
 }
 
@@ -322,24 +343,24 @@ ipt_del() {
 		command -v "$t" >/dev/null || continue
 		mapfile -t spec < <(ipt_spec "$t")
 		n=0
-		while query "$t" -w -C "$chain" "${spec[@]}" 2>/dev/null; do
-			run "$t" -w -D "$chain" "${spec[@]}" || fail "$t: could not delete the rule"
+		while query "$t" -w "${ipt_table[@]}" -C "$chain" "${spec[@]}" 2>/dev/null; do
+			run "$t" -w "${ipt_table[@]}" -D "$chain" "${spec[@]}" || fail "$t: could not delete the rule"
 			n=$((n + 1))
 			[ "$dry" = 1 ] && break
 			[ $n -lt 100 ] || fail "$t: rule keeps coming back"
 		done
-		[ $n -gt 0 ] && [ "$dry" = 0 ] && echo "$PROG: deleted: $t -D $chain $(quoted "${spec[@]}")"
+		[ $n -gt 0 ] && [ "$dry" = 0 ] && echo "$PROG: deleted: $t ${ipt_table[*]} -D $chain $(quoted "${spec[@]}")"
 	done
 	return 0
 }
 
 # ours TOOL: our rules as "-A CHAIN ..." lines (iptables -S syntax).
-ipt_ours() { query "$1" -w -S 2>/dev/null | grep -E -- "--comment \"?$TAG( |\")" ; }
+ipt_ours() { query "$1" -w "${ipt_table[@]}" -S 2>/dev/null | grep -E -- "--comment \"?$TAG( |\")" ; }
 
 # numbered TOOL: our rules as "CHAIN N -A CHAIN ..." lines, N being the rule's
 # number in its chain (the order of iptables -S is the order of the chain).
 ipt_numbered() {
-	query "$1" -w -S 2>/dev/null | awk -v tag="$TAG" '
+	query "$1" -w "${ipt_table[@]}" -S 2>/dev/null | awk -v tag="$TAG" '
 		$1 != "-A" { next }
 		{ n[$2]++ }
 		index($0, "--comment \"" tag " ") || index($0, "--comment " tag " ") || index($0, "--comment \"" tag "\"") {
@@ -362,10 +383,10 @@ ipt_del_all() {
 			if [ ${#rules[@]} -eq 0 ]; then clean=1; break; fi
 			for ((i = ${#rules[@]} - 1; i >= 0; i--)); do
 				read -r chain num line <<<"${rules[i]}"
-				if [ "$dry" = 0 ] && [ "$(query "$t" -w -S "$chain" "$num" 2>/dev/null)" != "$line" ]; then
+				if [ "$dry" = 0 ] && [ "$(query "$t" -w "${ipt_table[@]}" -S "$chain" "$num" 2>/dev/null)" != "$line" ]; then
 					break # the chain changed under us: list again
 				fi
-				run "$t" -w -D "$chain" "$num" </dev/null || fail "$t: could not delete rule $num of $chain: $line"
+				run "$t" -w "${ipt_table[@]}" -D "$chain" "$num" </dev/null || fail "$t: could not delete rule $num of $chain: $line"
 				[ "$dry" = 1 ] || echo "$PROG: deleted: $t $line"
 			done
 			# under --dry-run nothing was deleted: one listing is the answer;
@@ -635,6 +656,6 @@ add)
 	} ;;
 del)
 	# A queue rule's drop rules go with it, --offload or not.
-	if [ "$all" = 1 ]; then ipt_del_all; nft_del_table "$NFT_TABLE"; nft_del_table "$OFF_TABLE"; else "${backend/iptables/ipt}_del"; off_del; fi ;;
-list) if [ "$backend" = nft ]; then nft_list; else ipt_list; nft_list; fi; off_list ;;
+	if [ "$all" = 1 ]; then ipt_del_all; ipt_table=(-t mangle); ipt_del_all; ipt_table=(); nft_del_table "$NFT_TABLE"; nft_del_table "$OFF_TABLE"; else "${backend/iptables/ipt}_del"; off_del; fi ;;
+list) if [ "$backend" = nft ]; then nft_list; else ipt_list; ipt_table=(-t mangle); ipt_list; ipt_table=(); nft_list; fi; off_list ;;
 esac

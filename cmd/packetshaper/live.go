@@ -70,6 +70,8 @@ type liveFlags struct {
 	offloadAfter   uint
 	offloadTimeout time.Duration
 	maxHeld        int
+	fastpath       []string
+	fastRequired   bool
 }
 
 func addLiveFlags(fs *pflag.FlagSet) *liveFlags {
@@ -90,6 +92,8 @@ func addLiveFlags(fs *pflag.FlagSet) *liveFlags {
 	fs.BoolVar(&f.offload, "offload", false, "hold a flow that keeps being dropped to its rule's limit in the kernel, so that its flood never fills the queue: the kernel drops what is over the limit, the rest still comes to the queue (needs the offload sets and rules: scripts/rules.sh add ... --offload)")
 	fs.UintVar(&f.offloadAfter, "offload-after", 1000, "with --offload: offload a flow after this many of its packets in a row were dropped")
 	fs.DurationVar(&f.offloadTimeout, "offload-timeout", offload.DefaultTimeout, "with --offload: how long the kernel holds an offloaded flow to its limit after the last of its packets it dropped (refreshed while it drops some and packetshaper runs), at most 10s: nothing installed outlives packetshaper longer")
+	fs.StringSliceVar(&f.fastpath, "fastpath", nil, "run the rules the kernel can enforce in an eBPF program at tcx ingress of `IFACE[,IFACE...]`; the other rules' packets reach the queue with the punt mark 0x40000000 (divert rule: scripts/rules.sh add --fastpath --queue N); packetshaper check --fastpath says which rules run where (docs/fastpath.md)")
+	fs.BoolVar(&f.fastRequired, "fastpath-required", false, "with --fastpath: exit 1 if the kernel refuses the program, instead of running the whole policy through NFQUEUE")
 	return f
 }
 
@@ -231,6 +235,10 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 		ControlSocketOptional: socketOptional,
 		Version:               version,
 		Log:                   log,
+		Fastpath:              daemon.FastpathConfig{Ifaces: f.fastpath, Required: f.fastRequired},
+	}
+	if f.fastRequired && len(f.fastpath) == 0 {
+		return usage("--fastpath-required needs --fastpath IFACE")
 	}
 	if err := daemon.Check(&cfg, comp); err != nil {
 		return usage("%v", err)

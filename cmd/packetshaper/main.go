@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/spf13/cobra"
 )
@@ -74,11 +75,15 @@ func newVersionCmd(c *cli) *cobra.Command {
 
 // newCheckCmd is "packetshaper check FILE".
 func newCheckCmd(c *cli) *cobra.Command {
-	return &cobra.Command{
+	var fast bool
+	cmd := &cobra.Command{
 		Use:   "check FILE",
 		Short: "validate a rule file and print it with every default filled in",
 		Long: `Validates a --policy rule file (FILE "-": standard input) and prints it with
 every default filled in; warnings (a raised flow-timeout, ...) go to stderr.
+With --fastpath, stderr also says, one line per rule, where each rule would
+run under packetshaper --fastpath: in the kernel (the eBPF fast path) or in
+user space (NFQUEUE), and why (docs/fastpath.md).
 Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
 		Example: "  packetshaper check /etc/packetshaper/policy.toml",
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -87,14 +92,19 @@ Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
 			}
 			return nil
 		},
-		RunE: func(cmd *cobra.Command, args []string) error { return c.exit(runCheck(args[0], c.stdout, c.stderr)) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return c.exit(runCheck(args[0], fast, c.stdout, c.stderr))
+		},
 	}
+	cmd.Flags().BoolVar(&fast, "fastpath", false, "also say on stderr, one line per rule, whether it would run in the kernel (--fastpath) or in user space, and why")
+	return cmd
 }
 
 // runCheck is "packetshaper check FILE": it validates the rule file and
 // prints the policy as understood, every default filled in; exit status 0,
-// or 2 with the one-line error.
-func runCheck(file string, stdout, stderr io.Writer) int {
+// or 2 with the one-line error. fast: also the fast path's split, one
+// line per rule on stderr.
+func runCheck(file string, fast bool, stdout, stderr io.Writer) int {
 	var f *policy.File
 	var err error
 	if file == "-" {
@@ -112,6 +122,14 @@ func runCheck(file string, stdout, stderr io.Writer) int {
 				fmt.Fprintln(stderr, "packetshaper check: warning:", w)
 			}
 			divertWarnings(f, stderr)
+		}
+	}
+	if err == nil && fast {
+		var reasons []fastpath.Reason
+		if _, reasons, err = fastpath.Compile(f, policy.Options{}); err == nil {
+			for _, r := range reasons {
+				fmt.Fprintln(stderr, "packetshaper check: fastpath:", r)
+			}
 		}
 	}
 	if err != nil {

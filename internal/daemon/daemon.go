@@ -88,6 +88,8 @@ type Config struct {
 	Version string
 	// Log receives every log line.
 	Log *slog.Logger
+	// Fastpath: the kernel fast path (fastpath.go); off without Ifaces.
+	Fastpath FastpathConfig
 }
 
 // UsageError is an error in what the daemon was asked to do (a policy it
@@ -183,6 +185,18 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		w.q = q
 		qs = append(qs, q)
 	}
+	// The kernel fast path: attached once the queues are bound.
+	fp, err := startFastpath(log, cfg.Fastpath, comp)
+	if err != nil {
+		return err
+	}
+	defer fp.close() // before the queues close: a clean stop detaches
+	if fp != nil {
+		for _, w := range ws {
+			w.punt = fp.puntMark()
+		}
+		ws[0].fast.Store(&fastCounts{get: fp.counts})
+	}
 	ws[0].wake = func() {
 		for _, q := range qs {
 			q.Wake()
@@ -194,6 +208,11 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		bound, _ := nfq.BoundQueues()
 		for _, u := range failopen.UnservedQueues(rules, bound) {
 			log.Warn(u.String())
+		}
+		if fp != nil {
+			for _, h := range fastpathRuleHints(rules, cfg.Queues) {
+				log.Warn(h)
+			}
 		}
 	}
 	mon, err := failopen.NewMonitor(qs, failopen.MonitorConfig{Logger: log})
@@ -323,6 +342,9 @@ loop:
 			}
 			d.reloaded(reloadRecord{at: time.Now(), ok: true, kept: kept})
 			comp = next
+			if err := fp.reload(next); err != nil {
+				log.Error("fast path reload failed, keeping its previous program", "err", oneLine(err.Error()))
+			}
 		case <-ifTick.C:
 			if !comp.InterfacesChanged() {
 				continue
@@ -336,6 +358,9 @@ loop:
 				continue
 			}
 			comp = next
+			if err := fp.reload(next); err != nil {
+				log.Error("fast path reload failed, keeping its previous program", "err", oneLine(err.Error()))
+			}
 		case <-finished:
 			break loop
 		}

@@ -54,6 +54,7 @@ type shared struct {
 	pending atomic.Pointer[generation]
 	off     offloader // nil without --offload
 	snap    atomic.Pointer[snapshot]
+	fast    atomic.Pointer[fastCounts] // the kernel fast path's counts (fastpath.go)
 
 	// Flow listings (listing.go): the one in progress, the turn of the
 	// server's listings, and wake, which has the queues' goroutines call
@@ -87,6 +88,9 @@ type worker struct {
 	failClosed bool
 
 	meta shaper.Meta // Meta.Queue is this queue
+	// punt: the fast path's punt mark, cleared before the engine reads
+	// the mark (its mark matches are the kernel's).
+	punt uint32
 	dec  shaper.Decision
 
 	// stopped is closed when the queue's Run has returned (stop).
@@ -162,7 +166,7 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 	}
 	for i := range batch {
 		p := &batch[i]
-		w.meta.Mark, w.meta.InIf, w.meta.OutIf, w.meta.Len = p.Mark, p.InDev, p.OutDev, p.Len
+		w.meta.Mark, w.meta.InIf, w.meta.OutIf, w.meta.Len = p.Mark&^w.punt, p.InDev, p.OutDev, p.Len
 		w.meta.UID, w.meta.GID, w.meta.HasOwner = p.UID, p.GID, p.HasOwner
 		eng.DecidePacket(p.Data, &w.meta, now, &w.dec)
 		switch {
@@ -256,6 +260,7 @@ func (sh *shared) snapshot(now int64) {
 		r := sh.eng.Rule(i)
 		s.rules[i] = ruleSnap{name: r.Name, rule: r, RuleStats: sh.eng.RuleStats(i)}
 	}
+	addFast(&sh.fast, s.rules)
 	sh.snap.Store(s)
 	sh.lastSnap = now
 }

@@ -152,6 +152,8 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 			kernel, why = false, "a global limit: its budget comes from the shared store"
 		case r.Limit.Shape:
 			kernel, why = false, "it shapes (holds packets): only user space can hold a packet"
+		case r.Limit.Key.Mode > flows.SrcDst:
+			kernel, why = false, "its key has an owner part (uid, gid or mark) or no address: the program keys by addresses and ports only"
 		case r.Limit.Algorithm == shaper.SlidingWindow:
 			kernel, why = false, "the sliding-window log keeps a timestamp per packet: use sliding-window-counter to run it in the kernel"
 		case approx != "":
@@ -268,6 +270,9 @@ func entryOf(d *policy.Rule, c *policy.Compiled) (e Entry, inexact string) {
 		inexact = fmt.Sprintf("more than %d port ranges in match.sport or match.dport", maxRanges)
 	case len(e.Iif) > maxIfs:
 		inexact = fmt.Sprintf("more than %d interfaces in match.iif", maxIfs)
+	}
+	if len(m.UID) > 0 || len(m.GID) > 0 {
+		inexact = "match.uid/gid: the sending socket's owner is not known at tc ingress"
 	}
 	if inexact != "" {
 		// The kernel punts what the rest of the match takes: a

@@ -52,6 +52,12 @@ func TestCompileSplit(t *testing.T) {
 		{"adjacent ranges merge to fit", []policy.Rule{
 			lim("p", &policy.Match{Proto: []string{"tcp"}, Dport: []string{"1", "2", "3-9", "10", "20", "30", "40"}}),
 		}, nil, []string{"k token-bucket"}},
+		{"owner matches and keys stay in user space", []policy.Rule{
+			{Name: "uid", Action: "drop", Match: &policy.Match{UID: []string{"1000"}}},
+			{Name: "gid", Action: "accept", Match: &policy.Match{GID: []string{"100"}, Proto: []string{"udp"}}},
+			{Name: "ku", PPS: pf(10), Key: "uid"},
+			{Name: "km", PPS: pf(10), Key: "mark+src"},
+		}, nil, []string{"u owner", "u owner", "u owner part", "u owner part"}},
 		{"mark and ipv6 notes", []policy.Rule{
 			lim("m", &policy.Match{Mark: "0x1/0x1", Family: "ipv4"}),
 			lim("v6", &policy.Match{Src: []string{"fd00::/8"}}),

@@ -26,8 +26,9 @@
 //	iptables -t mangle -A PREROUTING -m mark --mark 0x40000000/0x40000000 -j NFQUEUE --queue-num 0 --queue-bypass
 //
 // and send nothing else to the queue. Packets the program decided carry no
-// punt mark and never reach the queue. (The daemon's wiring of this split
-// is later work, issue 20 point 2.)
+// punt mark and never reach the queue. The daemon runs it with
+// packetshaper --fastpath IFACE (internal/daemon/fastpath_linux.go,
+// docs/fastpath.md); scripts/rules.sh add --fastpath writes that rule.
 //
 // Time: the program reads bpf_ktime_get_boot_ns() plus an offset the
 // loader sets (the Unix time at boot), so that windows align to the Unix

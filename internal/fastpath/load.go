@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"time"
 
@@ -26,11 +27,20 @@ type Program struct {
 	// i's (nil but for limit rules).
 	inner  *ebpf.MapSpec
 	tables []*ebpf.Map
+	spec   Spec
+	// Kept names the limit rules whose flow map Reload took over.
+	Kept []string
 }
 
 // Load loads the program for s and fills its maps. Its error says in one
 // line why the kernel refused it.
-func Load(s Spec) (*Program, error) {
+func Load(s Spec) (*Program, error) { return Reload(s, nil) }
+
+// Reload is Load for a new policy while old runs: a limit rule of s whose
+// name and Entry are those of one of old's keeps that rule's flow map (its
+// flows and their state, shared until old is closed); other rules start
+// empty. Kept names them. The counters start at zero. old may be nil.
+func Reload(s Spec, old *Program) (*Program, error) {
 	cs, err := loadFastpath()
 	if err != nil {
 		return nil, err
@@ -39,7 +49,7 @@ func Load(s Spec) (*Program, error) {
 	if err := cs.LoadAndAssign(&p.objs, nil); err != nil {
 		return nil, loadError(err)
 	}
-	if err := p.fill(s); err != nil {
+	if err := p.fill(s, old); err != nil {
 		p.Close()
 		return nil, err
 	}
@@ -100,7 +110,8 @@ func bootOffset() int64 {
 	return time.Duration(rt.Nano() - bt.Nano()).Nanoseconds()
 }
 
-func (p *Program) fill(s Spec) error {
+func (p *Program) fill(s Spec, old *Program) error {
+	p.spec = s
 	n := len(s.Entries)
 	if n > MaxRules {
 		return fmt.Errorf("%d rules, more than the kernel table's %d", n, MaxRules)
@@ -138,6 +149,17 @@ func (p *Program) fill(s Spec) error {
 		if e.Action != Limit {
 			continue
 		}
+		if m := old.table(&e); m != nil {
+			c, err := m.Clone()
+			if err == nil {
+				p.tables[i] = c
+				p.Kept = append(p.Kept, e.Name)
+				if err := p.objs.Flows.Put(uint32(i), c); err != nil {
+					return fmt.Errorf("filling the flow maps: %w", err)
+				}
+				continue
+			}
+		}
 		ms := p.inner.Copy()
 		ms.Name = fmt.Sprintf("flows_%d", i)
 		ms.MaxEntries = uint32(e.MaxFlows)
@@ -159,6 +181,22 @@ func (p *Program) fill(s Spec) error {
 	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark}
 	return p.objs.Config.Put(uint32(0), &p.cfg)
 }
+
+// table is the flow map of p's limit rule named e.Name if its Entry is e.
+func (p *Program) table(e *Entry) *ebpf.Map {
+	if p == nil {
+		return nil
+	}
+	for i := range p.spec.Entries {
+		if o := &p.spec.Entries[i]; o.Name == e.Name && o.Action == Limit && p.tables[i] != nil && reflect.DeepEqual(*o, *e) {
+			return p.tables[i]
+		}
+	}
+	return nil
+}
+
+// Spec is the policy p runs.
+func (p *Program) Spec() Spec { return p.spec }
 
 // addrClasses gives, for each prefix of the rules' lists, the rules with a
 // prefix containing it: what a longest-prefix match on it stands for.

@@ -1,0 +1,303 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
+)
+
+// fastpathPolicy: a token bucket the kernel runs (UDP to 9000) and a
+// sliding-window log, which stays in user space (UDP to 9001), both at the
+// limiting tests' rate, per 5-tuple.
+var fastpathPolicy = fmt.Sprintf(`
+[[rule]]
+name  = "kern"
+match = { proto = ["udp"], dport = ["9000"] }
+pps   = %.0f
+burst = %.0f
+
+[[rule]]
+name  = "user"
+match = { proto = ["udp"], dport = ["9001"] }
+algo  = "sliding-window"
+pps   = %.0f
+`, limRate, limBurst, limRate)
+
+// expectSlidingLog is what an exact sliding-window log of limRate per 1 s
+// lets through of packets sent at timesUs.
+func expectSlidingLog(timesUs []int64) float64 {
+	var acc []int64
+	for _, t := range timesUs {
+		n := 0
+		for _, a := range acc {
+			if a > t-1e6 {
+				n++
+			}
+		}
+		if float64(n) < limRate {
+			acc = append(acc, t)
+		}
+	}
+	return float64(len(acc))
+}
+
+// tcxProgs asks the kernel (BPF_PROG_QUERY) how many programs sit at tcx
+// ingress of dev in ns.
+func tcxProgs(t *testing.T, ns, dev string) int {
+	var n int
+	err := testutil.Do(ns, func() error {
+		ifc, err := net.InterfaceByName(dev)
+		if err != nil {
+			return err
+		}
+		r, err := link.QueryPrograms(link.QueryOptions{Target: ifc.Index, Attach: ebpf.AttachTCXIngress})
+		if err != nil {
+			return err
+		}
+		n = len(r.Programs)
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("querying %s's tcx programs: %v", dev, err)
+	}
+	return n
+}
+
+// runFastpath runs the split policy with --fastpath on B's veth and the
+// fast path's divert rule, sends the limiting traffic to both rules, stops
+// packetshaper with SIGTERM and returns the sender's results, what arrived
+// and packetshaper's log.
+func runFastpath(t *testing.T, tp *topo) (kern, user sendResult, r recvResult, log string) {
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tp.rules("add", "--fastpath", "--queue", "0")
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB)
+	sh.waitStderr("msg=shaping", 10*time.Second) // attached before it says so
+	if n := tcxProgs(t, tp.B, tp.VethB); n != 1 {
+		t.Fatalf("%d programs at tcx ingress of %s while packetshaper runs, want 1", n, tp.VethB)
+	}
+	rc := tp.startRecv(":9000,:9001", "--duration", "40s", "--idle", "3s")
+	kern = tp.send(limitSendArgs(tp.IPB + ":9000")...)
+	user = tp.send(limitSendArgs(tp.IPB + ":9001")...)
+	r = recvDone(rc, 45*time.Second)
+	log = tp.stopShaper(sh)
+	if n := tcxProgs(t, tp.B, tp.VethB); n != 0 {
+		t.Errorf("%d programs at tcx ingress of %s after SIGTERM, want none", n, tp.VethB)
+	}
+	return kern, user, r, log
+}
+
+// TestFastpathSplit: one policy split across both paths. The kernel's
+// token bucket and user space's sliding-window log each let through, per
+// flow, what the ideal limiter would of the actual send times (±5 %);
+// packetshaper's queue decided exactly the user-space rule's packets (none
+// of the kernel rule's reached it); SIGTERM leaves no program attached.
+func TestFastpathSplit(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	kern, user, r, log := runFastpath(t, tp)
+	if !strings.Contains(log, "shaping") || strings.Contains(log, "fast path off") {
+		t.Fatalf("the fast path did not run:\n%s", log)
+	}
+	if strings.Contains(log, "fast path: ") {
+		t.Errorf("a warning about the divert rules rules.sh --fastpath wrote:\n%s", log)
+	}
+	for _, c := range []struct {
+		port   string
+		s      sendResult
+		expect func([]int64) float64
+	}{{"9000", kern, expectTokenBucket}, {"9001", user, expectSlidingLog}} {
+		if len(c.s.Flows) != limFlows {
+			t.Fatalf("port %s: sender reports %d flows, want %d", c.port, len(c.s.Flows), limFlows)
+		}
+		for _, sport := range sortedPorts(c.s.Flows) {
+			f := c.s.Flows[sport]
+			checkSent(t, sport, f.Sent, 1)
+			checkWithin(t, fmt.Sprintf("port %s flow %s (sent %d)", c.port, sport, f.Sent), float64(r.Received[c.port][sport]), c.expect(f.TimesUs), 0.05)
+		}
+	}
+	// The queue saw the user-space rule's packets, all of them, and none
+	// of the kernel rule's.
+	acc, drop, line := finalStats(t, log)
+	t.Logf("final stats: %s", line)
+	var userRecv uint64
+	for _, n := range r.Received["9001"] {
+		userRecv += n
+	}
+	// The kernel rule's counters, read from the program's per-CPU
+	// counters, are in the stats line beside the user-space rule's.
+	var kernRecv uint64
+	for _, n := range r.Received["9000"] {
+		kernRecv += n
+	}
+	if p, a := statField(t, line, "rule.kern.packets"), statField(t, line, "rule.kern.accepted"); p != kern.Sent || a != kernRecv {
+		t.Errorf("stats: rule.kern.packets=%d accepted=%d; %d sent, %d received", p, a, kern.Sent, kernRecv)
+	}
+	if acc+drop != user.Sent || acc != userRecv {
+		t.Errorf("the queue decided %d packets (accepted %d); the user-space rule's traffic was %d sent, %d received: want equal (no kernel-rule packet in the queue)", acc+drop, acc, user.Sent, userRecv)
+	}
+}
+
+// TestFastpathRefused: a program the kernel refuses (forced by the test
+// variable) is one log line, and the whole policy runs through NFQUEUE:
+// both rules limit as they would in user space, every packet reaches the
+// queue. With --fastpath-required, packetshaper exits non-zero instead.
+func TestFastpathRefused(t *testing.T) {
+	needShaper(t)
+	t.Setenv("PACKETSHAPER_TEST_REFUSE_FASTPATH", "refused by the test")
+	tp := newTopo(t)
+	kern, user, r, log := runFastpath(t, tp)
+	if n := strings.Count(log, "fast path off, the whole policy runs through NFQUEUE: the kernel refused the fast path program: refused by the test"); n != 1 {
+		t.Errorf("%d fallback log lines, want 1:\n%s", n, log)
+	}
+	for _, c := range []struct {
+		port   string
+		s      sendResult
+		expect func([]int64) float64
+	}{{"9000", kern, expectTokenBucket}, {"9001", user, expectSlidingLog}} {
+		for _, sport := range sortedPorts(c.s.Flows) {
+			f := c.s.Flows[sport]
+			checkWithin(t, fmt.Sprintf("port %s flow %s (sent %d)", c.port, sport, f.Sent), float64(r.Received[c.port][sport]), c.expect(f.TimesUs), 0.05)
+		}
+	}
+	// Every packet of both rules reached the queue (and, the punt-all
+	// program marking every packet, a few of the link's own: IPv6
+	// neighbour discovery, which no rule matches).
+	_, _, line := finalStats(t, log)
+	if k, u := statField(t, line, "rule.kern.packets"), statField(t, line, "rule.user.packets"); k != kern.Sent || u != user.Sent {
+		t.Errorf("the queue decided %d packets of the kernel rule and %d of the user-space rule; %d and %d were sent: want all", k, u, kern.Sent, user.Sent)
+	}
+	pol := filepath.Join(t.TempDir(), "p.toml")
+	os.WriteFile(pol, []byte(fastpathPolicy), 0o644)
+	p := tp.start(tp.B, "packetshaper", shaperBin, "--queue", "1", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-required", "--control-socket", "")
+	if err := p.wait(10 * time.Second); err == nil || !strings.Contains(p.err.String(), "--fastpath-required: the kernel refused") {
+		t.Errorf("--fastpath-required with a refused program: %v, %q; want a non-zero exit naming the refusal", err, p.err.String())
+	}
+}
+
+// TestFastpathReload: SIGHUP swaps in a new program; the kernel rule, its
+// settings unchanged, keeps its flows' buckets (no fresh burst), and its
+// counters go on from the old program's.
+func TestFastpathReload(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	// A slow refill and a big burst: a fresh bucket would pass 50 of a
+	// flow's packets at once, the kept one about 1 per second since.
+	const file = `
+[[rule]]
+name  = "kern"
+match = { proto = ["udp"], dport = ["9000"] }
+pps   = 1
+burst = 50
+`
+	if err := os.WriteFile(pol, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tp.rules("add", "--fastpath", "--queue", "0")
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
+	sh.waitStderr("msg=shaping", 10*time.Second)
+	phase := func() (sent, got uint64) {
+		rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
+		s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "200ms")
+		r := recvDone(rc, 25*time.Second)
+		return s.Sent, r.Total
+	}
+	sent1, got1 := phase()
+	if got1 < 45 || got1 > 55 {
+		t.Fatalf("before the reload: %d of %d packets passed, want the burst, 50 (±5)", got1, sent1)
+	}
+	t0 := time.Now()
+	sh.signal(syscall.SIGHUP)
+	sh.waitStderr("fast path reloaded", 10*time.Second)
+	if !strings.Contains(sh.err.String(), "kept_flows=[kern]") {
+		t.Errorf("the reload did not keep rule kern's flows:\n%s", sh.err.String())
+	}
+	sent2, got2 := phase()
+	// The refill since the first phase, plus slack for the phase's own
+	// length: far below a fresh burst.
+	if max := uint64(time.Since(t0).Seconds()) + 5; got2 > max {
+		t.Errorf("after the reload: %d of %d packets passed, want at most %d: the bucket was not kept (a fresh one passes 50)", got2, sent2, max)
+	}
+	log := tp.stopShaper(sh)
+	_, _, line := finalStats(t, log)
+	if p, a := statField(t, line, "rule.kern.packets"), statField(t, line, "rule.kern.accepted"); p != sent1+sent2 || a != got1+got2 {
+		t.Errorf("stats after the reload: rule.kern.packets=%d accepted=%d; want %d sent and %d received over both programs", p, a, sent1+sent2, got1+got2)
+	}
+}
+
+// TestFastpathRulesScript: rules.sh add --fastpath writes the one divert
+// rule of the fast path (mangle PREROUTING, the punt mark, bypass), once
+// however often it is added; list shows it; del and del --all remove it;
+// it refuses the options that would queue other packets.
+func TestFastpathRulesScript(t *testing.T) {
+	needRoot(t)
+	tp := newTopo(t)
+	mangle := func() string { return tp.must(tp.B, "iptables", "-w", "-t", "mangle", "-S", "PREROUTING") }
+	for range 2 {
+		tp.rules("add", "--fastpath", "--queue", "3")
+	}
+	got := mangle()
+	const want = `-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m conntrack --ctstate INVALID,NEW,RELATED,ESTABLISHED,UNTRACKED -m comment --comment "packetshaper queue=3 fastpath" -j NFQUEUE --queue-num 3 --queue-bypass`
+	if strings.Count(got, "packetshaper") != 1 || !strings.Contains(got, want) {
+		t.Errorf("mangle PREROUTING after add --fastpath twice:\n%s\nwant one\n%s", got, want)
+	}
+	if l := tp.rules("list"); !strings.Contains(l, "fastpath") {
+		t.Errorf("list does not show the fast path's rule:\n%s", l)
+	}
+	tp.rules("del", "--fastpath", "--queue", "3")
+	if got := mangle(); strings.Contains(got, "packetshaper") {
+		t.Errorf("after del --fastpath:\n%s", got)
+	}
+	tp.rules("add", "--fastpath", "--queue", "3")
+	tp.rules("del", "--all")
+	if got := mangle(); strings.Contains(got, "packetshaper") {
+		t.Errorf("after del --all:\n%s", got)
+	}
+	out, err := exec.Command(rulesScript, "add", "--fastpath", "--queue", "0", "--dport", "9000", "--proto", "udp", "--dry-run").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--fastpath takes no") {
+		t.Errorf("add --fastpath --dport: %v %s; want a refusal", err, out)
+	}
+}
+
+// TestFastpathKill: a SIGKILLed packetshaper leaves no program at tcx
+// ingress (its links were never pinned), so traffic flows unlimited.
+func TestFastpathKill(t *testing.T) {
+	needShaper(t)
+	tp := newTopo(t)
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tp.rules("add", "--fastpath", "--queue", "0")
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
+	sh.waitStderr("msg=shaping", 10*time.Second)
+	if n := tcxProgs(t, tp.B, tp.VethB); n != 1 {
+		t.Fatalf("%d programs at tcx ingress while packetshaper runs, want 1", n)
+	}
+	sh.signal(syscall.SIGKILL)
+	if err := sh.wait(10 * time.Second); err == nil {
+		t.Fatalf("packetshaper survived SIGKILL")
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return tcxProgs(t, tp.B, tp.VethB) == 0 },
+		"a program is still attached at tcx ingress after SIGKILL")
+	// The kernel rule no longer limits: a burst far over it all arrives.
+	rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
+	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "200ms")
+	if r := recvDone(rc, 25*time.Second); r.Total != s.Sent {
+		t.Errorf("after SIGKILL: %d of %d packets arrived, want all", r.Total, s.Sent)
+	}
+}

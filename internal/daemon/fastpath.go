@@ -1,0 +1,86 @@
+package daemon
+
+import (
+	"strings"
+	"sync/atomic"
+
+	"github.com/packetshaper/packetshaper/internal/failopen"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// FastpathConfig turns on the kernel fast path (package internal/fastpath):
+// the rules the kernel can run are decided by an eBPF program at tcx
+// ingress of Ifaces; the others' packets reach the queue with the punt
+// mark (the divert rule matches it: scripts/rules.sh add --fastpath).
+type FastpathConfig struct {
+	Ifaces []string
+	// Required: a program the kernel refuses is an error, not a fallback
+	// to the whole policy in user space.
+	Required bool
+}
+
+// fastCounts gives the kernel's counts of a rule by name, to add to the
+// engine's in the snapshots (so status, metrics and the stats line count
+// both paths).
+type fastCounts struct {
+	get func(name string) (shaper.RuleStats, bool)
+}
+
+// addFast adds the kernel's counts to the rules of a snapshot.
+func addFast(fc *atomic.Pointer[fastCounts], rules []ruleSnap) {
+	f := fc.Load()
+	if f == nil {
+		return
+	}
+	for i := range rules {
+		if k, ok := f.get(rules[i].name); ok {
+			r := &rules[i].RuleStats
+			r.Packets += k.Packets
+			r.Accepted += k.Accepted
+			r.Dropped += k.Dropped
+			r.ShadowDropped += k.ShadowDropped
+			r.Marked += k.Marked
+		}
+	}
+}
+
+// fastpathRuleHints checks the queue rules (failopen.QueueRules) against
+// the fast path's one divert rule, scripts/rules.sh add --fastpath's: a
+// queue rule of ours in mangle PREROUTING (it matches the punt mark). None:
+// the user-space rules' packets are never queued (they pass undecided).
+// Another queue rule of ours: the packets the program decided are queued
+// and decided again.
+func fastpathRuleHints(rules []failopen.QueueRule, queues []uint16) []string {
+	ours := func(r *failopen.QueueRule) bool {
+		if r.Computed {
+			return false
+		}
+		for _, q := range queues {
+			if q >= r.Queue && int(q) < int(r.Queue)+int(r.Queues) {
+				return true
+			}
+		}
+		return false
+	}
+	var punt bool
+	var other []string
+	for i := range rules {
+		r := &rules[i]
+		if !ours(r) {
+			continue
+		}
+		if r.Table == "mangle" && r.Chain == "PREROUTING" {
+			punt = true
+		} else {
+			other = append(other, r.Family+" "+r.Table+" "+r.Chain)
+		}
+	}
+	var out []string
+	if !punt {
+		out = append(out, "fast path: no queue rule in mangle PREROUTING for the punt mark: the user-space rules' packets will not reach the queue (scripts/rules.sh add --fastpath --queue N)")
+	}
+	if len(other) > 0 {
+		out = append(out, "fast path: other queue rules send to this queue ("+strings.Join(other, ", ")+"): packets the kernel decided will be queued and decided again; with --fastpath, the punt-mark rule should be the only one")
+	}
+	return out
+}

@@ -1,0 +1,83 @@
+package daemon
+
+import (
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/packetshaper/packetshaper/internal/failopen"
+	"github.com/packetshaper/packetshaper/internal/fastpath"
+	"github.com/packetshaper/packetshaper/nfq"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// TestPuntMarkCleared: with the fast path, a packet reaches the queue with
+// the punt mark or'ed into its mark; the engine must see the mark the
+// packet had before, so that a mark match decides as the kernel's does.
+func TestPuntMarkCleared(t *testing.T) {
+	eng, err := shaper.NewPolicy(compilePolicy(t, `
+[[rule]]
+name = "unmarked"
+match = { mark = "0x0/0xffffffff" }
+action = "drop"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(0, eng)
+	w.punt = fastpath.DefaultPuntMark
+	d := udp4(1000)
+	batch := []nfq.Packet{{ID: 1, Data: d, Len: len(d), Mark: fastpath.DefaultPuntMark}, {ID: 2, Data: d, Len: len(d), Mark: fastpath.DefaultPuntMark | 1}}
+	v := make([]nfq.Verdict, 2)
+	w.decide(batch, v, 1e18)
+	if v[0].Action != nfq.Drop || v[1].Action == nfq.Drop {
+		t.Errorf("verdicts %v, %v: want the punted unmarked packet dropped (mark 0 once the punt bit is cleared), the marked one accepted", v[0].Action, v[1].Action)
+	}
+}
+
+// TestAddFast: the kernel's counts of a rule are added to the engine's in
+// a snapshot, by rule name; other rules are left alone.
+func TestAddFast(t *testing.T) {
+	var fc atomic.Pointer[fastCounts]
+	rules := []ruleSnap{{name: "k", RuleStats: shaper.RuleStats{Packets: 1, Accepted: 1}}, {name: "u", RuleStats: shaper.RuleStats{Packets: 2}}}
+	addFast(&fc, rules) // no fast path: nothing
+	fc.Store(&fastCounts{get: func(name string) (shaper.RuleStats, bool) {
+		return shaper.RuleStats{Packets: 10, Accepted: 4, Dropped: 6, ShadowDropped: 1, Marked: 2}, name == "k"
+	}})
+	addFast(&fc, rules)
+	if k := rules[0].RuleStats; k.Packets != 11 || k.Accepted != 5 || k.Dropped != 6 || k.ShadowDropped != 1 || k.Marked != 2 {
+		t.Errorf("kernel rule %+v", k)
+	}
+	if u := rules[1].RuleStats; u.Packets != 2 || u.Accepted != 0 {
+		t.Errorf("user-space rule %+v", u)
+	}
+}
+
+// TestFastpathRuleHints: with --fastpath, a missing punt-mark divert rule,
+// and a queue rule elsewhere that would queue the kernel's packets again,
+// are each one warning; the one rules.sh --fastpath writes is none.
+func TestFastpathRuleHints(t *testing.T) {
+	punt := failopen.QueueRule{Family: "ip", Table: "mangle", Chain: "PREROUTING", Queue: 0, Queues: 1, Bypass: true}
+	input := failopen.QueueRule{Family: "ip", Table: "filter", Chain: "INPUT", Queue: 0, Queues: 2, Bypass: true}
+	otherQ := failopen.QueueRule{Family: "ip", Table: "filter", Chain: "INPUT", Queue: 5, Queues: 1}
+	for _, tc := range []struct {
+		rules []failopen.QueueRule
+		want  []string
+	}{
+		{[]failopen.QueueRule{punt, otherQ}, nil},
+		{nil, []string{"no queue rule in mangle PREROUTING"}},
+		{[]failopen.QueueRule{otherQ}, []string{"no queue rule in mangle PREROUTING"}},
+		{[]failopen.QueueRule{punt, input}, []string{"ip filter INPUT"}},
+	} {
+		got := fastpathRuleHints(tc.rules, []uint16{0})
+		if len(got) != len(tc.want) {
+			t.Errorf("%v: %q, want %d warnings", tc.rules, got, len(tc.want))
+			continue
+		}
+		for i := range got {
+			if !strings.Contains(got[i], tc.want[i]) {
+				t.Errorf("%q lacks %q", got[i], tc.want[i])
+			}
+		}
+	}
+}
