@@ -344,7 +344,7 @@ func mergeRangesOrNil(rs []portRange) []portRange {
 	if len(rs) == 0 {
 		return nil
 	}
-	return mergeRanges(rs)
+	return mergeRanges(rs, portBounds)
 }
 
 // idDim is the uid or gid dimension, made as portDim's intervals; an
@@ -371,7 +371,7 @@ func (b *builder) idDim(get func(m *matchSpec) []idRange) idDim {
 		cover[k] = slices.Clone(free)
 	}
 	for i := range b.specs {
-		for _, r := range mergeIDs(get(&b.specs[i].match)) {
+		for _, r := range mergeRanges(get(&b.specs[i].match), idBounds) {
 			a, _ := slices.BinarySearch(starts, r.lo)
 			for k := a; k < len(starts) && starts[k] <= r.hi; k++ {
 				setBit(cover[k], i)

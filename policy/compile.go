@@ -245,7 +245,7 @@ func (s *matchSpec) canonical() string {
 			return nil
 		}
 		var out []string
-		for _, r := range mergeRanges(rs) {
+		for _, r := range mergeRanges(rs, portBounds) {
 			if r.lo == r.hi {
 				out = append(out, strconv.Itoa(int(r.lo)))
 			} else {
@@ -272,7 +272,7 @@ func (s *matchSpec) canonical() string {
 			return nil
 		}
 		var out []string
-		for _, r := range mergeIDs(rs) {
+		for _, r := range mergeRanges(rs, idBounds) {
 			if r.lo == r.hi {
 				out = append(out, strconv.FormatUint(uint64(r.lo), 10))
 			} else {
@@ -320,38 +320,38 @@ func (s *matchSpec) canonical() string {
 	return strings.Join(parts, " ")
 }
 
-func mergeRanges(rs []portRange) []portRange {
-	rs = slices.Clone(rs)
-	slices.SortFunc(rs, func(a, b portRange) int { return cmp.Or(cmp.Compare(a.lo, b.lo), cmp.Compare(a.hi, b.hi)) })
-	out := rs[:1]
-	for _, r := range rs[1:] {
-		last := &out[len(out)-1]
-		if int(r.lo) <= int(last.hi)+1 {
-			last.hi = max(last.hi, r.hi)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
-}
-
-// mergeIDs sorts id ranges and merges those that touch or overlap.
-func mergeIDs(rs []idRange) []idRange {
+// mergeRanges sorts ranges and merges those that touch or overlap; bounds
+// gives a range's two ends (inclusive). Nil for none.
+func mergeRanges[R any, T uint16 | uint32](rs []R, bounds func(*R) (lo, hi *T)) []R {
 	if len(rs) == 0 {
 		return nil
 	}
 	rs = slices.Clone(rs)
-	slices.SortFunc(rs, func(a, b idRange) int { return cmp.Or(cmp.Compare(a.lo, b.lo), cmp.Compare(a.hi, b.hi)) })
+	slices.SortFunc(rs, func(a, b R) int {
+		alo, ahi := bounds(&a)
+		blo, bhi := bounds(&b)
+		return cmp.Or(cmp.Compare(*alo, *blo), cmp.Compare(*ahi, *bhi))
+	})
 	out := rs[:1]
-	for _, r := range rs[1:] {
-		last := &out[len(out)-1]
-		if uint64(r.lo) <= uint64(last.hi)+1 {
-			last.hi = max(last.hi, r.hi)
+	for i := 1; i < len(rs); i++ {
+		_, lastHi := bounds(&out[len(out)-1])
+		lo, hi := bounds(&rs[i])
+		if uint64(*lo) <= uint64(*lastHi)+1 {
+			*lastHi = max(*lastHi, *hi)
 			continue
 		}
-		out = append(out, r)
+		out = append(out, rs[i])
 	}
 	return out
+}
+
+func portBounds(r *portRange) (lo, hi *uint16) { return &r.lo, &r.hi }
+func idBounds(r *idRange) (lo, hi *uint32)     { return &r.lo, &r.hi }
+
+// MergePortRanges sorts port ranges and merges those that touch or overlap
+// (nil for none), as the classifier does.
+func MergePortRanges(rs []PortRange) []PortRange {
+	return mergeRanges(rs, func(r *PortRange) (lo, hi *uint16) { return &r.Lo, &r.Hi })
 }
 
 // Source returns the file and options c was compiled from (the kernel fast

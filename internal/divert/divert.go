@@ -14,7 +14,6 @@
 package divert
 
 import (
-	"cmp"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -253,7 +252,7 @@ func (n *need) rules(family string) []Rule {
 	}
 	for _, p := range slices.Sorted(mapsKeys(protos)) {
 		name := protoNames[p]
-		d, s := merge(n.dports[p]), merge(n.sports[p])
+		d, s := policy.MergePortRanges(n.dports[p]), policy.MergePortRanges(n.sports[p])
 		if n.all[p] || len(d) > MaxPortRanges || len(s) > MaxPortRanges {
 			out = append(out, Rule{Family: family, Proto: name})
 			continue
@@ -276,25 +275,6 @@ func mapsKeys(m map[uint8]bool) func(func(uint8) bool) {
 			}
 		}
 	}
-}
-
-// merge sorts ranges and joins those that overlap or touch.
-func merge(rs []policy.PortRange) []policy.PortRange {
-	if len(rs) == 0 {
-		return nil
-	}
-	rs = slices.Clone(rs)
-	slices.SortFunc(rs, func(a, b policy.PortRange) int { return cmp.Or(cmp.Compare(a.Lo, b.Lo), cmp.Compare(a.Hi, b.Hi)) })
-	out := rs[:1]
-	for _, r := range rs[1:] {
-		last := &out[len(out)-1]
-		if uint32(r.Lo) <= uint32(last.Hi)+1 {
-			last.Hi = max(last.Hi, r.Hi)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
 }
 
 // join makes one Both rule of an IPv4 and an IPv6 rule that are the same

@@ -82,7 +82,7 @@ type Entry struct {
 }
 
 // PortRange is an inclusive port range.
-type PortRange struct{ Lo, Hi uint16 }
+type PortRange = policy.PortRange
 
 // Spec is a compiled policy for the program.
 type Spec struct {
@@ -243,7 +243,7 @@ func entryOf(d *policy.Rule, c *policy.Compiled) (e Entry, inexact string) {
 			e.Proto[p>>6] |= 1 << (p & 63)
 		}
 	}
-	e.Sport, e.Dport = ports(m.Sport), ports(m.Dport)
+	e.Sport, e.Dport = policy.MergePortRanges(m.SrcPorts()), policy.MergePortRanges(m.DstPorts())
 	for _, name := range m.Iif {
 		if id := c.IfaceID(name); id != 0 {
 			e.Iif = append(e.Iif, id)
@@ -298,39 +298,6 @@ func prefixes(items []string) []netip.Prefix {
 		ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
 	}
 	return ps
-}
-
-// ports merges the ranges of a match list (policy merges them alike).
-func ports(items []string) []PortRange {
-	if items == nil {
-		return nil
-	}
-	var rs []PortRange
-	for _, s := range items {
-		lo, hi, isRange := strings.Cut(s, "-")
-		a, _ := strconv.ParseUint(lo, 10, 16)
-		b := a
-		if isRange {
-			b, _ = strconv.ParseUint(hi, 10, 16)
-		}
-		rs = append(rs, PortRange{uint16(a), uint16(b)})
-	}
-	// Sort and merge adjacent or overlapping ranges.
-	for i := 1; i < len(rs); i++ {
-		for j := i; j > 0 && (rs[j].Lo < rs[j-1].Lo || rs[j].Lo == rs[j-1].Lo && rs[j].Hi < rs[j-1].Hi); j-- {
-			rs[j], rs[j-1] = rs[j-1], rs[j]
-		}
-	}
-	out := rs[:1]
-	for _, r := range rs[1:] {
-		last := &out[len(out)-1]
-		if int(r.Lo) <= int(last.Hi)+1 {
-			last.Hi = max(last.Hi, r.Hi)
-			continue
-		}
-		out = append(out, r)
-	}
-	return out
 }
 
 // exactRate is shaper's exactRate (rate in nano-units per nanosecond as

@@ -113,7 +113,7 @@ func TestCompileEntries(t *testing.T) {
 	if e.Proto == nil || e.Proto[0] != 1<<17 || e.Proto[2] != 1<<(132-128) {
 		t.Errorf("proto: %v", e.Proto)
 	}
-	if len(e.Dport) != 1 || e.Dport[0] != (PortRange{100, 301}) {
+	if len(e.Dport) != 1 || e.Dport[0] != (PortRange{Lo: 100, Hi: 301}) {
 		t.Errorf("dport: %v", e.Dport)
 	}
 	if len(e.Iif) != 1 || e.Iif[0] != 9 || !e.HasMark || e.Mark != 0x10 || e.Mask != 0xf0 {
