@@ -493,7 +493,14 @@ func (e *Engine) allowGlobal(g *globalRule, f *gflow, k *flows.Key, now, cost in
 		if f.lease != nil {
 			f.lease.Demand(cost)
 		}
-		return f.allowLocal(lim, now, cost)
+		if f.lim != lim {
+			// A fallback starts spent: its share earns from now on. A
+			// full bucket per fallback would let a store that keeps
+			// timing out hand every host a fresh burst each time.
+			lim.ResetSpent(&f.state, now)
+			f.lim = lim
+		}
+		return lim.Allow(&f.state, now, cost)
 	}
 	if l := f.lease; l != nil {
 		if l.Take(now, cost) {

@@ -125,8 +125,10 @@ func TestGlobalLeaseSteps(t *testing.T) {
 }
 
 // TestGlobalFallback: with a fallback limiter set, the engine limits each
-// flow of the rule with it (counted as Fallback) and still reports demand;
-// cleared, the leases decide again.
+// flow of the rule with it (counted as Fallback), starting spent (what the
+// leases spent is not known here: a full bucket would be a fresh burst each
+// time the store fails), and still reports demand; cleared, the leases
+// decide again; a second fallback starts spent again.
 func TestGlobalFallback(t *testing.T) {
 	g := newFakeGlobal()
 	e := globalEngine(t, Config{Rate: 10, Burst: 5}, g)
@@ -139,25 +141,33 @@ func TestGlobalFallback(t *testing.T) {
 	l := g.only(t)
 	g.local.SetFallback(lim)
 	var got []Verdict
-	for i := range 4 {
+	for i := range 3 {
 		got = append(got, e.Decide(p, t0+int64(i)))
 	}
-	want := []Verdict{Accept, Accept, Drop, Drop}
+	got = append(got, e.Decide(p, t0+1e9), e.Decide(p, t0+1e9+1)) // one token earned in 1 s
+	want := []Verdict{Drop, Drop, Drop, Accept, Drop}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Errorf("fallback packet %d: %v, want %v", i, got[i], want[i])
 		}
 	}
-	if d := l.TakeDemand(); d != 4 {
-		t.Errorf("demand in fallback = %d, want 4", d)
+	if d := l.TakeDemand(); d != 5 {
+		t.Errorf("demand in fallback = %d, want 5", d)
 	}
-	if s := e.RuleStats(0); s.Fallback != 4 {
-		t.Errorf("Fallback = %d, want 4", s.Fallback)
+	if s := e.RuleStats(0); s.Fallback != 5 {
+		t.Errorf("Fallback = %d, want 5", s.Fallback)
 	}
 	g.local.SetFallback(nil)
 	l.Grant(1+1, noExpiry)
-	if e.Decide(p, t0+10) != Accept || e.Decide(p, t0+11) != Drop {
+	if e.Decide(p, t0+2e9) != Accept || e.Decide(p, t0+2e9+1) != Drop {
 		t.Error("back on the lease: want one accept, then a drop")
+	}
+	// The store fails again, long after: a new fallback limiter (a new
+	// share) starts spent too, whatever the time since the last one.
+	lim2, _ := NewLimiter(LimiterConfig{Rate: 1, Burst: 2})
+	g.local.SetFallback(lim2)
+	if e.Decide(p, t0+100e9) != Drop {
+		t.Error("a second fallback gave a fresh burst")
 	}
 }
 

@@ -224,6 +224,25 @@ func (l *Limiter) Reset(s *State, now int64) {
 	}
 }
 
+// ResetSpent makes s the state of a flow that starts at now with nothing
+// left to spend: an empty bucket, the current window full, a full log. It
+// then gets only what the rate earns from now on. (A global rule's local
+// fallback starts so: what its leases spent is not known to it.)
+func (l *Limiter) ResetSpent(s *State, now int64) {
+	l.Reset(s, now)
+	switch l.algo {
+	case TokenBucket:
+		s.tokens = 0
+	case FixedWindow, SlidingWindowCounter:
+		s.cur = l.limit
+	case SlidingWindow:
+		for i := range s.log {
+			s.log[i] = now
+		}
+		s.head, s.n = 0, int32(l.limit)
+	}
+}
+
 // Allow reports whether a packet of the given cost (1 for a packet, or its
 // length in bytes) is accepted at now, and if so charges it to s. Only
 // accepted packets are charged. A now older than the newest time s has seen

@@ -416,3 +416,32 @@ func TestParseAlgorithm(t *testing.T) {
 		t.Error("ParseAlgorithm(leaky-bucket) succeeded")
 	}
 }
+
+// TestResetSpent: a state reset spent admits nothing at once, whatever the
+// algorithm, and then what the rate earns: one packet a second here.
+func TestResetSpent(t *testing.T) {
+	for _, algo := range []Algorithm{TokenBucket, FixedWindow, SlidingWindow, SlidingWindowCounter} {
+		lim, err := NewLimiter(LimiterConfig{Algorithm: algo, Rate: 1, Burst: 5, Window: 1e9})
+		if err != nil {
+			t.Fatalf("%v: %v", algo, err)
+		}
+		var s State
+		const now = int64(1e12)
+		lim.ResetSpent(&s, now)
+		if lim.Allow(&s, now, 1) {
+			t.Errorf("%v: a spent state admitted a packet at once", algo)
+		}
+		// Two windows on (the sliding-window counter weighs the previous
+		// one): a packet again, but not a burst.
+		later := now + 2e9 + 1
+		n := 0
+		for range 10 {
+			if lim.Allow(&s, later, 1) {
+				n++
+			}
+		}
+		if n == 0 || n > 2 {
+			t.Errorf("%v: %d packets admitted 2 s after a spent reset, want 1 or 2 (what 2 s earn, not a burst)", algo, n)
+		}
+	}
+}
