@@ -160,6 +160,9 @@ func TestControlSocketPeerCred(t *testing.T) {
 	}
 	sock := filepath.Join(dir, "ps.sock")
 	sh := tp.startShaper("--queue", "0", "--pps", "10", "--stats-interval", "0", "--control-socket", sock)
+	// startShaper waits for the queue's binding; the control socket comes
+	// after it.
+	testutil.WaitFor(t, 10*time.Second, func() bool { _, err := os.Stat(sock); return err == nil })
 	if err := os.Chmod(sock, 0o666); err != nil {
 		t.Fatal(err)
 	}
