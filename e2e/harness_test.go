@@ -414,11 +414,16 @@ func (tp *topo) startShaper(args ...string) *proc {
 }
 
 // startShaperIn runs packetshaper in ns with args and waits until it has
-// bound queue 0.
+// bound queue 0 and logged its startup line (which comes after its control
+// socket and metrics server are up), or exited.
 func (tp *topo) startShaperIn(ns string, args ...string) *proc {
 	tp.t.Helper()
 	p := tp.start(ns, "packetshaper", append([]string{shaperBin}, args...)...)
 	tp.waitBoundIn(ns, p, 0)
+	testutil.WaitFor(tp.t, 10*time.Second, func() bool {
+		s := p.err.String()
+		return strings.Contains(s, "msg=shaping") || strings.Contains(s, `"msg":"shaping"`) || p.exited()
+	})
 	return p
 }
 
