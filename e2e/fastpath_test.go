@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,9 +9,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/packetshaper/packetshaper/internal/testutil"
 )
@@ -52,28 +48,6 @@ func expectSlidingLog(timesUs []int64) float64 {
 	return float64(len(acc))
 }
 
-// tcxProgs asks the kernel (BPF_PROG_QUERY) how many programs sit at tcx
-// ingress of dev in ns.
-func tcxProgs(t *testing.T, ns, dev string) int {
-	var n int
-	err := testutil.Do(ns, func() error {
-		ifc, err := net.InterfaceByName(dev)
-		if err != nil {
-			return err
-		}
-		r, err := link.QueryPrograms(link.QueryOptions{Target: ifc.Index, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return err
-		}
-		n = len(r.Programs)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("querying %s's tcx programs: %v", dev, err)
-	}
-	return n
-}
-
 // runFastpath runs the split policy with --fastpath on B's veth and the
 // fast path's divert rule, sends the limiting traffic to both rules, stops
 // packetshaper with SIGTERM and returns the sender's results, what arrived
@@ -86,7 +60,7 @@ func runFastpath(t *testing.T, tp *topo) (kern, user sendResult, r recvResult, l
 	tp.rules("add", "--fastpath", "--queue", "0")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB)
 	sh.waitStderr("msg=shaping", 10*time.Second) // attached before it says so
-	if n := tcxProgs(t, tp.B, tp.VethB); n != 1 {
+	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 1 {
 		t.Fatalf("%d programs at tcx ingress of %s while packetshaper runs, want 1", n, tp.VethB)
 	}
 	rc := tp.startRecv(":9000,:9001", "--duration", "40s", "--idle", "3s")
@@ -94,7 +68,7 @@ func runFastpath(t *testing.T, tp *topo) (kern, user sendResult, r recvResult, l
 	user = tp.send(limitSendArgs(tp.IPB + ":9001")...)
 	r = recvDone(rc, 45*time.Second)
 	log = tp.stopShaper(sh)
-	if n := tcxProgs(t, tp.B, tp.VethB); n != 0 {
+	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 0 {
 		t.Errorf("%d programs at tcx ingress of %s after SIGTERM, want none", n, tp.VethB)
 	}
 	return kern, user, r, log
@@ -285,14 +259,14 @@ func TestFastpathKill(t *testing.T) {
 	tp.rules("add", "--fastpath", "--queue", "0")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
 	sh.waitStderr("msg=shaping", 10*time.Second)
-	if n := tcxProgs(t, tp.B, tp.VethB); n != 1 {
+	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 1 {
 		t.Fatalf("%d programs at tcx ingress while packetshaper runs, want 1", n)
 	}
 	sh.signal(syscall.SIGKILL)
 	if err := sh.wait(10 * time.Second); err == nil {
 		t.Fatalf("packetshaper survived SIGKILL")
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { return tcxProgs(t, tp.B, tp.VethB) == 0 },
+	testutil.Eventually(t, 10*time.Second, func() bool { return testutil.TCXPrograms(t, tp.B, tp.VethB) == 0 },
 		"a program is still attached at tcx ingress after SIGKILL")
 	// The kernel rule no longer limits: a burst far over it all arrives.
 	rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")

@@ -144,7 +144,7 @@ func TestAttachTCX(t *testing.T) {
 
 	// Closing the link detaches the program: nothing left on the
 	// interface, and the drop rule's packets arrive.
-	attached := func() int { return tcxPrograms(t, nsB) }
+	attached := func() int { return testutil.TCXPrograms(t, nsB, "vfb") }
 	if n := attached(); n != 1 {
 		t.Errorf("%d programs at tcx ingress of vfb, want 1", n)
 	}

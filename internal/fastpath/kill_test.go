@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
@@ -36,28 +35,6 @@ func vethPair(t *testing.T) (nsA, nsB string) {
 	testutil.MustRun(t, "ip", "-n", nsA, "link", "set", "vfa", "up")
 	testutil.MustRun(t, "ip", "-n", nsB, "link", "set", "vfb", "up")
 	return nsA, nsB
-}
-
-// tcxPrograms asks the kernel (BPF_PROG_QUERY) how many programs sit at
-// tcx ingress of vfb in ns.
-func tcxPrograms(t *testing.T, ns string) int {
-	var n int
-	err := testutil.Do(ns, func() error {
-		ifc, err := net.InterfaceByName("vfb")
-		if err != nil {
-			return err
-		}
-		r, err := link.QueryPrograms(link.QueryOptions{Target: ifc.Index, Attach: ebpf.AttachTCXIngress})
-		if err != nil {
-			return err
-		}
-		n = len(r.Programs)
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("querying vfb's tcx programs: %v", err)
-	}
-	return n
 }
 
 // killChild is the child of TestKillDetaches: it loads a policy that drops
@@ -151,7 +128,7 @@ func TestKillDetaches(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the child did not attach within a minute")
 	}
-	if n := tcxPrograms(t, nsB); n != 1 {
+	if n := testutil.TCXPrograms(t, nsB, "vfb"); n != 1 {
 		t.Fatalf("%d programs at vfb with the child running, want 1", n)
 	}
 
@@ -181,7 +158,7 @@ func TestKillDetaches(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	killed = true
-	testutil.Eventually(t, 10*time.Second, func() bool { return tcxPrograms(t, nsB) == 0 },
+	testutil.Eventually(t, 10*time.Second, func() bool { return testutil.TCXPrograms(t, nsB, "vfb") == 0 },
 		"a program is still attached at vfb after its process was killed")
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		for _, id := range ids {
