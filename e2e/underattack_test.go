@@ -306,9 +306,25 @@ func TestOffloadFlood(t *testing.T) {
 			sh := tp.startShaper(args...)
 			throttle(t, sh.cmd.Process.Pid, 2*time.Millisecond, 10*time.Millisecond)
 			rc := tp.startRecv(":9000", "--duration", "40s", "--idle", "3s")
+			// With --offload the flood lasts long enough to surround the
+			// legitimate flows, which start once it is offloaded and
+			// the queue has drained: a legitimate packet stuck behind
+			// 65 536 flood packets in a throttled shaper's queue is
+			// decided late, at the time it is read, and a bucket that
+			// filled to its burst meanwhile cannot give it the tokens
+			// of that wait (26 of 404 per flow, measured).
+			floodFor := "5s"
+			if withOffload {
+				floodFor = "9s"
+			}
 			flood := tp.startSend("--dst", tp.IPB+":9001", "--flows", "1", "--sport", "20000", "--pps", "0",
-				"--count", "3000000", "--duration", "5s")
+				"--count", "6000000", "--duration", floodFor)
 			time.Sleep(300 * time.Millisecond)
+			if withOffload {
+				testutil.Eventually(t, 10*time.Second, func() bool {
+					return strings.Contains(tp.offloadElements(), ". 20000 . 9001") && tp.queue(0).Waiting < 100
+				}, "the flood was not offloaded, or the queue did not drain, within 10 s")
+			}
 			s := tp.send("--dst", tp.IPB+":9000", "--flows", "4", "--sport", "10000", "--pps", "500", "--duration", "4s", "--times")
 			fs := sendDone(flood)
 			r := recvDone(rc, 45*time.Second)
