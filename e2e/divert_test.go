@@ -35,6 +35,7 @@ burst = 100
 // the file), check says nothing and the dns rule sees, and limits, every
 // datagram sent to port 53.
 func TestDivertRulesFromPolicy(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")

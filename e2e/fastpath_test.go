@@ -80,6 +80,7 @@ func runFastpath(t *testing.T, tp *topo) (kern, user sendResult, r recvResult, l
 // packetshaper's queue decided exactly the user-space rule's packets (none
 // of the kernel rule's reached it); SIGTERM leaves no program attached.
 func TestFastpathSplit(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	kern, user, r, log := runFastpath(t, tp)
@@ -166,6 +167,7 @@ func TestFastpathRefused(t *testing.T) {
 // settings unchanged, keeps its flows' buckets (no fresh burst), and its
 // counters go on from the old program's.
 func TestFastpathReload(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	pol := filepath.Join(t.TempDir(), "policy.toml")
@@ -218,6 +220,7 @@ burst = 50
 // however often it is added; list shows it; del and del --all remove it;
 // it refuses the options that would queue other packets.
 func TestFastpathRulesScript(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	mangle := func() string { return tp.must(tp.B, "iptables", "-w", "-t", "mangle", "-S", "PREROUTING") }

@@ -128,6 +128,7 @@ func ownerListing(t *testing.T, tp *topo, ns, sock string) map[string]control.Fl
 // listing names them "uid 1001" and "uid 1002"; uid 1003, outside the
 // match, is not limited.
 func TestOwnerUIDKey(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	psend := publicPsend(t)
@@ -207,6 +208,7 @@ func cgroup2Root() string {
 // 0x2), and a packetshaper rule keyed by mark holds each cgroup to 5 + 100
 // × T (±5 %) over its two flows together.
 func TestOwnerMarkKey(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	root := cgroup2Root()
 	if root == "" {
@@ -294,6 +296,7 @@ burst = %v
 // flow, "no owner", held together to 5 + 100 × T (±5 %): having no owner
 // is never a way around a per-user limit.
 func TestOwnerNoOwnerOneFlow(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")

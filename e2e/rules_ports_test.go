@@ -18,6 +18,7 @@ import (
 // and the --offload drop rules loaded, with a test verdict, as this kernel
 // has no nft_queue); del removes them all.
 func TestRulesPortRanges(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000-9010", "--family", "ipv4")

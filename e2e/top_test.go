@@ -168,6 +168,7 @@ func (f topFrame) flow(key string) (topFlow, bool) {
 // status 0. PS_TOP_SCREENSHOT=FILE.html saves the last frame as HTML
 // (docs/top.png is chromium's screenshot of it).
 func TestTopInTmux(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
