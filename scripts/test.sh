@@ -29,7 +29,10 @@
 # the unit stage runs every package plainly.
 #   package  scripts/package-test.sh (one check): the systemd unit's
 #            exposure, the .deb built, installed, run by systemd in a
-#            container, removed and purged
+#            container, removed and purged; beside the fuzz stage when both
+#            run (it mostly waits for dpkg and systemd, and each fuzz target
+#            runs for a fixed time whatever the CPU it gets), its output
+#            printed after that stage's
 #   fuzz     each fuzz target for FUZZTIME (one test each)
 #
 # Tests that need root (netns, NFQUEUE, the package) skip as another user,
@@ -213,7 +216,11 @@ fi
 if stage_on package; then
 	echo "== package: the systemd unit and the Debian package (scripts/package-test.sh)"
 	: >"$OUT/package.json"
-	if [ "$(id -u)" = 0 ]; then
+	if [ "$(id -u)" = 0 ] && stage_on fuzz; then
+		echo "(beside the fuzz stage; its output follows that stage's)"
+		check package scripts/package-test.sh ./scripts/package-test.sh >"$OUT/package.out" 2>&1 &
+		package_pid=$!
+	elif [ "$(id -u)" = 0 ]; then
 		check package scripts/package-test.sh ./scripts/package-test.sh
 	else
 		"$TS" record -action skip -reason "not root: it installs the package and boots a container" scripts/package-test.sh >>"$OUT/package.json"
@@ -264,6 +271,12 @@ if stage_on fuzz; then
 		done
 	done
 	summary+=("fuzz=$OUT/fuzz.json")
+fi
+
+if [ -n "${package_pid:-}" ]; then
+	wait "$package_pid" || true
+	echo "== package: its output (it ran beside the fuzz stage)"
+	cat "$OUT/package.out"
 fi
 
 echo
