@@ -27,26 +27,25 @@
 #           -bench 'HeldVerdicts|KernelListWalk'; about 3 minutes)
 #   global  a global rule's Decide beside the same rule run locally, in one
 #           run (go test -bench DecideGlobal ./shaper: leases that never run
-#           dry; ./global: leases from a real redis-server through the
+#           dry; ./internal/global: leases from a real redis-server through the
 #           refresher), and the store's load: Redis commands/s from one host
 #           with 10, 1 000 and 100 000 active keys (go test -bench RedisLoad
-#           ./global; needs redis-server, which the tests start themselves on
+#           ./internal/global; needs redis-server, which the tests start themselves on
 #           loopback ports)
 #   timing  the timing figures that go test reports but does not enforce
-#           (internal/timing), enforced: the tests that check them run with
-#           PS_STRICT_TIMING=1 -v; their log lines (the figures, each one
-#           over its bound with the load average beside it) and PASS or
-#           FAIL per test are reported, with the load average before and
-#           after each package: nfq
-#           (Wake to Idle, lone-release lateness, stop times), global
-#           (fallback and return times; redis-server), daemon (idle
-#           listing), policy (refusing a huge file), cmd/packetshaper (the
-#           live run), e2e (flood rate, listing latency, the store's
-#           return, exit after SIGTERM); the shape part covers the shaping
-#           tests' (root for nfq, cmd and e2e, which skip otherwise; about
-#           4 minutes)
+#           (internal/timing), enforced: every test that checks one
+#           (go run ./scripts/timingtests lists them: nfq's wake, idle,
+#           hold and stop times, internal/global's fallback and return,
+#           internal/daemon's idle listing, policy's refusal of a huge file,
+#           cmd/packetshaper's live run, and in e2e the flood rate, the
+#           listing's latency, the store's return, shaping lateness and
+#           each shaper's exit after SIGTERM) runs with PS_STRICT_TIMING=1,
+#           one at a time; each figure is reported ("ok" or its test
+#           fails) with the load average before and after each package
+#           (root for nfq, cmd and e2e, which skip otherwise; about 12
+#           minutes)
 #
-#   sudo ./scripts/bench.sh                       # all eight, about 14-18 minutes
+#   sudo ./scripts/bench.sh                       # all eight, about 25-30 minutes
 #   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 1.5 minutes
 #   sudo PARTS=moderate ./scripts/bench.sh        # CPU per packet only, about 3 minutes
 #   sudo PARTS=shape ./scripts/bench.sh           # shaping only, about 3 minutes
@@ -290,12 +289,12 @@ if want shape; then
 fi
 # ---------------------------------------------------------------- global
 if want global; then
-	log "global: go test -bench DecideGlobal ./shaper and DecideGlobalRedis ./global, -count $ENGINE_COUNT"
+	log "global: go test -bench DecideGlobal ./shaper and DecideGlobalRedis ./internal/global, -count $ENGINE_COUNT"
 	(cd "$ROOT" && timeout 900 go test -run '^$' -bench 'DecideGlobal$' -benchmem -count "$ENGINE_COUNT" ./shaper &&
-		timeout 900 go test -run '^$' -bench 'DecideGlobalRedis' -benchmem -count "$ENGINE_COUNT" ./global) \
+		timeout 900 go test -run '^$' -bench 'DecideGlobalRedis' -benchmem -count "$ENGINE_COUNT" ./internal/global) \
 		>"$OUT/global-engine.txt" 2>&1 || { tail -20 "$OUT/global-engine.txt" >&2; die "global engine benchmark failed (log: $OUT/global-engine.txt)"; }
-	log "global: go test -bench RedisLoad ./global (10, 1 000, 100 000 keys)"
-	(cd "$ROOT" && timeout 900 go test -run '^$' -bench 'RedisLoad' -benchtime 1x ./global) \
+	log "global: go test -bench RedisLoad ./internal/global (10, 1 000, 100 000 keys)"
+	(cd "$ROOT" && timeout 900 go test -run '^$' -bench 'RedisLoad' -benchtime 1x ./internal/global) \
 		>"$OUT/global-load.txt" 2>&1 || { tail -20 "$OUT/global-load.txt" >&2; die "Redis load benchmark failed (log: $OUT/global-load.txt)"; }
 	awk -v count="$ENGINE_COUNT" '
 	/^BenchmarkDecideGlobal(Redis)?\// {
@@ -337,32 +336,32 @@ fi
 # ---------------------------------------------------------------- timing
 # The tests whose figures go test checks with timing.Check (reported, not
 # enforced there), with PS_STRICT_TIMING=1: a figure over its bound fails
-# its test here. A test that gains a timing.Check belongs in this list.
+# its test here, and each figure within its bound is logged "timing: ...:
+# ok". The list is derived from the tests (go run ./scripts/timingtests:
+# every test that reaches timing.Check, directly or through a helper), so
+# a test that gains a check is enforced here without a list to keep. Each
+# package runs alone, its tests one at a time (-parallel 1).
 if want timing; then
 	{
 		echo "## Timing figures of the tests, enforced (PS_STRICT_TIMING=1 go test -v; see internal/timing)"
 		echo
 	} >>"$OUT/bench.md"
-	for spec in \
-		"./nfq TestWake|TestIdleRunParks|TestCleanStop|TestCleanStopClockStep|TestHoldIdleTimer" \
-		"./global TestFallbackAndReturn" \
-		"./daemon TestListFlowsIdle" \
-		"./policy TestMatchBytesCap" \
-		"./cmd/packetshaper TestLiveInNetns" \
-		"./e2e TestToolFlood|TestFlowsListingUnderLoad|TestGlobalLimit"; do
-		pkg=${spec%% *} tests=${spec#* }
+	specs=$(cd "$ROOT" && go run ./scripts/timingtests) || die "go run ./scripts/timingtests failed"
+	while read -r pkg tests; do
 		name=$(echo "$pkg" | tr -c 'A-Za-z0-9\n' _)
-		log "timing: PS_STRICT_TIMING=1 go test $pkg -run '^($tests)\$'"
+		log "timing: PS_STRICT_TIMING=1 go test $pkg ($(echo "$tests" | tr '|' '\n' | wc -l) tests)"
 		la0=$(cut -d' ' -f1-3 /proc/loadavg)
-		(cd "$ROOT" && PS_STRICT_TIMING=1 timeout 900 go test "$pkg" -run "^($tests)\$" -count=1 -p 1 -v -timeout 14m) >"$OUT/timing$name.txt" 2>&1
+		(cd "$ROOT" && PS_STRICT_TIMING=1 timeout 1500 go test "$pkg" -run "^($tests)\$" -count=1 -p 1 -parallel 1 -v -timeout 24m) >"$OUT/timing$name.txt" 2>&1
 		rc=$?
 		{
-			printf "%s (load average before: %s, after: %s)\n\n" "$pkg -run '^($tests)\$'" "$la0" "$(cut -d' ' -f1-3 /proc/loadavg)"
-			grep -E '^ *--- (PASS|FAIL|SKIP)|^ *[a-z_]+_test\.go:[0-9]+: ' "$OUT/timing$name.txt" | sed 's/^ */    /'
+			printf "%s: %s tests (load average before: %s, after: %s)\n\n" "$pkg" "$(echo "$tests" | tr '|' '\n' | wc -l)" "$la0" "$(cut -d' ' -f1-3 /proc/loadavg)"
+			# Each figure enforced (the test's name is the one of the
+			# === RUN line before it), and each failure.
+			awk '/^=== (RUN|CONT) /{t=$3} / timing: /{sub(/^ */, ""); print "    " t ": " $0} /^ *--- FAIL/{sub(/^ */, ""); print "    " $0}' "$OUT/timing$name.txt"
 			[ "$rc" = 0 ] || echo "    (go test exit status $rc: see $OUT/timing$name.txt)"
 			echo
 		} >>"$OUT/bench.md"
-	done
+	done <<<"$specs"
 fi
 
 # finish: the machine and the command under the report, then print it.

@@ -25,7 +25,7 @@ func TestCheck(t *testing.T) {
 		ok         bool
 		errs, logs int
 	}{
-		{"1", true, 0, 0},
+		{"1", true, 0, 1},
 		{"1", false, 1, 0},
 		{"", true, 0, 0},
 		{"", false, 0, 1},
