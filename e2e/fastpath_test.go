@@ -251,7 +251,11 @@ func TestFastpathRulesScript(t *testing.T) {
 }
 
 // TestFastpathKill: a SIGKILLed packetshaper leaves no program at tcx
-// ingress (its links were never pinned), so traffic flows unlimited.
+// ingress (its links were never pinned), so traffic flows unlimited; and
+// nothing of its eBPF objects: the kernel frees every program, map and
+// link it held (asked by their IDs, read from its fdinfo while it ran),
+// tc shows no filter at the interface's ingress, /sys/fs/bpf holds nothing
+// of it.
 func TestFastpathKill(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
@@ -265,12 +269,28 @@ func TestFastpathKill(t *testing.T) {
 	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 1 {
 		t.Fatalf("%d programs at tcx ingress while packetshaper runs, want 1", n)
 	}
+	held := bpfObjectsOf(t, sh.cmd.Process.Pid)
+	if len(held.progs) == 0 || len(held.maps) == 0 || len(held.links) == 0 {
+		t.Fatalf("packetshaper holds %s: want its program, maps and link", held)
+	}
+	t.Logf("packetshaper holds %s", held)
 	sh.signal(syscall.SIGKILL)
 	if err := sh.wait(10 * time.Second); err == nil {
 		t.Fatalf("packetshaper survived SIGKILL")
 	}
 	testutil.Eventually(t, 10*time.Second, func() bool { return testutil.TCXPrograms(t, tp.B, tp.VethB) == 0 },
 		"a program is still attached at tcx ingress after SIGKILL")
+	// The kernel frees an object once its last reference goes (deferred
+	// work): eventually.
+	if !testutil.WaitFor(t, 10*time.Second, func() bool { return bpfLeft(t, held).empty() }) {
+		t.Errorf("10 s after SIGKILL the kernel still has %s of the %s packetshaper held", bpfLeft(t, held), held)
+	}
+	if out := tp.must(tp.B, "tc", "filter", "show", "dev", tp.VethB, "ingress"); strings.TrimSpace(out) != "" {
+		t.Errorf("tc filter show dev %s ingress after SIGKILL:\n%s", tp.VethB, out)
+	}
+	if left := bpffsEntries(t); len(left) != 0 {
+		t.Errorf("/sys/fs/bpf after SIGKILL: %v", left)
+	}
 	// The kernel rule no longer limits: a burst far over it all arrives.
 	rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
 	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "200ms")

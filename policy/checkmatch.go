@@ -41,13 +41,7 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 			item(j, v)
 		}
 	}
-	switch m.Family {
-	case "":
-	case "ipv4":
-		s.family = 4
-	case "ipv6":
-		s.family = 6
-	default:
+	if s.family = m.IPFamily(); s.family == 0 && m.Family != "" {
 		bad("match.family", -1, "unknown family %q (want ipv4 or ipv6)", m.Family)
 	}
 	addrs := func(field string, items []string) []netip.Prefix {

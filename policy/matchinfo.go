@@ -85,3 +85,27 @@ func prefixes(items []string) []netip.Prefix {
 	}
 	return ps
 }
+
+// IPFamily is match.family's IP version: 4, 6, or 0 when not given.
+func (m *Match) IPFamily() uint8 {
+	if m == nil {
+		return 0
+	}
+	switch m.Family {
+	case "ipv4":
+		return 4
+	case "ipv6":
+		return 6
+	}
+	return 0
+}
+
+// MarkMask is match.mark's value and mask (a mark without a mask has
+// mask 0xffffffff); ok is false when match.mark is not given.
+func (m *Match) MarkMask() (val, mask uint32, ok bool) {
+	if m == nil || m.Mark == "" {
+		return 0, 0, false
+	}
+	val, mask, err := parseMark(m.Mark)
+	return val, mask, err == nil
+}

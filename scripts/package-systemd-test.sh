@@ -11,7 +11,9 @@
 # the host). /etc/default/packetshaper and the policy are replaced there by
 # the test's: queue 0, UDP to port 9000, 100 packets/s per flow, burst 5,
 # metrics on 127.0.0.1:9464. Inside, as systemd.run's command, the checks of
-# inside.sh below run; given DEB (the package the host has installed), also
+# inside.sh below run (with --fastpath lo too: the container gets CAP_BPF,
+# CAP_PERFMON and bpf(2), which nspawn keeps from it by default); given DEB (the
+# package the host has installed), also
 # the maintainer scripts with systemd running: dpkg -r stops and disables a
 # running service, dpkg -i makes systemd see the unit without starting it,
 # a reinstall restarts a running one. Their log, the unit's journal and the
@@ -77,7 +79,8 @@ st=$(cat "/proc/$pid/status")
 uid=$(awk '/^Uid:/ { print $2 }' <<<"$st")
 user=$(ps -o user= -p "$pid")
 [ "$uid" -ge 61184 ] && [ "$uid" -le 65519 ] && ok "runs as the dynamic user $user (uid $uid)" || bad "uid $uid ($user): want a dynamic user (61184-65519)"
-for want in "CapEff:	0000000000001000" "CapPrm:	0000000000001000" "CapBnd:	0000000000001000" "CapAmb:	0000000000001000" "NoNewPrivs:	1" "Seccomp:	2"; do
+# CAP_NET_ADMIN (bit 12), CAP_PERFMON (38) and CAP_BPF (39), nothing else.
+for want in "CapEff:	000000c000001000" "CapPrm:	000000c000001000" "CapBnd:	000000c000001000" "CapAmb:	000000c000001000" "NoNewPrivs:	1" "Seccomp:	2"; do
 	grep -qF "$want" <<<"$st" && ok "/proc/PID/status: $want" || bad "/proc/PID/status lacks '$want'"
 done
 # The sandbox seen from the service: / is read-only, /run/packetshaper is
@@ -154,6 +157,40 @@ rm -r /etc/systemd/system/packetshaper.service.d
 sed -i 's|--rt-priority 1 ||' /etc/default/packetshaper
 systemctl daemon-reload
 
+# --fastpath under the unit's sandbox (CAP_BPF, CAP_PERFMON, bpf(2)): the
+# fast path's divert rule (packetshaper-rules add --fastpath) and the
+# program at tcx ingress of lo, required (--fastpath-required: refused, the
+# service would exit). The policy's one rule runs in the kernel: the same
+# traffic is limited as above, and the queue decides none of it.
+sed -i 's|^RULES_OPTS=.*|RULES_OPTS="--fastpath"|; s|^PACKETSHAPER_OPTS="|PACKETSHAPER_OPTS="--fastpath lo --fastpath-required |' /etc/default/packetshaper
+systemctl start packetshaper.service || bad "systemctl start with --fastpath lo"
+waitfor 10 bound || bad "queue 0 not bound with --fastpath lo"
+pid=$(mainpid)
+if [ "$pid" != 0 ] && systemctl is-active -q packetshaper.service; then
+	ok "--fastpath lo --fastpath-required: active (main pid $pid)"
+	for want in "CapEff:	000000c000001000" "CapBnd:	000000c000001000" "CapAmb:	000000c000001000" "Seccomp:	2"; do
+		grep -qF "$want" "/proc/$pid/status" && ok "--fastpath: /proc/PID/status: $want" || bad "--fastpath: /proc/PID/status lacks '$want'"
+	done
+	grep -qs 'link_type:.*tcx' /proc/"$pid"/fdinfo/* && ok "--fastpath: the service holds a tcx link" || bad "--fastpath: the service holds no tcx link (fdinfo)"
+	packetshaper-rules list | grep -q 'fastpath' && ok "--fastpath: ExecStartPre added the fast path's divert rule" || bad "--fastpath: no fast path divert rule: $(packetshaper-rules list)"
+	/out/psend recv --listen 127.0.0.1:9000 --duration 30s --idle 2s >/out/recv-fp.json 2>/out/recv-fp.err &
+	rpid=$!
+	waitfor 5 grep -q listening /out/recv-fp.err || bad "psend recv does not listen"
+	/out/psend send --dst 127.0.0.1:9000 --flows 4 --sport 10000 --pps 500 --duration 2s >/out/send-fp.json 2>/out/send-fp.err || bad "psend send failed: $(cat /out/send-fp.err)"
+	wait "$rpid" || bad "psend recv failed: $(cat /out/recv-fp.err)"
+	sent=$(grep -o '"sent":[0-9]*' /out/send-fp.json | tail -1 | cut -d: -f2)
+	recv=$(grep -o '"total":[0-9]*' /out/recv-fp.json | cut -d: -f2)
+	[ "${recv:-0}" -ge 738 ] && [ "${recv:-0}" -le 902 ] && ok "--fastpath: received $recv of $sent: 820 ±10 %, limited in the kernel" || bad "--fastpath: received ${recv:-nothing} of ${sent:-?}: want 820 ±10 %"
+else
+	bad "packetshaper.service with --fastpath lo did not stay up"
+	journalctl -u packetshaper.service --no-pager | tail -3
+fi
+systemctl stop packetshaper.service || bad "systemctl stop (--fastpath)"
+fs=$(journalctl -u packetshaper.service --no-pager | grep 'msg="final stats"' | tail -1)
+grep -q ' accepted=0 dropped=0 ' <<<"$fs" && grep -q 'rule.udp9000.packets=[1-9]' <<<"$fs" && ok "--fastpath: the queue decided nothing, the kernel counted the rule's packets" || bad "--fastpath: final stats: $fs"
+journalctl -u packetshaper.service --no-pager | grep -q 'fast path off' && bad "--fastpath: the fast path was off: $(journalctl -u packetshaper.service --no-pager | grep 'fast path off' | tail -1)"
+sed -i 's|^RULES_OPTS=.*|RULES_OPTS="--proto udp --dport 9000 --family ipv4"|; s|--fastpath lo --fastpath-required ||' /etc/default/packetshaper
+
 # The maintainer scripts with systemd running.
 [ -f /out/packetshaper.deb ] || { echo "no package given: maintainer scripts not tested"; finish; }
 systemctl enable --now packetshaper.service 2>/dev/null || bad "systemctl enable --now"
@@ -210,7 +247,7 @@ EOF
 # A machine id of its own (the host's would clash with the journal's).
 systemd-id128 new >"$m/etc/machine-id"
 exec timeout -k 10 240 systemd-nspawn --quiet -D "$m" --register=no --keep-unit --link-journal=no \
-	--private-network -M "pstest$$" --bind="$work:/out" -b \
+	--private-network --capability=CAP_BPF,CAP_PERFMON --system-call-filter=bpf -M "pstest$$" --bind="$work:/out" -b \
 	systemd.run=/out/inside.sh systemd.run_success_action=poweroff systemd.run_failure_action=poweroff \
 	systemd.show_status=false
 BOOT

@@ -19,8 +19,9 @@
 #     its PID 1, its own network namespace) boots an overlay of this machine's
 #     root with the package installed, and inside it: systemctl start (the
 #     queue rule is added, the queue bound by a dynamic user with
-#     CAP_NET_ADMIN only, no_new_privs, a seccomp filter), UDP traffic is
-#     limited per flow, /metrics answers, systemctl reload re-reads the
+#     CAP_NET_ADMIN, CAP_BPF and CAP_PERFMON only, no_new_privs, a seccomp
+#     filter), UDP traffic is limited per flow, also by the kernel fast
+#     path (--fastpath lo, its divert rule), /metrics answers, systemctl reload re-reads the
 #     policy, SIGKILL brings a restart, systemctl stop removes the rules and
 #     unbinds the queue, --rt-priority works with docs/operations.md's
 #     drop-in; the maintainer scripts with systemd running (dpkg -r stops

@@ -63,7 +63,10 @@ export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 # chromium (and a font for it): TestReportInBrowser opens replay --report's page.
 # redis-server: the global rules' tests start their own stores on loopback.
 # iperf3: TestShapeTCP runs one TCP transfer through the shaper.
-need=(iproute2 iptables nftables man-db iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 iperf3 systemd systemd-container procps git chromium fonts-dejavu-core redis-server redis-tools)
+# clang llvm libbpf-dev: bpf2go's clang and llvm-strip and <bpf/bpf_helpers.h>
+# (<linux/*.h> is libc6-dev's linux-libc-dev): TestGeneratedUpToDate
+# regenerates the fast path's object and fails on drift (it skips without clang).
+need=(iproute2 iptables nftables man-db iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 iperf3 systemd systemd-container procps git chromium fonts-dejavu-core redis-server redis-tools clang llvm libbpf-dev)
 if [ "$(id -u)" = 0 ]; then
 	missing=()
 	for p in "${need[@]}"; do

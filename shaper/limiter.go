@@ -210,6 +210,16 @@ func (l *Limiter) MaxDelay() int64 { return l.maxDelay }
 // Rate is the rate, in cost units per second.
 func (l *Limiter) Rate() float64 { return l.rate }
 
+// Fixed is the limiter's integers, for another implementation of the same
+// arithmetic (the kernel's fast path): the token bucket's capacity in
+// nano-units and the rate in nano-units per nanosecond as fixed point,
+// rateInt whole and rateHi:rateLo a fraction in units of 2⁻¹²⁸ (see
+// exactRate). The window algorithms' window and limit are
+// LimiterConfig.Window and Limit.
+func (l *Limiter) Fixed() (burstN int64, rateInt, rateHi, rateLo uint64) {
+	return l.burstN, l.rateInt, l.rateHi, l.rateLo
+}
+
 // Reset makes s the state of a flow that starts at now: a full bucket, empty
 // windows, an empty log.
 func (l *Limiter) Reset(s *State, now int64) {

@@ -2,10 +2,7 @@ package fastpath
 
 import (
 	"fmt"
-	"math"
 	"net/netip"
-	"strconv"
-	"strings"
 
 	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/policy"
@@ -159,7 +156,10 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 		case approx != "":
 			kernel, why = false, fmt.Sprintf("a limit after rule %q, whose match the kernel cannot evaluate exactly: some of its packets would reach user space and get a second bucket", approx)
 		default:
-			why = limitEntry(&e, r)
+			if why, err = limitEntry(&e, r); err != nil {
+				// f.Compile made this limiter: it cannot fail here.
+				return Spec{}, nil, fmt.Errorf("rule %q: %w", r.Name, err)
+			}
 		}
 		if !kernel {
 			e.Action = Punt
@@ -189,18 +189,19 @@ func allFamily(ps []netip.Prefix, fam int) bool {
 	return true
 }
 
-// limitEntry fills e's limiter from r's Config, as shaper.NewLimiter does.
-func limitEntry(e *Entry, r shaper.Rule) string {
+// limitEntry fills e's limiter from r's Config: shaper's own Limiter's
+// integers.
+func limitEntry(e *Entry, r shaper.Rule) (string, error) {
 	c := r.Limit
 	lc := c.LimiterConfig()
+	l, err := shaper.NewLimiter(lc)
+	if err != nil {
+		return "", err
+	}
 	e.Action, e.Algo, e.Bytes, e.Key = Limit, lc.Algorithm, c.Bytes, c.Key
-	e.RateInt, e.RateHi, e.RateLo = exactRate(lc.Rate)
-	switch lc.Algorithm {
-	case shaper.TokenBucket:
-		e.BurstN = int64(lc.Burst * 1e9)
-	default:
-		e.Window = lc.Window
-		e.Limit = int64(math.Floor(lc.Rate*float64(lc.Window)/1e9 + 1e-9))
+	e.BurstN, e.RateInt, e.RateHi, e.RateLo = l.Fixed()
+	if lc.Algorithm != shaper.TokenBucket {
+		e.Window, e.Limit = lc.Window, l.Limit()
 	}
 	e.MaxFlows, e.Timeout = c.Table()
 	switch {
@@ -209,12 +210,7 @@ func limitEntry(e *Entry, r shaper.Rule) string {
 	case r.MarkExceeded:
 		e.Over, e.SetMark, e.SetMask = OverMark, r.Mark, r.MarkMask
 	}
-	return "limit, " + lc.Algorithm.String()
-}
-
-var protoNames = map[string]uint8{
-	"tcp": flows.ProtoTCP, "udp": flows.ProtoUDP, "icmp": flows.ProtoICMP,
-	"icmpv6": flows.ProtoICMPv6, "sctp": flows.ProtoSCTP, "udplite": flows.ProtoUDPLite,
+	return "limit, " + lc.Algorithm.String(), nil
 }
 
 // entryOf reads rule d's match table (checked by policy's Compile) into an
@@ -225,21 +221,11 @@ func entryOf(d *policy.Rule, c *policy.Compiled) (e Entry, inexact string) {
 	if m == nil {
 		return e, ""
 	}
-	switch m.Family {
-	case "ipv4":
-		e.Family = 4
-	case "ipv6":
-		e.Family = 6
-	}
-	e.Src, e.Dst = prefixes(m.Src), prefixes(m.Dst)
-	if m.Proto != nil {
+	e.Family = m.IPFamily()
+	e.Src, e.Dst = m.SrcPrefixes(), m.DstPrefixes()
+	if ps := m.Protocols(); ps != nil {
 		e.Proto = new([4]uint64)
-		for _, s := range m.Proto {
-			p, ok := protoNames[s]
-			if !ok {
-				n, _ := strconv.Atoi(s)
-				p = uint8(n)
-			}
+		for _, p := range ps {
 			e.Proto[p>>6] |= 1 << (p & 63)
 		}
 	}
@@ -252,15 +238,7 @@ func entryOf(d *policy.Rule, c *policy.Compiled) (e Entry, inexact string) {
 	if m.Iif != nil && len(e.Iif) == 0 {
 		e.Never = true
 	}
-	if m.Mark != "" {
-		vs, ms, hasMask := strings.Cut(m.Mark, "/")
-		v, _ := strconv.ParseUint(vs, 0, 32)
-		mk := uint64(math.MaxUint32)
-		if hasMask {
-			mk, _ = strconv.ParseUint(ms, 0, 32)
-		}
-		e.HasMark, e.Mark, e.Mask = true, uint32(v), uint32(mk)
-	}
+	e.Mark, e.Mask, e.HasMark = m.MarkMask()
 	switch {
 	case m.Oif != nil:
 		inexact = "match.oif: the program runs at tc ingress, where the output interface is not known yet"
@@ -281,58 +259,4 @@ func entryOf(d *policy.Rule, c *policy.Compiled) (e Entry, inexact string) {
 		e.Never = false
 	}
 	return e, inexact
-}
-
-func prefixes(items []string) []netip.Prefix {
-	if items == nil {
-		return nil
-	}
-	var ps []netip.Prefix
-	for _, s := range items {
-		if strings.Contains(s, "/") {
-			p, _ := netip.ParsePrefix(s)
-			ps = append(ps, p.Masked())
-			continue
-		}
-		a, _ := netip.ParseAddr(s)
-		ps = append(ps, netip.PrefixFrom(a, a.BitLen()))
-	}
-	return ps
-}
-
-// exactRate is shaper's exactRate (rate in nano-units per nanosecond as
-// whole units and a fraction in units of 2⁻¹²⁸). A copy: shaper does not
-// export its limiter's integers; TestAgreement checks that they agree.
-func exactRate(rate float64) (whole, hi, lo uint64) {
-	if !(rate > 0) {
-		return 0, 0, 0
-	}
-	if rate >= 1<<62 {
-		return 1 << 62, 0, 0
-	}
-	b := math.Float64bits(rate)
-	m, exp := b&(1<<52-1), int(b>>52&0x7ff)
-	if exp == 0 {
-		exp = 1
-	} else {
-		m |= 1 << 52
-	}
-	e := exp - 1075
-	if e >= 0 {
-		return m << e, 0, 0
-	}
-	sh := uint(-e)
-	if sh < 64 {
-		whole = m >> sh
-		m &= 1<<sh - 1
-	}
-	switch {
-	case sh <= 64:
-		return whole, m << (64 - sh), 0
-	case sh <= 128:
-		k := 128 - sh
-		return whole, m >> (64 - k), m << k
-	default:
-		return whole, 0, m >> (sh - 128)
-	}
 }
