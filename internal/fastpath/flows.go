@@ -39,20 +39,62 @@ type Flow struct {
 // errNoTable: the rule has no flow map (not a limit rule).
 var errNoTable = errors.New("not a kernel limit rule")
 
-// Flows calls fn with each flow in rule i's map, read flowChunk at a time
-// (whatever the map's size, Flows holds no more), at most max of them if
-// max > 0; now (Unix ns) sets Left and Expired. fn's Flow is reused: copy
-// it to keep it. An error of fn ends the listing with it. The listing is
-// not a snapshot: a flow inserted or evicted meanwhile may or may not be
-// listed.
-func (p *Program) Flows(i int, now int64, max int, fn func(*Flow) error) (int, error) {
+// FlowTable is a handle of its own on a kernel limit rule's flow map (a
+// duplicate of its descriptor): it stays valid when the Program is closed
+// or replaced by a reload, so that a listing or a count runs without
+// holding the Program. Close it.
+type FlowTable struct {
+	m    *ebpf.Map
+	rule int
+	e    Entry
+}
+
+// FlowTable returns a handle on rule i's flow map.
+func (p *Program) FlowTable(i int) (*FlowTable, error) {
 	if i < 0 || i >= len(p.tables) || p.tables[i] == nil {
-		return 0, fmt.Errorf("rule %d: %w", i, errNoTable)
+		return nil, fmt.Errorf("rule %d: %w", i, errNoTable)
 	}
-	e := &p.spec.Entries[i]
+	m, err := p.tables[i].Clone()
+	if err != nil {
+		return nil, fmt.Errorf("rule %s's flow map: %w", p.spec.Entries[i].Name, err)
+	}
+	return &FlowTable{m: m, rule: i, e: p.spec.Entries[i]}, nil
+}
+
+// Close frees the handle (not the map, while the Program holds it).
+func (t *FlowTable) Close() error { return t.m.Close() }
+
+// Flows calls fn with each flow in rule i's map: FlowTable(i).Flows.
+func (p *Program) Flows(i int, now int64, max int, fn func(*Flow) error) (int, error) {
+	t, err := p.FlowTable(i)
+	if err != nil {
+		return 0, err
+	}
+	defer t.Close()
+	return t.Flows(now, max, fn)
+}
+
+// FlowCount is the number of flows in rule i's map: FlowTable(i).Count.
+func (p *Program) FlowCount(i int) (int, error) {
+	t, err := p.FlowTable(i)
+	if err != nil {
+		return 0, err
+	}
+	defer t.Close()
+	return t.Count()
+}
+
+// Flows calls fn with each flow in the map, read flowChunk at a time
+// (whatever the map's size, Flows holds no more), at most max of them if
+// max > 0, and returns the number read; now (Unix ns) sets Left and
+// Expired. fn's Flow is reused: copy it to keep it. An error of fn ends
+// the listing with it. The listing is not a snapshot: a flow inserted or
+// evicted meanwhile may or may not be listed.
+func (t *FlowTable) Flows(now int64, max int, fn func(*Flow) error) (int, error) {
+	e := &t.e
 	var f Flow
-	f.Rule = i
-	return readFlows(p.tables[i], max, func(k *fastpathFlowKey, s *fastpathFlowState) error {
+	f.Rule = t.rule
+	return readFlows(t.m, max, func(k *fastpathFlowKey, s *fastpathFlowState) error {
 		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: flows.Mode(k.Mode)}
 		f.Last = s.Seen
 		f.Expired = e.Timeout > 0 && now-s.Seen > e.Timeout
@@ -65,14 +107,12 @@ func (p *Program) Flows(i int, now int64, max int, fn func(*Flow) error) (int, e
 	})
 }
 
-// FlowCount is the number of flows in rule i's map (read flowChunk at a
-// time: the time it takes grows with the map, the memory does not).
-func (p *Program) FlowCount(i int) (int, error) {
-	if i < 0 || i >= len(p.tables) || p.tables[i] == nil {
-		return 0, fmt.Errorf("rule %d: %w", i, errNoTable)
-	}
-	return readFlows(p.tables[i], 0, nil)
-}
+// Count is the number of flows in the map (read flowChunk at a time: the
+// time it takes grows with the map, the memory does not).
+func (t *FlowTable) Count() (int, error) { return readFlows(t.m, 0, nil) }
+
+// Entry is the rule the map is of.
+func (t *FlowTable) Entry() *Entry { return &t.e }
 
 // readFlows reads m's entries in batches, calling fn (if not nil) with
 // each, at most max (> 0) of them, and returns the number read.
