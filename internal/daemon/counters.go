@@ -263,7 +263,7 @@ var counters = []counter{
 		get: func(s *src) float64 { return u(s.r.ShadowDropped) }, ruleField: func(r *control.Rule) *uint64 { return &r.ShadowDropped }},
 	{Key: "marked", Metric: "packetshaper_rule_marked_total", Help: "Packets over a rule's limit accepted with a new mark.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "MARKED",
 		get: func(s *src) float64 { return u(s.r.Marked) }, ruleField: func(r *control.Rule) *uint64 { return &r.Marked }},
-	{Key: "flows", Metric: "packetshaper_rule_flows", Help: "Flows in a rule's table (path kernel: in its flow map, counted every second).", Kind: kGauge, Scope: scopeRule, from: fromRule, Column: "FLOWS",
+	{Key: "flows", Metric: "packetshaper_rule_flows", Help: "Flows in a rule's table (path kernel: in its flow map, counted every second, less often for big maps).", Kind: kGauge, Scope: scopeRule, from: fromRule, Column: "FLOWS",
 		get: func(s *src) float64 { return u(s.r.Flows) }, ruleField: func(r *control.Rule) *uint64 { return &r.Flows }},
 	{Key: "evictions", Metric: "packetshaper_rule_flow_evictions_total", Help: "Flows evicted from a rule's full table (path kernel: an upper bound, the flows inserted less those present).", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "EVICTIONS",
 		get: func(s *src) float64 { return u(s.r.Evictions) }, ruleField: func(r *control.Rule) *uint64 { return &r.Evictions }},

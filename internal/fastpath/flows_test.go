@@ -170,3 +170,44 @@ func TestFlowsLeft(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkFlowCount: counting a rule's flow map of a million flows (what
+// the daemon does every second per kernel limit rule), and listing it.
+//
+//	go test -run '^$' -bench FlowCount ./internal/fastpath
+func BenchmarkFlowCount(b *testing.B) {
+	const n = 1_000_000
+	f := &policy.File{Rules: []policy.Rule{{Name: "per-src", PPS: ptr(10.0), Key: "src", MaxFlows: ptr(n)}}}
+	s, _, err := Compile(f, policy.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := needKernel(b, s)
+	keys := make([]fastpathFlowKey, 4096)
+	vals := make([]fastpathFlowState, 4096)
+	for i := 0; i < n; i += len(keys) {
+		m := min(len(keys), n-i)
+		for j := range m {
+			x := uint32(i + j)
+			keys[j] = fastpathFlowKey{Src: [16]byte{11, byte(x >> 16), byte(x >> 8), byte(x)}, Family: 4, Mode: 1}
+		}
+		if _, err := p.tables[0].BatchUpdate(keys[:m], vals[:m], nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("count", func(b *testing.B) {
+		for b.Loop() {
+			c, err := p.FlowCount(0)
+			if err != nil || c < n*9/10 {
+				b.Fatalf("%d flows (%v)", c, err)
+			}
+		}
+	})
+	b.Run("list", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := p.Flows(0, 1, 0, func(*Flow) error { return nil }); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
