@@ -179,7 +179,9 @@ type Queue struct {
 	// are given once, on its first queue, and are 0 on the others.
 	Malformed uint64 `json:"malformed"`
 	Unmatched uint64 `json:"unmatched"`
-	Flows     uint64 `json:"flows"`
+	// Flows: the engine's, and with --fastpath those of the kernel's
+	// flow maps.
+	Flows uint64 `json:"flows"`
 }
 
 // Rule is one rule of the policy with its counters.

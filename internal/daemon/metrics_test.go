@@ -160,7 +160,7 @@ packetshaper_dropped_total{queue="4"} 1
 # TYPE packetshaper_unmatched_total counter
 packetshaper_unmatched_total{queue="3"} 0
 packetshaper_unmatched_total{queue="4"} 0
-# HELP packetshaper_flows Flows in the flow tables.
+# HELP packetshaper_flows Flows in the flow tables (with --fastpath, the kernel's flow maps' too).
 # TYPE packetshaper_flows gauge
 packetshaper_flows{queue="3"} 2
 packetshaper_flows{queue="4"} 1
