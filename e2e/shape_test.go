@@ -287,7 +287,7 @@ func TestShapeStop(t *testing.T) {
 				"packetshaper_delayed_total{queue=\"0\"} " + delayed + "\n",
 				"packetshaper_shape_overflow_total{queue=\"0\"} 0\n",
 				"packetshaper_shape_delay_seconds_count{queue=\"0\"} " + delayed + "\n",
-				"packetshaper_rule_delayed_total{queue=\"0\",rule=\"default\"} " + delayed + "\n",
+				"packetshaper_rule_delayed_total{path=\"queue\",queue=\"0\",rule=\"default\"} " + delayed + "\n",
 				"packetshaper_held_max{queue=\"0\"} 1024\n",
 			} {
 				if !strings.Contains(m, want) {

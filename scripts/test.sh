@@ -130,11 +130,13 @@ done
 # RACELESS: the tests of race-stage packages that skip under the race
 # detector, saying why (peak RSS means nothing there; replay's memory-bound
 # streams start no goroutine; global's 5 % utilisation figure needs its
-# refreshers on time): the unit stage runs them plainly. One
+# refreshers on time; the fast path's million-packet flood is one
+# goroutine, 50 s under -race): the unit stage runs them plainly. One
 # "package regexp" a line.
 RACELESS='github.com/packetshaper/packetshaper/cmd/packetshaper ^(TestReplayMemory|TestReplayCraftedMemory)$
 github.com/packetshaper/packetshaper/replay ^(TestConstantMemory|TestHugeLengthsBounded|TestHeldBytesBounded)$
-github.com/packetshaper/packetshaper/internal/global ^TestLeasesThreeHosts$'
+github.com/packetshaper/packetshaper/internal/global ^TestLeasesThreeHosts$
+github.com/packetshaper/packetshaper/internal/fastpath ^TestFlood$'
 # plain: the packages the unit stage runs whole: all but the race stage's
 # when that stage runs too.
 plain=("${units[@]}")

@@ -181,7 +181,7 @@ func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer)
 		// The header with the first line, or at the end: not before an
 		// error.
 		header = sync.OnceFunc(func() {
-			fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tSHADOW_DROPPED\tMARKED\tLEFT\tIDLE")
+			fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tSHADOW_DROPPED\tMARKED\tLEFT\tIDLE\tPATH")
 		})
 		print = func(f *control.Flow) error {
 			header()
@@ -189,7 +189,7 @@ func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer)
 			if f.Expired {
 				idle += " (expired)"
 			}
-			_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\n", f.Queue, f.Rule, f.Key, f.Packets, f.Accepted, f.Dropped, f.ShadowDropped, f.Marked, fmtLeft(f.Left, f.Unit), idle)
+			_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", f.Queue, f.Rule, f.Key, f.Packets, f.Accepted, f.Dropped, f.ShadowDropped, f.Marked, fmtLeft(f.Left, f.Unit), idle, pathOf(f.Path))
 			return err
 		}
 	}
@@ -337,15 +337,24 @@ func printStatus(w io.Writer, st *control.Status) {
 	for _, c := range cols {
 		fmt.Fprint(tw, "\t", c.Header)
 	}
-	fmt.Fprintln(tw)
+	fmt.Fprintln(tw, "\tPATH")
 	for _, r := range st.Rules {
 		fmt.Fprintf(tw, "%s\t%s", r.Name, describeLimit(&r))
 		for _, c := range cols {
 			fmt.Fprintf(tw, "\t%d", c.Get(&r))
 		}
-		fmt.Fprintln(tw)
+		fmt.Fprintf(tw, "\t%s\n", pathOf(r.Path))
 	}
 	tw.Flush()
+}
+
+// pathOf is where a rule or flow runs: "kernel" (--fastpath) or "queue"
+// (also for a shaper too old to say).
+func pathOf(p string) string {
+	if p == "" {
+		return "queue"
+	}
+	return p
 }
 
 func orNone(s string) string {

@@ -16,7 +16,7 @@ func TestStatusShadowMarked(t *testing.T) {
 		{Name: "trial", Action: "limit", Algorithm: "token-bucket", Rate: 10, Unit: "packets", Burst: 2, Key: "src", Shadow: true,
 			Packets: 50, Accepted: 50, ShadowDropped: 37, Flows: 2},
 		{Name: "tag", Action: "limit", Algorithm: "token-bucket", Rate: 10, Unit: "packets", Burst: 2, Key: "src", MarkExceeded: true,
-			Packets: 40, Accepted: 40, Marked: 29, Flows: 1, Evictions: 4},
+			Packets: 40, Accepted: 40, Marked: 29, Flows: 1, Evictions: 4, Path: "kernel"},
 	}
 	var out bytes.Buffer
 	printStatus(&out, &st)
@@ -27,9 +27,9 @@ func TestStatusShadowMarked(t *testing.T) {
 		}
 	}
 	want := []string{
-		"RULE LIMIT PACKETS ACCEPTED DROPPED SHADOW MARKED FLOWS EVICTIONS",
-		"trial token-bucket 10 packets/s burst 2, key src, shadow 50 50 0 37 0 2 0",
-		"tag token-bucket 10 packets/s burst 2, key src, marks over the limit 40 40 0 0 29 1 4",
+		"RULE LIMIT PACKETS ACCEPTED DROPPED SHADOW MARKED FLOWS EVICTIONS PATH",
+		"trial token-bucket 10 packets/s burst 2, key src, shadow 50 50 0 37 0 2 0 queue",
+		"tag token-bucket 10 packets/s burst 2, key src, marks over the limit 40 40 0 0 29 1 4 kernel",
 	}
 	if strings.Join(table, "\n") != strings.Join(want, "\n") {
 		t.Errorf("rule table:\n%s\nwant:\n%s\nstatus:\n%s", strings.Join(table, "\n"), strings.Join(want, "\n"), out.String())

@@ -52,6 +52,8 @@ func (f *Flow) AppendJSON(b []byte) []byte {
 		b = append(b, kExpired...)
 		b = append(b, "true"...)
 	}
+	b = append(b, kPath...)
+	b = appendString(b, f.Path)
 	return append(b, '}')
 }
 
@@ -61,6 +63,7 @@ var (
 	kPackets, kAccepted, kDropped     = flowKey("Packets"), flowKey("Accepted"), flowKey("Dropped")
 	kShadowDropped, kMarked           = flowKey("ShadowDropped"), flowKey("Marked")
 	kLeft, kUnit, kIdleSecs, kExpired = flowKey("Left"), flowKey("Unit"), flowKey("IdleSecs"), flowKey("Expired")
+	kPath                             = flowKey("Path")
 )
 
 // flowKey is the JSON key of Flow's field as encoding/json writes it after

@@ -91,6 +91,11 @@ type Flow struct {
 	// packet starts it afresh (Left is then a fresh flow's); it is still
 	// in the table until its slot is reused.
 	Expired bool `json:"expired,omitempty"`
+	// Path is where the flow's rule runs: "queue" (NFQUEUE, the Go
+	// engine) or "kernel" (the eBPF fast path, --fastpath). A kernel
+	// flow is read from its rule's flow map, which holds the limiter's
+	// state only: its Queue, Packets, Accepted and Dropped are 0.
+	Path string `json:"path"`
 }
 
 // End closes a listing.
@@ -174,7 +179,9 @@ type Queue struct {
 	// are given once, on its first queue, and are 0 on the others.
 	Malformed uint64 `json:"malformed"`
 	Unmatched uint64 `json:"unmatched"`
-	Flows     uint64 `json:"flows"`
+	// Flows: the engine's, and with --fastpath those of the kernel's
+	// flow maps.
+	Flows uint64 `json:"flows"`
 }
 
 // Rule is one rule of the policy with its counters.
@@ -196,6 +203,11 @@ type Rule struct {
 	FlowTimeoutSecs float64 `json:"flow_timeout_secs,omitempty"`
 	Shadow          bool    `json:"shadow,omitempty"`
 	MarkExceeded    bool    `json:"mark_exceeded,omitempty"`
+	// Path is where the rule runs: "queue" (NFQUEUE, the Go engine) or
+	// "kernel" (the eBPF fast path, --fastpath; its counters, flows and
+	// evictions read from the program's maps: evictions are an upper
+	// bound, the flows it inserted less those present).
+	Path string `json:"path"`
 
 	Packets       uint64 `json:"packets"`
 	Accepted      uint64 `json:"accepted"`

@@ -68,14 +68,14 @@ type from uint8
 const (
 	fromQueue      from = iota // a queueSample: label queue
 	fromEngine                 // an engine's snapshot: label queue, the queues it serves
-	fromRule                   // a rule of an engine's snapshot: labels queue, rule
+	fromRule                   // a rule of an engine's snapshot: labels queue, rule, path
 	fromGlobalRule             // a global rule's lease state: label rule
 	fromStore                  // the global rules' store client: no label
 	fromOffload                // the offloader: no label
 )
 
 var fromLabels = [...][]string{
-	fromQueue: {"queue"}, fromEngine: {"queue"}, fromRule: {"queue", "rule"},
+	fromQueue: {"queue"}, fromEngine: {"queue"}, fromRule: {"queue", "rule", "path"},
 	fromGlobalRule: {"rule"}, fromStore: nil, fromOffload: nil,
 }
 
@@ -164,9 +164,9 @@ var counters = []counter{
 		get: func(s *src) float64 { return u(s.e.NoPorts) }},
 	{Key: "unmatched", Metric: "packetshaper_unmatched_total", Help: "Packets no rule matched (accepted).", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Unmatched) }, queueField: func(q *control.Queue) *uint64 { return &q.Unmatched }},
-	{Key: "flows", Metric: "packetshaper_flows", Help: "Flows in the flow tables.", Kind: kGauge, Scope: scopeEngine, from: fromEngine,
+	{Key: "flows", Metric: "packetshaper_flows", Help: "Flows in the flow tables (with --fastpath, the kernel's flow maps' too).", Kind: kGauge, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Flows) }, queueField: func(q *control.Queue) *uint64 { return &q.Flows }},
-	{Key: "evictions", Metric: "packetshaper_flow_evictions_total", Help: "Flows evicted from a full table.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
+	{Key: "evictions", Metric: "packetshaper_flow_evictions_total", Help: "Flows evicted from a full table (with --fastpath, the kernel's too: an upper bound).", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Evictions) }},
 	{Key: "expired", Metric: "packetshaper_flow_expirations_total", Help: "Flows forgotten after their idle timeout.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Expired) }},
@@ -263,9 +263,9 @@ var counters = []counter{
 		get: func(s *src) float64 { return u(s.r.ShadowDropped) }, ruleField: func(r *control.Rule) *uint64 { return &r.ShadowDropped }},
 	{Key: "marked", Metric: "packetshaper_rule_marked_total", Help: "Packets over a rule's limit accepted with a new mark.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "MARKED",
 		get: func(s *src) float64 { return u(s.r.Marked) }, ruleField: func(r *control.Rule) *uint64 { return &r.Marked }},
-	{Key: "flows", Metric: "packetshaper_rule_flows", Help: "Flows in a rule's table.", Kind: kGauge, Scope: scopeRule, from: fromRule, Column: "FLOWS",
+	{Key: "flows", Metric: "packetshaper_rule_flows", Help: "Flows in a rule's table (path kernel: in its flow map, counted every second, less often for big maps).", Kind: kGauge, Scope: scopeRule, from: fromRule, Column: "FLOWS",
 		get: func(s *src) float64 { return u(s.r.Flows) }, ruleField: func(r *control.Rule) *uint64 { return &r.Flows }},
-	{Key: "evictions", Metric: "packetshaper_rule_flow_evictions_total", Help: "Flows evicted from a rule's full table.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "EVICTIONS",
+	{Key: "evictions", Metric: "packetshaper_rule_flow_evictions_total", Help: "Flows evicted from a rule's full table (path kernel: an upper bound, the flows inserted less those present).", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "EVICTIONS",
 		get: func(s *src) float64 { return u(s.r.Evictions) }, ruleField: func(r *control.Rule) *uint64 { return &r.Evictions }},
 	{Key: "expired", Metric: "packetshaper_rule_flow_expirations_total", Help: "Flows of a rule forgotten after their idle timeout.", Kind: kCounter, Scope: scopeRule, from: fromRule,
 		get: func(s *src) float64 { return u(s.r.Expired) }, ruleField: func(r *control.Rule) *uint64 { return &r.Expired }},

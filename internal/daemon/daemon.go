@@ -239,7 +239,7 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	}
 
 	start := time.Now()
-	d := &state{cfg: &cfg, ws: ws, mon: mon, off: off, gl: gl, policy: src.Describe(), start: start, loaded: start}
+	d := &state{cfg: &cfg, ws: ws, mon: mon, off: off, gl: gl, fp: fp, policy: src.Describe(), start: start, loaded: start}
 	// What the startup line says is served: the address and socket
 	// actually in use, or "off".
 	metricsAt, controlAt := "off", "off"

@@ -19,28 +19,55 @@ type FastpathConfig struct {
 	Required bool
 }
 
+// The paths a rule runs on: the label path of the rules' metrics, status's
+// and the listing's path.
+const (
+	pathQueue  = "queue"  // NFQUEUE: the Go engine
+	pathKernel = "kernel" // the eBPF fast path
+)
+
+// fastRule is the kernel's counts of a rule: those of its per-rule
+// counters, and its flows present and evictions (the flow maps, counted
+// apart from the queues' goroutines: fastPath.countFlows).
+type fastRule struct {
+	shaper.RuleStats
+	// kernel: the rule runs in the kernel now (the counts may also be
+	// those of programs replaced by reloads, in which it ran there).
+	kernel bool
+}
+
 // fastCounts gives the kernel's counts of a rule by name, to add to the
 // engine's in the snapshots (so status, metrics and the stats line count
 // both paths).
 type fastCounts struct {
-	get func(name string) (shaper.RuleStats, bool)
+	get func(name string) (fastRule, bool)
 }
 
-// addFast adds the kernel's counts to the rules of a snapshot.
-func addFast(fc *atomic.Pointer[fastCounts], rules []ruleSnap) {
+// addFast adds the kernel's counts to the rules of a snapshot and to its
+// flow totals, and labels the rules the kernel runs with pathKernel.
+func addFast(fc *atomic.Pointer[fastCounts], s *snapshot) {
 	f := fc.Load()
 	if f == nil {
 		return
 	}
-	for i := range rules {
-		if k, ok := f.get(rules[i].name); ok {
-			r := &rules[i].RuleStats
-			r.Packets += k.Packets
-			r.Accepted += k.Accepted
-			r.Dropped += k.Dropped
-			r.ShadowDropped += k.ShadowDropped
-			r.Marked += k.Marked
+	for i := range s.rules {
+		k, ok := f.get(s.rules[i].name)
+		if !ok {
+			continue
 		}
+		if k.kernel {
+			s.rules[i].path = pathKernel
+		}
+		r := &s.rules[i].RuleStats
+		r.Packets += k.Packets
+		r.Accepted += k.Accepted
+		r.Dropped += k.Dropped
+		r.ShadowDropped += k.ShadowDropped
+		r.Marked += k.Marked
+		r.Flows += k.Flows
+		r.Evictions += k.Evictions
+		s.Flows += k.Flows
+		s.Evictions += k.Evictions
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -37,6 +38,12 @@ type fastPath struct {
 	index map[string]int    // kernel rule name → index in prog
 	// carry: the counts of programs replaced by reloads, by rule name.
 	carry map[string]fastpath.Counters
+	// flows: the kernel limit rules' flows and evictions, by name, as
+	// countFlows last counted them (every flowsEvery, never on the
+	// queues' goroutines).
+	flows map[string]ruleFlows
+	// stop ends countLoop; it closes counted.
+	stop, counted chan struct{}
 }
 
 // startFastpath loads and attaches the fast path for comp. A program the
@@ -87,6 +94,10 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 		}
 		fp.links = append(fp.links, l)
 	}
+	if fp.prog != nil {
+		fp.stop, fp.counted = make(chan struct{}), make(chan struct{})
+		go fp.countLoop()
+	}
 	return fp, nil
 }
 
@@ -112,8 +123,8 @@ func (fp *fastPath) puntMark() uint32 {
 }
 
 // counts is fastCounts.get: a kernel rule's counts, those of replaced
-// programs included.
-func (fp *fastPath) counts(name string) (shaper.RuleStats, bool) {
+// programs included, and its flows as last counted.
+func (fp *fastPath) counts(name string) (fastRule, bool) {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
 	c, carried := fp.carry[name]
@@ -124,9 +135,14 @@ func (fp *fastPath) counts(name string) (shaper.RuleStats, bool) {
 		}
 	}
 	if !ok && !carried {
-		return shaper.RuleStats{}, false
+		return fastRule{}, false
 	}
-	return shaper.RuleStats{Packets: c.Packets, Accepted: c.Accepted, Dropped: c.Dropped, ShadowDropped: c.Shadow, Marked: c.Marked}, true
+	r := fastRule{RuleStats: shaper.RuleStats{Packets: c.Packets, Accepted: c.Accepted, Dropped: c.Dropped, ShadowDropped: c.Shadow, Marked: c.Marked}, kernel: ok && fp.prog != nil}
+	if r.kernel {
+		f := fp.flows[name]
+		r.Flows, r.Evictions = f.flows, f.evictions
+	}
+	return r, true
 }
 
 func add(a, b fastpath.Counters) fastpath.Counters {
@@ -136,6 +152,7 @@ func add(a, b fastpath.Counters) fastpath.Counters {
 	a.Shadow += b.Shadow
 	a.Marked += b.Marked
 	a.Punted += b.Punted
+	a.Inserts += b.Inserts
 	return a
 }
 
@@ -168,7 +185,12 @@ func (fp *fastPath) reload(comp *policy.Compiled) error {
 	fp.mu.Lock()
 	for name, i := range fp.index {
 		if c, err := fp.prog.RuleCounters(i); err == nil {
-			fp.carry[name] = add(fp.carry[name], c)
+			t := add(fp.carry[name], c)
+			if !slices.Contains(next.Kept, name) {
+				// Its flows go with the old map: not evictions.
+				t.Inserts -= min(t.Inserts, fp.flows[name].flows)
+			}
+			fp.carry[name] = t
 		}
 	}
 	old := fp.prog
@@ -183,6 +205,10 @@ func (fp *fastPath) reload(comp *policy.Compiled) error {
 func (fp *fastPath) close() {
 	if fp == nil {
 		return
+	}
+	if fp.stop != nil {
+		close(fp.stop)
+		<-fp.counted
 	}
 	for _, l := range fp.links {
 		l.Close()

@@ -3,10 +3,11 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 
+	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/policy"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 type fastPath struct{}
@@ -17,7 +18,10 @@ func startFastpath(_ any, fc FastpathConfig, _ *policy.Compiled) (*fastPath, err
 	}
 	return nil, errors.New("--fastpath: eBPF needs Linux")
 }
-func (fp *fastPath) puntMark() uint32                       { return 0 }
-func (fp *fastPath) counts(string) (shaper.RuleStats, bool) { return shaper.RuleStats{}, false }
-func (fp *fastPath) reload(*policy.Compiled) error          { return nil }
-func (fp *fastPath) close()                                 {}
+func (fp *fastPath) puntMark() uint32               { return 0 }
+func (fp *fastPath) counts(string) (fastRule, bool) { return fastRule{}, false }
+func (fp *fastPath) reload(*policy.Compiled) error  { return nil }
+func (fp *fastPath) close()                         {}
+func (fp *fastPath) listFlows(context.Context, string, func(*control.Flow) error) error {
+	return nil
+}

@@ -36,20 +36,28 @@ action = "drop"
 }
 
 // TestAddFast: the kernel's counts of a rule are added to the engine's in
-// a snapshot, by rule name; other rules are left alone.
+// a snapshot, by rule name, its flows and evictions to the snapshot's too,
+// and a rule the kernel runs is labelled path kernel; other rules are left
+// alone (path queue).
 func TestAddFast(t *testing.T) {
 	var fc atomic.Pointer[fastCounts]
-	rules := []ruleSnap{{name: "k", RuleStats: shaper.RuleStats{Packets: 1, Accepted: 1}}, {name: "u", RuleStats: shaper.RuleStats{Packets: 2}}}
-	addFast(&fc, rules) // no fast path: nothing
-	fc.Store(&fastCounts{get: func(name string) (shaper.RuleStats, bool) {
-		return shaper.RuleStats{Packets: 10, Accepted: 4, Dropped: 6, ShadowDropped: 1, Marked: 2}, name == "k"
+	s := &snapshot{Stats: shaper.Stats{Flows: 3}, rules: []ruleSnap{{name: "k", RuleStats: shaper.RuleStats{Packets: 1, Accepted: 1}}, {name: "u", RuleStats: shaper.RuleStats{Packets: 2, Flows: 3}}}}
+	addFast(&fc, s) // no fast path: nothing
+	fc.Store(&fastCounts{get: func(name string) (fastRule, bool) {
+		return fastRule{RuleStats: shaper.RuleStats{Packets: 10, Accepted: 4, Dropped: 6, ShadowDropped: 1, Marked: 2, Flows: 7, Evictions: 5}, kernel: true}, name == "k"
 	}})
-	addFast(&fc, rules)
-	if k := rules[0].RuleStats; k.Packets != 11 || k.Accepted != 5 || k.Dropped != 6 || k.ShadowDropped != 1 || k.Marked != 2 {
+	addFast(&fc, s)
+	if k := s.rules[0].RuleStats; k.Packets != 11 || k.Accepted != 5 || k.Dropped != 6 || k.ShadowDropped != 1 || k.Marked != 2 || k.Flows != 7 || k.Evictions != 5 {
 		t.Errorf("kernel rule %+v", k)
 	}
-	if u := rules[1].RuleStats; u.Packets != 2 || u.Accepted != 0 {
+	if u := s.rules[1].RuleStats; u.Packets != 2 || u.Accepted != 0 || u.Flows != 3 {
 		t.Errorf("user-space rule %+v", u)
+	}
+	if p, q := s.rules[0].pathLabel(), s.rules[1].pathLabel(); p != pathKernel || q != pathQueue {
+		t.Errorf("paths %q, %q; want kernel, queue", p, q)
+	}
+	if s.Flows != 10 || s.Evictions != 5 {
+		t.Errorf("snapshot flows %d evictions %d, want 10, 5", s.Flows, s.Evictions)
 	}
 }
 

@@ -196,7 +196,7 @@ func (s *scrape) each(f from, fn func(*src, ...string)) {
 		for _, es := range s.engines {
 			for j := range es.snap.rules {
 				r := &es.snap.rules[j]
-				fn(&src{e: es.snap, r: r}, es.label, r.name)
+				fn(&src{e: es.snap, r: r}, es.label, r.name, r.pathLabel())
 			}
 		}
 	case fromGlobalRule:

@@ -160,7 +160,7 @@ packetshaper_dropped_total{queue="4"} 1
 # TYPE packetshaper_unmatched_total counter
 packetshaper_unmatched_total{queue="3"} 0
 packetshaper_unmatched_total{queue="4"} 0
-# HELP packetshaper_flows Flows in the flow tables.
+# HELP packetshaper_flows Flows in the flow tables (with --fastpath, the kernel's flow maps' too).
 # TYPE packetshaper_flows gauge
 packetshaper_flows{queue="3"} 2
 packetshaper_flows{queue="4"} 1
@@ -186,20 +186,20 @@ packetshaper_failopen_active{queue="3"} 0
 packetshaper_failopen_active{queue="4"} 1
 # HELP packetshaper_rule_dropped_total Packets a rule dropped.
 # TYPE packetshaper_rule_dropped_total counter
-packetshaper_rule_dropped_total{queue="3",rule="a"} 3
-packetshaper_rule_dropped_total{queue="3",rule="b"} 0
-packetshaper_rule_dropped_total{queue="3",rule="rest"} 0
-packetshaper_rule_dropped_total{queue="4",rule="a"} 0
-packetshaper_rule_dropped_total{queue="4",rule="b"} 1
-packetshaper_rule_dropped_total{queue="4",rule="rest"} 0
+packetshaper_rule_dropped_total{path="queue",queue="3",rule="a"} 3
+packetshaper_rule_dropped_total{path="queue",queue="3",rule="b"} 0
+packetshaper_rule_dropped_total{path="queue",queue="3",rule="rest"} 0
+packetshaper_rule_dropped_total{path="queue",queue="4",rule="a"} 0
+packetshaper_rule_dropped_total{path="queue",queue="4",rule="b"} 1
+packetshaper_rule_dropped_total{path="queue",queue="4",rule="rest"} 0
 # HELP packetshaper_rule_packets_total Packets a rule decided.
 # TYPE packetshaper_rule_packets_total counter
-packetshaper_rule_packets_total{queue="3",rule="a"} 5
-packetshaper_rule_packets_total{queue="3",rule="b"} 1
-packetshaper_rule_packets_total{queue="3",rule="rest"} 0
-packetshaper_rule_packets_total{queue="4",rule="a"} 0
-packetshaper_rule_packets_total{queue="4",rule="b"} 4
-packetshaper_rule_packets_total{queue="4",rule="rest"} 2
+packetshaper_rule_packets_total{path="queue",queue="3",rule="a"} 5
+packetshaper_rule_packets_total{path="queue",queue="3",rule="b"} 1
+packetshaper_rule_packets_total{path="queue",queue="3",rule="rest"} 0
+packetshaper_rule_packets_total{path="queue",queue="4",rule="a"} 0
+packetshaper_rule_packets_total{path="queue",queue="4",rule="b"} 4
+packetshaper_rule_packets_total{path="queue",queue="4",rule="rest"} 2
 # HELP packetshaper_reloads_total Policy reloads (SIGHUP), by result: ok, or failed (the previous policy kept).
 # TYPE packetshaper_reloads_total counter
 packetshaper_reloads_total{result="failed"} 0

@@ -187,9 +187,9 @@ func TestQueuesShareOneBucket(t *testing.T) {
 	want := `
 # HELP packetshaper_rule_packets_total Packets a rule decided.
 # TYPE packetshaper_rule_packets_total counter
-packetshaper_rule_packets_total{queue="20-23",rule="per-src"} 160
-packetshaper_rule_packets_total{queue="20-23",rule="rest"} 0
-# HELP packetshaper_flows Flows in the flow tables.
+packetshaper_rule_packets_total{path="queue",queue="20-23",rule="per-src"} 160
+packetshaper_rule_packets_total{path="queue",queue="20-23",rule="rest"} 0
+# HELP packetshaper_flows Flows in the flow tables (with --fastpath, the kernel's flow maps' too).
 # TYPE packetshaper_flows gauge
 packetshaper_flows{queue="20-23"} 2
 # HELP packetshaper_packets_total Packets decided.

@@ -49,7 +49,8 @@ type state struct {
 	mon    failOpen
 	off    *offload.Offloader // nil without --offload
 	gl     *globals
-	policy string // the policy source, described
+	fp     *fastPath // nil without --fastpath
+	policy string    // the policy source, described
 	start  time.Time
 
 	mu       sync.Mutex
@@ -173,6 +174,7 @@ func (d *state) Status() control.Status {
 				i = len(st.Rules)
 				byName[r.name] = i
 				st.Rules = append(st.Rules, describeRule(&r.rule))
+				st.Rules[i].Path = r.pathLabel()
 			}
 			x := &src{e: sn, r: r}
 			for k := range counters {
@@ -228,7 +230,7 @@ func describeRule(r *shaper.Rule) control.Rule {
 }
 
 // Flows lists the flows of every engine (one, serving every queue), one
-// after the other (control.Handler).
+// after the other, then the fast path's (control.Handler).
 func (d *state) Flows(ctx context.Context, rule string, emit func(*control.Flow) error) error {
 	if rule != "" {
 		// Every queue has the same rules: an unknown name is known
@@ -242,5 +244,6 @@ func (d *state) Flows(ctx context.Context, rule string, emit func(*control.Flow)
 			return err
 		}
 	}
-	return nil
+	// Then the kernel's (--fastpath).
+	return d.fp.listFlows(ctx, rule, emit)
 }

@@ -82,12 +82,14 @@ func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 	// engines (one, serving every queue).
 	var names []string
 	byName := map[string][]*src{}
+	kernel := map[string]bool{}
 	sc.each(fromRule, func(x *src, labels ...string) {
 		n := labels[1]
 		if _, ok := byName[n]; !ok {
 			names = append(names, n)
 		}
 		byName[n] = append(byName[n], x)
+		kernel[n] = labels[2] == pathKernel
 	})
 	var rules []any
 	for _, n := range names {
@@ -112,6 +114,9 @@ func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 			}
 		}
 		if len(fields) > 0 {
+			if kernel[n] {
+				fields = append([]any{"path", pathKernel}, fields...)
+			}
 			rules = append(rules, slog.Group(n, fields...))
 		}
 	}

@@ -109,7 +109,18 @@ type snapshot struct {
 type ruleSnap struct {
 	name string
 	rule shaper.Rule // its settings
+	// path is where the rule runs: pathKernel, or pathQueue ("": not
+	// set, the queue's).
+	path string
 	shaper.RuleStats
+}
+
+// pathLabel is where the rule runs: pathKernel or pathQueue.
+func (r *ruleSnap) pathLabel() string {
+	if r.path == "" {
+		return pathQueue
+	}
+	return r.path
 }
 
 const snapEvery = int64(100 * time.Millisecond)
@@ -260,7 +271,7 @@ func (sh *shared) snapshot(now int64) {
 		r := sh.eng.Rule(i)
 		s.rules[i] = ruleSnap{name: r.Name, rule: r, RuleStats: sh.eng.RuleStats(i)}
 	}
-	addFast(&sh.fast, s.rules)
+	addFast(&sh.fast, s)
 	sh.snap.Store(s)
 	sh.lastSnap = now
 }

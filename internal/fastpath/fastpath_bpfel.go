@@ -63,7 +63,7 @@ type fastpathLpmKey struct {
 
 type fastpathRuleCounters struct {
 	_ structs.HostLayout
-	C [6]uint64
+	C [7]uint64
 }
 
 type fastpathRuleEntry struct {

@@ -80,6 +80,10 @@ func (p *Program) SetNow(now int64) error {
 // Counters are one rule's counts, summed over the CPUs.
 type Counters struct {
 	Packets, Accepted, Dropped, Shadow, Marked, Punted uint64
+	// Inserts: flows the rule put in its flow map. The map (an LRU) does
+	// not count what it evicts: Inserts less the flows present (FlowCount)
+	// is an upper bound of the evictions.
+	Inserts uint64
 }
 
 // RuleCounters returns rule i's counters; i = MaxRules gives the program's
@@ -98,6 +102,7 @@ func (p *Program) RuleCounters(i int) (Counters, error) {
 		c.Shadow += x.C[3]
 		c.Marked += x.C[4]
 		c.Punted += x.C[5]
+		c.Inserts += x.C[6]
 	}
 	return c, nil
 }

@@ -27,7 +27,9 @@ enum { MODE_5TUPLE = 0, MODE_SRC = 1, MODE_DST = 2, MODE_SRCDST = 3 };
 enum { OVER_DROP = 0, OVER_SHADOW = 1, OVER_MARK = 2 };
 
 // Counters: per rule (index = rule), and the program's own at MAX_RULES.
-enum { C_PACKETS, C_ACCEPTED, C_DROPPED, C_SHADOW, C_MARKED, C_PUNTED, C_N };
+// C_INSERTS: flows a limit rule put in its map (an LRU map reports no
+// evictions: inserts less the flows present is an upper bound of them).
+enum { C_PACKETS, C_ACCEPTED, C_DROPPED, C_SHADOW, C_MARKED, C_PUNTED, C_INSERTS, C_N };
 
 struct rule_entry {
 	__u64 proto[4];        // protocols matched, a bit each (all ones: any)
@@ -684,7 +686,8 @@ int fastpath(struct __sk_buff *skb)
 		struct flow_state nf = {};
 		reset(r, &nf, now);
 		nf.seen = now;
-		bpf_map_update_elem(table, &key, &nf, BPF_NOEXIST);
+		if (bpf_map_update_elem(table, &key, &nf, BPF_NOEXIST) == 0)
+			count(ri, C_INSERTS);
 		f = bpf_map_lookup_elem(table, &key);
 		if (!f) {
 			// No room even after the LRU's eviction: user space decides.

@@ -1,0 +1,213 @@
+//go:build linux
+
+package fastpath
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/bits"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// flowChunk is the most flows read from a flow map at once (one
+// BPF_MAP_LOOKUP_BATCH): a listing or a count holds that many keys and
+// states, whatever the map's size.
+const flowChunk = 256
+
+// Flow is one flow of a kernel limit rule's map, as a listing shows it.
+type Flow struct {
+	// Rule is the index of the rule (in the Spec) whose map holds it.
+	Rule int
+	// Key is the flow's key as flows.KeyConfig makes it (the rule's
+	// Entry.Key.Format prints it).
+	Key flows.Key
+	// Last is the time of the flow's newest packet, Unix ns.
+	Last int64
+	// Expired: idle for longer than the rule's flow timeout; its next
+	// packet starts it afresh (Left is then a fresh flow's).
+	Expired bool
+	// Left is what the flow's limiter would accept now, in the rule's
+	// cost units (packets, or bytes), as shaper.Limiter.Left.
+	Left float64
+}
+
+// errNoTable: the rule has no flow map (not a limit rule).
+var errNoTable = errors.New("not a kernel limit rule")
+
+// FlowTable is a handle of its own on a kernel limit rule's flow map (a
+// duplicate of its descriptor): it stays valid when the Program is closed
+// or replaced by a reload, so that a listing or a count runs without
+// holding the Program. Close it.
+type FlowTable struct {
+	m    *ebpf.Map
+	rule int
+	e    Entry
+}
+
+// FlowTable returns a handle on rule i's flow map.
+func (p *Program) FlowTable(i int) (*FlowTable, error) {
+	if i < 0 || i >= len(p.tables) || p.tables[i] == nil {
+		return nil, fmt.Errorf("rule %d: %w", i, errNoTable)
+	}
+	m, err := p.tables[i].Clone()
+	if err != nil {
+		return nil, fmt.Errorf("rule %s's flow map: %w", p.spec.Entries[i].Name, err)
+	}
+	return &FlowTable{m: m, rule: i, e: p.spec.Entries[i]}, nil
+}
+
+// Close frees the handle (not the map, while the Program holds it).
+func (t *FlowTable) Close() error { return t.m.Close() }
+
+// Flows calls fn with each flow in rule i's map: FlowTable(i).Flows.
+func (p *Program) Flows(i int, now int64, max int, fn func(*Flow) error) (int, error) {
+	t, err := p.FlowTable(i)
+	if err != nil {
+		return 0, err
+	}
+	defer t.Close()
+	return t.Flows(now, max, fn)
+}
+
+// FlowCount is the number of flows in rule i's map: FlowTable(i).Count.
+func (p *Program) FlowCount(i int) (int, error) {
+	t, err := p.FlowTable(i)
+	if err != nil {
+		return 0, err
+	}
+	defer t.Close()
+	return t.Count()
+}
+
+// Flows calls fn with each flow in the map, read flowChunk at a time
+// (whatever the map's size, Flows holds no more), at most max of them if
+// max > 0, and returns the number read; now (Unix ns) sets Left and
+// Expired. fn's Flow is reused: copy it to keep it. An error of fn ends
+// the listing with it. The listing is not a snapshot: a flow inserted or
+// evicted meanwhile may or may not be listed.
+func (t *FlowTable) Flows(now int64, max int, fn func(*Flow) error) (int, error) {
+	e := &t.e
+	var f Flow
+	f.Rule = t.rule
+	return readFlows(t.m, max, func(k *fastpathFlowKey, s *fastpathFlowState) error {
+		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: flows.Mode(k.Mode)}
+		f.Last = s.Seen
+		f.Expired = e.Timeout > 0 && now-s.Seen > e.Timeout
+		if f.Expired {
+			f.Left = capacity(e)
+		} else {
+			f.Left = left(e, s, now)
+		}
+		return fn(&f)
+	})
+}
+
+// Count is the number of flows in the map (read flowChunk at a time: the
+// time it takes grows with the map, the memory does not).
+func (t *FlowTable) Count() (int, error) { return readFlows(t.m, 0, nil) }
+
+// Entry is the rule the map is of.
+func (t *FlowTable) Entry() *Entry { return &t.e }
+
+// readFlows reads m's entries in batches, calling fn (if not nil) with
+// each, at most max (> 0) of them, and returns the number read.
+func readFlows(m *ebpf.Map, max int, fn func(*fastpathFlowKey, *fastpathFlowState) error) (int, error) {
+	keys := make([]fastpathFlowKey, flowChunk)
+	vals := make([]fastpathFlowState, flowChunk)
+	var cur ebpf.MapBatchCursor
+	total := 0
+	for {
+		want := flowChunk
+		if max > 0 {
+			want = min(want, max-total)
+		}
+		if want <= 0 {
+			return total, nil
+		}
+		n, err := m.BatchLookup(&cur, keys[:want], vals[:want], nil)
+		done := errors.Is(err, ebpf.ErrKeyNotExist)
+		if err != nil && !done {
+			return total, fmt.Errorf("reading a flow map: %w", err)
+		}
+		for j := range n {
+			if fn != nil {
+				if err := fn(&keys[j], &vals[j]); err != nil {
+					return total + j, err
+				}
+			}
+		}
+		total += n
+		if done {
+			return total, nil
+		}
+	}
+}
+
+// capacity is what a fresh flow of e may send (shaper.Limiter.Capacity).
+func capacity(e *Entry) float64 {
+	if e.Algo == shaper.TokenBucket {
+		return float64(e.BurstN) / nano
+	}
+	return float64(e.Limit)
+}
+
+const nano = 1e9
+
+// left is shaper.Limiter.Left of the kernel's state s at now, for the
+// three algorithms the kernel runs (the token bucket's refill to within a
+// nano-unit: for display).
+func left(e *Entry, s *fastpathFlowState, now int64) float64 {
+	if now < s.Last {
+		now = s.Last
+	}
+	switch e.Algo {
+	case shaper.TokenBucket:
+		el := uint64(now - s.Last)
+		hi, lo := bits.Mul64(el, e.RateInt)
+		fh, _ := bits.Mul64(el, e.RateHi)
+		add, c := bits.Add64(lo, fh, 0)
+		if hi != 0 || c != 0 || add >= uint64(e.BurstN-s.Tokens) {
+			return float64(e.BurstN) / nano
+		}
+		return float64(s.Tokens+int64(add)) / nano
+	case shaper.FixedWindow:
+		if floorDiv(now, e.Window) != int64(s.Win) {
+			return float64(e.Limit)
+		}
+		return float64(e.Limit - int64(s.Cur))
+	case shaper.SlidingWindowCounter:
+		prev, cur := s.Prev, int64(s.Cur)
+		w := floorDiv(now, e.Window)
+		if w != int64(s.Win) {
+			if w == int64(s.Win)+1 {
+				prev = cur
+			} else {
+				prev = 0
+			}
+			cur = 0
+		}
+		est := float64(cur)
+		if prev > 0 {
+			l := e.Window - (now - w*e.Window)
+			est += float64(prev) * float64(l) / float64(e.Window)
+		}
+		return math.Max(0, float64(e.Limit)-est)
+	}
+	return 0
+}
+
+func floorDiv(a, b int64) int64 {
+	if b <= 0 {
+		return 0
+	}
+	q := a / b
+	if a%b != 0 && (a < 0) != (b < 0) {
+		q--
+	}
+	return q
+}
