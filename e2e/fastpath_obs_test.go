@@ -23,6 +23,7 @@ import (
 // rules' series path="kernel" or path="queue", with the kernel rule's flows
 // and packets; the final stats line marks the kernel rule.
 func TestFastpathSeen(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	dir := t.TempDir()

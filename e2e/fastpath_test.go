@@ -257,6 +257,7 @@ func TestFastpathRulesScript(t *testing.T) {
 // tc shows no filter at the interface's ingress, /sys/fs/bpf holds nothing
 // of it.
 func TestFastpathKill(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
 	pol := filepath.Join(t.TempDir(), "policy.toml")

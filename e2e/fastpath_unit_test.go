@@ -21,6 +21,7 @@ import (
 // is why the unit grants it (when it no longer does, the unit should drop
 // it: the test says so).
 func TestFastpathUnprivileged(t *testing.T) {
+	parallel(t)
 	needShaper(t)
 	// The binary and the policy must be readable by nobody: t.TempDir and
 	// the build directory are root's (0700).
