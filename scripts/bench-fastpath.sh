@@ -18,6 +18,9 @@
 #              in base: the program's own cost beside the no-queue rate (not
 #              one of the issue's bars: there the limit drops most packets
 #              at tc ingress, which is cheaper than delivering them)
+#   fastpath_nodivert  the fastpath case without the divert rule: what the
+#              rule's conntrack match (connection tracking on in B, for the
+#              packets the program passes) costs (not a bar either)
 #
 # POLICY is one limit rule the kernel runs: token bucket, key 5tuple,
 # pps = LIMIT_RATE, burst = LIMIT_BURST, on UDP to port 9000: the hashlimit
@@ -159,6 +162,17 @@ bpf_stats() { # id -> "run_time_ns run_cnt"
 	bpftool prog show id "$1" -j | jq -r '"\(.run_time_ns // 0) \(.run_cnt // 0)"'
 }
 
+# ps_ticks: utime+stime clock ticks of packetshaper (0 without one)
+ps_ticks() {
+	local p t=0 v
+	[ -n "$PS_PID" ] || { echo 0; return; }
+	for p in $(cat /proc/"$PS_PID"/task/*/children 2>/dev/null); do
+		v=$(sed 's/^.*) //' /proc/"$p"/stat 2>/dev/null | awk '{print $12+$13}')
+		t=$((t + ${v:-0}))
+	done
+	echo "$t"
+}
+
 stop_ps() {
 	local i
 	[ -n "$PS_PID" ] || return 0
@@ -191,7 +205,7 @@ rules() { "$HERE/rules.sh" "$1" --netns "$NS_B" --backend iptables "${@:2}" >/de
 
 # measure CASE REP: one run; a row to runs.csv
 measure() {
-	local cs=$1 rep=$2 tag=$1-$2 plog blog link="" prog="" st0="0 0" st1="0 0" bg0 bg1 c0 c1 d0 d1 status decided="" qpk=""
+	local cs=$1 rep=$2 tag=$1-$2 plog blog link="" prog="" st0="0 0" st1="0 0" bg0 bg1 c0 c1 d0 d1 t0 t1 status decided="" qpk=""
 	plog=$OUT/logs/$tag.packetshaper.log blog=$OUT/logs/$tag.blast.log
 	case $cs in
 	base) ;;
@@ -203,8 +217,8 @@ measure() {
 	nfqueue)
 		rules add --queue 0 --proto udp --dport "$DPORT" --family ipv4
 		start_ps "$plog" "$POLICY" ;;
-	fastpath | fastpath_stats | fastpath_pass)
-		rules add --fastpath --queue 0
+	fastpath | fastpath_stats | fastpath_pass | fastpath_nodivert)
+		[ "$cs" = fastpath_nodivert ] || rules add --fastpath --queue 0
 		if [ "$cs" = fastpath_pass ]; then start_ps "$plog" "$POLICY_PASS" --fastpath "$VETH_B"; else start_ps "$plog" "$POLICY" --fastpath "$VETH_B"; fi
 		read -r link prog <<<"$(tcx_link)"
 		[ -n "$prog" ] || die "packetshaper holds no tcx ingress link on $VETH_B after its startup line (log: $plog)"
@@ -217,10 +231,12 @@ measure() {
 	bg1=$(cpu)
 	d0=$(sink_count)
 	st0=$(bpf_stats "$prog")
+	t0=$(ps_ticks)
 	c0=$(cpu)
 	ip netns exec "$NS_A" nice -n -10 taskset -c 0 "$BIN/blast" -d "$IP_B" -s "$IP_A" -p "$DPORT" \
 		-n "$FLOWS" -l "$SIZE" -t "$DUR" -r 0 >"$blog" 2>&1
 	c1=$(cpu)
+	t1=$(ps_ticks)
 	st1=$(bpf_stats "$prog")
 	[ "$cs" = fastpath_stats ] && sysctl -q -w kernel.bpf_stats_enabled="$STATS0"
 	sleep 0.2
@@ -235,31 +251,32 @@ measure() {
 	case $cs in
 	hashlimit) nsb iptables -F INPUT ;;
 	nfqueue) rules del --queue 0 --proto udp --dport "$DPORT" --family ipv4 ;;
-	fastpath | fastpath_stats | fastpath_pass) rules del --fastpath --queue 0
+	fastpath | fastpath_stats | fastpath_pass | fastpath_nodivert) rules del --fastpath --queue 0
 		! bpftool link show id "$link" >/dev/null 2>&1 || die "the tcx link $link is still there after packetshaper stopped" ;;
 	esac
-	local sent secs
+	local sent secs bcpu
 	sent=$(sed -n 's/.*\bsent=\([0-9]*\).*/\1/p' "$blog")
+	bcpu=$(awk '/sent=/{for(i=1;i<=NF;i++){split($i,kv,"="); if(kv[1]=="utime"||kv[1]=="stime") s+=kv[2]} printf "%.3f", s}' "$blog")
 	secs=$(sed -n 's/.*\bsecs=\([0-9.]*\).*/\1/p' "$blog")
 	[ -n "$sent" ] && [ -n "$secs" ] || { cat "$blog" >&2; die "blast failed ($tag)"; }
 	awk -v cs="$cs" -v rep="$rep" -v sent="$sent" -v secs="$secs" -v d=$((d1 - d0)) -v f="$FLOWS" \
 		-v r="$LIMIT_RATE" -v b="$LIMIT_BURST" -v dec="$decided" -v q="$qpk" -v c0="$c0" -v c1="$c1" \
-		-v bg0="$bg0" -v bg1="$bg1" -v st0="$st0" -v st1="$st1" -v la="$(cut -d' ' -f1 /proc/loadavg)" 'BEGIN {
+		-v bg0="$bg0" -v bg1="$bg1" -v st0="$st0" -v st1="$st1" -v la="$(cut -d' ' -f1 /proc/loadavg)" -v bcpu="$bcpu" -v pst=$((t1 - t0)) 'BEGIN {
 		per=sent/f; cap=b+r*secs; ex=(cs=="base" || cs=="fastpath_pass" ? sent : f*(per<cap?per:cap))
 		split(c0,x," "); split(c1,y," "); split(bg0,u," "); split(bg1,v," "); split(st0,s0," "); split(st1,s1," ")
 		nc=split(x[4],p,"/"); split(y[4],q2,"/"); cores=""
 		for (i=1;i<=nc;i++) cores=cores (i>1?"/":"") (q2[i]-p[i])
-		printf "%s,%s,%d,%s,%.0f,%d,%.0f,%s,%s,%d,%d,%d,%s,%.1f,%d,%d,%s\n", cs, rep, sent, secs, sent/secs, d, ex, dec, q,
-			y[1]-x[1], y[2]-x[2], y[3]-x[3], cores, (v[2]-u[2]>0 ? 100*(v[1]-u[1])/(v[2]-u[2]) : 0), s1[1]-s0[1], s1[2]-s0[2], la }' >>"$OUT/runs.csv"
+		printf "%s,%s,%d,%s,%.0f,%d,%.0f,%s,%s,%d,%d,%d,%s,%.1f,%d,%d,%s,%s,%d\n", cs, rep, sent, secs, sent/secs, d, ex, dec, q,
+			y[1]-x[1], y[2]-x[2], y[3]-x[3], cores, (v[2]-u[2]>0 ? 100*(v[1]-u[1])/(v[2]-u[2]) : 0), s1[1]-s0[1], s1[2]-s0[2], la, bcpu, pst }' >>"$OUT/runs.csv"
 	log "$(tail -1 "$OUT/runs.csv")"
 }
 
-echo "case,rep,sent,secs,sent_pps,delivered,expected,decided,queue_packets,busy_jiffies,total_jiffies,softirq_jiffies,busy_jiffies_per_core,bg_busy_pct,bpf_run_ns,bpf_run_cnt,load1" >"$OUT/runs.csv"
+echo "case,rep,sent,secs,sent_pps,delivered,expected,decided,queue_packets,busy_jiffies,total_jiffies,softirq_jiffies,busy_jiffies_per_core,bg_busy_pct,bpf_run_ns,bpf_run_cnt,load1,blast_cpu_s,packetshaper_ticks" >"$OUT/runs.csv"
 LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq "$REPS"); do
 	# alternate the order, so that a drift in the others' load does not
 	# always favour the same case
-	if [ $((rep % 2)) = 1 ]; then order="base hashlimit nfqueue fastpath fastpath_pass"; else order="fastpath_pass fastpath nfqueue hashlimit base"; fi
+	if [ $((rep % 2)) = 1 ]; then order="base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert"; else order="fastpath_nodivert fastpath_pass fastpath nfqueue hashlimit base"; fi
 	for cs in $order; do
 		log "rep $rep/$REPS: $cs"
 		measure "$cs" "$rep"
@@ -279,6 +296,7 @@ NR==1 {next}
 	dec[k,i]=($8!="" ? $8/$4 : -1); decs[k,i]=($8!="" && $3>0 ? $8/$3 : -1); qp[k,i]=($9!="" ? $9 : -1)
 	us[k,i]=1e6*$10/hz/$3; sq[k,i]=($10>0 ? $12/$10 : 0); bg[k,i]=$14; la[k,i]=$17
 	bns[k,i]=($16>0 ? $15/$16 : 0); bcnt[k,i]=$16
+	pu[k,i]=1e6*($18 + ($12 + $19)/hz)/$3
 }
 function med(a,k,m,   i,j,t,v) { for(i=1;i<=m;i++) v[i]=a[k,i]
 	for(i=2;i<=m;i++){t=v[i]; for(j=i-1;j>=1 && v[j]>t;j--) v[j+1]=v[j]; v[j+1]=t}
@@ -288,17 +306,18 @@ function mx(a,k,m,  i,r){r=a[k,1]; for(i=2;i<=m;i++) if(a[k,i]>r) r=a[k,i]; retu
 function M(a,k) { return n[k] ? med(a,k,n[k]) : 0 }
 function bar(ok) { return ok ? "holds" : "**MISSED**" }
 END {
-	printf "| case | offered (sent) pps | decided pps (limit rule'"'"'s packets / s) | decided / sent | delivered pps: **median** (min–max) | delivered / expected | queue packets | CPU µs/pkt, all cores | minus base | softirq share | bg load %% | load1 |\n"
-	print "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"
-	nc=split("base hashlimit nfqueue fastpath fastpath_pass", C, " ")
+	printf "| case | offered (sent) pps | decided pps (limit rule'"'"'s packets / s) | decided / sent | delivered pps: **median** (min–max) | delivered / expected | queue packets | CPU µs/pkt, all cores | minus base | path CPU µs/pkt | minus base | softirq share | bg load %% | load1 |\n"
+	print "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+	nc=split("base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert", C, " ")
 	ub=M(us,"base")
 	for (c=1;c<=nc;c++) { k=C[c]; m=n[k]
-		if (!m) { printf "| %s | no runs | | | | | | | | | | |\n", k; continue }
+		if (!m) { printf "| %s | no runs | | | | | | | | | | | | |\n", k; continue }
 		d=M(dec,k); q=M(qp,k); u=M(us,k)
-		printf "| %s | %.0f | %s | %s | **%.0f** (%.0f–%.0f) | %s | %s | %.3f | %s | %.0f%% | %.0f | %.2f |\n", k, M(sp,k),
+		printf "| %s | %.0f | %s | %s | **%.0f** (%.0f–%.0f) | %s | %s | %.3f | %s | %.3f | %s | %.0f%% | %.0f | %.2f |\n", k, M(sp,k),
 			(d>=0 ? sprintf("**%.0f**", d) : "-"), (d>=0 ? sprintf("%.1f%%", 100*M(decs,k)) : "-"),
 			M(dp,k), mn(dp,k,m), mx(dp,k,m), (k=="base" ? "-" : sprintf("%.2f%%", 100*M(de,k))),
-			(q>=0 ? sprintf("%.0f", q) : "-"), u, (k=="base" ? "-" : sprintf("%+.3f", u-ub)), 100*M(sq,k), M(bg,k), M(la,k)
+			(q>=0 ? sprintf("%.0f", q) : "-"), u, (k=="base" ? "-" : sprintf("%+.3f", u-ub)),
+			M(pu,k), (k=="base" ? "-" : sprintf("%+.3f", M(pu,k)-M(pu,"base"))), 100*M(sq,k), M(bg,k), M(la,k)
 		if (m < reps) short=short " " k "(" m "/" reps ")"
 	}
 	if (short != "") print "\nfewer runs than asked for:" short
@@ -310,9 +329,15 @@ END {
 	e=M(de,"fastpath"); printf "- fast path delivered / expected = **%.2f%%** (bar 99-101 %%): %s\n", 100*e, bar(e>=0.99 && e<=1.01)
 	e=M(de,"nfqueue"); printf "- (for comparison) NFQUEUE delivered / expected = %.2f%%, decided %.0f pps = %.3f x the no-queue rate\n", 100*e, M(dec,"nfqueue"), (base>0 ? M(dec,"nfqueue")/base : 0)
 	p=M(dec,"fastpath_pass"); if (n["fastpath_pass"]) printf "- (not a bar) fast path deciding and accepting every packet (fastpath_pass): %.0f pps = **%.3f** x the no-queue rate; delivered / sent %.2f%%\n", p, (base>0 ? p/base : 0), 100*M(de,"fastpath_pass")
+	p=M(dec,"fastpath_nodivert"); if (n["fastpath_nodivert"]) printf "- (not a bar) the fast path without the divert rule (fastpath_nodivert, no conntrack in B): %.0f pps = %.3f x the no-queue rate, %.3f x hashlimit'"'"'s offered rate; delivered / expected %.2f%%\n", p, (base>0 ? p/base : 0), (hl>0 ? p/hl : 0), 100*M(de,"fastpath_nodivert")
 	printf "- CPU per packet sent, all cores (raw): base %.3f, hashlimit %.3f, NFQUEUE %.3f, fast path %.3f µs; minus base: hashlimit %+.3f, NFQUEUE %+.3f, fast path %+.3f µs\n",
 		ub, M(us,"hashlimit"), M(us,"nfqueue"), M(us,"fastpath"), M(us,"hashlimit")-ub, M(us,"nfqueue")-ub, M(us,"fastpath")-ub
 	if (n["fastpath_pass"]) printf "- CPU per packet sent, fastpath_pass (raw): %.3f µs, minus base %+.3f µs\n", M(us,"fastpath_pass"), M(us,"fastpath_pass")-ub
+	pb=M(pu,"base"); printf "- path CPU per packet sent (the sender'"'"'s own CPU + softirq of all cores + packetshaper'"'"'s CPU, the others'"'"' load mostly left out): base %.3f, hashlimit %.3f, NFQUEUE %.3f, fast path %.3f µs; minus base: hashlimit %+.3f, NFQUEUE %+.3f, fast path %+.3f µs\n",
+		pb, M(pu,"hashlimit"), M(pu,"nfqueue"), M(pu,"fastpath"), M(pu,"hashlimit")-pb, M(pu,"nfqueue")-pb, M(pu,"fastpath")-pb
+	if (M(pu,"fastpath")>0) printf "- the same bars per CPU second of the path (packets per path-CPU second, 1 / path CPU per packet: what one core would carry, whatever the others take): fast path / no queue = **%.3f**, fast path / hashlimit = **%.3f**%s%s\n",
+		pb/M(pu,"fastpath"), M(pu,"hashlimit")/M(pu,"fastpath"), (n["fastpath_pass"] ? sprintf(", fastpath_pass / no queue = %.3f", pb/M(pu,"fastpath_pass")) : ""),
+		(n["fastpath_nodivert"] ? sprintf(", fastpath_nodivert / no queue = %.3f, / hashlimit = %.3f", pb/M(pu,"fastpath_nodivert"), M(pu,"hashlimit")/M(pu,"fastpath_nodivert")) : "")
 	if (n["fastpath_stats"]) printf "- the program itself (kernel.bpf_stats_enabled=1, one extra run, not in the bars): **%.0f ns per run** over %d runs, at %.0f pps offered\n",
 		M(bns,"fastpath_stats"), M(bcnt,"fastpath_stats"), M(sp,"fastpath_stats")
 	printf "- load average before: %s, after: %s\n", load0, load1

@@ -50,16 +50,17 @@
 #           interleaving the kernel with no queue rule, iptables hashlimit,
 #           packetshaper through NFQUEUE and packetshaper --fastpath (tcx
 #           ingress) with the same limit rule (token bucket per 5-tuple,
-#           hashlimit's rate), and the fast path accepting every packet;
+#           hashlimit's rate), the fast path accepting every packet and the
+#           fast path without its divert rule (diagnostics, not bars);
 #           packets/s decided and delivered, delivered / expected, CPU per
 #           packet of all cores, and the bars with their ratios (root; about
-#           1.5 minutes at REPS=3)
+#           2 minutes at REPS=3)
 #
 #   sudo ./scripts/bench.sh                       # all nine, about 16-20 minutes
 #   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 1.5 minutes
 #   sudo PARTS=moderate ./scripts/bench.sh        # CPU per packet only, about 3 minutes
 #   sudo PARTS=shape ./scripts/bench.sh           # shaping only, about 3 minutes
-#   sudo PARTS=fastpath ./scripts/bench.sh        # the fast path's bars, about 1.5 minutes
+#   sudo PARTS=fastpath ./scripts/bench.sh        # the fast path's bars, about 2 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #   PARTS=global ./scripts/bench.sh               # no root needed (redis-server installed)
