@@ -2,7 +2,8 @@
 # bench-fastpath.sh - the kernel fast path's bars (issue 20), in one run:
 # on nfqbench's namespaces and veth pair (../shared/nfqbench/run.sh setup;
 # its blast sender, its nft counter as the receiver), 64-byte UDP packets
-# over FLOWS flows, four cases interleaved rep by rep:
+# over FLOWS flows, the cases interleaved rep by rep (order reversed every
+# other rep):
 #
 #   base       the kernel with no queue rule: packets/s reaching the receiver
 #   hashlimit  iptables hashlimit, run.sh's rule (srcip,dstip,srcport,dstport
@@ -36,7 +37,9 @@
 # NFQUEUE rule for every packet and starts the traffic once the queue is
 # bound, which packetshaper does before it attaches the program; here
 # packetshaper is started, and the traffic waits for its "shaping" line
-# (program attached, checked with bpftool), with only the punt-mark rule.
+# (program attached; checked: packetshaper holds a tcx ingress link on the
+# veth, from its descriptors' fdinfo, and the link is gone after SIGTERM),
+# with only the punt-mark rule.
 #
 # Measured per run: sent (blast's count), delivered (the receiver's nft
 # counter at input priority 100, after every filter chain), decided (the
@@ -45,7 +48,10 @@
 # cores from /proc/stat during the send (user+nice+system+irq+softirq
 # jiffies), per packet sent: the veth's receive path, the tc program, netfilter
 # and the sender all run in softirq or system time on the sender's core, so
-# only a system-wide figure compares the cases. After the reps one more
+# only a system-wide figure compares the cases; raw, it includes the other
+# tenants' load, so beside it the path's CPU per packet: the sender's own
+# CPU (its rusage) + softirq time of all cores + packetshaper's CPU, each
+# also minus the no-queue case's. After the reps one more
 # fastpath run with kernel.bpf_stats_enabled=1 (restored afterwards) gives
 # the program's own run_time_ns / run_cnt (bpftool prog show); its figures are
 # kept out of the bars (the stats cost time themselves).
@@ -65,7 +71,8 @@ export PATH=$PATH:/usr/local/go/bin:/usr/sbin:/sbin
 die() { echo "bench-fastpath.sh: $*" >&2; exit 1; }
 log() { echo "[bench-fastpath] $*" >&2; }
 
-[ $# = 1 ] || die "usage: bench-fastpath.sh OUTDIR (settings are environment variables)"
+case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""); print}' "$0"; exit 0 ;; esac
+[ $# = 1 ] || die "usage: bench-fastpath.sh OUTDIR (settings are environment variables; --help)"
 OUT=$1
 REPS=${REPS:-3}
 DUR=${DUR:-2.5}
