@@ -44,11 +44,22 @@
 #           fails) with the load average before and after each package
 #           (root for nfq, cmd and e2e, which skip otherwise; about 12
 #           minutes)
+#   fastpath  the kernel fast path's bars (issue 20), scripts/bench-fastpath.sh:
+#           on nfqbench's namespaces, 64-byte packets, FLOWS flows, one run
+#           interleaving the kernel with no queue rule, iptables hashlimit,
+#           packetshaper through NFQUEUE and packetshaper --fastpath (tcx
+#           ingress) with the same limit rule (token bucket per 5-tuple,
+#           hashlimit's rate), the fast path accepting every packet and the
+#           fast path without its divert rule (diagnostics, not bars);
+#           packets/s decided and delivered, delivered / expected, CPU per
+#           packet of all cores, and the bars with their ratios (root; about
+#           2 minutes at REPS=3)
 #
-#   sudo ./scripts/bench.sh                       # all eight, about 25-30 minutes
+#   sudo ./scripts/bench.sh                       # all nine, about 27-32 minutes
 #   sudo PARTS=queues ./scripts/bench.sh          # two queues only, about 1.5 minutes
 #   sudo PARTS=moderate ./scripts/bench.sh        # CPU per packet only, about 3 minutes
 #   sudo PARTS=shape ./scripts/bench.sh           # shaping only, about 3 minutes
+#   sudo PARTS=fastpath ./scripts/bench.sh        # the fast path's bars, about 2 minutes
 #   sudo REPS=5 ./scripts/bench.sh
 #   PARTS=engine,replay ./scripts/bench.sh        # no root needed
 #   PARTS=global ./scripts/bench.sh               # no root needed (redis-server installed)
@@ -111,7 +122,7 @@
 # of bypassing, and "via consumer" (the queue's id_sequence, or the consumer's
 # own packets= count) is shown beside "delivered".
 #
-# Environment (defaults): PARTS=engine,replay,live,queues,moderate,shape,global,timing
+# Environment (defaults): PARTS=engine,replay,live,queues,moderate,shape,global,timing,fastpath
 #   engine: ENGINE_COUNT=3 (go test -count)
 #   replay: REPLAY_PACKETS=1000000 REPLAY_FLOWS=10000 REPLAY_RUNS=3
 #   live:   REPS=3 DUR=2.5 FLOWS=1000 LIMITED_FLOWS=10000 LIMITED_PPS=1000
@@ -121,6 +132,9 @@
 #   moderate: MODERATE_RATES="5000 20000 50000 0" MODERATE_DUR=4
 #           MODERATE_BEFORE="" (and REPS, FLOWS, SIZE, PS_ARGS as above)
 #   global: ENGINE_COUNT as for engine
+#   fastpath: LIMIT_RATE=100 LIMIT_BURST=50 (the limit per 5-tuple, of
+#           hashlimit and of the policy; see scripts/bench-fastpath.sh), and
+#           REPS, DUR, FLOWS, SIZE as above
 #   OUT=/tmp/packetshaper-bench/<time> (report: OUT/bench.md)
 set -u -o pipefail
 
@@ -135,7 +149,7 @@ LIMITED_PPS=${LIMITED_PPS:-1000}
 SIZE=${SIZE:-64}
 PS_ARGS=${PS_ARGS:-}
 OUT=${OUT:-/tmp/packetshaper-bench/$(date +%Y%m%d-%H%M%S)}
-PARTS=${PARTS:-engine,replay,live,queues,moderate,shape,global,timing}
+PARTS=${PARTS:-engine,replay,live,queues,moderate,shape,global,timing,fastpath}
 QUEUE_RATES=${QUEUE_RATES:-150000 200000 300000 0}
 QUEUE_CPUS=${QUEUE_CPUS:-0,1}
 MODERATE_RATES=${MODERATE_RATES:-5000 20000 50000 0}
@@ -155,11 +169,11 @@ case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""
 between() { [ "${!1}" -ge "$2" ] && [ "${!1}" -le "$3" ]; }
 want() { case ",$PARTS," in *",$1,"*) return 0 ;; esac; return 1; }
 for p in ${PARTS//,/ }; do
-	case "$p" in engine | replay | live | queues | moderate | shape | global | timing) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate, shape, global, timing)" ;; esac
+	case "$p" in engine | replay | live | queues | moderate | shape | global | timing | fastpath) ;; *) die "PARTS=$PARTS: unknown part '$p' (want a comma list of engine, replay, live, queues, moderate, shape, global, timing, fastpath)" ;; esac
 done
-[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate, shape, global, timing)"
-if want live || want queues || want moderate; then
-	[ "$(id -u)" = 0 ] || die "the live, queues and moderate parts must run as root (network namespaces, NFQUEUE); PARTS=engine,replay runs without it"
+[ -n "${PARTS//,/}" ] || die "PARTS is empty (want a comma list of engine, replay, live, queues, moderate, shape, global, timing, fastpath)"
+if want live || want queues || want moderate || want fastpath; then
+	[ "$(id -u)" = 0 ] || die "the live, queues, moderate and fastpath parts must run as root (network namespaces, NFQUEUE, tcx); PARTS=engine,replay runs without it"
 	[ -x "$NFQBENCH" ] || [ -f "$NFQBENCH" ] || die "reference harness not found at $NFQBENCH (set NFQBENCH=.../run.sh, or PARTS=engine,replay)"
 fi
 if want replay; then
@@ -362,6 +376,18 @@ if want timing; then
 			echo
 		} >>"$OUT/bench.md"
 	done <<<"$specs"
+fi
+
+# ---------------------------------------------------------------- fastpath
+if want fastpath; then
+	log "fastpath: scripts/bench-fastpath.sh (REPS=$REPS DUR=$DUR FLOWS=$FLOWS SIZE=$SIZE)"
+	mkdir -p "$OUT/fastpath"
+	{
+		printf "## Kernel fast path: the bars of issue 20 (scripts/bench-fastpath.sh, median of %d runs)\n\n" "$REPS"
+		REPS=$REPS DUR=$DUR FLOWS=$FLOWS SIZE=$SIZE BIN=$OUT/bin NFQBENCH=$NFQBENCH timeout 900 "$HERE/bench-fastpath.sh" "$OUT/fastpath" 2>"$OUT/fastpath/log.txt" ||
+			{ tail -20 "$OUT/fastpath/log.txt" >&2; die "the fastpath part failed (log: $OUT/fastpath/log.txt)"; }
+		echo
+	} >>"$OUT/bench.md"
 fi
 
 # finish: the machine and the command under the report, then print it.
