@@ -171,7 +171,8 @@ if [ "$pid" != 0 ] && systemctl is-active -q packetshaper.service; then
 	for want in "CapEff:	000000c000001000" "CapBnd:	000000c000001000" "CapAmb:	000000c000001000" "Seccomp:	2"; do
 		grep -qF "$want" "/proc/$pid/status" && ok "--fastpath: /proc/PID/status: $want" || bad "--fastpath: /proc/PID/status lacks '$want'"
 	done
-	grep -qs 'link_type:.*tcx' /proc/"$pid"/fdinfo/* && ok "--fastpath: the service holds a tcx link" || bad "--fastpath: the service holds no tcx link (fdinfo)"
+	# The link comes after the queue's binding that "bound" waited for.
+	waitfor 10 sh -c "grep -qs 'link_type:.*tcx' /proc/$pid/fdinfo/*" && ok "--fastpath: the service holds a tcx link" || bad "--fastpath: the service holds no tcx link (fdinfo) 10 s after the queue was bound"
 	packetshaper-rules list | grep -q 'fastpath' && ok "--fastpath: ExecStartPre added the fast path's divert rule" || bad "--fastpath: no fast path divert rule: $(packetshaper-rules list)"
 	/out/psend recv --listen 127.0.0.1:9000 --duration 30s --idle 2s >/out/recv-fp.json 2>/out/recv-fp.err &
 	rpid=$!
