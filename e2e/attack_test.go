@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,6 +116,33 @@ func floodDone(f *flood) floodResult {
 	return floodResult{Sent: n, Elapsed: el}
 }
 
+// martianSources is the kernel's count of packets routing dropped for a
+// martian source address (in_martian_src of /proc/net/stat/rt_cache, one
+// line per CPU, in hex; the count is the machine's, not a namespace's).
+func martianSources(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/stat/rt_cache")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	col := slices.Index(strings.Fields(lines[0]), "in_martian_src")
+	if col < 0 {
+		t.Fatalf("no in_martian_src in /proc/net/stat/rt_cache:\n%s", b)
+	}
+	var n uint64
+	for _, l := range lines[1:] {
+		if f := strings.Fields(l); col < len(f) {
+			v, err := strconv.ParseUint(f[col], 16, 64)
+			if err != nil {
+				t.Fatalf("/proc/net/stat/rt_cache: %v", err)
+			}
+			n += v
+		}
+	}
+	return n
+}
+
 // acceptAnySource turns reverse-path filtering off in B (all, default and
 // every device; the strictest of all and the device wins), so that packets
 // from random sources reach the INPUT chain. A fresh namespace has it off
@@ -160,6 +189,7 @@ func TestToolFlood(t *testing.T) {
 	rc := tp.startRecv(fmt.Sprintf(":%d", port), "--duration", "30s", "--idle", "2s")
 
 	const dur = 2 * time.Second
+	m0 := martianSources(t)
 	r := floodDone(tp.startFlood(floodSpec{Port: port, Duration: dur, Size: 18}))
 	t.Logf("hping3 --flood: %d packets in %v: %.0f packets/s", r.Sent, r.Elapsed.Round(time.Millisecond), r.PPS())
 	if r.Elapsed > dur+3*time.Second {
@@ -167,13 +197,19 @@ func TestToolFlood(t *testing.T) {
 	}
 	timing.Check(t, r.PPS() >= 20000, "hping3 --flood sent %.0f packets/s, want far more than 20 000", r.PPS())
 	pre, in := tp.iptablesCount(tp.B, "raw", "PREROUTING", port), tp.iptablesCount(tp.B, "filter", "INPUT", port)
-	t.Logf("reached B: %d, reached INPUT: %d (%.1f %% lost to martian sources)", pre, in, 100*float64(pre-in)/float64(pre))
+	martian := martianSources(t) - m0
+	t.Logf("reached B: %d, reached INPUT: %d; routing dropped %d (%.1f %%) as martian sources", pre, in, martian, 100*float64(martian)/float64(pre))
 	// hping3's count misses the packet it was sending when SIGINT came.
 	if pre < r.Sent || pre > r.Sent+1 {
 		t.Errorf("hping3 says it sent %d, B saw %d", r.Sent, pre)
 	}
-	if float64(in) < 0.9*float64(pre) {
-		t.Errorf("only %d of %d random-source packets reached INPUT, want >= 90 %%", in, pre)
+	// Every packet but the martians reaches INPUT (the share of martians
+	// among random sources varies from run to run: 7-10 % measured).
+	if lost := int64(pre) - int64(in) - int64(martian); lost > int64(pre)/100 {
+		t.Errorf("%d of %d random-source packets reached INPUT and routing dropped %d as martian: %d lost otherwise, want at most 1 %%", in, pre, martian, lost)
+	}
+	if float64(in) < 0.8*float64(pre) {
+		t.Errorf("only %d of %d random-source packets reached INPUT, want >= 80 %%", in, pre)
 	}
 
 	// Paced and bounded by count.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/internal/netnstest"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 	"golang.org/x/sys/unix"
@@ -47,6 +48,10 @@ func TestRealtimePriority(t *testing.T) {
 				<-release
 			}()
 		}
+		// Run sets the priority before it binds the queue: until then
+		// the rule's bypass passes packets without it, so wait for
+		// the binding before sending (a loaded run checked too early).
+		testutil.Eventually(t, 10*time.Second, func() bool { return queueBound(queue) }, "queue %d not bound within 10 s", queue)
 		for i := 0; i < n; i++ {
 			p.Send(t, uint16(i), 16)
 		}
@@ -94,6 +99,22 @@ func TestRealtimePriority(t *testing.T) {
 		t.Errorf("child:\n%s", out)
 	}
 	t.Logf("child:\n%s", out)
+}
+
+// queueBound reports whether queue q is bound in this network namespace
+// (a line of /proc/net/netfilter/nfnetlink_queue, whose first field is the
+// queue number).
+func queueBound(q uint16) bool {
+	b, err := os.ReadFile("/proc/net/netfilter/nfnetlink_queue")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 0 && f[0] == fmt.Sprint(q) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestRealtimeNotRoot re-runs this test binary as nobody to see the error
