@@ -459,8 +459,8 @@ func TestOffloadReports(t *testing.T) {
 	if k.Mode != flows.FiveTuple || k.SrcPort != 4242 || k.DstPort != 9000 || k.Proto != flows.ProtoUDP || k.Src[3] != 5 {
 		t.Errorf("reported %+v, want the packet's exact 5-tuple", k)
 	}
-	if lims[0] != (OffloadLimit{Rate: 1, Burst: 1}) {
-		t.Errorf("reported limit %+v, want the rule's: rate 1, burst 1, packets", lims[0])
+	if lims[0] != (OffloadLimit{Rate: 1 * OffloadHeadroom, Burst: 1}) {
+		t.Errorf("reported limit %+v, want the rule's with the headroom: rate 1 × %v, burst 1, packets", lims[0], OffloadHeadroom)
 	}
 	for i := 0; i < 100; i++ {
 		e.Decide(udpTo(6, 1, 80), t0)
@@ -568,12 +568,12 @@ func TestOffloadLimit(t *testing.T) {
 		cfg  Config
 		want OffloadLimit
 	}{
-		{Config{Rate: 100, Burst: 20}, OffloadLimit{Rate: 100, Burst: 20}},
-		{Config{Rate: 100}, OffloadLimit{Rate: 100, Burst: DefaultBurstPackets}},
-		{Config{Rate: 1e6, Burst: 5e4, Bytes: true}, OffloadLimit{Rate: 1e6, Burst: 5e4, Bytes: true}},
-		{Config{Rate: 100, Burst: 10, Shape: true, MaxDelay: int64(time.Second / 2)}, OffloadLimit{Rate: 100, Burst: 60}},
-		{Config{Algorithm: FixedWindow, Rate: 10, Window: int64(2 * time.Second)}, OffloadLimit{Rate: 10, Burst: 40}},
-		{Config{Algorithm: SlidingWindowCounter, Rate: 1000, Bytes: true, Window: int64(time.Second)}, OffloadLimit{Rate: 1000, Burst: 2000, Bytes: true}},
+		{Config{Rate: 100, Burst: 20}, OffloadLimit{Rate: 125, Burst: 20}},
+		{Config{Rate: 100}, OffloadLimit{Rate: 125, Burst: DefaultBurstPackets}},
+		{Config{Rate: 1e6, Burst: 5e4, Bytes: true}, OffloadLimit{Rate: 1.25e6, Burst: 5e4, Bytes: true}},
+		{Config{Rate: 100, Burst: 10, Shape: true, MaxDelay: int64(time.Second / 2)}, OffloadLimit{Rate: 125, Burst: 60}},
+		{Config{Algorithm: FixedWindow, Rate: 10, Window: int64(2 * time.Second)}, OffloadLimit{Rate: 12.5, Burst: 40}},
+		{Config{Algorithm: SlidingWindowCounter, Rate: 1000, Bytes: true, Window: int64(time.Second)}, OffloadLimit{Rate: 1250, Burst: 2000, Bytes: true}},
 	} {
 		if got := offloadLimit(c.cfg.LimiterConfig(), c.cfg.Bytes); got != c.want {
 			t.Errorf("%+v: offload limit %+v, want %+v", c.cfg, got, c.want)

@@ -27,8 +27,9 @@
 // (sets noports4, noports6). Such a tuple belongs to one flow of the rule
 // that dropped it, whatever that rule's key mode, so no other flow of that
 // rule loses packets. The kernel holds the tuple to a token bucket never
-// stricter than the rule (shaper.OffloadLimit: the rule's rate and burst;
-// for a shaping rule the room of its queue too; for the window algorithms a
+// stricter than the rule (shaper.OffloadLimit: the rule's rate ×
+// shaper.OffloadHeadroom, so that the shaper's bucket alone decides, and
+// its burst; for a shaping rule the room of its queue too; for the window algorithms a
 // burst of two windows' limit): a flow that floods once and then sends under
 // its limit gets what its limit allows, and packets with a spoofed copy of a
 // flow's tuple take from the kernel's bucket what they would have taken from
