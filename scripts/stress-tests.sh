@@ -32,11 +32,9 @@
 #   TestFailOpenStop            20/20 passed in 84 s
 #   TestVerdictsReachTheKernel  20/20 passed in 6 s (nfq's version then on
 #                               this branch; another branch converts it)
-# Last --e2e 1 runs (2026-12-01, the same VM shared by 6 engineers, load
-# 6-16 besides the hog on core 0): 623 s (63 passed, 4 failed: TestGlobalLimit,
-# TestOffloadFlood, TestTwoQueues, since serial) and 450 s (65 passed, 1
-# failed: TestOffloadFlood/offload=true, legitimate flows 378 of 404 beside
-# the flood); 1 skipped (TestRulesScriptNft: no CONFIG_NFT_QUEUE).
+# Last --e2e 5 run (2026-12-02 00:00 UTC, commit 815e530, the same 2-core VM,
+# hog on core 0, load 2.4-3.4): 403, 405, 402, 400 and 406 s, each 81
+# passed, 0 failed, 1 skipped (TestRulesScriptNft: no CONFIG_NFT_QUEUE).
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
