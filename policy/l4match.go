@@ -450,3 +450,15 @@ func (b *builder) buildL4(c *classifier) {
 		return m.ct&shaper.CtState(v) != 0
 	})
 }
+
+// CtStateRules names the rules with a ct-state match: live, the queues
+// then ask the kernel for each packet's connection state.
+func (c *Compiled) CtStateRules() []string {
+	var out []string
+	for _, r := range c.file.Rules {
+		if r.Match != nil && r.Match.CtState != nil {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}

@@ -178,11 +178,12 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		w.failClosed = cfg.Queue.FailClosed
 		qc := cfg.Queue
 		qc.Queue, qc.Idle, qc.Logf = w.queue, w.idle, logf
+		qc.Conntrack = qc.Conntrack || len(comp.CtStateRules()) > 0
 		q, err := nfq.Open(qc)
 		if err != nil {
 			return err
 		}
-		w.q = q
+		w.q, w.conntrack = q, q.Conntrack()
 		qs = append(qs, q)
 	}
 	// The kernel fast path: attached once the queues are bound.
