@@ -462,3 +462,54 @@ func (c *Compiled) CtStateRules() []string {
 	}
 	return out
 }
+
+// CtStates is the set of states match.ct-state names (0: not given, or
+// none parses).
+func (m *Match) CtStates() shaper.CtState {
+	var s shaper.CtState
+	if m == nil {
+		return 0
+	}
+	for _, v := range m.CtState {
+		c, _ := parseCtState(v)
+		s |= c
+	}
+	return s
+}
+
+// SynOnly reports whether match.tcp-flags is given and every packet it
+// matches has SYN set and ACK, RST and FIN clear (iptables' --syn).
+func (m *Match) SynOnly() bool {
+	if m == nil || len(m.TCPFlags) == 0 {
+		return false
+	}
+	const k = flows.TCPSyn | flows.TCPAck | flows.TCPRst | flows.TCPFin
+	for _, v := range m.TCPFlags {
+		p, err := parseTCPFlags(v)
+		if err != nil || p.mask&k != k || p.val&k != flows.TCPSyn {
+			return false
+		}
+	}
+	return true
+}
+
+// ICMPTypes are the types match.icmp-type names, ICMP's (IPv4) and
+// ICMPv6's, ascending; ok is false when it is not given.
+func (m *Match) ICMPTypes() (v4, v6 []uint8, ok bool) {
+	if m == nil || m.ICMPType == nil {
+		return nil, nil, false
+	}
+	var s icmpSet
+	for _, v := range m.ICMPType {
+		parseICMPType(v, &s)
+	}
+	for t := range 256 {
+		if s.has(0, t) {
+			v4 = append(v4, uint8(t))
+		}
+		if s.has(1, t) {
+			v6 = append(v6, uint8(t))
+		}
+	}
+	return v4, v6, true
+}

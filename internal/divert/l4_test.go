@@ -1,0 +1,72 @@
+package divert
+
+import (
+	"testing"
+)
+
+// TestNeededNarrow: the conntrack, SYN and ICMP type matches the divert
+// rules carry when every rule that needs packets matches only those.
+func TestNeededNarrow(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		matches []string
+		want    string
+	}{
+		{"new ssh connections", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`},
+			"--family both --proto tcp --dport 22 --ctstate NEW"},
+		{"states joined over rules", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["udp"], ct-state = ["new", "related"]`},
+			"--family both --proto tcp --dport 22 --ctstate NEW,RELATED\n--family both --proto udp --ctstate NEW,RELATED"},
+		{"a rule without ct-state needs every state", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["udp"], dport = ["53"]`},
+			"--family both --proto tcp --dport 22\n--family both --proto udp --dport 53"},
+		{"every state is no narrowing", []string{`ct-state = ["new", "established", "related", "invalid", "untracked"]`}, "--family both"},
+		{"syn flood", []string{`tcp-flags = ["syn"]`}, "--family both --proto tcp --syn"},
+		{"syn to a port", []string{`tcp-flags = ["syn/syn,ack,rst,fin"], dport = ["80", "443"]`},
+			"--family both --proto tcp --dport 80 --syn\n--family both --proto tcp --dport 443 --syn"},
+		{"syn/syn is not --syn", []string{`tcp-flags = ["syn/syn"]`}, "--family both --proto tcp"},
+		{"a tcp rule without flags needs all of tcp", []string{`tcp-flags = ["syn"]`, `proto = ["tcp"], dport = ["25"]`},
+			"--family both --proto tcp"},
+		{"tcp-flags is tcp's only", []string{`tcp-flags = ["rst/rst"], proto = ["tcp", "udp"]`}, "--family both --proto tcp"},
+		{"ping flood", []string{`icmp-type = ["echo-request"]`},
+			"--family ipv4 --proto icmp --icmp-type 8\n--family ipv6 --proto icmpv6 --icmp-type 128"},
+		{"icmp types of one family", []string{`icmp-type = ["icmp:3", "timestamp-request"]`},
+			"--family ipv4 --proto icmp --icmp-type 3\n--family ipv4 --proto icmp --icmp-type 13"},
+		{"a type-less icmp rule needs every type", []string{`icmp-type = ["echo-request"]`, `proto = ["icmp"]`},
+			"--family ipv4 --proto icmp\n--family ipv6 --proto icmpv6 --icmp-type 128"},
+		{"new pings", []string{`icmp-type = ["echo-request"], ct-state = ["new"]`, `tcp-flags = ["syn"], ct-state = ["new"]`},
+			"--family ipv4 --proto icmp --icmp-type 8 --ctstate NEW\n--family both --proto tcp --syn --ctstate NEW\n--family ipv6 --proto icmpv6 --icmp-type 128 --ctstate NEW"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := parse(t, rules(c.matches...))
+			got, skipped := Needed(f, []uint16{0})
+			if g := argLines(got); g != c.want || len(skipped) != 0 {
+				t.Errorf("Needed:\n%s\nskipped %v\nwant:\n%s", g, skipped, c.want)
+			}
+			// What rules.sh tags them with reads back as the same rule.
+			for _, r := range got {
+				back, _, err := FromOptions("0", r.Args())
+				if err != nil {
+					t.Fatalf("FromOptions(%q): %v", r.Args(), err)
+				}
+				back.QueueLo, back.QueueHi, back.Chain = 0, 0, ""
+				if back.String() != r.String() {
+					t.Errorf("FromOptions(%q) = %s, want %s", r.Args(), back.String(), r.String())
+				}
+			}
+		})
+	}
+}
+
+// TestParseTagNarrow: rules.sh's comments with the narrowing matches.
+func TestParseTagNarrow(t *testing.T) {
+	r, ok := ParseTag("packetshaper queue=0 proto=tcp dport=22 syn ctstate=NEW", IPv4)
+	if !ok || !r.Syn || r.CtState != "NEW" || r.Dport == nil || r.Dport.Lo != 22 {
+		t.Errorf("ParseTag: %+v %v", r, ok)
+	}
+	r, ok = ParseTag("packetshaper queue=0 proto=icmp icmp-type=8 family=ipv4", IPv4)
+	if !ok || !r.HasICMPType || r.ICMPType != 8 {
+		t.Errorf("ParseTag: %+v %v", r, ok)
+	}
+	if _, ok := ParseTag("packetshaper queue=0 proto=icmp icmp-type=800", IPv4); ok {
+		t.Errorf("ParseTag took icmp-type=800")
+	}
+}
