@@ -69,6 +69,17 @@ func (tp *topo) queuedPackets() uint64 {
 	return n
 }
 
+// rxPackets is what B's end of the veth pair has received.
+func (tp *topo) rxPackets() uint64 {
+	tp.t.Helper()
+	out := strings.TrimSpace(tp.must(tp.B, "cat", "/sys/class/net/"+tp.VethB+"/statistics/rx_packets"))
+	n, err := strconv.ParseUint(out, 10, 64)
+	if err != nil {
+		tp.t.Fatalf("rx_packets: %q", out)
+	}
+	return n
+}
+
 // addAddrs gives A the addresses 10.213.0.1N, N = 1..n, for sources of
 // their own.
 func (tp *topo) addAddrs(n int) []string {
@@ -136,7 +147,7 @@ func TestCtStateNewConnections(t *testing.T) {
 	if out := tp.rulesPolicy(pol); !strings.Contains(out, "--ctstate NEW") {
 		t.Fatalf("rules.sh add --policy wrote no conntrack match:\n%s", out)
 	}
-	before := tp.queuedPackets()
+	before, rxBefore := tp.queuedPackets(), tp.rxPackets()
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--stats-interval", "0")
 	var ps []*proc
 	for _, s := range srcs[:3] {
@@ -170,8 +181,8 @@ func TestCtStateNewConnections(t *testing.T) {
 	if shaped < 0.95*base {
 		t.Errorf("the fourth source's transfers ran at %.0f MB/s, %.3f of the %.0f MB/s without packetshaper: want at least 0.95", shaped/1e6, shaped/base, base/1e6)
 	}
-	queued := tp.queuedPackets() - before
-	t.Logf("the divert rule queued %d packets for %d connections attempted", queued, attempts)
+	queued, rx := tp.queuedPackets()-before, tp.rxPackets()-rxBefore
+	t.Logf("the divert rule queued %d packets for %d connections attempted, of the %d packets B received (%.4f %%): the rest never reached the queue", queued, attempts, rx, 100*float64(queued)/float64(rx))
 	if queued >= 5*uint64(attempts) || queued < uint64(attempts) {
 		t.Errorf("the divert rule queued %d packets for %d connections attempted: want at least one and fewer than 5 each", queued, attempts)
 	}
