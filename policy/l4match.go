@@ -513,3 +513,25 @@ func (m *Match) ICMPTypes() (v4, v6 []uint8, ok bool) {
 	}
 	return v4, v6, true
 }
+
+// L4Matches names the tcp-flags, icmp-type, length, dscp and ct-state
+// fields m gives, as the rule file does, in the schema's order.
+func (m *Match) L4Matches() []string {
+	if m == nil {
+		return nil
+	}
+	var out []string
+	for i := range schema {
+		f := &schema[i]
+		if f.table != tMatch {
+			continue
+		}
+		if p, ok := f.inMatch(m).(*[]string); ok && *p != nil {
+			switch p {
+			case &m.TCPFlags, &m.ICMPType, &m.Length, &m.DSCP, &m.CtState:
+				out = append(out, f.name)
+			}
+		}
+	}
+	return out
+}

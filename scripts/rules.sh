@@ -328,7 +328,7 @@ desc="$TAG queue=$queue"
 [ -n "$sport" ] && desc="$desc sport=$sport"
 [ -n "$src" ] && desc="$desc src=$src"
 [ "$syn" = 1 ] && desc="$desc syn"
-[ -n "$icmptype" ] && desc="$desc icmp-type=$icmptype"
+[ -n "$icmptype" ] && desc="$desc icmptype=$icmptype"
 [ -n "$ctstate" ] && desc="$desc ctstate=$ctstate"
 [ "$fastpath" = 1 ] && desc="$desc fastpath"
 

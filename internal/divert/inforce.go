@@ -49,7 +49,7 @@ func ParseTag(comment, family string) (r Rule, ok bool) {
 			r.Family = v
 		case "syn":
 			r.Syn = true
-		case "icmp-type":
+		case "icmptype":
 			var n uint64
 			if n, err = strconv.ParseUint(v, 10, 8); err == nil {
 				r.ICMPType, r.HasICMPType = uint8(n), true

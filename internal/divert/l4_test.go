@@ -62,11 +62,11 @@ func TestParseTagNarrow(t *testing.T) {
 	if !ok || !r.Syn || r.CtState != "NEW" || r.Dport == nil || r.Dport.Lo != 22 {
 		t.Errorf("ParseTag: %+v %v", r, ok)
 	}
-	r, ok = ParseTag("packetshaper queue=0 proto=icmp icmp-type=8 family=ipv4", IPv4)
+	r, ok = ParseTag("packetshaper queue=0 proto=icmp icmptype=8 family=ipv4", IPv4)
 	if !ok || !r.HasICMPType || r.ICMPType != 8 {
 		t.Errorf("ParseTag: %+v %v", r, ok)
 	}
-	if _, ok := ParseTag("packetshaper queue=0 proto=icmp icmp-type=800", IPv4); ok {
-		t.Errorf("ParseTag took icmp-type=800")
+	if _, ok := ParseTag("packetshaper queue=0 proto=icmp icmptype=800", IPv4); ok {
+		t.Errorf("ParseTag took icmptype=800")
 	}
 }

@@ -178,21 +178,6 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 	return spec, reasons, nil
 }
 
-// l4Matches names the matches of m the program does not evaluate
-// (tcp-flags, icmp-type, length, dscp, ct-state), "" if none.
-func l4Matches(m *policy.Match) string {
-	var n []string
-	for _, f := range []struct {
-		name  string
-		items []string
-	}{{"ct-state", m.CtState}, {"tcp-flags", m.TCPFlags}, {"icmp-type", m.ICMPType}, {"length", m.Length}, {"dscp", m.DSCP}} {
-		if f.items != nil {
-			n = append(n, f.name)
-		}
-	}
-	return strings.Join(n, "/")
-}
-
 func allFamily(ps []netip.Prefix, fam int) bool {
 	if len(ps) == 0 {
 		return false
@@ -268,7 +253,7 @@ func entryOf(d *policy.Rule, c *policy.Compiled) (e Entry, inexact string) {
 	if len(m.UID) > 0 || len(m.GID) > 0 {
 		inexact = "match.uid/gid: the sending socket's owner is not known at tc ingress"
 	}
-	if l4 := l4Matches(m); l4 != "" {
+	if l4 := strings.Join(m.L4Matches(), "/"); l4 != "" {
 		inexact = l4 + " match: user space for now (the program does not read these fields yet)"
 	}
 	if inexact != "" {
