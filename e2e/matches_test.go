@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ type connectResult struct {
 	OK                          []bool
 	Bytes                       int64
 	Seconds                     float64
+	Rates                       []float64
 	Errors                      []string
 }
 
@@ -137,7 +139,10 @@ func TestCtStateNewConnections(t *testing.T) {
 		if r.Connected != r.Attempts || r.Bytes != int64(r.Attempts)*bulk {
 			t.Fatalf("transfers: %+v, want every connection and %d bytes each", r, bulk)
 		}
-		return float64(r.Bytes) / r.Seconds // mean over the transfers
+		// The best of the transfers: the machine is shared, and a
+		// transfer that lost the CPU for a while says nothing of the
+		// path.
+		return slices.Max(r.Rates)
 	}
 	// The same transfers without packetshaper: 3, 3 s apart.
 	base := rate(connectDone(t, tp.connects(srcs[3], dst, "--count", "3", "--interval", "3s", "--bytes", fmt.Sprint(bulk))))
@@ -177,7 +182,7 @@ func TestCtStateNewConnections(t *testing.T) {
 	br := connectDone(t, bulkP)
 	attempts += br.Attempts
 	shaped := rate(br)
-	t.Logf("20 MB transfers: %.0f MB/s through packetshaper's policy, %.0f MB/s without (%.3f)", shaped/1e6, base/1e6, shaped/base)
+	t.Logf("20 MB transfers, the best of 3: %.0f MB/s through packetshaper's policy, %.0f MB/s without (%.3f)", shaped/1e6, base/1e6, shaped/base)
 	if shaped < 0.95*base {
 		t.Errorf("the fourth source's transfers ran at %.0f MB/s, %.3f of the %.0f MB/s without packetshaper: want at least 0.95", shaped/1e6, shaped/base, base/1e6)
 	}

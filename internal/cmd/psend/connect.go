@@ -15,14 +15,16 @@ import (
 // ConnectResult is the JSON output of tcp-connect: each attempt's outcome,
 // and what the connections sent.
 type ConnectResult struct {
-	Attempts  int      `json:"attempts"`
-	Connected int      `json:"connected"`
-	Failed    int      `json:"failed"`
-	AtNs      []int64  `json:"at_ns"` // when each attempt started (wall clock)
-	OK        []bool   `json:"ok"`
-	Bytes     int64    `json:"bytes"`
-	Seconds   float64  `json:"seconds"` // of the transfers, once connected
-	Errors    []string `json:"errors,omitempty"`
+	Attempts  int     `json:"attempts"`
+	Connected int     `json:"connected"`
+	Failed    int     `json:"failed"`
+	AtNs      []int64 `json:"at_ns"` // when each attempt started (wall clock)
+	OK        []bool  `json:"ok"`
+	Bytes     int64   `json:"bytes"`
+	Seconds   float64 `json:"seconds"` // of the transfers, once connected
+	// Rates: each transfer's bytes per second (connected to closed).
+	Rates  []float64 `json:"rates"`
+	Errors []string  `json:"errors,omitempty"`
 }
 
 // runTCPConnect opens --count connections from --src to --dst, one every
@@ -97,7 +99,11 @@ func runTCPConnect(ctx context.Context, args []string) (any, error) {
 			mu.Lock()
 			defer mu.Unlock()
 			res.Bytes += n
-			res.Seconds += time.Since(t0).Seconds()
+			d := time.Since(t0).Seconds()
+			res.Seconds += d
+			if d > 0 {
+				res.Rates = append(res.Rates, float64(n)/d)
+			}
 			if err != nil {
 				res.Errors = append(res.Errors, err.Error())
 			}
