@@ -91,9 +91,10 @@ type worker struct {
 	// punt: the fast path's punt mark, cleared before the engine reads
 	// the mark (its mark matches are the kernel's).
 	punt uint32
-	// conntrack: the queue gets each packet's connection state.
-	conntrack bool
-	dec       shaper.Decision
+	// conntrack: the queue gets each packet's connection state; askedCt:
+	// it asked for them (the policy at start had a ct-state match).
+	conntrack, askedCt bool
+	dec                shaper.Decision
 
 	// stopped is closed when the queue's Run has returned (stop).
 	stopped chan struct{}
