@@ -161,6 +161,13 @@ type need struct {
 	syn     map[uint8]bool
 	types   map[uint8][]uint8
 	anyType map[uint8]bool
+	// ct: the connection states the rules needing the protocol match
+	// (every state once one has no ct-state match: ctAll); famCt,
+	// famCtAll the same over every rule of the family (for anyProto).
+	ct       map[uint8]shaper.CtState
+	ctAll    map[uint8]bool
+	famCt    shaper.CtState
+	famCtAll bool
 }
 
 // MaxICMPTypes bounds the ICMP types of one family diverted one rule
@@ -185,11 +192,9 @@ func Needed(f *policy.File, queues []uint16) (rules []Rule, skipped []Skipped) {
 	var fam [2]need // IPv4, IPv6
 	for i := range fam {
 		fam[i] = need{all: map[uint8]bool{}, dports: map[uint8][]policy.PortRange{}, sports: map[uint8][]policy.PortRange{},
-			syn: map[uint8]bool{}, types: map[uint8][]uint8{}, anyType: map[uint8]bool{}}
+			syn: map[uint8]bool{}, types: map[uint8][]uint8{}, anyType: map[uint8]bool{},
+			ct: map[uint8]shaper.CtState{}, ctAll: map[uint8]bool{}}
 	}
-	// ct: the states every rule that needs packets matches (all of
-	// them once one has no ct-state match).
-	ct, needing := shaper.CtState(0), false
 	for i := range f.Rules {
 		r := &f.Rules[i]
 		if r.Action == "accept" {
@@ -205,32 +210,22 @@ func Needed(f *policy.File, queues []uint16) (rules []Rule, skipped []Skipped) {
 				addNeeds(&fam[fi], m, fi == 1)
 			}
 		}
-		states := m.CtStates()
-		if !needing || ct != 0 {
-			ct = ct | states
-			if states == 0 {
-				ct = 0
-			}
-		}
-		needing = true
 	}
 	var out [2][]Rule
 	for fi := range fam {
 		out[fi] = fam[fi].rules([]string{IPv4, IPv6}[fi])
 	}
-	rules = join(out[0], out[1])
-	if ct != 0 && ct != allStates {
-		for i := range rules {
-			rules[i].CtState = ctText(ct)
-		}
-	}
-	return rules, skipped
+	return join(out[0], out[1]), skipped
 }
 
 const allStates = shaper.CtNew | shaper.CtEstablished | shaper.CtRelated | shaper.CtInvalid | shaper.CtUntracked
 
-// ctText writes states as iptables' --ctstate takes them: "NEW,RELATED".
+// ctText writes states as iptables' --ctstate takes them: "NEW,RELATED";
+// "" for every state (no narrowing).
 func ctText(s shaper.CtState) string {
+	if s == allStates {
+		return ""
+	}
 	var out []string
 	for i, n := range shaper.CtStates {
 		if s&(1<<i) != 0 {
@@ -273,6 +268,9 @@ func b2i(b bool) int {
 }
 
 func addNeeds(n *need, m *policy.Match, v6 bool) {
+	states := m.CtStates()
+	n.famCt |= states
+	n.famCtAll = n.famCtAll || states == 0
 	protos := m.Protocols()
 	dports, sports := m.DstPorts(), m.SrcPorts()
 	// tcp-flags matches TCP only, icmp-type ICMP and ICMPv6 only.
@@ -330,6 +328,8 @@ func addNeeds(n *need, m *policy.Match, v6 bool) {
 			n.anyProto = true // rules.sh cannot name it: every packet
 			continue
 		}
+		n.ct[p] |= states
+		n.ctAll[p] = n.ctAll[p] || states == 0
 		switch {
 		case dports == nil && sports == nil:
 			n.all[p] = true
@@ -348,7 +348,11 @@ func addNeeds(n *need, m *policy.Match, v6 bool) {
 // rules are one family's rules, ordered by protocol, then ports.
 func (n *need) rules(family string) []Rule {
 	if n.anyProto {
-		return []Rule{{Family: family}}
+		r := Rule{Family: family}
+		if !n.famCtAll {
+			r.CtState = ctText(n.famCt)
+		}
+		return []Rule{r}
 	}
 	var out []Rule
 	protos := map[uint8]bool{}
@@ -363,22 +367,26 @@ func (n *need) rules(family string) []Rule {
 	for _, p := range slices.Sorted(mapsKeys(protos)) {
 		name := protoNames[p]
 		syn := n.syn[p]
+		ct := ""
+		if !n.ctAll[p] {
+			ct = ctText(n.ct[p])
+		}
 		d, s := policy.MergePortRanges(n.dports[p]), policy.MergePortRanges(n.sports[p])
 		if types := slices.Compact(slices.Sorted(slices.Values(n.types[p]))); n.all[p] && !n.anyType[p] && len(types) > 0 && len(types) <= MaxICMPTypes {
 			for _, t := range types {
-				out = append(out, Rule{Family: family, Proto: name, ICMPType: t, HasICMPType: true})
+				out = append(out, Rule{Family: family, Proto: name, ICMPType: t, HasICMPType: true, CtState: ct})
 			}
 			continue
 		}
 		if n.all[p] || len(d) > MaxPortRanges || len(s) > MaxPortRanges {
-			out = append(out, Rule{Family: family, Proto: name, Syn: syn})
+			out = append(out, Rule{Family: family, Proto: name, Syn: syn, CtState: ct})
 			continue
 		}
 		for i := range d {
-			out = append(out, Rule{Family: family, Proto: name, Dport: &d[i], Syn: syn})
+			out = append(out, Rule{Family: family, Proto: name, Dport: &d[i], Syn: syn, CtState: ct})
 		}
 		for i := range s {
-			out = append(out, Rule{Family: family, Proto: name, Sport: &s[i], Syn: syn})
+			out = append(out, Rule{Family: family, Proto: name, Sport: &s[i], Syn: syn, CtState: ct})
 		}
 	}
 	return out
@@ -424,4 +432,25 @@ func join(v4, v6 []Rule) []Rule {
 
 func eqPorts(a, b *policy.PortRange) bool {
 	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+// CtWarning says, when rules of f match ct-state but a divert rule that
+// can feed them (of rules, from Needed) queues every state (another rule
+// needs it), what those rules get where the kernel sends no connection
+// states to NFQUEUE; "" otherwise.
+func CtWarning(f *policy.File, rules []Rule) string {
+	var ct []string
+	for i := range f.Rules {
+		r := &f.Rules[i]
+		if r.Match == nil || r.Match.CtState == nil || r.Action == "accept" {
+			continue
+		}
+		if slices.ContainsFunc(rules, func(d Rule) bool { return d.CtState == "" && Sees(&d, r) }) {
+			ct = append(ct, fmt.Sprintf("%q", r.Name))
+		}
+	}
+	if len(ct) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("rule(s) %s match ct-state, but other rules need packets of every state diverted with theirs, so the divert rules cannot queue only those states: on a kernel that does not send connection states to NFQUEUE (built without CONFIG_NETFILTER_NETLINK_GLUE_CT) every queued packet's state is unknown, and these rules take every packet their other fields match", strings.Join(ct, ", "))
 }

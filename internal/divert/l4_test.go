@@ -1,6 +1,7 @@
 package divert
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -14,10 +15,16 @@ func TestNeededNarrow(t *testing.T) {
 	}{
 		{"new ssh connections", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`},
 			"--family both --proto tcp --dport 22 --ctstate NEW"},
-		{"states joined over rules", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["udp"], ct-state = ["new", "related"]`},
-			"--family both --proto tcp --dport 22 --ctstate NEW,RELATED\n--family both --proto udp --ctstate NEW,RELATED"},
-		{"a rule without ct-state needs every state", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["udp"], dport = ["53"]`},
-			"--family both --proto tcp --dport 22\n--family both --proto udp --dport 53"},
+		{"states by protocol", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["udp"], ct-state = ["new", "related"]`},
+			"--family both --proto tcp --dport 22 --ctstate NEW\n--family both --proto udp --ctstate NEW,RELATED"},
+		{"states joined over a protocol's rules", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["tcp"], dport = ["25"], ct-state = ["related"]`},
+			"--family both --proto tcp --dport 22 --ctstate NEW,RELATED\n--family both --proto tcp --dport 25 --ctstate NEW,RELATED"},
+		{"states by protocol, none for one", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["udp"], dport = ["53"]`},
+			"--family both --proto tcp --dport 22 --ctstate NEW\n--family both --proto udp --dport 53"},
+		{"a rule of the protocol without ct-state needs every state", []string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["tcp"], dport = ["80"]`},
+			"--family both --proto tcp --dport 22\n--family both --proto tcp --dport 80"},
+		{"a ct-state rule of every protocol", []string{`ct-state = ["new"]`, `proto = ["udp"], ct-state = ["invalid"]`},
+			"--family both --ctstate NEW,INVALID"},
 		{"every state is no narrowing", []string{`ct-state = ["new", "established", "related", "invalid", "untracked"]`}, "--family both"},
 		{"syn flood", []string{`tcp-flags = ["syn"]`}, "--family both --proto tcp --syn"},
 		{"syn to a port", []string{`tcp-flags = ["syn/syn,ack,rst,fin"], dport = ["80", "443"]`},
@@ -68,5 +75,27 @@ func TestParseTagNarrow(t *testing.T) {
 	}
 	if _, ok := ParseTag("packetshaper queue=0 proto=icmp icmptype=800", IPv4); ok {
 		t.Errorf("ParseTag took icmptype=800")
+	}
+}
+
+// TestCtWarning: a ct-state rule beside one that needs every state is
+// warned of; alone, or with the states narrowed, it is not.
+func TestCtWarning(t *testing.T) {
+	for _, c := range []struct {
+		matches []string
+		warn    bool
+	}{
+		{[]string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`}, false},
+		{[]string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["udp"], ct-state = ["new", "related"]`}, false},
+		{[]string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["udp"], dport = ["53"]`}, false},
+		{[]string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, `proto = ["tcp"], dport = ["80"]`}, true},
+		{[]string{`proto = ["tcp"], dport = ["22"], ct-state = ["new"]`, ``}, true},
+		{[]string{`proto = ["udp"], dport = ["53"]`}, false},
+	} {
+		f := parse(t, rules(c.matches...))
+		rs, _ := Needed(f, nil)
+		if w := CtWarning(f, rs); (w != "") != c.warn || c.warn && !strings.Contains(w, `rule(s) "ra" match ct-state`) {
+			t.Errorf("%v: warning %q, want one: %v", c.matches, w, c.warn)
+		}
 	}
 }
