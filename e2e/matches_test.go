@@ -265,3 +265,54 @@ func TestICMPTypeEchoRequest(t *testing.T) {
 		t.Errorf("the server read %d bytes from %s, want %d", ar.Bytes[tp.IPA], tp.IPA, 3*bulk)
 	}
 }
+
+const synPolicy = `
+[[rule]]
+name  = "syn-flood"
+match = { tcp-flags = ["syn"], dport = [8022] }
+key   = "src"
+pps   = 2
+burst = 2
+`
+
+// TestTCPFlagsSyn: a SYN-flood rule, tcp-flags = ["syn"], 2 per second per
+// source, burst 2, with the divert rule rules.sh add --policy writes (-p
+// tcp --syn): 20 connections at 10 a second get what a token bucket gives
+// over their attempt times (±1), and the divert rule queues fewer than 5
+// packets per connection attempted (only SYNs).
+func TestTCPFlagsSyn(t *testing.T) {
+	parallel(t)
+	needShaper(t)
+	tp := newTopo(t)
+	pol := filepath.Join(t.TempDir(), "policy.toml")
+	writePolicy(t, pol, synPolicy)
+	if out := tp.rulesPolicy(pol); !strings.Contains(out, "--syn") {
+		t.Fatalf("rules.sh add --policy wrote no --syn:\n%s", out)
+	}
+	srv := tp.start(tp.B, "psend tcp-accept", psendBin, "tcp-accept", "--listen", ":8022", "--duration", "40s")
+	srv.waitStderr("listening", 5*time.Second)
+	before := tp.queuedPackets()
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--stats-interval", "0", "--control-socket", filepath.Join(t.TempDir(), "ps.sock"))
+	r := connectDone(t, tp.connects(tp.IPA, tp.IPB+":8022", "--count", "20", "--interval", "100ms", "--timeout", "500ms", "--bytes", "100000"))
+	tokens, last, want := 2.0, r.AtNs[0], 0
+	for _, at := range r.AtNs {
+		tokens = min(2, tokens+2*float64(at-last)/1e9)
+		last = at
+		if tokens >= 1 {
+			tokens--
+			want++
+		}
+	}
+	queued := tp.queuedPackets() - before
+	t.Logf("%d of %d connections (ideal limiter %d); the divert rule queued %d packets", r.Connected, r.Attempts, want, queued)
+	if r.Attempts != 20 || r.Connected < want-1 || r.Connected > want+1 {
+		t.Errorf("%d of %d connections, want %d ± 1", r.Connected, r.Attempts, want)
+	}
+	if r.Bytes != int64(r.Connected)*100000 {
+		t.Errorf("the connections that opened sent %d bytes, want %d: their data was limited", r.Bytes, r.Connected*100000)
+	}
+	if queued < uint64(r.Attempts) || queued >= 5*uint64(r.Attempts) {
+		t.Errorf("the divert rule queued %d packets for %d connections attempted: want at least one and fewer than 5 each", queued, r.Attempts)
+	}
+	tp.stopShaper(sh)
+}
