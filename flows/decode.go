@@ -101,6 +101,7 @@ func (p *Packet) decode4(b []byte, wire int) {
 	}
 	p.Length = max(realLength(total, wire, len(b)), ihl)
 	proto := b[9]
+	p.DSCP = b[1] >> 2
 	frag := binary.BigEndian.Uint16(b[6:8])
 	offset := frag & 0x1fff
 	copy(p.Src[:4], b[12:16])
@@ -139,6 +140,8 @@ func (p *Packet) decode6(b []byte, wire int) {
 	copy(p.Src[:], b[8:24])
 	copy(p.Dst[:], b[24:40])
 	p.Class = IPv6
+	// The traffic class straddles the first two bytes.
+	p.DSCP = (b[0]<<4 | b[1]>>4) >> 2
 	plen := int(binary.BigEndian.Uint16(b[4:6]))
 	hdr, end := 40+plen, 40+plen
 	if plen == 0 {
@@ -230,11 +233,17 @@ func (p *Packet) ports(proto uint8, l4 []byte, v6 bool) {
 		}
 		p.SrcPort = binary.BigEndian.Uint16(l4[0:2])
 		p.DstPort = binary.BigEndian.Uint16(l4[2:4])
+		if proto == ProtoTCP && len(l4) >= 14 {
+			p.TCPFlags, p.HasL4 = l4[13], true
+		}
 	case ProtoICMP, ProtoICMPv6:
 		if (proto == ProtoICMPv6) != v6 {
 			// ICMP in IPv6 or ICMPv6 in IPv4: no ports to trust, key by
 			// addresses and protocol.
 			return
+		}
+		if len(l4) >= 1 {
+			p.ICMPType, p.HasL4 = l4[0], true
 		}
 		if len(l4) < 4 {
 			p.NoPorts = true

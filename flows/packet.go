@@ -85,4 +85,30 @@ type Packet struct {
 	// DecodeLen). It is what a byte-rate limiter charges. For Malformed
 	// packets it is the source's length, or len(b).
 	Length int
+	// DSCP is the IPv4 TOS byte's or the IPv6 traffic class's upper six
+	// bits (the ECN bits dropped).
+	DSCP uint8
+	// HasL4 says the transport header's fields below were read: TCPFlags
+	// for TCP (a header of at least 14 bytes within the packet's stated
+	// length: not a later fragment, not cut short), ICMPType for ICMP in
+	// IPv4 and ICMPv6 in IPv6. False for every other protocol.
+	HasL4 bool
+	// TCPFlags is the TCP header's flags byte (CWR ECE URG ACK PSH RST
+	// SYN FIN, high to low), valid when HasL4 and Proto is TCP.
+	TCPFlags uint8
+	// ICMPType is the ICMP or ICMPv6 message type, valid when HasL4 and
+	// Proto is ICMP or ICMPv6.
+	ICMPType uint8
 }
+
+// TCP flags, as in the TCP header's flags byte.
+const (
+	TCPFin = 1 << iota
+	TCPSyn
+	TCPRst
+	TCPPsh
+	TCPAck
+	TCPUrg
+	TCPEce
+	TCPCwr
+)

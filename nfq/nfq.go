@@ -115,6 +115,13 @@ type Config struct {
 	// many more it may hold; a verdict with At beyond that is given at once
 	// (HoldStats.Full).
 	MaxHeld int
+	// Conntrack asks the kernel for each packet's connection tracking
+	// state (NFQA_CFG_F_CONNTRACK: Packet.CtInfo), for ct-state matches.
+	// It costs the kernel a dump of the connection per packet (some 200
+	// bytes more per message). A kernel that refuses it (one built
+	// without CONFIG_NETFILTER_NETLINK_GLUE_CT) binds the queue without
+	// it, says so once through Logf, and Queue.Conntrack reports it.
+	Conntrack bool
 	// Idle, if not nil, is called from Run's goroutine with the engine's
 	// clock (as a Handler's now) every 100 ms (idleEvery), between
 	// batches, whether packets flow or not, and soon after a call to
@@ -233,6 +240,14 @@ type Packet struct {
 	// kernel refused to send owners (Queue.Owners).
 	UID, GID uint32
 	HasOwner bool
+	// CtInfo is the packet's connection tracking state as the kernel's
+	// enum ip_conntrack_info (CtNew, CtEstablished, ...: NFQA_CT_INFO)
+	// when HasCt says the kernel sent one. On a queue that asked for it
+	// (Queue.Conntrack) a packet without one is invalid (conntrack could
+	// not track it) or untracked (a raw table's NOTRACK): the kernel
+	// sends neither, so they cannot be told apart.
+	CtInfo uint8
+	HasCt  bool
 }
 
 // Handler decides a batch. It must set verdicts[i] for batch[i] (the slice

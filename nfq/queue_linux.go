@@ -65,6 +65,9 @@ type Queue struct {
 	// owners: the kernel sends each packet's socket owner
 	// (NFQA_CFG_F_UID_GID took).
 	owners bool
+	// conntrack: the kernel sends each packet's connection state
+	// (NFQA_CFG_F_CONNTRACK took).
+	conntrack bool
 
 	// proc is the kernel's queue table, opened in the queue's namespace
 	// by Open (nil if that failed: then KernelStats reads it from the
@@ -247,23 +250,41 @@ func Open(c Config) (*Queue, error) {
 		flags:     true,
 		failOpen:  !cfg.FailClosed,
 		owners:    true,
+		conntrack: cfg.Conntrack,
 		ack:       true,
 	}
-	err = q.request(msg)
-	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
-		// A kernel without NFQA_CFG_F_UID_GID (before 3.19) refuses
-		// the whole message, before binding: bind without it. Packets
-		// then have no owner: rules keyed by uid or gid see one "no
-		// owner" flow, and uid and gid matches match nothing.
-		msg.owners = false
-		if err2 := q.request(msg); err2 == nil {
-			if cfg.Logf != nil {
-				cfg.Logf("nfq: queue %d: the kernel does not send packets' socket owners (NFQA_CFG_F_UID_GID: %v): uid and gid keys see every packet as \"no owner\", and uid and gid matches match none", cfg.Queue, err)
-			}
-			err = nil
+	// A kernel that lacks a flag (NFQA_CFG_F_UID_GID before 3.19;
+	// NFQA_CFG_F_CONNTRACK built without CONFIG_NETFILTER_NETLINK_GLUE_CT,
+	// or without ctnetlink, which it loads on demand where it can) refuses the whole message, before binding:
+	// bind without the flags it refuses, one log line each. Packets then
+	// have no owner (uid and gid keys see one "no owner" flow, uid and gid
+	// matches match nothing) or no connection state (ct-state matches
+	// hold for limit and drop rules, not accept rules).
+	var refusal error
+	for _, try := range []struct{ owners, conntrack bool }{{true, true}, {true, false}, {false, true}, {false, false}} {
+		if try.conntrack && !cfg.Conntrack {
+			continue
 		}
-	} else if err == nil {
-		q.owners = true
+		msg.owners, msg.conntrack = try.owners, try.conntrack
+		err = q.request(msg)
+		if err == nil || !(errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL)) {
+			break
+		}
+		if refusal == nil {
+			refusal = err
+		}
+	}
+	if err == nil {
+		q.owners, q.conntrack = msg.owners, msg.conntrack
+		if cfg.Logf != nil && !msg.owners {
+			cfg.Logf("nfq: queue %d: the kernel does not send packets' socket owners (NFQA_CFG_F_UID_GID: %v): uid and gid keys see every packet as \"no owner\", and uid and gid matches match none", cfg.Queue, refusal)
+		}
+		if cfg.Logf != nil && cfg.Conntrack && !msg.conntrack {
+			cfg.Logf("nfq: queue %d: the kernel does not send packets' connection state (NFQA_CFG_F_CONNTRACK: %v: a kernel built without CONFIG_NETFILTER_NETLINK_GLUE_CT, or without nf_conntrack_netlink): ct-state matches hold for every queued packet of limit and drop rules and for none of accept rules; divert rules from packetshaper-rules add --policy queue only the states the policy needs", cfg.Queue, refusal)
+		}
+	} else if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) {
+		// Refused with and without the flags: the first answer.
+		err = refusal
 	}
 	if err != nil {
 		return fail(q.explain(err))
@@ -377,6 +398,11 @@ func (q *Queue) PortID() uint32 { return q.portID }
 // (Packet.UID, GID and HasOwner): false on a kernel that refused
 // NFQA_CFG_F_UID_GID, which Open logged through Config.Logf.
 func (q *Queue) Owners() bool { return q.owners }
+
+// Conntrack reports whether the kernel sends each packet's connection
+// tracking state (Packet.CtInfo and HasCt): false on a kernel that refused
+// NFQA_CFG_F_CONNTRACK, which Open logged through Config.Logf.
+func (q *Queue) Conntrack() bool { return q.conntrack }
 
 // Wake makes Run call Config.Idle soon, from any goroutine: at once if Run
 // is waiting for packets (the wait is ended), else as soon as the current

@@ -24,6 +24,7 @@ func (q *Queue) KernelStats() (KernelStats, error)         { return KernelStats{
 func (q *Queue) Latency() LatencyStats                     { return LatencyStats{} }
 func (q *Queue) PortID() uint32                            { return 0 }
 func (q *Queue) Owners() bool                              { return false }
+func (q *Queue) Conntrack() bool                           { return false }
 func (q *Queue) Wake()                                     {}
 func (q *Queue) LatencyHistogram(bounds []time.Duration) LatencyHistogram {
 	return LatencyHistogram{Cumulative: make([]uint64, len(bounds))}

@@ -31,6 +31,8 @@ const (
 	nfqaInDev      = 5
 	nfqaOutDev     = 6
 	nfqaPayload    = 10
+	nfqaCT         = 11 // NFQA_CT: the connection (nested ctnetlink attributes)
+	nfqaCTInfo     = 12 // NFQA_CT_INFO: __be32 enum ip_conntrack_info
 	nfqaCapLen     = 13
 	nfqaUID        = 16
 	nfqaGID        = 17
@@ -45,6 +47,7 @@ const (
 	nfqnlCfgCmdUnbind = 2
 	nfqnlCopyPacket   = 2
 	nfqaCfgFFailOpen  = 1
+	nfqaCfgFConntrack = 1 << 1 // NFQA_CFG_F_CONNTRACK
 	nfqaCfgFUIDGID    = 1 << 3 // NFQA_CFG_F_UID_GID
 
 	nfDrop   = 0
@@ -54,6 +57,35 @@ const (
 // ownersFlag is the flag that asks for packets' owners: NFQA_CFG_F_UID_GID,
 // or in a test a flag the kernel refuses, to take the fallback.
 var ownersFlag uint32 = nfqaCfgFUIDGID
+
+// conntrackFlag is the flag that asks for packets' connection tracking
+// state: NFQA_CFG_F_CONNTRACK, or in a test a flag the kernel refuses.
+var conntrackFlag uint32 = nfqaCfgFConntrack
+
+// The kernel's enum ip_conntrack_info, as NFQA_CT_INFO carries it
+// (Packet.CtInfo).
+const (
+	CtEstablished      = 0 // IP_CT_ESTABLISHED: a packet of a connection seen both ways
+	CtRelated          = 1 // IP_CT_RELATED: related to one (an ICMP error, an FTP data connection)
+	CtNew              = 2 // IP_CT_NEW: a connection's first packets, before a reply
+	CtEstablishedReply = 3 // IP_CT_ESTABLISHED_REPLY: established, the reply direction
+	CtRelatedReply     = 4 // IP_CT_RELATED_REPLY
+	CtUntracked        = 7 // IP_CT_UNTRACKED
+)
+
+// parseCtInfo reads an NFQA_CT_INFO attribute's payload: the packet's
+// enum ip_conntrack_info. ok is false if it is too short or out of the
+// enum's range (0-7).
+func parseCtInfo(data []byte) (info uint8, ok bool) {
+	if len(data) < 4 {
+		return 0, false
+	}
+	v := be.Uint32(data)
+	if v > CtUntracked {
+		return 0, false
+	}
+	return uint8(v), true
+}
 
 var le = binary.LittleEndian
 var be = binary.BigEndian
@@ -121,6 +153,8 @@ func parsePacket(b []byte, p *Packet) bool {
 			if len(data) >= 4 {
 				p.GID = be.Uint32(data)
 			}
+		case nfqaCTInfo:
+			p.CtInfo, p.HasCt = parseCtInfo(data)
 		}
 		n := align4(alen)
 		if n >= len(b) {
@@ -261,6 +295,7 @@ type configMsg struct {
 	flags     bool   // include NFQA_CFG_MASK and NFQA_CFG_FLAGS (fail-open, owners)
 	failOpen  bool   //
 	owners    bool   // NFQA_CFG_F_UID_GID: each packet's socket owner
+	conntrack bool   // NFQA_CFG_F_CONNTRACK: each packet's connection state
 	ack       bool   // request an acknowledgement
 }
 
@@ -299,6 +334,10 @@ func (c configMsg) append(b []byte, queue uint16, seq uint32) []byte {
 		if c.owners {
 			f |= ownersFlag
 			mask |= ownersFlag
+		}
+		if c.conntrack {
+			f |= conntrackFlag
+			mask |= conntrackFlag
 		}
 		attr(nfqaCfgMask, be.AppendUint32(nil, mask)...)
 		attr(nfqaCfgFlags, be.AppendUint32(nil, f)...)

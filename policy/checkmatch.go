@@ -121,6 +121,7 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 	}
 	s.uid = ids("match.uid", m.UID)
 	s.gid = ids("match.gid", m.GID)
+	checkL4(m, &s, bad, list)
 	if m.Queue != nil && len(m.Queue) == 0 {
 		bad("match.queue", -1, "empty list: it would match nothing; give at least one item or leave it out")
 	}

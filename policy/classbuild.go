@@ -170,6 +170,7 @@ func build(specs []ruleSpec, ifaces map[string]uint32) *classifier {
 
 	c.uid = b.idDim(func(m *matchSpec) []idRange { return m.uid })
 	c.gid = b.idDim(func(m *matchSpec) []idRange { return m.gid })
+	b.buildL4(c)
 
 	if free, _, used := b.dim(func(m *matchSpec) bool { return m.hasMark }); used {
 		d := &markDim{none: b.intern(free)}

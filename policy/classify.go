@@ -51,7 +51,16 @@ type classifier struct {
 	iif, oif, queue valueDim
 	uid, gid        idDim
 	marks           *markDim
+
+	// tcp-flags, icmp-type (ICMP types, then ICMPv6's at 256+), length,
+	// dscp and ct-state (l4match.go).
+	tcpFlags, icmpType, dscp, ct byteDim
+	length                       idDim
 }
+
+// maxDims is the number of dimensions a packet is looked up in, marks
+// aside.
+const maxDims = 16
 
 // Thresholds between a linear scan and a table, from BenchmarkLookup: a
 // scan of up to this many entries is as fast as the table's lookup. A
@@ -74,7 +83,7 @@ func (c *classifier) Classify(p *flows.Packet, m *shaper.Meta) int {
 	if m == nil {
 		m = &zeroMeta
 	}
-	var offs [11]int32
+	var offs [maxDims]int32
 	n := 0
 	if c.useFam {
 		offs[n] = c.fam[p.Class]
@@ -148,6 +157,7 @@ func (c *classifier) Classify(p *flows.Packet, m *shaper.Meta) int {
 		offs[n] = c.gid.lookup(m.GID, m.HasOwner)
 		n++
 	}
+	n = c.l4Lookups(p, m, &offs, n)
 	sets := c.sets
 	if c.words == 1 {
 		acc := ^uint64(0)

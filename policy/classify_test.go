@@ -547,7 +547,7 @@ func refMatch(s *matchSpec, action shaper.Action, ifaces map[string]uint32, p *f
 	if s.queue != nil && !slices.Contains(s.queue, m.Queue) {
 		return false
 	}
-	return true
+	return refL4(s, accept, meetsUnknown, p, m)
 }
 
 // TestClassifyRandom compares the classifier with ref on random policies
@@ -668,6 +668,7 @@ func randomPolicy(rng *rand.Rand, n int, many bool) string {
 		if rng.IntN(8) == 0 {
 			fields = append(fields, "queue = "+strings.ReplaceAll(pick([]string{"0", "1", "2", "3"}, 2), `"`, ""))
 		}
+		fields = append(fields, randomL4Fields(rng)...)
 		if len(fields) > 0 {
 			// Rules that never match are refused; leave the
 			// contradiction of family and addresses out.
@@ -678,6 +679,12 @@ func randomPolicy(rng *rand.Rand, n int, many bool) string {
 			if proto >= 0 && strings.Contains(fs, "port =") && !strings.Contains(fields[proto], "tcp\"") && !strings.Contains(fields[proto], "udp") && !strings.Contains(fields[proto], "sctp") {
 				// Ports with only protocols without ports: refused.
 				fs = strings.Replace(fs, "proto = [", "proto = [\"tcp\", ", 1)
+			}
+			if proto >= 0 && strings.Contains(fs, "tcp-flags") && !strings.Contains(fields[proto], "tcp\"") {
+				fs = strings.Replace(fs, "proto = [", "proto = [\"tcp\", ", 1)
+			}
+			if proto >= 0 && strings.Contains(fs, "icmp-type") && !strings.Contains(fields[proto], "icmp") {
+				fs = strings.Replace(fs, "proto = [", "proto = [\"icmpv6\", ", 1)
 			}
 			fmt.Fprintf(&b, "match = { %s }\n", fs)
 		}
@@ -733,6 +740,7 @@ func randomPacket(rng *rand.Rand) (*flows.Packet, *shaper.Meta) {
 		}
 	}
 	m := &shaper.Meta{Mark: uint32(rng.IntN(4)), Queue: uint16(rng.IntN(5)), InIf: uint32(rng.IntN(4)), OutIf: uint32(rng.IntN(4))}
+	randomL4(rng, p, m)
 	return p, m
 }
 

@@ -282,6 +282,7 @@ func (s *matchSpec) canonical() string {
 		return out
 	}
 	m.UID, m.GID = idList(s.uid), idList(s.gid)
+	canonicalL4(s, &m)
 	if s.queue != nil {
 		qs := slices.Clone(s.queue)
 		slices.Sort(qs)

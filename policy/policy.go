@@ -176,11 +176,26 @@ type Match struct {
 	// the kernel made) matches neither.
 	UID []string
 	GID []string
+	// TCPFlags: "syn" (SYN set, ACK, RST and FIN clear: iptables' --syn)
+	// or "FLAGS/MASK" ("syn/syn,ack"). TCP packets only.
+	TCPFlags []string
+	// ICMPType: names ("echo-request": ICMP's and ICMPv6's), numbers
+	// (the type in both) or "icmp:N" / "icmpv6:N". ICMP and ICMPv6
+	// packets only.
+	ICMPType []string
+	// Length: IP lengths in bytes or "lo-hi" ranges.
+	Length []string
+	// DSCP: numbers 0-63 or class names (ef, af41, cs1).
+	DSCP []string
+	// CtState: connection tracking states: new, established, related,
+	// invalid, untracked.
+	CtState []string
 }
 
 func (m *Match) empty() bool {
 	return m == nil || (m.Src == nil && m.Dst == nil && m.Proto == nil && m.Sport == nil && m.Dport == nil &&
-		m.Iif == nil && m.Oif == nil && m.Family == "" && m.Mark == "" && m.Queue == nil && m.UID == nil && m.GID == nil)
+		m.Iif == nil && m.Oif == nil && m.Family == "" && m.Mark == "" && m.Queue == nil && m.UID == nil && m.GID == nil &&
+		m.TCPFlags == nil && m.ICMPType == nil && m.Length == nil && m.DSCP == nil && m.CtState == nil)
 }
 
 // Duration is a length of time, written in TOML as a string that

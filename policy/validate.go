@@ -75,6 +75,14 @@ type matchSpec struct {
 	markMask uint32
 	queue    []uint16
 	uid, gid []idRange
+	// tcp-flags, icmp-type, length, dscp (hasDSCP: given) and ct-state
+	// (0: not given), l4match.go.
+	tcpFlags []flagPair
+	icmp     *icmpSet
+	length   []idRange
+	hasDSCP  bool
+	dscp     uint64
+	ct       shaper.CtState
 }
 
 // idRange is a range of uids or gids.
@@ -116,7 +124,8 @@ func (f *File) check() ([]ruleSpec, error) {
 		}
 		names[r.Name] = i
 		if m := r.Match; m != nil {
-			items += len(m.Src) + len(m.Dst) + len(m.Proto) + len(m.Sport) + len(m.Dport) + len(m.Iif) + len(m.Oif) + len(m.Queue) + len(m.UID) + len(m.GID)
+			items += len(m.Src) + len(m.Dst) + len(m.Proto) + len(m.Sport) + len(m.Dport) + len(m.Iif) + len(m.Oif) + len(m.Queue) + len(m.UID) + len(m.GID) +
+				len(m.TCPFlags) + len(m.ICMPType) + len(m.Length) + len(m.DSCP) + len(m.CtState)
 			if items > MaxMatchItems {
 				errs.add(f.errAt(i, "match", -1, "too many match items: more than %d in the file", MaxMatchItems))
 				break

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
+	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/internal/heap"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -74,6 +75,13 @@ type Options struct {
 	// none held. Whatever it is, what is held is also bounded by
 	// MaxHeldBytes.
 	MaxHeld int
+	// Conntrack gives each IP packet a connection tracking state for
+	// ct-state matches, from a tracker of the capture's conversations
+	// (conntrack.go) of at most ConntrackMax entries (0: 65536), the
+	// least recently seen evicted first. Without it every packet's state
+	// is unknown.
+	Conntrack    bool
+	ConntrackMax int
 }
 
 // MaxHeldBytes bounds what the packets shaping rules hold at once cost
@@ -141,6 +149,10 @@ type Replayer struct {
 	first     int64
 	last      int64
 	any       bool
+	// ct tracks connections (Options.Conntrack), nil without; pkt is
+	// the packet it reads.
+	ct  *tracker
+	pkt flows.Packet
 }
 
 // New returns a Replayer that asks eng for verdicts.
@@ -148,6 +160,9 @@ func New(eng *shaper.Engine, o Options) *Replayer {
 	r := &Replayer{eng: eng, opts: o, held: heap.New((*heldRec).before, 0)}
 	r.meta.Queue = o.Queue
 	r.nRules = eng.NumRules()
+	if o.Conntrack {
+		r.ct = newTracker(cmpOr(o.ConntrackMax, 65536))
+	}
 	if o.Timeline {
 		r.tl = NewTimeline(r.nRules+ExtraRows, TimelineMinWidth, TimelineMaxBuckets)
 	}
@@ -268,6 +283,10 @@ func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkT
 		if ci.Length > len(data) {
 			r.meta.Len = ci.Length - (cap(data) - cap(ip))
 		}
+		if r.ct != nil {
+			r.pkt.DecodeLen(ip, r.meta.Len)
+			r.meta.CtState = r.ct.state(&r.pkt, ip, now)
+		}
 		r.eng.DecidePacket(ip, &r.meta, now, &r.dec)
 		v, depart = r.dec.Verdict, r.dec.Depart
 		if r.dec.Key.NoOwner {
@@ -347,6 +366,23 @@ func (r *Replayer) Flush() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+func cmpOr(v, def int) int {
+	if v > 0 {
+		return v
+	}
+	return def
+}
+
+// Conntrack returns the tracker's counts, or nil without
+// Options.Conntrack.
+func (r *Replayer) Conntrack() *CtStats {
+	if r.ct == nil {
+		return nil
+	}
+	s := r.ct.Stats()
+	return &s
 }
 
 // Timeline returns the per-rule counts over capture time so far (see

@@ -25,6 +25,15 @@
 #   --src ADDR[/LEN]          source address or prefix; its family selects
 #                             IPv4 or IPv6 when --family is both
 #   --family ipv4|ipv6|both   default both
+#   --syn                     TCP SYNs only (SYN set, ACK, RST and FIN clear:
+#                             iptables --syn); needs --proto tcp
+#   --icmp-type N             one ICMP type (0-255; with --proto icmpv6 an
+#                             ICMPv6 type); needs --proto icmp or icmpv6 and,
+#                             with icmp, --family ipv4
+#   --ctstate LIST            only these connection states (NEW, ESTABLISHED,
+#                             RELATED, INVALID, UNTRACKED, comma-separated)
+#                             instead of every state (below): a host limiting
+#                             new connections queues their first packets only
 #   --netns NAME              run the commands inside network namespace NAME
 #   --dry-run                 print the commands, change nothing
 #   --offload                 add: also the kernel drop rules of packetshaper
@@ -60,7 +69,11 @@
 # OUTPUT. Without it, a port match (--dport) cannot match the fragments after
 # the first (they carry no ports) and they would pass uncharged. The cost:
 # conntrack tracks all traffic of the namespace (net.netfilter.nf_conntrack_max
-# bounds its table; a full table drops new connections).
+# bounds its table; a full table drops new connections). --ctstate narrows
+# that match to the states given (the tracking, and defragmentation, stay
+# on): `packetshaper divert --policy` gives it when every rule that needs
+# packets has a ct-state match, so established traffic never reaches the
+# queue.
 #
 # iptables rules are inserted at the top of the chain and tagged with a
 # comment "packetshaper ..." naming the rule; nft rules live in their own
@@ -127,7 +140,7 @@ add | del | list) ;;
 *) die "unknown command '$cmd' (add|del|list|--help)" ;;
 esac
 
-backend="" queue="" chain=INPUT proto="" dport="" sport="" src="" family=both netns="" dry=0 all=0 offload=0 policy="" family_given=0 fastpath=0
+backend="" queue="" chain=INPUT proto="" dport="" sport="" src="" family=both netns="" dry=0 all=0 offload=0 policy="" family_given=0 fastpath=0 syn=0 icmptype="" ctstate=""
 need() { if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -140,6 +153,9 @@ while [ $# -gt 0 ]; do
 	--policy) need "$@"; policy=$2; shift 2 ;;
 	--src) need "$@"; src=$2; shift 2 ;;
 	--family) need "$@"; family=$2; family_given=1; shift 2 ;;
+	--syn) syn=1; shift ;;
+	--icmp-type) need "$@"; icmptype=$2; shift 2 ;;
+	--ctstate) need "$@"; ctstate=$2; shift 2 ;;
 	--netns) need "$@"; netns=$2; shift 2 ;;
 	--dry-run) dry=1; shift ;;
 	--all) all=1; shift ;;
@@ -202,10 +218,28 @@ checkports() {
 }
 [ -z "$dport" ] || checkports --dport "$dport"
 [ -z "$sport" ] || checkports --sport "$sport"
+[ "$syn" = 0 ] || [ "$proto" = tcp ] || die "--syn needs --proto tcp"
+if [ -n "$icmptype" ]; then
+	isnum "$icmptype" 255 || die "--icmp-type '$icmptype': want a number 0-255"
+	case "$proto" in
+	icmp) [ "$family" = ipv4 ] || die "--icmp-type with --proto icmp needs --family ipv4 (ICMPv6 types differ: --proto icmpv6)" ;;
+	icmpv6) ;;
+	*) die "--icmp-type needs --proto icmp or icmpv6" ;;
+	esac
+fi
+if [ -n "$ctstate" ]; then
+	ctstate=$(echo "$ctstate" | tr '[:lower:]' '[:upper:]')
+	for s in ${ctstate//,/ }; do
+		case "$s" in NEW | ESTABLISHED | RELATED | INVALID | UNTRACKED) ;; *) die "--ctstate '$ctstate': want NEW, ESTABLISHED, RELATED, INVALID or UNTRACKED, comma-separated" ;; esac
+	done
+	[ "$fastpath" = 0 ] || die "--ctstate: not with --fastpath"
+	IPT_CTSTATE=$ctstate
+	NFT_CTSTATE=$(echo "$ctstate" | tr '[:upper:]' '[:lower:]')
+fi
 # --policy: one add (del) per rule that `packetshaper divert` prints, with the
 # options given here; the rules themselves are written below, by the child.
 if [ -n "$policy" ] && [ "$cmd" != list ] && [ "$all" = 0 ]; then
-	[ -z "$proto$dport$sport$src" ] && [ "$family_given" = 0 ] || die "--policy gives the match: not with --proto, --dport, --sport, --src or --family"
+	[ -z "$proto$dport$sport$src$icmptype$ctstate" ] && [ "$family_given" = 0 ] && [ "$syn" = 0 ] || die "--policy gives the match: not with --proto, --dport, --sport, --src, --family, --syn, --icmp-type or --ctstate"
 	ps=${PACKETSHAPER:-packetshaper}
 	command -v "$ps" >/dev/null || fail "--policy: $ps not found (set PACKETSHAPER to the packetshaper command)"
 	lines=$("$ps" divert --policy "$policy" --queue "$queue") || fail "--policy $policy: packetshaper divert failed"
@@ -293,6 +327,9 @@ desc="$TAG queue=$queue"
 [ -n "$dport" ] && desc="$desc dport=$dport"
 [ -n "$sport" ] && desc="$desc sport=$sport"
 [ -n "$src" ] && desc="$desc src=$src"
+[ "$syn" = 1 ] && desc="$desc syn"
+[ -n "$icmptype" ] && desc="$desc icmptype=$icmptype"
+[ -n "$ctstate" ] && desc="$desc ctstate=$ctstate"
 [ "$fastpath" = 1 ] && desc="$desc fastpath"
 
 # ---------------------------------------------------------------- iptables
@@ -312,6 +349,10 @@ ipt_spec() { # tool -> rule spec (without chain)
 	[ -n "$p" ] && spec+=(-p "$p")
 	[ -n "$dport" ] && spec+=(--dport "${dport/-/:}")
 	[ -n "$sport" ] && spec+=(--sport "${sport/-/:}")
+	[ "$syn" = 1 ] && spec+=(--syn)
+	if [ -n "$icmptype" ]; then
+		if [ "$p" = icmpv6 ]; then spec+=(--icmpv6-type "$icmptype"); else spec+=(--icmp-type "$icmptype"); fi
+	fi
 	[ "$fastpath" = 1 ] && spec+=(-m mark --mark "$PUNT_MARK/$PUNT_MARK")
 	# Defragmentation before the queue (see the top of this file).
 	spec+=(-m conntrack --ctstate "$IPT_CTSTATE")
@@ -428,6 +469,10 @@ nft_expr() {
 	esac
 	[ -n "$dport" ] && e="${e}th dport $dport "
 	[ -n "$sport" ] && e="${e}th sport $sport "
+	[ "$syn" = 1 ] && e="${e}tcp flags & (fin|syn|rst|ack) == syn "
+	if [ -n "$icmptype" ]; then
+		if [ "$proto" = icmpv6 ]; then e="${e}icmpv6 type $icmptype "; else e="${e}icmp type $icmptype "; fi
+	fi
 	# Defragmentation before the queue (see the top of this file).
 	e="${e}ct state $NFT_CTSTATE "
 	if [ -n "$test_verdict" ]; then
@@ -545,6 +590,9 @@ off_rules() {
 		[ -n "$proto" ] && m="${m}meta l4proto $proto "
 		[ -n "$dport" ] && m="${m}th dport $dport "
 		[ -n "$sport" ] && m="${m}th sport $sport "
+		# --syn and --ctstate narrow the offload rule as the queue rule.
+		[ "$syn" = 1 ] && m="${m}tcp flags & (fin|syn|rst|ack) == syn "
+		[ -n "$ctstate" ] && m="${m}ct state $NFT_CTSTATE "
 		case "$proto" in
 		'' | udp | tcp | sctp | udplite)
 			pm=""

@@ -222,7 +222,29 @@ type Meta struct {
 	// a uid or gid match does not match them.
 	UID, GID uint32
 	HasOwner bool
+	// CtState is the packet's connection tracking state: one of the
+	// CtState bits, or CtInvalid|CtUntracked live where the kernel sent
+	// none (NFQUEUE does not tell them apart), or 0 when unknown (the
+	// kernel was not asked for it, or refused): a ct-state match then
+	// holds for limit and drop rules and not for accept rules, as a
+	// hidden port does.
+	CtState CtState
 }
+
+// CtState is a set of connection tracking states (iptables' --ctstate).
+type CtState uint8
+
+// The connection tracking states.
+const (
+	CtNew CtState = 1 << iota
+	CtEstablished
+	CtRelated
+	CtInvalid
+	CtUntracked
+)
+
+// CtStates names the states, by bit.
+var CtStates = [...]string{"new", "established", "related", "invalid", "untracked"}
 
 // Classifier picks the rule that decides a packet: the index in
 // Policy.Rules of the first rule that matches p (decoded, not malformed)

@@ -64,6 +64,9 @@ func runDivert(pol, queue string, stdout, stderr io.Writer) int {
 	if len(rules) == 0 {
 		fmt.Fprintln(stderr, "packetshaper divert: no rule needs packets diverted (accept rules' packets pass anyway)")
 	}
+	if w := divert.CtWarning(f, rules); w != "" {
+		fmt.Fprintln(stderr, "packetshaper divert: warning:", w)
+	}
 	for i := range rules {
 		fmt.Fprintln(stdout, strings.Join(rules[i].Args(), " "))
 	}
@@ -78,6 +81,9 @@ var divertDefault = divert.DefaultFile
 // rules, by their comments) or, with none, those divertDefault's QUEUE and
 // RULES_OPTS would install. Nothing when neither is there.
 func divertWarnings(f *policy.File, stderr io.Writer) {
+	if rules, _ := divert.Needed(f, nil); divert.CtWarning(f, rules) != "" {
+		fmt.Fprintln(stderr, "packetshaper check: warning:", divert.CtWarning(f, rules))
+	}
 	ds, from := divert.InForce()
 	source := "by the rules in force (" + strings.Join(from, ", ") + ")"
 	if len(ds) == 0 {

@@ -126,6 +126,10 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 	if len(asLocal) > 0 {
 		fmt.Fprintf(stderr, "packetshaper replay: global rule(s) %s replayed as local: a capture holds one host's view\n", strings.Join(asLocal, ", "))
 	}
+	// A capture holds no marks: a mark match sees mark 0 on every packet.
+	if marks := markRules(polFile); len(marks) > 0 {
+		fmt.Fprintf(stderr, "packetshaper replay: warning: rule(s) %s match marks: a capture holds none, every replayed packet has mark 0\n", strings.Join(marks, ", "))
+	}
 	pol := comp.Policy()
 	pol.Malformed = src.malformed
 	eng, err := shaper.NewPolicy(pol)
@@ -173,6 +177,11 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 		Queue:      uint16(*queue),
 		Timeline:   *reportPath != "",
 		MaxHeld:    *maxHeld,
+		// ct-state matches get their state from replay's tracker of
+		// the capture's connections, as large as the largest flow
+		// table.
+		Conntrack:    len(comp.CtStateRules()) > 0,
+		ConntrackMax: maxFlows(comp),
 	}
 	if *maxHeld == 0 {
 		opts.MaxHeld = -1 // none held
@@ -375,6 +384,12 @@ func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Durat
 		fmt.Fprintf(w, "shaping    delayed %d, %s %d; delay p50 %v, p99 %v, max %v\n",
 			s.Delayed, countname.ShapeOverflow, s.ShapeOverflow, time.Duration(s.Delays.P50), time.Duration(s.Delays.P99), time.Duration(s.Delays.Max))
 	}
+	if ct := r.Conntrack(); ct != nil {
+		fmt.Fprintf(w, "conntrack  new %d, established %d, related %d, invalid %d (replay's tracker, for ct-state matches)\n", ct.New, ct.Established, ct.Related, ct.Invalid)
+		if ct.PickedUp > 0 || ct.OneWay > 0 || ct.Evicted > 0 {
+			fmt.Fprintf(w, "           where the kernel may differ: %d TCP packets of connections the capture does not open (taken as established; the kernel gives the first of each new), %d conversations seen one way only (every packet new: an asymmetric capture?), %d evicted from a full table\n", ct.PickedUp, ct.OneWay, ct.Evicted)
+		}
+	}
 	if s.NoOwner > 0 {
 		fmt.Fprintf(w, "no owner   %d packets of rules keyed by uid or gid: a capture holds no socket owners, so each such rule had one flow, \"no owner\"\n", s.NoOwner)
 	}
@@ -412,6 +427,29 @@ func writeSummary(w io.Writer, r *replay.Replayer, files int, elapsed time.Durat
 		}
 		fmt.Fprintf(w, "  %10d %10d %10d %10d  %-20s %s\n", f.Dropped, f.ShadowDropped, f.Marked, f.Packets, rules[f.Rule].Name, f.Flow)
 	}
+}
+
+// markRules names the rules of f with a mark match.
+func markRules(f *policy.File) []string {
+	var out []string
+	if f == nil {
+		return nil
+	}
+	for _, r := range f.Rules {
+		if r.Match != nil && r.Match.Mark != "" {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
+
+// maxFlows is the largest flow table of the policy's limit rules.
+func maxFlows(c *policy.Compiled) int {
+	n := 0
+	for _, r := range c.Policy().Rules {
+		n = max(n, r.Limit.MaxFlows)
+	}
+	return n
 }
 
 func humanRate(r float64) string {

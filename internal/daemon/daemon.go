@@ -178,11 +178,12 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		w.failClosed = cfg.Queue.FailClosed
 		qc := cfg.Queue
 		qc.Queue, qc.Idle, qc.Logf = w.queue, w.idle, logf
+		qc.Conntrack = qc.Conntrack || len(comp.CtStateRules()) > 0
 		q, err := nfq.Open(qc)
 		if err != nil {
 			return err
 		}
-		w.q = q
+		w.q, w.conntrack, w.askedCt = q, q.Conntrack(), qc.Conntrack
 		qs = append(qs, q)
 	}
 	// The kernel fast path: attached once the queues are bound.
@@ -341,6 +342,9 @@ loop:
 				continue
 			}
 			d.reloaded(reloadRecord{at: time.Now(), ok: true, kept: kept})
+			if ct := next.CtStateRules(); len(ct) > 0 && !ws[0].askedCt {
+				log.Warn(fmt.Sprintf("rule(s) %s match ct-state, but the queues were bound without asking the kernel for connection states: every queued packet's state is unknown (limit and drop rules take it, accept rules do not) until a restart", strings.Join(ct, ", ")))
+			}
 			comp = next
 			if err := fp.reload(next); err != nil {
 				log.Error("fast path reload failed, keeping its previous program", "err", oneLine(err.Error()))

@@ -91,7 +91,10 @@ type worker struct {
 	// punt: the fast path's punt mark, cleared before the engine reads
 	// the mark (its mark matches are the kernel's).
 	punt uint32
-	dec  shaper.Decision
+	// conntrack: the queue gets each packet's connection state; askedCt:
+	// it asked for them (the policy at start had a ct-state match).
+	conntrack, askedCt bool
+	dec                shaper.Decision
 
 	// stopped is closed when the queue's Run has returned (stop).
 	stopped chan struct{}
@@ -161,6 +164,29 @@ func (w *worker) stop(now int64) {
 	}
 }
 
+// ctState is packet p's connection state as the engine takes it: 0
+// (unknown) when the queue does not get states (conntrack false); invalid
+// or untracked, which the kernel does not tell apart, when it sent none.
+func ctState(p *nfq.Packet, conntrack bool) shaper.CtState {
+	switch {
+	case !conntrack:
+		return 0
+	case !p.HasCt:
+		return shaper.CtInvalid | shaper.CtUntracked
+	}
+	switch p.CtInfo {
+	case nfq.CtNew:
+		return shaper.CtNew
+	case nfq.CtEstablished, nfq.CtEstablishedReply:
+		return shaper.CtEstablished
+	case nfq.CtRelated, nfq.CtRelatedReply:
+		return shaper.CtRelated
+	case nfq.CtUntracked:
+		return shaper.CtUntracked
+	}
+	return shaper.CtInvalid
+}
+
 // decide is the nfq.Handler: the engine decides, nfq answers (and holds
 // what the engine delays until its departure). It does not allocate, but to
 // publish a snapshot (every snapEvery) and to copy out a chunk of a flow
@@ -179,6 +205,7 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 		p := &batch[i]
 		w.meta.Mark, w.meta.InIf, w.meta.OutIf, w.meta.Len = p.Mark&^w.punt, p.InDev, p.OutDev, p.Len
 		w.meta.UID, w.meta.GID, w.meta.HasOwner = p.UID, p.GID, p.HasOwner
+		w.meta.CtState = ctState(p, w.conntrack)
 		eng.DecidePacket(p.Data, &w.meta, now, &w.dec)
 		switch {
 		case w.dec.Verdict == shaper.Drop:

@@ -21,6 +21,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/policy"
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // Families.
@@ -41,6 +42,17 @@ type Rule struct {
 	// Dport and Sport, if not nil, are the destination or source ports
 	// (only with a protocol with ports).
 	Dport, Sport *policy.PortRange
+	// CtState, if not "", is the connection states diverted, as
+	// iptables' --ctstate writes them ("NEW", "NEW,RELATED"): every rule
+	// that needs packets matches only those states.
+	CtState string
+	// Syn: TCP SYNs only (SYN set, ACK, RST and FIN clear: iptables'
+	// --syn): every rule that needs TCP packets matches only those.
+	Syn bool
+	// ICMPType, if HasICMPType, is the one ICMP (or, for icmpv6, ICMPv6)
+	// type diverted.
+	ICMPType    uint8
+	HasICMPType bool
 
 	// The rules in force also have these.
 	// QueueLo, QueueHi: the queue or queue range they divert to.
@@ -67,6 +79,15 @@ func (r *Rule) Args() []string {
 	if r.Src.IsValid() {
 		a = append(a, "--src", r.Src.String())
 	}
+	if r.Syn {
+		a = append(a, "--syn")
+	}
+	if r.HasICMPType {
+		a = append(a, "--icmp-type", fmt.Sprint(r.ICMPType))
+	}
+	if r.CtState != "" {
+		a = append(a, "--ctstate", r.CtState)
+	}
 	return a
 }
 
@@ -87,6 +108,15 @@ func (r *Rule) String() string {
 	}
 	if r.Sport != nil {
 		w = append(w, "sport "+fmtPorts(*r.Sport))
+	}
+	if r.Syn {
+		w = append(w, "syn")
+	}
+	if r.HasICMPType {
+		w = append(w, fmt.Sprintf("type %d", r.ICMPType))
+	}
+	if r.CtState != "" {
+		w = append(w, "ctstate "+r.CtState)
 	}
 	if r.Proto == "" && r.Dport == nil && r.Sport == nil && !r.Src.IsValid() {
 		return strings.Join(append([]string{"every"}, append(w, "packet")...), " ")
@@ -124,7 +154,25 @@ type need struct {
 	all      map[uint8]bool
 	dports   map[uint8][]policy.PortRange
 	sports   map[uint8][]policy.PortRange
+	// syn: every rule needing the protocol (TCP) matches SYNs only
+	// (false once one does not). types: the ICMP (ICMPv6) types the
+	// rules needing the protocol match, unless anyType: one matches
+	// every type.
+	syn     map[uint8]bool
+	types   map[uint8][]uint8
+	anyType map[uint8]bool
+	// ct: the connection states the rules needing the protocol match
+	// (every state once one has no ct-state match: ctAll); famCt,
+	// famCtAll the same over every rule of the family (for anyProto).
+	ct       map[uint8]shaper.CtState
+	ctAll    map[uint8]bool
+	famCt    shaper.CtState
+	famCtAll bool
 }
+
+// MaxICMPTypes bounds the ICMP types of one family diverted one rule
+// each: more divert the whole protocol.
+const MaxICMPTypes = 8
 
 // Skipped is a rule Needed left out: it can see no packet of the queues.
 type Skipped struct {
@@ -143,7 +191,9 @@ type Skipped struct {
 func Needed(f *policy.File, queues []uint16) (rules []Rule, skipped []Skipped) {
 	var fam [2]need // IPv4, IPv6
 	for i := range fam {
-		fam[i] = need{all: map[uint8]bool{}, dports: map[uint8][]policy.PortRange{}, sports: map[uint8][]policy.PortRange{}}
+		fam[i] = need{all: map[uint8]bool{}, dports: map[uint8][]policy.PortRange{}, sports: map[uint8][]policy.PortRange{},
+			syn: map[uint8]bool{}, types: map[uint8][]uint8{}, anyType: map[uint8]bool{},
+			ct: map[uint8]shaper.CtState{}, ctAll: map[uint8]bool{}}
 	}
 	for i := range f.Rules {
 		r := &f.Rules[i]
@@ -166,6 +216,23 @@ func Needed(f *policy.File, queues []uint16) (rules []Rule, skipped []Skipped) {
 		out[fi] = fam[fi].rules([]string{IPv4, IPv6}[fi])
 	}
 	return join(out[0], out[1]), skipped
+}
+
+const allStates = shaper.CtNew | shaper.CtEstablished | shaper.CtRelated | shaper.CtInvalid | shaper.CtUntracked
+
+// ctText writes states as iptables' --ctstate takes them: "NEW,RELATED";
+// "" for every state (no narrowing).
+func ctText(s shaper.CtState) string {
+	if s == allStates {
+		return ""
+	}
+	var out []string
+	for i, n := range shaper.CtStates {
+		if s&(1<<i) != 0 {
+			out = append(out, strings.ToUpper(n))
+		}
+	}
+	return strings.Join(out, ",")
 }
 
 // families says which of IPv4 and IPv6 a match can match.
@@ -201,14 +268,55 @@ func b2i(b bool) int {
 }
 
 func addNeeds(n *need, m *policy.Match, v6 bool) {
+	states := m.CtStates()
+	n.famCt |= states
+	n.famCtAll = n.famCtAll || states == 0
 	protos := m.Protocols()
 	dports, sports := m.DstPorts(), m.SrcPorts()
+	// tcp-flags matches TCP only, icmp-type ICMP and ICMPv6 only.
+	var only []uint8
+	switch {
+	case m != nil && m.TCPFlags != nil:
+		only = []uint8{flows.ProtoTCP}
+	case m != nil && m.ICMPType != nil:
+		only = []uint8{flows.ProtoICMP, flows.ProtoICMPv6}
+	}
+	if only != nil {
+		if protos == nil {
+			protos = only
+		} else {
+			protos = slices.DeleteFunc(slices.Clone(protos), func(p uint8) bool { return !slices.Contains(only, p) })
+		}
+	}
 	if protos == nil {
 		if dports == nil && sports == nil {
 			n.anyProto = true
 			return
 		}
 		protos = portProtos
+	}
+	v4types, v6types, typed := m.ICMPTypes()
+	types := v4types
+	if v6 {
+		types = v6types
+	}
+	for _, p := range protos {
+		switch p {
+		case flows.ProtoTCP:
+			syn, seen := n.syn[p]
+			n.syn[p] = m.SynOnly() && (syn || !seen)
+		case flows.ProtoICMP, flows.ProtoICMPv6:
+			switch {
+			case !typed:
+				n.anyType[p] = true
+			case len(types) == 0:
+				// Only the other family's types: none of this
+				// family's packets.
+				protos = slices.DeleteFunc(slices.Clone(protos), func(q uint8) bool { return q == p })
+			default:
+				n.types[p] = append(n.types[p], types...)
+			}
+		}
 	}
 	for _, p := range protos {
 		// ICMP is IPv4's, ICMPv6 IPv6's: neither matches the other
@@ -220,6 +328,8 @@ func addNeeds(n *need, m *policy.Match, v6 bool) {
 			n.anyProto = true // rules.sh cannot name it: every packet
 			continue
 		}
+		n.ct[p] |= states
+		n.ctAll[p] = n.ctAll[p] || states == 0
 		switch {
 		case dports == nil && sports == nil:
 			n.all[p] = true
@@ -238,7 +348,11 @@ func addNeeds(n *need, m *policy.Match, v6 bool) {
 // rules are one family's rules, ordered by protocol, then ports.
 func (n *need) rules(family string) []Rule {
 	if n.anyProto {
-		return []Rule{{Family: family}}
+		r := Rule{Family: family}
+		if !n.famCtAll {
+			r.CtState = ctText(n.famCt)
+		}
+		return []Rule{r}
 	}
 	var out []Rule
 	protos := map[uint8]bool{}
@@ -252,16 +366,27 @@ func (n *need) rules(family string) []Rule {
 	}
 	for _, p := range slices.Sorted(mapsKeys(protos)) {
 		name := protoNames[p]
+		syn := n.syn[p]
+		ct := ""
+		if !n.ctAll[p] {
+			ct = ctText(n.ct[p])
+		}
 		d, s := policy.MergePortRanges(n.dports[p]), policy.MergePortRanges(n.sports[p])
+		if types := slices.Compact(slices.Sorted(slices.Values(n.types[p]))); n.all[p] && !n.anyType[p] && len(types) > 0 && len(types) <= MaxICMPTypes {
+			for _, t := range types {
+				out = append(out, Rule{Family: family, Proto: name, ICMPType: t, HasICMPType: true, CtState: ct})
+			}
+			continue
+		}
 		if n.all[p] || len(d) > MaxPortRanges || len(s) > MaxPortRanges {
-			out = append(out, Rule{Family: family, Proto: name})
+			out = append(out, Rule{Family: family, Proto: name, Syn: syn, CtState: ct})
 			continue
 		}
 		for i := range d {
-			out = append(out, Rule{Family: family, Proto: name, Dport: &d[i]})
+			out = append(out, Rule{Family: family, Proto: name, Dport: &d[i], Syn: syn, CtState: ct})
 		}
 		for i := range s {
-			out = append(out, Rule{Family: family, Proto: name, Sport: &s[i]})
+			out = append(out, Rule{Family: family, Proto: name, Sport: &s[i], Syn: syn, CtState: ct})
 		}
 	}
 	return out
@@ -284,7 +409,8 @@ func join(v4, v6 []Rule) []Rule {
 		if a.Proto != b.Proto && !(a.Proto == "icmp" && b.Proto == "icmpv6") {
 			return false
 		}
-		return eqPorts(a.Dport, b.Dport) && eqPorts(a.Sport, b.Sport)
+		return eqPorts(a.Dport, b.Dport) && eqPorts(a.Sport, b.Sport) && a.Syn == b.Syn &&
+			a.HasICMPType == b.HasICMPType && a.ICMPType == b.ICMPType && a.CtState == b.CtState
 	}
 	var out []Rule
 	used := make([]bool, len(v6))
@@ -306,4 +432,25 @@ func join(v4, v6 []Rule) []Rule {
 
 func eqPorts(a, b *policy.PortRange) bool {
 	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+// CtWarning says, when rules of f match ct-state but a divert rule that
+// can feed them (of rules, from Needed) queues every state (another rule
+// needs it), what those rules get where the kernel sends no connection
+// states to NFQUEUE; "" otherwise.
+func CtWarning(f *policy.File, rules []Rule) string {
+	var ct []string
+	for i := range f.Rules {
+		r := &f.Rules[i]
+		if r.Match == nil || r.Match.CtState == nil || r.Action == "accept" {
+			continue
+		}
+		if slices.ContainsFunc(rules, func(d Rule) bool { return d.CtState == "" && Sees(&d, r) }) {
+			ct = append(ct, fmt.Sprintf("%q", r.Name))
+		}
+	}
+	if len(ct) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("rule(s) %s match ct-state, but other rules need packets of every state diverted with theirs, so the divert rules cannot queue only those states: on a kernel that does not send connection states to NFQUEUE (built without CONFIG_NETFILTER_NETLINK_GLUE_CT) every queued packet's state is unknown, and these rules take every packet their other fields match", strings.Join(ct, ", "))
 }

@@ -47,6 +47,15 @@ func ParseTag(comment, family string) (r Rule, ok bool) {
 			}
 		case "family":
 			r.Family = v
+		case "syn":
+			r.Syn = true
+		case "icmptype":
+			var n uint64
+			if n, err = strconv.ParseUint(v, 10, 8); err == nil {
+				r.ICMPType, r.HasICMPType = uint8(n), true
+			}
+		case "ctstate":
+			r.CtState = v
 		default:
 			continue // a later rules.sh's: not a narrowing we know
 		}
@@ -163,6 +172,9 @@ func FromOptions(queue string, opts []string) (r Rule, policyFile string, err er
 		switch o {
 		case "--dry-run", "--offload":
 			continue
+		case "--syn":
+			r.Syn = true
+			continue
 		}
 		if i+1 >= len(opts) {
 			return r, "", fmt.Errorf("%s needs a value", o)
@@ -194,6 +206,13 @@ func FromOptions(queue string, opts []string) (r Rule, policyFile string, err er
 			r.Family = v
 		case "--chain":
 			r.Chain = strings.ToUpper(v)
+		case "--icmp-type":
+			var n uint64
+			if n, err = strconv.ParseUint(v, 10, 8); err == nil {
+				r.ICMPType, r.HasICMPType = uint8(n), true
+			}
+		case "--ctstate":
+			r.CtState = strings.ToUpper(v)
 		case "--policy":
 			policyFile = v
 		case "--backend", "--netns", "--queue":

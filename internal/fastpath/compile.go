@@ -3,6 +3,7 @@ package fastpath
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 
 	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/policy"
@@ -251,6 +252,9 @@ func entryOf(d *policy.Rule, c *policy.Compiled) (e Entry, inexact string) {
 	}
 	if len(m.UID) > 0 || len(m.GID) > 0 {
 		inexact = "match.uid/gid: the sending socket's owner is not known at tc ingress"
+	}
+	if l4 := strings.Join(m.L4Matches(), "/"); l4 != "" {
+		inexact = l4 + " match: user space for now (the program does not read these fields yet)"
 	}
 	if inexact != "" {
 		// The kernel punts what the rest of the match takes: a

@@ -58,6 +58,12 @@ func TestCompileSplit(t *testing.T) {
 			{Name: "ku", PPS: pf(10), Key: "uid"},
 			{Name: "km", PPS: pf(10), Key: "mark+src"},
 		}, nil, []string{"u owner", "u owner", "u owner part", "u owner part"}},
+		{"the matches of issue 28 run in user space for now", []policy.Rule{
+			lim("ct", &policy.Match{CtState: []string{"new"}, Proto: []string{"tcp"}, Dport: []string{"22"}}),
+			{Name: "syn", Action: "drop", Match: &policy.Match{TCPFlags: []string{"syn"}}},
+			lim("ping", &policy.Match{ICMPType: []string{"echo-request"}}),
+			lim("len", &policy.Match{Length: []string{"0-64"}, DSCP: []string{"ef"}}),
+		}, nil, []string{"u ct-state match: user space for now", "u tcp-flags match", "u icmp-type match", "u length/dscp match"}},
 		{"mark and ipv6 notes", []policy.Rule{
 			lim("m", &policy.Match{Mark: "0x1/0x1", Family: "ipv4"}),
 			lim("v6", &policy.Match{Src: []string{"fd00::/8"}}),

@@ -192,6 +192,15 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		{"evicted", num(s.Evictions)},
 		{"expired", num(s.Expired)},
 	}
+	if ct := r.Conntrack(); ct != nil {
+		// ct-state matches: what replay's tracker gave, and where the
+		// capture may make it differ from the kernel's.
+		p.Totals = append(p.Totals,
+			kv{"conntrack new / established / related / invalid", num(ct.New) + " / " + num(ct.Established) + " / " + num(ct.Related) + " / " + num(ct.Invalid)},
+			kv{"conntrack: TCP packets of connections the capture does not open (established here, the first new in the kernel)", num(ct.PickedUp)},
+			kv{"conntrack: conversations seen one way only (every packet new: an asymmetric capture?)", num(ct.OneWay)},
+			kv{"conntrack: entries evicted from a full table", num(ct.Evicted)})
+	}
 
 	all := make([]int, tl.Rows())
 	for i := range all {

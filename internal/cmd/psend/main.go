@@ -44,7 +44,7 @@ import (
 const maxDuration = 10 * time.Minute
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: psend send|send6x|send6hbh|recv|tcp-serve|tcp-send|report [flags]   (psend MODE --help for flags)
+	fmt.Fprint(os.Stderr, `usage: psend send|send6x|send6hbh|recv|tcp-serve|tcp-send|tcp-connect|tcp-accept|report [flags]   (psend MODE --help for flags)
 `)
 }
 
@@ -74,6 +74,10 @@ func main() {
 		res, err = runTCPServe(ctx, args)
 	case "tcp-send":
 		res, err = runTCPSend(ctx, args)
+	case "tcp-connect":
+		res, err = runTCPConnect(ctx, args)
+	case "tcp-accept":
+		res, err = runTCPAccept(ctx, args)
 	case "report":
 		res, err = runReport(ctx, args)
 	case "-h", "--help", "help":
