@@ -41,7 +41,7 @@ var layers = map[string][]string{
 	"internal/fastpath": {"flows", "policy", "shaper"},
 	"internal/offload":  {"flows", "shaper"},
 	"internal/global":   {"flows", "shaper", "internal/heap"},
-	"internal/divert":   {"flows", "policy"},
+	"internal/divert":   {"flows", "policy", "shaper"},
 	"internal/control":  {"internal/heap", "internal/countname"},
 	"internal/top":      {"internal/control"},
 	"internal/report":   {"internal/countname", "policy", "replay", "shaper"},
