@@ -286,7 +286,7 @@ func TestCompilePolicy(t *testing.T) {
 			Key: flows.KeyConfig{Mode: flows.Src, SrcPrefix4: 24, DstPrefix4: 32, SrcPrefix6: 128, DstPrefix6: 128}, MaxFlows: 65536, FlowTimeout: 60e9}},
 		{Name: "web-trial", Match: "proto=tcp dport=80,443", Shadow: true, Limit: shaper.Config{Rate: 5, Burst: 5, Window: 1e9,
 			Key: flows.KeyConfig{SrcPrefix4: 32, DstPrefix4: 32, SrcPrefix6: 128, DstPrefix6: 128}, MaxFlows: 65536, FlowTimeout: 60e9}},
-		{Name: "rest", Limit: shaper.Config{Algorithm: shaper.FixedWindow, Rate: 20, Burst: 5, Window: 1e9,
+		{Name: "rest", Match: "proto=udp", Limit: shaper.Config{Algorithm: shaper.FixedWindow, Rate: 20, Burst: 5, Window: 1e9,
 			Key: flows.KeyConfig{SrcPrefix4: 32, DstPrefix4: 32, SrcPrefix6: 128, DstPrefix6: 128}, MaxFlows: 65536, FlowTimeout: 60e9}},
 	}
 	if !slices.Equal(p.Rules, want) {

@@ -14,7 +14,8 @@
 #     conffiles are conffiles.
 #  3. The installed unit: systemd-analyze verify says nothing, security still
 #     at most 2.0; packetshaper --version names the package's version and
-#     this commit; packetshaper check accepts /etc/packetshaper/policy.toml.
+#     this commit; packetshaper check accepts /etc/packetshaper/policy.toml,
+#     with no warning (the packaged RULES_OPTS diverts from it).
 #  4. systemd itself runs the unit: a container (systemd-nspawn, systemd as
 #     its PID 1, its own network namespace) boots an overlay of this machine's
 #     root with the package installed, and inside it: systemctl start (the
@@ -160,9 +161,14 @@ v=$(packetshaper --version) || fail "packetshaper --version failed"
 echo "$PROG: $v"
 [ "$v" = "packetshaper $version (commit $commit$(case $version in *.dirty) echo -dirty ;; esac), $(go env GOVERSION))" ] ||
 	fail "packetshaper --version says '$v'; want version $version and commit $commit"
-packetshaper check /etc/packetshaper/policy.toml >"$work/check.out" 2>&1 || { cat "$work/check.out"; fail "packetshaper check /etc/packetshaper/policy.toml failed"; }
+packetshaper check /etc/packetshaper/policy.toml >"$work/check.out" 2>"$work/check.err" || { cat "$work/check.err"; fail "packetshaper check /etc/packetshaper/policy.toml failed"; }
 grep -q '^\[\[rule\]\]' "$work/check.out" || fail "packetshaper check printed no rule"
-echo "$PROG: packetshaper check /etc/packetshaper/policy.toml: ok"
+# The packaged configuration passes its own check with no warning: the
+# divert rules come from the rule file (RULES_OPTS --policy), so every rule
+# sees its packets, and no policing rule takes TCP.
+[ ! -s "$work/check.err" ] || fail "packetshaper check of the packaged configuration warns:"$'\n'"$(cat "$work/check.err")"
+grep -q '^RULES_OPTS="--policy /etc/packetshaper/policy.toml"' /etc/default/packetshaper || fail "/etc/default/packetshaper does not divert from the rule file: $(grep '^RULES_OPTS' /etc/default/packetshaper)"
+echo "$PROG: packetshaper check /etc/packetshaper/policy.toml: ok, no warning (RULES_OPTS --policy)"
 
 # ---------------------------------------------------------------- 4
 step "the installed man pages, completions and changelog"
