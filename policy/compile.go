@@ -100,6 +100,9 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 		if w := ownerWarning(&specs[i]); w != "" {
 			c.warnings = append(c.warnings, w)
 		}
+		if w := policeTCPWarning(&specs[i]); w != "" {
+			c.warnings = append(c.warnings, w)
+		}
 	}
 	for i := range specs {
 		if specs[i].rule.Match == "" && i+1 < len(specs) {
