@@ -35,8 +35,14 @@ func TestFailOpenGSOTCP(t *testing.T) {
 			t.Errorf("a warning during a plain TCP transfer: %s", l)
 		}
 	}
-	if want := "packetshaper_failopen_exact{queue=\"0\"} 1\n"; !strings.Contains(metrics, want) {
-		t.Errorf("metrics lack %q:\n%s", want, metrics)
+	for _, want := range []string{
+		"packetshaper_failopen_exact{queue=\"0\"} 1\n",
+		// The metrics say the rule shapes, at its rate as written.
+		`packetshaper_rule_info{action="limit",algorithm="token-bucket",path="queue",queue="0",rate="20 Mbit/s",rule="default",shape="true"} 1` + "\n",
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %q:\n%s", want, metrics)
+		}
 	}
 	if !strings.Contains(log, "failopen_exact=true") || strings.Contains(log, "failopen_exact=false") {
 		t.Errorf("failopen_exact not true throughout:\n%s", indent(log))
