@@ -127,7 +127,8 @@ files=(/usr/bin/packetshaper /usr/sbin/packetshaper-rules "$UNIT" /etc/default/p
 	/usr/share/doc/packetshaper/README.md.gz /usr/share/doc/packetshaper/changelog.gz /usr/share/doc/packetshaper/copyright
 	/usr/share/man/man8/packetshaper.8.gz /usr/share/man/man5/packetshaper.toml.5.gz /usr/share/man/man8/packetshaper-rules.8.gz
 	/usr/share/bash-completion/completions/packetshaper
-	/usr/share/doc/packetshaper/docs/configuration.md /usr/share/doc/packetshaper/docs/operations.md)
+	/usr/share/doc/packetshaper/docs/configuration.md /usr/share/doc/packetshaper/docs/operations.md
+	/usr/share/doc/packetshaper/RELIABILITY.md /usr/share/doc/packetshaper/docs/top.png /usr/share/doc/packetshaper/docs/replay-report.png)
 for f in "${files[@]}"; do
 	[ -f "$f" ] || fail "$f is missing after install"
 	dpkg -S "$f" >/dev/null 2>&1 || fail "$f is not the package's (dpkg -S)"
@@ -137,6 +138,16 @@ done
 for f in $(grep -o '](docs/[a-z-]*\.md' README.md | sed 's/^](//' | sort -u); do
 	[ -f "/usr/share/doc/packetshaper/$f" ] || fail "/usr/share/doc/packetshaper/$f (a chapter the README links to) is missing after install"
 done
+# Every relative link and image of the plain docs installed (the chapters,
+# RELIABILITY.md) leads to an installed file: no link to a gzipped or
+# missing file, no missing image (docs/top.png was).
+for doc in /usr/share/doc/packetshaper/RELIABILITY.md /usr/share/doc/packetshaper/docs/*.md; do
+	for l in $(grep -o '](\([^)#: ]*\)[)#]' "$doc" | sed 's/^](//; s/[)#]$//' | sort -u); do
+		case "$l" in '' | http* | mailto*) continue ;; esac
+		[ -e "$(dirname "$doc")/$l" ] || fail "$doc links to $l, which is not installed"
+	done
+done
+echo "$PROG: every relative link and image of the installed docs resolves: ok"
 # The copyright file: Debian copyright format 1.0, packetshaper under
 # Apache-2.0 pointing at the common license, then the linked modules.
 copyright=/usr/share/doc/packetshaper/copyright
