@@ -233,7 +233,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 		MetricsAddr:           f.metricsAddr,
 		ControlSocket:         socket,
 		ControlSocketOptional: socketOptional,
-		Version:               version,
+		Version:               buildVersion(),
 		Log:                   log,
 		Fastpath:              daemon.FastpathConfig{Ifaces: f.fastpath, Required: f.fastRequired},
 	}
