@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // Issue 30: a newcomer's traps, in the live path.
@@ -48,5 +50,34 @@ func TestFailOpenGSOTCP(t *testing.T) {
 	}
 	if !strings.Contains(log, "failopen_exact=true") || strings.Contains(log, "failopen_exact=false") {
 		t.Errorf("failopen_exact not true throughout:\n%s", indent(log))
+	}
+}
+
+// TestIdleQueueWarns: a shaper that no divert rule feeds, and that
+// receives nothing, says so once as a WARN with the command that adds the
+// divert rule (it said only, at INFO, that its fail-open passes would be
+// estimated); with the divert rule, it does not.
+func TestIdleQueueWarns(t *testing.T) {
+	parallel(t)
+	needShaper(t)
+	tp := newTopo(t)
+	const want = "level=WARN msg=\"nfq: queue 0 has received no packet and no nf_tables rule sends to it: nothing is diverted, so nothing is shaped; add the divert rule: sudo packetshaper-rules add --queue 0 --policy FILE"
+	sh := tp.startShaper("--queue", "0", "--pps", "100", "--stats-interval", "0", "--control-socket", filepath.Join(t.TempDir(), "ps.sock"))
+	if !testutil.WaitFor(t, 20*time.Second, func() bool { return strings.Contains(sh.err.String(), want) }) {
+		t.Fatalf("no warning %q within 20 s:\n%s", want, indent(sh.err.String()))
+	}
+	time.Sleep(2 * time.Second) // a few more settles: still one
+	log := tp.stopShaper(sh)
+	if n := strings.Count(log, want); n != 1 {
+		t.Errorf("the warning %d times, want once:\n%s", n, indent(log))
+	}
+
+	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+	sh = tp.startShaper("--queue", "0", "--pps", "100", "--stats-interval", "0", "--control-socket", filepath.Join(t.TempDir(), "ps2.sock"))
+	time.Sleep(7 * time.Second) // past the 5 s the warning waits
+	log = tp.stopShaper(sh)
+	tp.rules("del", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
+	if strings.Contains(log, "has received no packet") {
+		t.Errorf("warned with a divert rule in place:\n%s", indent(log))
 	}
 }

@@ -20,8 +20,9 @@
 #     warning, twice the capture time.
 #  5. --help starts with the usage and one sentence.
 #  6. as root: a plain TCP transfer (iperf3) through the queue raises no
-#     fail-open warning and failopen_exact stays 1 (e2e/TestFailOpenGSOTCP,
-#     in namespaces it creates).
+#     fail-open warning and failopen_exact stays 1 (e2e/TestFailOpenGSOTCP),
+#     and a shaper no divert rule feeds says so once, with the command that
+#     adds one (e2e/TestIdleQueueWarns); both in namespaces they create.
 #
 # Exit status 0 when every trap is closed; 1 with one line per failure.
 # scripts/test.sh runs it as a check of the e2e stage, after go test ./e2e.
@@ -119,13 +120,13 @@ timeout 10 "$ps" --help >"$work/out" 2>&1
 
 # ---------------------------------------------------------------- 6 GSO, live
 if [ "$(id -u)" = 0 ] && command -v iperf3 >/dev/null; then
-	if timeout 300 go test -count=1 -run '^TestFailOpenGSOTCP$' ./e2e >"$work/out" 2>&1; then
-		ok "iperf3 TCP through the queue: no fail-open warning, failopen_exact 1 (e2e/TestFailOpenGSOTCP)"
+	if timeout 300 go test -count=1 -run '^(TestFailOpenGSOTCP|TestIdleQueueWarns)$' ./e2e >"$work/out" 2>&1; then
+		ok "iperf3 TCP through the queue: no fail-open warning, failopen_exact 1 (e2e/TestFailOpenGSOTCP); nothing diverted: one WARN with the command (e2e/TestIdleQueueWarns)"
 	else
-		fail "e2e/TestFailOpenGSOTCP: $(grep -E 'newcomer_test|FAIL' "$work/out" | head -5)"
+		fail "e2e/TestFailOpenGSOTCP, TestIdleQueueWarns: $(grep -E 'newcomer_test|FAIL' "$work/out" | head -5)"
 	fi
 else
-	echo "$PROG: skipped: the live GSO trap (needs root and iperf3)"
+	echo "$PROG: skipped: the live traps (need root and iperf3)"
 fi
 
 [ "$failed" = 0 ] && echo "$PROG: every trap closed" || echo "$PROG: some traps remain open" >&2
