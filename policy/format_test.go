@@ -175,6 +175,9 @@ func FuzzParse(f *testing.F) {
 	for _, c := range errorCases {
 		f.Add([]byte(c.in))
 	}
+	for _, rate := range []string{"10mbps", "8KBPS", "1.1kibit", "0.3bit", " 2e6 ", "1.048576mbit"} {
+		f.Add([]byte("[[rule]]\nname = \"a\"\nbitrate = \"" + rate + "\"\n"))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("fuzz.toml", data)
 		if err != nil {
