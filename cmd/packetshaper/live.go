@@ -195,7 +195,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	var log *slog.Logger
 	switch f.logFormat {
 	case "text":
-		log = slog.New(slog.NewTextHandler(stderr, nil))
+		log = slog.New(slog.NewTextHandler(logWriter(stderr), nil))
 	case "json":
 		log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:
