@@ -7,12 +7,13 @@ import (
 
 // Capture time across records and files.
 //
-// Within a file, the records' timestamps are the clock. Across files, by
-// default each file keeps its own clock: its records' times are shifted so
-// that its first record comes just after the previous file's last
-// (ClockStep later), whatever the file's own timestamps say (two unrelated
-// captures, or one file given twice, replay as one after the other). With
-// Options.Concatenate, the files' timestamps are one clock, as captured
+// Within a file, the records' timestamps are the clock. Across files, with
+// Options.OwnClocks (packetshaper replay's default) each file keeps its own
+// clock: its records' times are shifted so that its first record comes
+// just after the previous file's last (ClockStep later), whatever the
+// file's own timestamps say (two unrelated captures, or one file given
+// twice, replay as one after the other). Without it (the zero Options, and
+// replay --concatenate) the files' timestamps are one clock, as captured
 // (the parts of one capture split by a ring buffer): then, as within a
 // file, a jump back or forward by more than the Options' bounds is warned.
 
@@ -58,7 +59,7 @@ func (r *Replayer) at(ts int64, name string, n uint64) int64 {
 	// records that follow it in order are not jumps.
 	if c.startFile {
 		c.startFile = false
-		if c.hasPrev && !r.opts.Concatenate {
+		if c.hasPrev && r.opts.OwnClocks {
 			c.shift = c.max + int64(ClockStep) - ts
 		}
 	}

@@ -54,7 +54,7 @@ func TestClockFiles(t *testing.T) {
 	// Each file its own clock: a file given twice is 2 × 0.9 s (and the
 	// step between them), two unrelated captures too; no warning.
 	for _, second := range [][]byte{a, unrelated} {
-		s, warns := replayClock(t, Options{}, a, second)
+		s, warns := replayClock(t, Options{OwnClocks: true}, a, second)
 		if want := 1800*time.Millisecond + ClockStep; s.Duration() != want || len(warns) != 0 {
 			t.Errorf("own clocks: duration %v, warnings %q; want %v, none", s.Duration(), warns, want)
 		}
@@ -66,21 +66,21 @@ func TestClockFiles(t *testing.T) {
 	}
 	// One clock: the same file twice goes back 0.9 s: within the default
 	// 1 s, no warning; with --max-backward 500ms, one.
-	if s, warns := replayClock(t, Options{Concatenate: true}, a, a); len(warns) != 0 || s.Accepted >= 10 {
+	if s, warns := replayClock(t, Options{}, a, a); len(warns) != 0 || s.Accepted >= 10 {
 		t.Errorf("a file twice, back 0.9 s: warnings %q, %d accepted; want none, fewer than 10 (time going back grants nothing)", warns, s.Accepted)
 	}
-	_, warns := replayClock(t, Options{Concatenate: true, MaxBackward: 500 * time.Millisecond}, a, a)
+	_, warns := replayClock(t, Options{MaxBackward: 500 * time.Millisecond}, a, a)
 	if want := "b.pcap: packet 1: capture time goes back 900ms (more than --max-backward 500ms)"; len(warns) != 1 || !strings.HasPrefix(warns[0], want) {
 		t.Errorf("a file twice, --max-backward 500ms: warnings %q, want one %q", warns, want)
 	}
-	s, warns := replayClock(t, Options{Concatenate: true}, a, unrelated)
+	s, warns := replayClock(t, Options{}, a, unrelated)
 	if want := "b.pcap: packet 1: capture time jumps forward 1999h59m59.1s (more than --max-gap 1h0m0s)"; len(warns) != 1 || !strings.HasPrefix(warns[0], want) {
 		t.Errorf("unrelated captures concatenated: warnings %q, want one %q", warns, want)
 	}
 	if s.Duration() < 1999*time.Hour {
 		t.Errorf("concatenated: duration %v, want the timestamps' 2000 h", s.Duration())
 	}
-	if _, warns := replayClock(t, Options{Concatenate: true, MaxGap: -1}, a, unrelated); len(warns) != 0 {
+	if _, warns := replayClock(t, Options{MaxGap: -1}, a, unrelated); len(warns) != 0 {
 		t.Errorf("--max-gap 0: warnings %q, want none", warns)
 	}
 	// Within one file: 7 jumps back (the 5 s forward again are within
@@ -119,7 +119,7 @@ func TestClockHeldTimestamps(t *testing.T) {
 		t.Fatal(err)
 	}
 	var acc bytes.Buffer
-	r := New(eng, Options{Accepted: &acc})
+	r := New(eng, Options{Accepted: &acc, OwnClocks: true})
 	for _, name := range []string{"a.pcap", "b.pcap"} {
 		if err := r.Replay(name, bytes.NewReader(file), 0); err != nil {
 			t.Fatal(err)

@@ -75,10 +75,10 @@ type Options struct {
 	// none held. Whatever it is, what is held is also bounded by
 	// MaxHeldBytes.
 	MaxHeld int
-	// Concatenate makes several files one clock, their timestamps as
-	// captured; without it each file keeps its own clock, its first
-	// record just after the previous file's last (clock.go).
-	Concatenate bool
+	// OwnClocks gives each file replayed its own clock, its first record
+	// just after the previous file's last (clock.go); without it, several
+	// files are one clock, their timestamps as captured.
+	OwnClocks bool
 	// MaxBackward and MaxGap bound how far capture time may go back or
 	// forward between two records without a warning through Warn; 0
 	// means DefaultMaxBackward and DefaultMaxGap, negative never warns.

@@ -184,7 +184,7 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 		Timeline:   *reportPath != "",
 		MaxHeld:    *maxHeld,
 		// Replay's 0 is its default; the flag's 0 is never.
-		Concatenate: rf.concatenate,
+		OwnClocks:   !rf.concatenate,
 		MaxBackward: cmp.Or(rf.maxBackward, -1),
 		MaxGap:      cmp.Or(rf.maxGap, -1),
 	}
