@@ -52,6 +52,9 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 		c.warnings = append(c.warnings, "[redis]: no rule is global (scope = \"global\"): the store is not used")
 	}
 	for i := range specs {
+		if w := specs[i].unitWarn; w != "" {
+			c.warnings = append(c.warnings, w)
+		}
 		if w := specs[i].warn; w != "" {
 			c.warnings = append(c.warnings, w)
 		}
@@ -95,6 +98,9 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 	}
 	for i := range specs {
 		if w := ownerWarning(&specs[i]); w != "" {
+			c.warnings = append(c.warnings, w)
+		}
+		if w := policeTCPWarning(&specs[i]); w != "" {
 			c.warnings = append(c.warnings, w)
 		}
 	}

@@ -99,7 +99,7 @@ func formatValue(p any) (string, bool) {
 	case **int:
 		return strconv.Itoa(**p), true
 	case **float64:
-		return formatFloat(**p), true
+		return formatNumber(**p), true
 	case **bool:
 		return strconv.FormatBool(**p), true
 	case *[]string:
@@ -193,11 +193,6 @@ func matchItems(m *Match) []matchItem {
 		out = append(out, it)
 	}
 	return out
-}
-
-// formatFloat writes v so that TOML reads it back exactly.
-func formatFloat(v float64) string {
-	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 // quote writes s as a TOML basic string.

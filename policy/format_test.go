@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/packetshaper/packetshaper/shaper"
@@ -174,6 +175,9 @@ func FuzzParse(f *testing.F) {
 	for _, c := range errorCases {
 		f.Add([]byte(c.in))
 	}
+	for _, rate := range []string{"10mbps", "8KBPS", "1.1kibit", "0.3bit", " 2e6 ", "1.048576mbit"} {
+		f.Add([]byte("[[rule]]\nname = \"a\"\nbitrate = \"" + rate + "\"\n"))
+	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		file, err := Parse("fuzz.toml", data)
 		if err != nil {
@@ -214,3 +218,56 @@ name = "rest"
 pps = 1
 scope = "local"
 `
+
+// TestBitrateUnits: a bitrate in tc's byte units is accepted with a warning
+// naming the bit-rate it means and the bit form; check prints every bitrate
+// in bits with an SI prefix and its bits per second, and integral numbers
+// as integers.
+func TestBitrateUnits(t *testing.T) {
+	for _, c := range []struct{ in, canon, comment, warn string }{
+		{"10mbps", "80mbit", "80000000 bits/s", `rule "a": bitrate "10mbps" is 10 megabytes per second, as in tc (mbps is bytes, mbit is bits): 80mbit, 80000000 bits/s; write "80mbit" for that rate, or "10mbit" for 10 megabits per second`},
+		{"8kbps", "64kbit", "64000 bits/s", `rule "a": bitrate "8kbps" is 8 kilobytes per second, as in tc (kbps is bytes, kbit is bits): 64kbit, 64000 bits/s; write "64kbit" for that rate, or "8kbit" for 8 kilobits per second`},
+		{"100bps", "800bit", "800 bits/s", `rule "a": bitrate "100bps" is 100 bytes per second, as in tc (bps is bytes, bit is bits): 800bit, 800 bits/s; write "800bit" for that rate, or "100bit" for 100 bits per second`},
+		{"10MBPS", "80mbit", "80000000 bits/s", `rule "a": bitrate "10MBPS" is 10 megabytes per second, as in tc (mbps is bytes, mbit is bits): 80mbit, 80000000 bits/s; write "80mbit" for that rate, or "10mbit" for 10 megabits per second`},
+		{"10mbit", "10mbit", "10000000 bits/s", ""},
+		{"500kbit", "500kbit", "500000 bits/s", ""},
+		{"0.5mbit", "500kbit", "500000 bits/s", ""},
+		{"1.5mbit", "1.5mbit", "1500000 bits/s", ""},
+		{"2000000", "2mbit", "2000000 bits/s", ""},
+		{"1gbit", "1gbit", "1000000000 bits/s", ""},
+		{"1mibit", "1.048576mbit", "1048576 bits/s", ""},
+		{"0.3bit", "0.3bit", "0.3 bits/s", ""},
+	} {
+		src := "[[rule]]\nname = \"a\"\nbitrate = \"" + c.in + "\"\nburst = 1000000\n"
+		f, err := Parse("p.toml", []byte(src))
+		if err != nil {
+			t.Fatalf("%s: %v", c.in, err)
+		}
+		comp, err := f.Compile(Options{})
+		if err != nil {
+			t.Fatalf("%s: %v", c.in, err)
+		}
+		var warns []string
+		if c.warn != "" {
+			warns = []string{c.warn}
+		}
+		var got []string
+		for _, w := range comp.Warnings() {
+			if strings.HasPrefix(w, `rule "a": bitrate`) {
+				got = append(got, w)
+			}
+		}
+		if !reflect.DeepEqual(got, warns) {
+			t.Errorf("%s: warnings\n got %q\nwant %q", c.in, got, warns)
+		}
+		var b bytes.Buffer
+		if err := f.Format(&b); err != nil {
+			t.Fatal(err)
+		}
+		want := "bitrate = \"" + c.canon + "\" # " + c.comment + "\nburst = 1000000 # bytes\n"
+		if !bytes.Contains(b.Bytes(), []byte(want)) {
+			t.Errorf("%s: check prints\n%s\nwant it to contain\n%s", c.in, b.Bytes(), want)
+		}
+		roundTrip(t, f)
+	}
+}

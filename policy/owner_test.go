@@ -82,7 +82,7 @@ func TestClassifyOwner(t *testing.T) {
 	}
 	// check says what becomes of ownerless packets (internal/divert's
 	// TestUnseenOwner: and when the divert rules give none).
-	w := strings.Join(c.Warnings(), "\n")
+	w := strings.Join(otherWarnings(c), "\n")
 	for _, want := range []string{`rule "users": match.uid: only packets a local socket sends (the OUTPUT chain) have an owner`, `rule "staff": match.gid`, "check warns when the divert rules feed it from INPUT or FORWARD only"} {
 		if !strings.Contains(w, want) {
 			t.Errorf("warnings lack %q:\n%s", want, w)

@@ -165,7 +165,7 @@ scope = "local"
 	if !reflect.DeepEqual(c.Redis(), d) {
 		t.Errorf("Redis with defaults = %+v, want %+v", c.Redis(), d)
 	}
-	if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "no rule is global") {
+	if w := otherWarnings(c); len(w) != 1 || !strings.Contains(w[0], "no rule is global") {
 		t.Errorf("Warnings = %q", w)
 	}
 }

@@ -101,7 +101,7 @@ var schema = []field{
 	{table: tRule, name: "pps", inRule: func(r *Rule) any { return &r.PPS }, kind: kNumber, limit: true, settings: []shaper.Setting{shaper.SettingRate}, flag: "pps",
 		help: "Per-flow limit: N packets per second; fractions allowed (pps 0.5 with window 10s is 5 per 10 s). A limit rule has pps or bitrate."},
 	{table: tRule, name: "bitrate", inRule: func(r *Rule) any { return &r.Bitrate }, kind: kString, limit: true, settings: []shaper.Setting{shaper.SettingRate}, flag: "bitrate",
-		help: "Per-flow limit: RATE in bits per second, tc-style: 500kbit, 10mbit, 1gbit (kbps/mbps are bytes per second, as in tc); a packet costs its IP length."},
+		help: "Per-flow limit: RATE in bits per second, tc-style: 500kbit, 10mbit, 1gbit (kbps/mbps are bytes per second, as in tc, and accepted with a warning); a packet costs its IP length. check prints it in bits (kbit, mbit, gbit) with its bits per second.", comment: bitrateComment},
 	{table: tRule, name: "burst", inRule: func(r *Rule) any { return &r.Burst }, kind: kNumber, def: "5 packets, or with bitrate max(65535 bytes, 0.1 s of rate)", limit: true, settings: []shaper.Setting{shaper.SettingBurst}, flag: "burst",
 		help: "Token bucket capacity in packets (with bitrate: bytes).", comment: burstComment},
 	{table: tRule, name: "algo", inRule: func(r *Rule) any { return &r.Algo }, kind: kString, def: DefaultAlgo, limit: true, settings: []shaper.Setting{shaper.SettingAlgorithm}, flag: "algo",

@@ -57,6 +57,8 @@ type ruleSpec struct {
 	match matchSpec
 	// warn is a warning for Compiled.Warnings, or "".
 	warn string
+	// unitWarn is the warning for a bitrate in bytes per second, or "".
+	unitWarn string
 }
 
 type portRange struct{ lo, hi uint16 }
@@ -238,12 +240,19 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		}
 		bad(field, "no limit given: set pps or bitrate (or action = \"accept\" or \"drop\")").Problem = ProblemNoLimit
 	case r.PPS != nil:
-		if v := *r.PPS; !(v > 0) || math.IsInf(v, 0) {
+		switch v := *r.PPS; {
+		case v < 0:
+			bad("pps", "is negative (%v): a rate is above zero (to drop every packet, a rule with action = \"drop\")", v)
+		case v == 0:
+			bad("pps", "is zero: a rate is above zero (to drop every packet, a rule with action = \"drop\")")
+		case !(v > 0) || math.IsInf(v, 0):
 			bad("pps", "must be a positive number, not %v", v)
 		}
 	default:
 		if _, err := shaper.ParseBitrate(r.Bitrate); err != nil {
 			bad("bitrate", "%w", err)
+		} else {
+			s.unitWarn = byteUnitWarning(r.Name, r.Bitrate)
 		}
 	}
 	if r.Burst != nil {
@@ -542,6 +551,9 @@ func (r Rule) WithDefaults() Rule {
 	}
 	if d.OnExceed == "" {
 		d.OnExceed = DefaultOnExceed
+	}
+	if d.Bitrate != "" {
+		d.Bitrate = canonicalBitrate(d.Bitrate)
 	}
 	if d.Burst == nil {
 		var c shaper.Config

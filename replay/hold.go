@@ -34,6 +34,7 @@ type heldRec struct {
 	lt     layers.LinkType
 	size   int    // captured bytes
 	data   []byte // a copy of them, when Accepted is written
+	shift  int64  // its file's clock shift: depart-shift is in its own timestamps
 }
 
 // buffer returns an empty buffer of capacity at least n, at most 2n (or
@@ -74,7 +75,7 @@ func (r *Replayer) hold(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkTyp
 	c := *ci
 	c.AncillaryData = nil
 	r.heldSeq++
-	rec := heldRec{depart: depart, seq: r.heldSeq, ci: c, lt: lt, size: len(data)}
+	rec := heldRec{depart: depart, seq: r.heldSeq, ci: c, lt: lt, size: len(data), shift: r.clk.shift}
 	if r.acc.buf != nil {
 		rec.data = append(r.buffer(len(data)), data...)
 	}
@@ -92,7 +93,7 @@ func (r *Replayer) release(until int64) error {
 		if r.acc.buf == nil {
 			continue
 		}
-		top.ci.Timestamp = time.Unix(0, top.depart).UTC()
+		top.ci.Timestamp = time.Unix(0, top.depart-top.shift).UTC()
 		err := r.acc.write(top.data, &top.ci, top.lt)
 		r.recycle(top.data)
 		if err != nil {

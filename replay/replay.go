@@ -24,6 +24,7 @@ import (
 	"math/bits"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -82,6 +83,17 @@ type Options struct {
 	// is unknown.
 	Conntrack    bool
 	ConntrackMax int
+	// OwnClocks gives each file replayed its own clock, its first record
+	// just after the previous file's last (clock.go); without it, several
+	// files are one clock, their timestamps as captured.
+	OwnClocks bool
+	// MaxBackward and MaxGap bound how far capture time may go back or
+	// forward between two records without a warning through Warn; 0
+	// means DefaultMaxBackward and DefaultMaxGap, negative never warns.
+	MaxBackward, MaxGap time.Duration
+	// Warn, if not nil, gets each warning (a time jump), one line, no
+	// newline.
+	Warn func(string)
 }
 
 // MaxHeldBytes bounds what the packets shaping rules hold at once cost
@@ -151,8 +163,11 @@ type Replayer struct {
 	any       bool
 	// ct tracks connections (Options.Conntrack), nil without; pkt is
 	// the packet it reads.
-	ct  *tracker
-	pkt flows.Packet
+	ct      *tracker
+	pkt     flows.Packet
+	clk     clock
+	file    string // the file being replayed
+	fileRec uint64 // its records so far
 }
 
 // New returns a Replayer that asks eng for verdicts.
@@ -209,6 +224,7 @@ func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	r.ifIDs = r.ifIDs[:0]
+	r.clk.startFile, r.file = true, name
 	var n uint64 // records of this file
 	for {
 		data, ci, lt, err := rd.Next()
@@ -220,6 +236,7 @@ func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 			return fmt.Errorf("%s: packet %d: %w", name, n+1, err)
 		}
 		n++
+		r.fileRec = n
 		r.meta.InIf = r.ifaceID(rd, ci.InterfaceIndex)
 		r.meta.OutIf = r.meta.InIf
 		if err := r.packet(data, &ci, lt); err != nil {
@@ -257,7 +274,7 @@ func (r *Replayer) progress(name string, rd *Reader, size int64, n uint64) {
 // packet decides one record and writes its outputs. It does not allocate.
 func (r *Replayer) packet(data []byte, ci *gopacket.CaptureInfo, lt layers.LinkType) error {
 	r.index++
-	now := Nanos(ci)
+	now := r.at(Nanos(ci), r.file, r.fileRec)
 	if !r.any {
 		r.first, r.last, r.any = now, now, true
 	} else if now < r.first {

@@ -146,7 +146,15 @@ if kill -0 "$SHAPER" 2>/dev/null; then
 	kill -KILL "$SHAPER" 2>/dev/null || true
 fi
 wait "$SHAPER" || echo "demo.sh: packetshaper exited with status $?" >&2
-sed 's/^/    /' "$WORK/packetshaper.log"
+# The log as packetshaper wrote it, each line wrapped at spaces to the
+# terminal's width (a stats line holds every counter: ~900 characters), the
+# continuation lines indented further (--log-format json logs each line
+# whole, for a machine).
+cols=$(tput cols 2>/dev/null || echo 100)
+[ "$cols" -ge 60 ] 2>/dev/null || cols=100
+while IFS= read -r line; do
+	printf '%s\n' "$line" | fold -s -w $((cols - 8)) | sed -e '1s/^/    /' -e '2,$s/^/        /'
+done <"$WORK/packetshaper.log"
 
 echo
 say "per flow: sent by $NS_A, arrived in $NS_B, expected = min(sent, $BURST + $RATE/s × duration)"

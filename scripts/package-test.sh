@@ -14,7 +14,8 @@
 #     conffiles are conffiles.
 #  3. The installed unit: systemd-analyze verify says nothing, security still
 #     at most 2.0; packetshaper --version names the package's version and
-#     this commit; packetshaper check accepts /etc/packetshaper/policy.toml.
+#     this commit; packetshaper check accepts /etc/packetshaper/policy.toml,
+#     with no warning (the packaged RULES_OPTS diverts from it).
 #  4. systemd itself runs the unit: a container (systemd-nspawn, systemd as
 #     its PID 1, its own network namespace) boots an overlay of this machine's
 #     root with the package installed, and inside it: systemctl start (the
@@ -126,7 +127,8 @@ files=(/usr/bin/packetshaper /usr/sbin/packetshaper-rules "$UNIT" /etc/default/p
 	/usr/share/doc/packetshaper/README.md.gz /usr/share/doc/packetshaper/changelog.gz /usr/share/doc/packetshaper/copyright
 	/usr/share/man/man8/packetshaper.8.gz /usr/share/man/man5/packetshaper.toml.5.gz /usr/share/man/man8/packetshaper-rules.8.gz
 	/usr/share/bash-completion/completions/packetshaper
-	/usr/share/doc/packetshaper/docs/configuration.md /usr/share/doc/packetshaper/docs/operations.md)
+	/usr/share/doc/packetshaper/docs/configuration.md /usr/share/doc/packetshaper/docs/operations.md
+	/usr/share/doc/packetshaper/RELIABILITY.md /usr/share/doc/packetshaper/docs/top.png /usr/share/doc/packetshaper/docs/replay-report.png)
 for f in "${files[@]}"; do
 	[ -f "$f" ] || fail "$f is missing after install"
 	dpkg -S "$f" >/dev/null 2>&1 || fail "$f is not the package's (dpkg -S)"
@@ -136,6 +138,16 @@ done
 for f in $(grep -o '](docs/[a-z-]*\.md' README.md | sed 's/^](//' | sort -u); do
 	[ -f "/usr/share/doc/packetshaper/$f" ] || fail "/usr/share/doc/packetshaper/$f (a chapter the README links to) is missing after install"
 done
+# Every relative link and image of the plain docs installed (the chapters,
+# RELIABILITY.md) leads to an installed file: no link to a gzipped or
+# missing file, no missing image (docs/top.png was).
+for doc in /usr/share/doc/packetshaper/RELIABILITY.md /usr/share/doc/packetshaper/docs/*.md; do
+	for l in $(grep -o '](\([^)#: ]*\)[)#]' "$doc" | sed 's/^](//; s/[)#]$//' | sort -u); do
+		case "$l" in '' | http* | mailto*) continue ;; esac
+		[ -e "$(dirname "$doc")/$l" ] || fail "$doc links to $l, which is not installed"
+	done
+done
+echo "$PROG: every relative link and image of the installed docs resolves: ok"
 # The copyright file: Debian copyright format 1.0, packetshaper under
 # Apache-2.0 pointing at the common license, then the linked modules.
 copyright=/usr/share/doc/packetshaper/copyright
@@ -160,9 +172,14 @@ v=$(packetshaper --version) || fail "packetshaper --version failed"
 echo "$PROG: $v"
 [ "$v" = "packetshaper $version (commit $commit$(case $version in *.dirty) echo -dirty ;; esac), $(go env GOVERSION))" ] ||
 	fail "packetshaper --version says '$v'; want version $version and commit $commit"
-packetshaper check /etc/packetshaper/policy.toml >"$work/check.out" 2>&1 || { cat "$work/check.out"; fail "packetshaper check /etc/packetshaper/policy.toml failed"; }
+packetshaper check /etc/packetshaper/policy.toml >"$work/check.out" 2>"$work/check.err" || { cat "$work/check.err"; fail "packetshaper check /etc/packetshaper/policy.toml failed"; }
 grep -q '^\[\[rule\]\]' "$work/check.out" || fail "packetshaper check printed no rule"
-echo "$PROG: packetshaper check /etc/packetshaper/policy.toml: ok"
+# The packaged configuration passes its own check with no warning: the
+# divert rules come from the rule file (RULES_OPTS --policy), so every rule
+# sees its packets, and no policing rule takes TCP.
+[ ! -s "$work/check.err" ] || fail "packetshaper check of the packaged configuration warns:"$'\n'"$(cat "$work/check.err")"
+grep -q '^RULES_OPTS="--policy /etc/packetshaper/policy.toml"' /etc/default/packetshaper || fail "/etc/default/packetshaper does not divert from the rule file: $(grep '^RULES_OPTS' /etc/default/packetshaper)"
+echo "$PROG: packetshaper check /etc/packetshaper/policy.toml: ok, no warning (RULES_OPTS --policy)"
 
 # ---------------------------------------------------------------- 4
 step "the installed man pages, completions and changelog"

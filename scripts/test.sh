@@ -16,7 +16,10 @@
 #            TestLeasesThreeHosts), run plainly
 #   e2e      the end-to-end tests: the real binary against the real kernel in
 #            network namespaces they create (those that mostly wait three at
-#            a time: -parallel 3, see e2e/parallel_test.go)
+#            a time: -parallel 3, see e2e/parallel_test.go); then, as one check,
+#            scripts/newcomer-test.sh: a new user's traps (units, the
+#            package's own configuration, policing TCP, replay's clock,
+#            --help, fail-open under iperf3 TCP)
 #   race     go test -race over every package with goroutines or shared
 #            state (go statements, sync, sync/atomic; found by this script,
 #            so that a new one is covered; e2e aside: the binary it runs is
@@ -205,6 +208,10 @@ if stage_on e2e; then
 		# mostly waiting, asserting counts) run three at a time, after
 		# the others ran alone.
 		gotest e2e -p 1 -parallel 3 -count=1 -timeout 40m "${run[@]}" "${e2e[@]}"
+		if [ -z "${TEST_RUN:-}" ]; then
+			echo "== e2e: a newcomer's traps (scripts/newcomer-test.sh)"
+			check e2e scripts/newcomer-test.sh timeout 900 ./scripts/newcomer-test.sh
+		fi
 	else
 		echo "== e2e: not among TEST_PKGS=$TEST_PKGS"
 	fi

@@ -29,10 +29,35 @@ func ParseBitrate(s string) (float64, error) {
 		return 0, configErr(about(SettingRate), "bad rate unit %q in %q (want bit, kbit, mbit, gbit, tbit, kibit, mibit, gibit, tibit, bps, kbps, mbps, gbps, tbps)", unit, s)
 	}
 	r := v * mult
-	if !(r > 0) || r > 1e15 {
-		return 0, configErr(about(SettingRate), "rate %q out of range", s)
+	switch {
+	case r < 0:
+		return 0, configErr(about(SettingRate), "rate %q is negative: a rate is above zero (to drop every packet, a rule with action = \"drop\")", s)
+	case r == 0:
+		return 0, configErr(about(SettingRate), "rate %q is zero: a rate is above zero (to drop every packet, a rule with action = \"drop\")", s)
+	case !(r <= 1e15):
+		return 0, configErr(about(SettingRate), "rate %q out of range: at most 8pbit (1e15 bytes per second)", s)
 	}
 	return r, nil
+}
+
+// ByteRateUnit reports whether the rate s is written in one of tc's
+// byte units (bps, kbps, mbps, gbps, tbps: bytes, not bits, per second),
+// which newcomers read as bits; it returns the unit as written
+// (lower-cased) and its bit counterpart ("mbps" and "mbit").
+func ByteRateUnit(s string) (unit, bitUnit string, ok bool) {
+	t := strings.ToLower(strings.TrimSpace(s))
+	i := strings.IndexFunc(t, func(r rune) bool { return r >= 'a' && r <= 'z' && r != 'e' })
+	if i < 0 {
+		return "", "", false
+	}
+	unit = t[i:]
+	if !strings.HasSuffix(unit, "bps") {
+		return "", "", false
+	}
+	if _, known := rateUnits[unit]; !known {
+		return "", "", false
+	}
+	return unit, strings.TrimSuffix(unit, "ps") + "it", true
 }
 
 // rateUnits gives bytes per second per unit.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -364,17 +365,28 @@ func orNone(s string) string {
 	return s
 }
 
-// describeLimit sums up a rule: "token-bucket 100 packets/s burst 5, key
-// 5tuple", "accept".
+// describeLimit sums up a rule: "token-bucket 100 packets/s burst 5,
+// polices, key 5tuple", "token-bucket 20 Mbit/s burst 250000 bytes, shapes
+// (max-delay 50ms), key src", "accept".
 func describeLimit(r *control.Rule) string {
 	if r.Action != "limit" {
 		return r.Action
 	}
-	s := fmt.Sprintf("%s %g %s/s", r.Algorithm, r.Rate, r.Unit)
+	s := r.Algorithm + " " + r.RateText()
 	if r.Burst > 0 {
-		s += fmt.Sprintf(" burst %g", r.Burst)
+		if r.Unit == "bytes" {
+			s += fmt.Sprintf(" burst %s bytes", strconv.FormatFloat(r.Burst, 'f', -1, 64))
+		} else {
+			s += fmt.Sprintf(" burst %g", r.Burst)
+		}
 	} else {
 		s += fmt.Sprintf(" window %gs", r.WindowSecs)
+	}
+	switch {
+	case r.Shape:
+		s += fmt.Sprintf(", shapes (max-delay %v)", time.Duration(r.MaxDelaySecs*1e9))
+	case !r.Shadow && !r.MarkExceeded:
+		s += ", polices"
 	}
 	s += ", key " + r.Key
 	if r.Shadow {

@@ -125,7 +125,7 @@ func TestStatusCommand(t *testing.T) {
 		"packetshaper v7, pid 9, up 1m15s (since 2023-11-14T22:13:20Z)",
 		"policy: /etc/p.toml; fail-open; offload off",
 		"reloads: 1 ok, 0 failed; last at 2023-11-14T22:14:10Z, ok, kept state: web",
-		"12/8192", "token-bucket 100 packets/s burst 5, key 5tuple",
+		"12/8192", "token-bucket 100 packets/s burst 5, polices, key 5tuple",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())

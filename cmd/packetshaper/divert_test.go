@@ -72,7 +72,14 @@ func TestCheckWarnsFromDefault(t *testing.T) {
 		if code := run([]string{"check", pol}, &out, &errb); code != 0 {
 			t.Fatalf("check: exit %d: %s", code, errb.String())
 		}
-		return errb.String()
+		// q1 takes TCP: its warning is TestPoliceTCPWarning's.
+		var lines []string
+		for _, l := range strings.SplitAfter(errb.String(), "\n") {
+			if !strings.Contains(l, `"q1" polices TCP`) {
+				lines = append(lines, l)
+			}
+		}
+		return strings.Join(lines, "")
 	}
 	if s := check(); s != "" {
 		t.Errorf("no default file: stderr %q, want nothing", s)
@@ -126,5 +133,36 @@ func TestCheckWarnsOwnerChain(t *testing.T) {
 	}
 	if s := check("--policy " + pol + " --chain FORWARD"); !strings.Contains(s, "goes by the socket owner") {
 		t.Errorf("RULES_OPTS --policy --chain FORWARD: no owner warning:\n%s", s)
+	}
+}
+
+// TestCheckPackagedDefault: the package's own configuration, its
+// /etc/default/packetshaper (dist/default) and the rule file it installs
+// (policy/testdata/example.toml), passes check with no warning at all: its
+// RULES_OPTS diverts from the rule file, and no policing rule takes TCP.
+func TestCheckPackagedDefault(t *testing.T) {
+	if ds, _ := divert.InForce(); len(ds) > 0 {
+		t.Skip("divert rules are in force in this namespace: they, not the package's default, are checked")
+	}
+	src, err := os.ReadFile("../../dist/default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pol, err := filepath.Abs("../../policy/testdata/example.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const installed = "/etc/packetshaper/policy.toml"
+	if !strings.Contains(string(src), `RULES_OPTS="--policy `+installed+`"`) || !strings.Contains(string(src), `PACKETSHAPER_OPTS="--policy `+installed) {
+		t.Fatalf("dist/default does not divert from and shape by %s:\n%s", installed, src)
+	}
+	def := filepath.Join(t.TempDir(), "default")
+	os.WriteFile(def, []byte(strings.ReplaceAll(string(src), installed, pol)), 0o644)
+	old := divertDefault
+	divertDefault = def
+	t.Cleanup(func() { divertDefault = old })
+	var out, errb bytes.Buffer
+	if code := run([]string{"check", pol}, &out, &errb); code != 0 || errb.Len() != 0 {
+		t.Errorf("check of the packaged configuration: exit %d, stderr:\n%s", code, errb.String())
 	}
 }

@@ -72,11 +72,13 @@ const manExtra = `# EXIT STATUS
 // manSeeAlso are added to every page's SEE ALSO (roff).
 const manSeeAlso = `\fBpacketshaper.toml\fP(5), \fBpacketshaper-rules\fP(8), \fBiptables\fP(8), \fBnft\fP(8), \fBtc\fP(8)`
 
-// manHeader is the pages' .TH: no date, so that the same tree makes the
-// same bytes (the package's changelog dates releases).
+// manHeader is the pages' .TH: each titled by its command (cobra fills in
+// PACKETSHAPER-REPLAY from the command path when Title is empty), no date,
+// so that the same tree makes the same bytes (the package's changelog
+// dates releases).
 func manHeader() *doc.GenManHeader {
 	zero := time.Time{}
-	return &doc.GenManHeader{Title: "PACKETSHAPER", Section: "8", Source: "packetshaper", Manual: "packetshaper manual", Date: &zero}
+	return &doc.GenManHeader{Section: "8", Source: "packetshaper", Manual: "packetshaper manual", Date: &zero}
 }
 
 // genManPages are the man pages of the tree: file name to roff.
@@ -326,6 +328,17 @@ func TestManPagesRender(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Run(); err != nil || stderr.Len() != 0 || stdout.Len() < 200 {
 			t.Errorf("man -l %s: %v, %d bytes, warnings:\n%s", p, err, stdout.Len(), stderr.String())
+		}
+	}
+}
+
+// TestManTitles: each man page's .TH is its own command ("packetshaper
+// replay" is PACKETSHAPER-REPLAY(8), not PACKETSHAPER(8)).
+func TestManTitles(t *testing.T) {
+	for name, b := range genManPages(t) {
+		want := ".TH \"" + strings.ToUpper(strings.TrimSuffix(name, ".8")) + "\" \"8\""
+		if !strings.Contains(string(b), want+" ") {
+			t.Errorf("%s: no %s", name, want)
 		}
 	}
 }

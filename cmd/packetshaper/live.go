@@ -195,7 +195,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	var log *slog.Logger
 	switch f.logFormat {
 	case "text":
-		log = slog.New(slog.NewTextHandler(stderr, nil))
+		log = slog.New(slog.NewTextHandler(logWriter(stderr), nil))
 	case "json":
 		log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:
@@ -233,7 +233,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 		MetricsAddr:           f.metricsAddr,
 		ControlSocket:         socket,
 		ControlSocketOptional: socketOptional,
-		Version:               version,
+		Version:               buildVersion(),
 		Log:                   log,
 		Fastpath:              daemon.FastpathConfig{Ifaces: f.fastpath, Required: f.fastRequired},
 	}

@@ -23,24 +23,40 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// version and commit are set at build time (scripts/package.sh):
+// version and commit are set at build time (scripts/package.sh), which
+// works whatever -buildvcs says:
 //
-//	go build -ldflags "-X main.version=0.1.0 -X main.commit=$(git rev-parse HEAD)"
+//	go build -ldflags "-X main.version=0.1.0 -X main.commit=$(git rev-parse HEAD)" ./cmd/packetshaper
 //
-// Without -X main.commit, the commit comes from the build's VCS stamp
-// (debug.ReadBuildInfo's vcs.revision, when go build ran in a git checkout
-// without -buildvcs=false).
+// Without -X main.version, the version is the module's from the build info
+// (go install ...@v0.1.0 records it); without -X main.commit, the commit is
+// the build's VCS stamp (debug.ReadBuildInfo's vcs.revision, when go build
+// ran in a git checkout without -buildvcs=false).
 var (
-	version = "dev"
+	version = ""
 	commit  = ""
 )
 
 // versionLine is what "packetshaper --version" prints: the version, the
-// commit ("unknown" when the build recorded none, "-dirty" when built from a
-// modified tree and stamped by go build) and the Go version.
+// commit ("-dirty" when built from a modified tree and stamped by go build)
+// and the Go version.
 func versionLine() string {
-	c, dirty := commit, false
-	if bi, ok := debug.ReadBuildInfo(); ok && c == "" {
+	bi, _ := debug.ReadBuildInfo()
+	return versionOf(version, commit, bi)
+}
+
+// stamped resolves the stamps v and c with the build info bi (nil: none):
+// the version ("" if none), the commit ("" if none) and whether go build
+// found the tree modified.
+func stamped(v, c string, bi *debug.BuildInfo) (string, string, bool) {
+	dirty := false
+	if bi == nil {
+		return v, c, false
+	}
+	if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
+	}
+	if c == "" {
 		for _, s := range bi.Settings {
 			switch s.Key {
 			case "vcs.revision":
@@ -50,13 +66,35 @@ func versionLine() string {
 			}
 		}
 	}
+	return v, c, dirty && c != ""
+}
+
+// buildVersion is the version alone, "dev" when none is stamped (status,
+// packetshaper_build_info).
+func buildVersion() string {
+	bi, _ := debug.ReadBuildInfo()
+	if v, _, _ := stamped(version, commit, bi); v != "" {
+		return v
+	}
+	return "dev"
+}
+
+// versionOf is versionLine for the stamps v and c and the build info bi
+// (nil: none). A build with neither says how to stamp one.
+func versionOf(v, c string, bi *debug.BuildInfo) string {
+	v, c, dirty := stamped(v, c, bi)
 	switch {
+	case v == "" && c == "":
+		return fmt.Sprintf("packetshaper dev (no version stamped: scripts/package.sh stamps one, or go build -ldflags \"-X main.version=V -X main.commit=$(git rev-parse HEAD)\"; %s)", runtime.Version())
+	case v == "":
+		v = "dev"
 	case c == "":
 		c = "unknown"
-	case dirty:
+	}
+	if dirty {
 		c += "-dirty"
 	}
-	return fmt.Sprintf("packetshaper %s (commit %s, %s)", version, c, runtime.Version())
+	return fmt.Sprintf("packetshaper %s (commit %s, %s)", v, c, runtime.Version())
 }
 
 func main() {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,8 +26,12 @@ import (
 
 const replayUsage = `Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
 with each packet's capture timestamp as the clock: the what-if report of a
-policy on a capture before it is deployed. Several files are one stream, in
-the order given. Prints a summary with a per-rule table, or with --json one
+policy on a capture before it is deployed. Several files are replayed in
+the order given through one engine, each with its own clock (its first
+packet just after the previous file's last), or with --concatenate as one
+capture, their timestamps one clock. Capture time going back by more than
+--max-backward or forward by more than --max-gap between two packets is
+warned on stderr (the first 5, then a count). Prints a summary with a per-rule table, or with --json one
 JSON object: packets, accepted, dropped, delayed and shape_overflow (shaping
 rules: packets accepted later, packets their full queue dropped),
 delay_p50_ns/delay_p99_ns/delay_max_ns (how long the delayed ones waited),
@@ -62,6 +67,8 @@ type replayFlags struct {
 	verdicts, writeAcc, writeDrop, reportPath string
 	top, maxHeld                              int
 	progress                                  string
+	concatenate                               bool
+	maxBackward, maxGap                       time.Duration
 }
 
 // newReplayCmd is "packetshaper replay".
@@ -84,6 +91,9 @@ func newReplayCmd(c *cli) *cobra.Command {
 	fs.IntVar(&rf.top, "top", 10, "how many flows the summary (and --report) lists (most drops first)")
 	fs.StringVar(&rf.progress, "progress", "auto", "progress bar on stderr: auto (when stderr is a terminal), always or never")
 	fs.IntVar(&rf.maxHeld, "max-held", nfq.DefaultMaxHeld, fmt.Sprintf("with shaping rules: the most packets held at once for a later departure, as live's --max-held (one queue's); a packet a shaping rule would delay beyond it, or beyond %d MiB of held packets, is dropped (shape_overflow); 0: none held", replay.MaxHeldBytes>>20))
+	fs.BoolVar(&rf.concatenate, "concatenate", false, "several FILEs are one capture, their timestamps one clock (the parts of one ring-buffer capture); without it each file keeps its own clock, its first packet just after the previous file's last")
+	fs.DurationVar(&rf.maxBackward, "max-backward", replay.DefaultMaxBackward, "warn when capture time goes back by more than `D` between two packets (0: never)")
+	fs.DurationVar(&rf.maxGap, "max-gap", replay.DefaultMaxGap, "warn when capture time jumps forward by more than `D` between two packets (0: never)")
 	addGroup(cmd.Flags(), "", fs)
 	pf := addPolicyFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -182,6 +192,10 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 		// table.
 		Conntrack:    len(comp.CtStateRules()) > 0,
 		ConntrackMax: maxFlows(comp),
+		// Replay's 0 is its default; the flag's 0 is never.
+		OwnClocks:   !rf.concatenate,
+		MaxBackward: cmp.Or(rf.maxBackward, -1),
+		MaxGap:      cmp.Or(rf.maxGap, -1),
 	}
 	if *maxHeld == 0 {
 		opts.MaxHeld = -1 // none held
@@ -223,6 +237,10 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 		opts.Progress = bar.update
 	}
 
+	opts.Warn = func(w string) {
+		bar.clear()
+		fmt.Fprintln(stderr, "packetshaper replay: warning:", w)
+	}
 	r := replay.New(eng, opts)
 	var failed error
 	for _, name := range files {
@@ -232,6 +250,9 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 	}
 	elapsed := time.Since(start)
 	bar.clear()
+	if n := r.TimeJumps(); n > 5 {
+		fmt.Fprintf(stderr, "packetshaper replay: warning: capture time jumped %d times in all (--max-backward %v, --max-gap %v)\n", n, rf.maxBackward, rf.maxGap)
+	}
 	if err := r.Flush(); err != nil && failed == nil {
 		failed = err
 	}

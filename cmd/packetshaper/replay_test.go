@@ -53,7 +53,10 @@ var goldenCases = []struct {
 	{"nflog", []string{"--pps", "2", "--burst", "1"}, []string{"nflog.pcap"}, 0},
 	{"mixed-pcapng", []string{"--pps", "2", "--burst", "1"}, []string{"mixed.pcapng"}, 0},
 	{"mixed-pcapng-gz", []string{"--pps", "2", "--burst", "1"}, []string{"mixed.pcapng.gz"}, 0},
-	{"stream", []string{"--pps", "10", "--burst", "3"}, []string{"multiflow.pcap", "sll.pcap", "mixed.pcapng.gz"}, 0},
+	// Three files as one capture (--concatenate: their timestamps one
+	// clock, as before issue 30), and each with its own clock.
+	{"stream", []string{"--pps", "10", "--burst", "3", "--concatenate"}, []string{"multiflow.pcap", "sll.pcap", "mixed.pcapng.gz"}, 0},
+	{"stream-own-clocks", []string{"--pps", "10", "--burst", "3"}, []string{"multiflow.pcap", "sll.pcap", "mixed.pcapng.gz"}, 0},
 	{"truncated", []string{"--pps", "10", "--burst", "3"}, []string{"truncated.pcap"}, 1},
 	{"policy-mix", []string{"--policy", testdata + "/policy-mix.toml"}, []string{"policy-mix.pcapng"}, 0},
 	{"multiflow-shape", []string{"--pps", "10", "--burst", "3", "--shape", "--max-delay", "500ms"}, []string{"multiflow.pcap"}, 0},

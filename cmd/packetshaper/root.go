@@ -99,7 +99,9 @@ func newRootCmd(c *cli) *cobra.Command {
 		return &usageError{fmt.Sprintf("unexpected argument %q: not a command%s", args[0], seeHelp(cmd))}
 	}
 	cobra.AddTemplateFunc("flagGroups", flagGroups)
+	cobra.AddTemplateFunc("sentence", sentence)
 	root.SetUsageTemplate(usageTemplate)
+	root.SetHelpTemplate(helpTemplate)
 	for _, sub := range subcommands {
 		root.AddCommand(sub(c))
 	}
@@ -254,10 +256,26 @@ func flagGroups(cmd *cobra.Command) string {
 	return b.String()
 }
 
-// usageTemplate is cobra's, with the flags in their groups.
-const usageTemplate = `Usage:{{if .Runnable}}
+// usageHead is the usage lines of a command's help and usage.
+const usageHead = `Usage:{{if .Runnable}}
   {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
-  {{.CommandPath}} [command]{{end}}{{if .HasExample}}
+  {{.CommandPath}} [command]{{end}}`
+
+// helpTemplate is every command's --help: the usage lines, what the
+// command does in one sentence (its Short), the examples, commands and
+// flags, then the long description.
+const helpTemplate = usageHead + `
+
+{{sentence .Short}}` + usageRest + `{{with .Long}}
+Description:
+{{.}}
+{{end}}`
+
+// usageTemplate is cobra's, with the flags in their groups.
+const usageTemplate = usageHead + usageRest
+
+// usageRest is the usage after its first lines.
+const usageRest = `{{if .HasExample}}
 
 Examples:
 {{.Example}}{{end}}{{if .HasAvailableSubCommands}}
@@ -270,6 +288,18 @@ Global Flags:
 
 Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
 `
+
+// sentence makes a command's Short a sentence: "Replay pcap ... input)."
+func sentence(s string) string {
+	if s == "" {
+		return ""
+	}
+	s = strings.ToUpper(s[:1]) + s[1:]
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
+}
 
 // noArgs is Args for commands without arguments.
 func noArgs(cmd *cobra.Command, args []string) error {

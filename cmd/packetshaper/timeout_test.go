@@ -92,7 +92,7 @@ func TestFlowTimeoutTooShortRefused(t *testing.T) {
 // TestCheckFlowTimeoutWarns: check prints the raised default and the
 // warning that names both values.
 func TestCheckFlowTimeoutWarns(t *testing.T) {
-	pol := writeFile(t, "p.toml", "[[rule]]\nname = \"slow\"\npps = 0.01\n")
+	pol := writeFile(t, "p.toml", "[[rule]]\nname = \"slow\"\nmatch = { proto = [\"udp\"] }\npps = 0.01\n")
 	var out, errb bytes.Buffer
 	if code := run([]string{"check", pol}, &out, &errb); code != 0 {
 		t.Fatalf("check: %d %s", code, errb.String())

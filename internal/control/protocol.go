@@ -24,6 +24,7 @@ package control
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -203,6 +204,10 @@ type Rule struct {
 	FlowTimeoutSecs float64 `json:"flow_timeout_secs,omitempty"`
 	Shadow          bool    `json:"shadow,omitempty"`
 	MarkExceeded    bool    `json:"mark_exceeded,omitempty"`
+	// Shape: a limit rule shapes (holds what exceeds the rate, up to
+	// MaxDelaySecs) rather than polices (drops it).
+	Shape        bool    `json:"shape"`
+	MaxDelaySecs float64 `json:"max_delay_secs,omitempty"`
 	// Path is where the rule runs: "queue" (NFQUEUE, the Go engine) or
 	// "kernel" (the eBPF fast path, --fastpath; its counters, flows and
 	// evictions read from the program's maps: evictions are an upper
@@ -231,4 +236,31 @@ type answer struct {
 	Flow   *Flow   `json:"flow,omitempty"`
 	End    *End    `json:"end,omitempty"`
 	Error  *string `json:"error,omitempty"`
+}
+
+// RateText is a limit rule's rate as the rule was written: bits per second
+// with an SI prefix for a bitrate ("10 Mbit/s", Unit "bytes"), packets per
+// second for pps ("100 packets/s"); "" for other rules.
+func (r *Rule) RateText() string {
+	if r.Action != "limit" {
+		return ""
+	}
+	if r.Unit == "bytes" {
+		return SIBits(r.Rate*8) + "bit/s"
+	}
+	return strconv.FormatFloat(r.Rate, 'f', -1, 64) + " packets/s"
+}
+
+// SIBits writes a bit rate with an SI prefix and a space: "2 M", "512 k",
+// "300 ".
+func SIBits(v float64) string {
+	for _, p := range []struct {
+		f float64
+		s string
+	}{{1e12, "T"}, {1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
+		if v >= p.f {
+			return strconv.FormatFloat(v/p.f, 'f', -1, 64) + " " + p.s
+		}
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64) + " "
 }

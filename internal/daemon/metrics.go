@@ -97,6 +97,7 @@ var daemonFamilies = []daemonFamily{
 	{"packetshaper_last_reload_successful", "1 unless the last reload failed.", kFlag, nil},
 	{"packetshaper_last_reload_success_timestamp_seconds", "When the policy in force was loaded (start or last successful reload).", kGauge, nil},
 	{"packetshaper_build_info", "Always 1: the version of packetshaper and the Go it was built with.", kGauge, []string{"version", "goversion"}},
+	{"packetshaper_rule_info", "Always 1, per rule: its action, algorithm, whether it shapes (true: holds what exceeds the rate) or polices (false: drops it), and its rate as written (\"10 Mbit/s\", \"100 packets/s\").", kGauge, []string{"queue", "rule", "path", "action", "algorithm", "shape", "rate"}},
 }
 
 // collector is the daemon's prometheus.Collector: the counters, the
@@ -244,6 +245,14 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.daemon[1], prometheus.GaugeValue, b2f(last == nil || last.ok))
 	ch <- prometheus.MustNewConstMetric(c.daemon[2], prometheus.GaugeValue, float64(d.loadedAt().UnixNano())/1e9)
 	ch <- prometheus.MustNewConstMetric(c.daemon[3], prometheus.GaugeValue, 1, d.cfg.Version, runtime.Version())
+	for _, es := range s.engines {
+		for j := range es.snap.rules {
+			r := &es.snap.rules[j]
+			cr := describeRule(&r.rule)
+			ch <- prometheus.MustNewConstMetric(c.daemon[4], prometheus.GaugeValue, 1,
+				es.label, r.name, r.pathLabel(), cr.Action, cr.Algorithm, strconv.FormatBool(cr.Shape), cr.RateText())
+		}
+	}
 }
 
 // metricsHandler serves the daemon's metrics, the Go runtime's and the

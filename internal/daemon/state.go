@@ -215,6 +215,9 @@ func describeRule(r *shaper.Rule) control.Rule {
 	c := &r.Limit
 	lc := c.LimiterConfig()
 	out.Algorithm, out.Rate, out.Unit = lc.Algorithm.String(), lc.Rate, unit(c.Bytes)
+	if c.Shape {
+		out.Shape, out.MaxDelaySecs = true, float64(c.MaxDelay)/1e9
+	}
 	if lc.Algorithm == shaper.TokenBucket {
 		out.Burst = lc.Burst
 	} else {

@@ -186,6 +186,46 @@ func TestReadmeShort(t *testing.T) {
 	}
 }
 
+// TestReadmeFigures: the README's figures are one set: no table cell a
+// reader has to wade through (over 100 words), and the comparison table's
+// cost cell quotes the Performance section's ratios (issue 30: they
+// disagreed).
+func TestReadmeFigures(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(b)
+	var cost string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.HasPrefix(l, "|") {
+			continue
+		}
+		for _, c := range strings.Split(l, "|") {
+			if n := len(strings.Fields(c)); n > 100 {
+				t.Errorf("README table cell of %d words, at most 100: %.60s...", n, strings.TrimSpace(c))
+			}
+		}
+		if strings.HasPrefix(l, "| cost |") {
+			cost = l
+		}
+	}
+	perf := s[strings.Index(s, "## Performance"):]
+	ratio := regexp.MustCompile(`\d+\.\d+(–\d+\.\d+)?×`)
+	got := ratio.FindAllString(cost, -1)
+	if len(got) == 0 {
+		t.Fatalf("the comparison table's cost cell quotes no ratio: %q", cost)
+	}
+	for _, r := range got {
+		lo, hi, _ := strings.Cut(strings.TrimSuffix(r, "×"), "–")
+		for _, x := range []string{lo, hi} {
+			if x != "" && !strings.Contains(perf, x+"×") && !strings.Contains(perf, x+"–") {
+				t.Errorf("the comparison table says %s, which the Performance section does not", r)
+			}
+		}
+	}
+}
+
 // TestNoMovedFiles: the files merged into docs/design.md are gone, and no
 // document still points at them.
 func TestNoMovedFiles(t *testing.T) {

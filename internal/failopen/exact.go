@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Settling an interval: the rule counters against the queues' id
@@ -33,6 +34,7 @@ func (c *core) settle(now int64, rules []QueueRule, rulesErr error) {
 		prev := old[g.sig]
 		if prev != nil {
 			g.carry = prev.carry
+			g.segmented = prev.segmented
 			if prev.mismatch && g.exactOK {
 				g.mismatch, g.exactOK, g.why = true, false, prev.why
 			}
@@ -41,9 +43,10 @@ func (c *core) settle(now int64, rules []QueueRule, rulesErr error) {
 			if d, dRules, ok := c.exactDelta(g, prev, counters); ok {
 				implied = max(implied, c.addExact(g, d, dRules, interval))
 			} else {
+				segFull := g.segmented && g.mayFull()
 				for _, q := range g.queues {
 					q.estimated += q.est
-					if q.est > 0 || q.secsSince > 0 {
+					if q.est > 0 || q.secsSince > 0 || segFull && q.mayFull {
 						q.tainted, q.repEst = true, true
 					}
 				}
@@ -56,7 +59,7 @@ func (c *core) settle(now int64, rules []QueueRule, rulesErr error) {
 		for i, q := range g.queues {
 			g.ids[i], g.drops[i] = q.id, q.drops
 			g.base = g.base && q.have
-			q.est, q.secsSince, q.idSince, q.broken = 0, 0, 0, false
+			q.est, q.secsSince, q.idSince, q.broken, q.mayFull = 0, 0, 0, false, false
 		}
 		newMismatch := g.mismatch && (prev == nil || !prev.mismatch) // logged by exactDelta
 		if c.log != nil && !newMismatch && (prev == nil || prev.exactOK != g.exactOK || prev.why != g.why) {
@@ -64,6 +67,12 @@ func (c *core) settle(now int64, rules []QueueRule, rulesErr error) {
 		}
 	}
 	c.unionSecs += implied
+	if !c.settled {
+		c.firstSet = now
+	}
+	if rulesErr == nil {
+		c.warnIdle(now, groups)
+	}
 	c.groups = groups
 	c.prevRules = counters
 	c.settled, c.lastSet, c.wantSet = true, now, false
@@ -102,7 +111,25 @@ func (c *core) exactDelta(g, prev *group, counters map[ruleKey]uint64) (d, dRule
 	// counters do not count what the queues receive.
 	diff := int64(dRules) - int64(dIDs) + g.carry
 	tol := 256 + int64(dRules/32)
+	mayFull := g.mayFull()
 	switch {
+	case g.segmented && mayFull:
+		// Rule hits and segments: only the estimate counts what passed.
+		g.carry = 0
+		return 0, 0, false
+	case g.segmented || diff < -tol && !mayFull:
+		// No queue can have filled: nothing passed, whatever the
+		// counters say.
+		g.carry = 0
+		if !g.segmented {
+			g.segmented = true
+			if c.log != nil {
+				qs := queueList(g.nums())
+				c.log.Info(fmt.Sprintf("nfq: queue %s: the rules' counters counted fewer packets (%d) than the queue received (%d) while it could not fill: GSO packets the kernel queues as several segments (or rules this monitor cannot see); packets passed by fail-open stay exact (none) while the queue cannot fill and are estimated, in segments, when it may have", qs, dRules, dIDs),
+					"queue", qs, KeyExact, true)
+			}
+		}
+		return 0, dRules, true
 	case diff < -tol:
 		g.carry = 0
 		g.mismatch, g.exactOK = true, false
@@ -276,6 +303,48 @@ func (c *core) buildGroups(rules []QueueRule, rulesErr error) []*group {
 		}
 	}
 	return groups
+}
+
+// idleAfter is how long after the first settle an empty queue that no
+// rule feeds is said to be so: the divert rules are usually added before
+// the shaper starts (the unit's ExecStartPre), or just after.
+const idleAfter = int64(5 * time.Second)
+
+// warnIdle logs, once, a warning for a group that no nf_tables rule sends
+// to and whose queues have received no packet since the shaper bound them:
+// nothing is diverted, so nothing is shaped.
+func (c *core) warnIdle(now int64, groups []*group) {
+	if c.idleSaid || c.log == nil || !c.settled || now-c.firstSet < idleAfter {
+		return
+	}
+	for _, g := range groups {
+		if len(g.rules) > 0 || c.estimateOnly {
+			continue
+		}
+		empty := true
+		for _, q := range g.queues {
+			empty = empty && q.have && q.id == 0 && q.drops == 0
+		}
+		if !empty {
+			continue
+		}
+		c.idleSaid = true
+		qs := queueList(g.nums())
+		c.log.Warn(fmt.Sprintf("nfq: queue %s has received no packet and no nf_tables rule sends to it: nothing is diverted, so nothing is shaped; add the divert rule: sudo packetshaper-rules add --queue %s --policy FILE (or --proto udp --dport PORT; packetshaper divert --policy FILE prints what the rule file needs)", qs, qs),
+			"queue", qs)
+		return
+	}
+}
+
+// mayFull reports whether a queue of g may have filled since the last
+// settle.
+func (g *group) mayFull() bool {
+	for _, q := range g.queues {
+		if q.mayFull {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *group) nums() []uint16 {

@@ -129,8 +129,12 @@ type FailOpenStats struct {
 	// estimates). False when some packets were estimated: the queue has no
 	// readable rule counter, a rule sends to it and to queues this Monitor
 	// does not serve, the rules changed while the queue was full, or the
-	// counters counted fewer packets than the queue received (GSO packets
-	// queued as segments, rules the Monitor cannot see).
+	// counters counted fewer packets than the queue received while it may
+	// have filled. Counters that count fewer packets than the queue
+	// received while it could not fill (GSO packets queued as segments:
+	// one rule hit, several ids) keep it true: nothing can have passed
+	// then; from then on an interval in which the queue may have filled
+	// is estimated, in segments.
 	Exact bool
 	// Active reports that the queue was full at the last sample.
 	Active bool
@@ -163,6 +167,8 @@ type core struct {
 	wantSet   bool               // an episode ended: settle soon
 	unionSecs float64            // time at least one queue was full
 	finished  bool
+	firstSet  int64 // time of the first settle
+	idleSaid  bool  // the warning that no rule feeds an empty queue was logged
 }
 
 // qmon is one queue's state.
@@ -182,6 +188,10 @@ type qmon struct {
 	winAt int                  // next slot of win
 
 	// since the last settle
+	// mayFull: some interval between two samples could have filled the
+	// queue (seen full at either end, or it took in at least the room it
+	// had, or a stall); otherwise no packet can have passed it.
+	mayFull   bool
 	est       float64 // estimated packets passed
 	secsSince float64 // time full
 	idSince   uint64  // ids consumed
@@ -239,6 +249,15 @@ type group struct {
 	// GSO packets queued as segments or rules the Monitor cannot see,
 	// does not go away).
 	mismatch bool
+	// segmented: the counters counted fewer packets than the queues
+	// received over an interval in which no queue could have filled: the
+	// kernel queues a GSO packet (one rule hit) as its segments (one id
+	// each), or rules this monitor cannot see feed the queue. The
+	// counters and the ids then count different things; what passed is 0
+	// (exactly) in an interval where no queue may have filled, and the
+	// estimate, in segments as the queue counts, in one where one may
+	// have (sticky, as mismatch).
+	segmented bool
 }
 
 func newCore(qs []queueInfo, c MonitorConfig) *core {
@@ -351,6 +370,7 @@ func (c *core) observe(q *qmon, now int64, ks nfq.KernelStats, bound bool) float
 			}
 		}
 		q.idSince += uint64(did)
+		q.mayFull = q.mayFull || fullA || full || stalled || float64(did) >= float64(q.maxLen)-float64(q.total)
 	}
 	q.secs += contrib
 	q.secsSince += contrib

@@ -402,3 +402,84 @@ func TestSplit(t *testing.T) {
 		}
 	}
 }
+
+// TestCoreGSO: the kernel queues a GSO packet (one hit of the rule's
+// counter) as its segments (one id each). Over intervals in which the
+// queue could not fill, the counters counting fewer packets than the queue
+// received is no mismatch: nothing passed, exactly, and no warning. Once
+// the queue may have filled, what passed is estimated in segments, as the
+// queue counts, and no longer exact.
+func TestCoreGSO(t *testing.T) {
+	s := newSim(t, MonitorConfig{}, 1000, 0)
+	r := rule(4, 0, 1, 0)
+	s.settle(0, []QueueRule{r}, nil)
+	for i := range 5 {
+		// 1 s of a TCP transfer: 100 GSO packets of 4.3 segments a
+		// 100 ms sample, 430 ids, far below the 1000 free.
+		for range 9 {
+			s.set(0, 3, 430)
+			s.sample(100 * ms)
+		}
+		s.set(0, 3, 430)
+		r.Packets += 1000
+		s.settle(100*ms, []QueueRule{r}, nil)
+		if got := s.c.queue(0).stats(); got.Passed != 0 || !got.Exact {
+			t.Fatalf("second %d: Passed %d Exact %v, want 0 true", i, got.Passed, got.Exact)
+		}
+	}
+	if n := s.lines("level=WARN"); n != 0 {
+		t.Errorf("%d warnings for a transfer that never filled the queue:\n%s", n, s.log.String())
+	}
+	if s.lines("level=INFO msg=\"nfq: queue 0: the rules' counters counted fewer packets (1000) than the queue received (4300) while it could not fill: GSO packets") != 1 {
+		t.Errorf("the segments not said once:\n%s", s.log.String())
+	}
+	// Now it fills, stays full for 0.3 s and drains: estimated (4300/s
+	// arrivals, 100 got in each 100 ms: 330 passed in each of the four
+	// intervals with a full end), not exact.
+	s.set(0, 1000, 997)
+	s.sample(100 * ms)
+	for range 3 {
+		s.set(0, 1000, 100)
+		s.sample(100 * ms)
+	}
+	s.set(0, 0, 100)
+	r.Packets += 400
+	s.settle(100*ms, []QueueRule{r}, nil)
+	got := s.c.queue(0).stats()
+	if got.Exact || got.Passed != 1320 {
+		t.Errorf("after a fill: Passed %d Exact %v, want 4 × 330 estimated, not exact", got.Passed, got.Exact)
+	}
+}
+
+// TestCoreIdle: a queue that no rule sends to and that has received no
+// packet gets one warning, 5 s after start, with the command that adds
+// the divert rule; a queue that receives packets (an iptables-legacy rule
+// feeds it) or that a rule feeds gets none.
+func TestCoreIdle(t *testing.T) {
+	const want = "nfq: queue 0 has received no packet and no nf_tables rule sends to it: nothing is diverted, so nothing is shaped; add the divert rule: sudo packetshaper-rules add --queue 0 --policy FILE"
+	s := newSim(t, MonitorConfig{}, 100, 0)
+	s.settle(0, nil, nil)
+	s.steady(40, 0, nil) // 4 s
+	if s.lines("level=WARN") != 0 {
+		t.Fatalf("warned before 5 s:\n%s", s.log.String())
+	}
+	s.steady(40, 0, nil)
+	if s.lines("level=WARN msg=\""+want) != 1 || s.lines("level=WARN") != 1 {
+		t.Errorf("want one warning %q:\n%s", want, s.log.String())
+	}
+
+	s = newSim(t, MonitorConfig{}, 100, 0)
+	s.settle(0, nil, nil)
+	s.steady(80, 1, nil) // packets arrive: a rule feeds it, unseen
+	if s.lines("level=WARN") != 0 {
+		t.Errorf("warned about a queue that receives packets:\n%s", s.log.String())
+	}
+
+	s = newSim(t, MonitorConfig{}, 100, 0)
+	r := rule(4, 0, 1, 0)
+	s.settle(0, []QueueRule{r}, nil)
+	s.steady(80, 0, []QueueRule{r}) // a rule, no traffic yet
+	if s.lines("level=WARN") != 0 {
+		t.Errorf("warned about a queue a rule feeds:\n%s", s.log.String())
+	}
+}

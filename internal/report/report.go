@@ -295,7 +295,7 @@ func describe(er shaper.Rule, pr *policy.Rule) string {
 	case pr != nil && pr.WithDefaults().Bitrate != "":
 		b.WriteString(pr.WithDefaults().Bitrate)
 	case lim.Bytes:
-		fmt.Fprintf(&b, "%s bytes/s", fmtFloat(lim.Rate))
+		fmt.Fprintf(&b, "%s bits/s", fmtFloat(lim.Rate*8))
 	default:
 		fmt.Fprintf(&b, "%s packets/s", fmtFloat(lim.Rate))
 	}
@@ -310,8 +310,10 @@ func describe(er shaper.Rule, pr *policy.Rule) string {
 		b.WriteString("; shadow: over-limit packets are accepted and counted as shadow-dropped")
 	case er.MarkExceeded:
 		fmt.Fprintf(&b, "; over-limit packets are accepted with mark %#x/%#x", er.Mark, er.MarkMask)
+	case lim.Shape:
+		fmt.Fprintf(&b, "; shapes: over-limit packets wait, up to max-delay %s, and are dropped only beyond it", fmtDuration(time.Duration(lim.MaxDelay)))
 	default:
-		b.WriteString("; over-limit packets are dropped")
+		b.WriteString("; polices: over-limit packets are dropped")
 	}
 	return b.String()
 }

@@ -10,21 +10,26 @@ import (
 )
 
 // DescribeLimit is a rule's limiter in a few characters, for a table
-// column: "100 pkt/s tb b5", "2 Mbit/s tb", "10 pkt/s fw 1s", "accept".
-// (packetshaper status has the long form.)
+// column: "100 pkt/s tb b5", "2 Mbit/s shape", "10 pkt/s fw 1s", "accept".
+// "shape" is a token bucket that shapes (holds what exceeds the rate),
+// "tb" one that polices (drops it). (packetshaper status has the long
+// form.)
 func DescribeLimit(r *control.Rule) string {
 	if r.Action != "limit" {
 		return r.Action
 	}
 	var s string
 	if r.Unit == "bytes" {
-		s = siBits(r.Rate*8) + "bit/s"
+		s = control.SIBits(r.Rate*8) + "bit/s"
 	} else {
 		s = fmt.Sprintf("%g pkt/s", r.Rate)
 	}
 	algo := map[string]string{"token-bucket": "tb", "fixed-window": "fw", "sliding-window": "sw", "sliding-window-counter": "swc"}[r.Algorithm]
 	if algo == "" {
 		algo = r.Algorithm
+	}
+	if r.Shape {
+		algo = "shape"
 	}
 	s += " " + algo
 	if r.Burst > 0 && r.Unit != "bytes" {
@@ -39,19 +44,6 @@ func DescribeLimit(r *control.Rule) string {
 		s += " mark"
 	}
 	return s
-}
-
-// siBits writes a bit rate with an SI prefix: "2 M", "512 k".
-func siBits(v float64) string {
-	for _, p := range []struct {
-		f float64
-		s string
-	}{{1e9, "G"}, {1e6, "M"}, {1e3, "k"}} {
-		if v >= p.f {
-			return fmt.Sprintf("%g %s", v/p.f, p.s)
-		}
-	}
-	return fmt.Sprintf("%g ", v)
 }
 
 // Line is one line of a frame.

@@ -72,6 +72,18 @@ func TestFrameANSI(t *testing.T) {
 	if f != "\x1b[H\x1b[7mhead\x1b[0m\x1b[K\r\nrow\x1b[K\x1b[J" {
 		t.Errorf("Frame: %q", f)
 	}
+	for _, c := range []struct {
+		r    control.Rule
+		want string
+	}{
+		{control.Rule{Action: "limit", Algorithm: "token-bucket", Rate: 10e6 / 8, Unit: "bytes", Burst: 125000, Shape: true, MaxDelaySecs: 0.05}, "10 Mbit/s shape"},
+		{control.Rule{Action: "limit", Algorithm: "token-bucket", Rate: 10e6 / 8, Unit: "bytes", Burst: 125000}, "10 Mbit/s tb"},
+		{control.Rule{Action: "limit", Algorithm: "token-bucket", Rate: 100, Unit: "packets", Burst: 5, Shape: true}, "100 pkt/s shape b5"},
+	} {
+		if got := DescribeLimit(&c.r); got != c.want {
+			t.Errorf("DescribeLimit(%+v) = %q, want %q", c.r, got, c.want)
+		}
+	}
 	if DescribeLimit(&control.Rule{Action: "limit", Algorithm: "fixed-window", Rate: 2e6 / 8, Unit: "bytes", WindowSecs: 1, Shadow: true}) != "2 Mbit/s fw 1s shadow" {
 		t.Errorf("DescribeLimit: %q", DescribeLimit(&control.Rule{Action: "limit", Algorithm: "fixed-window", Rate: 2e6 / 8, Unit: "bytes", WindowSecs: 1, Shadow: true}))
 	}
