@@ -5,48 +5,12 @@ package fastpath
 import (
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
-
-// AttachMode is how the program is attached at an interface's ingress.
-type AttachMode string
-
-// The attach modes (--fastpath-attach).
-const (
-	// AttachAuto tries tcx and falls back to tc when the kernel answers
-	// that it has no tcx (a probe, never the version number).
-	AttachAuto AttachMode = "auto"
-	// AttachTCX: a tcx link (kernel 6.6 and later), owned by this
-	// process: its end, a SIGKILL too, detaches the program.
-	AttachTCX AttachMode = "tcx"
-	// AttachTC: a direct-action cls_bpf filter on a clsact qdisc (any
-	// kernel with clsact, 4.5 and later). The filter holds the program:
-	// it outlives a SIGKILL until the next start removes it
-	// (RemoveLeftover).
-	AttachTC AttachMode = "tc"
-)
-
-// AttachModes are the modes --fastpath-attach takes.
-var AttachModes = []AttachMode{AttachAuto, AttachTCX, AttachTC}
-
-// ParseAttachMode parses --fastpath-attach's value.
-func ParseAttachMode(s string) (AttachMode, error) {
-	for _, m := range AttachModes {
-		if string(m) == s {
-			return m, nil
-		}
-	}
-	names := make([]string, len(AttachModes))
-	for i, m := range AttachModes {
-		names[i] = string(m)
-	}
-	return "", fmt.Errorf("--fastpath-attach: %q is not one of %s", s, strings.Join(names, ", "))
-}
 
 // The tc filter's identity: what RemoveLeftover and `tc filter show dev
 // IFACE ingress` recognise as packetshaper's (priority 0x5053, "PS").
@@ -160,7 +124,7 @@ func (l *Link) Close() error {
 		return l.tcx.Close()
 	}
 	err := netlink.FilterDel(filter(l.Ifindex, nil))
-	if gone(err) {
+	if Gone(err) {
 		return nil
 	}
 	if err != nil {
@@ -172,9 +136,10 @@ func (l *Link) Close() error {
 	return nil
 }
 
-// gone: the interface (or the filter) is no longer there.
-func gone(err error) bool {
-	return errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT)
+// Gone reports whether err says the interface (or the filter) is no
+// longer there.
+func Gone(err error) bool {
+	return errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ENOLINK)
 }
 
 // removeEmptyClsact deletes the clsact qdisc of ifindex when no filter is
@@ -244,7 +209,7 @@ func RemoveLeftover(ifindex int) (int, error) {
 		if !ours(f) {
 			continue
 		}
-		if err := netlink.FilterDel(filter(ifindex, nil)); err != nil && !gone(err) {
+		if err := netlink.FilterDel(filter(ifindex, nil)); err != nil && !Gone(err) {
 			return n, fmt.Errorf("removing a leftover tc filter at interface %d: %s", ifindex, oneLine(err.Error()))
 		}
 		n++
