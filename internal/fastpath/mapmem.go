@@ -28,15 +28,24 @@ const (
 	// prefix length (4 bytes) is not stored in the data.
 	lpmNodeOverhead = 40 - 4
 	// bucketBytes: a hash map's buckets (struct bucket: a list head and
-	// a lock), as many as its entries rounded up to a power of two:
-	// counted one per entry.
+	// a lock), as many as its entries rounded up to a power of two.
 	bucketBytes = 16
 )
 
 func round8(n uint32) uint64 { return (uint64(n) + 7) &^ 7 }
 
+// buckets is a hash map's bucket memory for n entries.
+func buckets(n uint64) uint64 {
+	b := uint64(1)
+	for b < n {
+		b <<= 1
+	}
+	return b * bucketBytes
+}
+
 // mapBytes estimates the kernel memory of a map of spec m with entries
-// entries: entries × (key + value + the type's per-entry overhead), per
+// entries: entries × (key + value + the type's per-entry overhead) and a hash's
+// buckets, per
 // CPU values counted on each of ncpu CPUs. An LPM trie is not
 // preallocated: counted full, an upper bound.
 func mapBytes(m *ebpf.MapSpec, entries uint32, ncpu int) uint64 {
@@ -50,9 +59,9 @@ func mapBytes(m *ebpf.MapSpec, entries uint32, ncpu int) uint64 {
 	case ebpf.ArrayOfMaps, ebpf.HashOfMaps, ebpf.ProgramArray:
 		return n * 8
 	case ebpf.Hash, ebpf.LRUHash:
-		return n * (htabElemOverhead + k + v + bucketBytes)
+		return n*(htabElemOverhead+k+v) + buckets(n)
 	case ebpf.PerCPUHash, ebpf.LRUCPUHash:
-		return n * (htabElemOverhead + k + 8 + v*uint64(ncpu) + bucketBytes)
+		return n*(htabElemOverhead+k+8+v*uint64(ncpu)) + buckets(n)
 	case ebpf.LPMTrie:
 		return n * (lpmNodeOverhead + k + v)
 	}
