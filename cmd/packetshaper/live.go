@@ -96,7 +96,7 @@ func addLiveFlags(fs *pflag.FlagSet) *liveFlags {
 	fs.DurationVar(&f.offloadTimeout, "offload-timeout", offload.DefaultTimeout, "with --offload: how long the kernel holds an offloaded flow to its limit after the last of its packets it dropped (refreshed while it drops some and packetshaper runs), at most 10s: nothing installed outlives packetshaper longer")
 	fs.StringSliceVar(&f.fastpath, "fastpath", nil, "run the rules the kernel can enforce in an eBPF program at tcx (or tc: --fastpath-attach) ingress of `IFACE[,IFACE...]`; the other rules' packets reach the queue with the punt mark 0x40000000 (divert rule: scripts/rules.sh add --fastpath --queue N); packetshaper check --fastpath says which rules run where (docs/fastpath.md)")
 	fs.BoolVar(&f.fastRequired, "fastpath-required", false, "with --fastpath: exit 1 if the kernel refuses the program, instead of running the whole policy through NFQUEUE")
-	fs.StringVar(&f.fastAttach, "fastpath-attach", string(fastpath.AttachAuto), "with --fastpath: how the program is attached: auto (tcx, or tc where the kernel has no tcx: a probe), tcx (kernel 6.6+; a SIGKILL detaches it) or tc (a clsact qdisc and a cls_bpf filter, pref 0x5053 \"packetshaper\"; removed on a clean stop, and a SIGKILL's leftover at the next start)")
+	fs.StringVar(&f.fastAttach, "fastpath-attach", string(fastpath.AttachAuto), "with --fastpath: how the program is attached: auto (tcx, or tc where the kernel has no tcx: a probe), tcx (kernel 6.6+; a SIGKILL detaches it) or tc (a clsact qdisc and a cls_bpf filter, pref 0x5053 \"packetshaper-PID\"; removed on a clean stop, and a SIGKILL's leftover at the next start)")
 	return f
 }
 

@@ -5,6 +5,9 @@ package fastpath
 import (
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -13,7 +16,8 @@ import (
 )
 
 // The tc filter's identity: what RemoveLeftover and `tc filter show dev
-// IFACE ingress` recognise as packetshaper's (priority 0x5053, "PS").
+// IFACE ingress` recognise as packetshaper's (priority 0x5053, "PS"). Its
+// name is TCName-PID, the process that attached it.
 const (
 	TCPriority = 0x5053
 	TCHandle   = 1
@@ -33,13 +37,17 @@ type Link struct {
 	ownQdisc bool
 }
 
+// attachTCX is link.AttachTCX (a test makes it answer as a kernel without
+// tcx).
+var attachTCX = link.AttachTCX
+
 // Attach attaches prog at ingress of the interface ifindex (in the calling
 // thread's network namespace), by mode. Every attach of the fast path goes
 // through it.
 func Attach(prog *ebpf.Program, ifindex int, mode AttachMode) (*Link, error) {
 	switch mode {
 	case AttachTCX, AttachAuto, "":
-		l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
+		l, err := attachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
 		if err == nil {
 			return &Link{Ifindex: ifindex, Mode: AttachTCX, tcx: l}, nil
 		}
@@ -80,7 +88,7 @@ func filter(ifindex int, prog *ebpf.Program) *netlink.BpfFilter {
 			LinkIndex: ifindex, Parent: netlink.HANDLE_MIN_INGRESS,
 			Handle: TCHandle, Priority: TCPriority, Protocol: unix.ETH_P_ALL,
 		},
-		Name: TCName, DirectAction: true, Fd: -1,
+		Name: fmt.Sprintf("%s-%d", TCName, os.Getpid()), DirectAction: true, Fd: -1,
 	}
 	if prog != nil {
 		f.Fd = prog.FD()
@@ -102,7 +110,11 @@ func attachTC(prog *ebpf.Program, ifindex int) (*Link, error) {
 		if l.ownQdisc {
 			netlink.QdiscDel(clsact(ifindex))
 		}
-		return nil, fmt.Errorf("attaching the fast path by tc at interface %d: adding the cls_bpf filter: %s", ifindex, oneLine(err.Error()))
+		why := oneLine(err.Error())
+		if errors.Is(err, unix.EEXIST) {
+			why = "a running packetshaper has its filter there (tc filter show dev IFACE ingress pref 20563)"
+		}
+		return nil, fmt.Errorf("attaching the fast path by tc at interface %d: adding the cls_bpf filter: %s", ifindex, why)
 	}
 	return l, nil
 }
@@ -154,10 +166,39 @@ func removeEmptyClsact(ifindex int) {
 	netlink.QdiscDel(clsact(ifindex))
 }
 
-// ours reports whether f is a tc filter Attach put there.
-func ours(f netlink.Filter) bool {
+// ours reports whether f is a tc filter Attach put there, and the pid of
+// the process that did (0 if its name has none).
+func ours(f netlink.Filter) (bool, int) {
 	b, ok := f.(*netlink.BpfFilter)
-	return ok && b.Priority == TCPriority && b.Handle == TCHandle && b.Name == TCName
+	if !ok || b.Priority != TCPriority || b.Handle != TCHandle {
+		return false, 0
+	}
+	if b.Name == TCName {
+		return true, 0
+	}
+	pid, found := strings.CutPrefix(b.Name, TCName+"-")
+	n, err := strconv.Atoi(pid)
+	if !found || err != nil {
+		return false, 0
+	}
+	return true, n
+}
+
+// running reports whether pid is a live process of the same program as
+// this one (a packetshaper; a pid reused by another program is not).
+func running(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	if pid == os.Getpid() {
+		return true
+	}
+	comm, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	if err != nil {
+		return false
+	}
+	self, err := os.ReadFile("/proc/self/comm")
+	return err == nil && string(comm) == string(self)
 }
 
 // TCFilters counts packetshaper's tc filters at ingress of ifindex.
@@ -165,7 +206,7 @@ func TCFilters(ifindex int) (int, error) {
 	fs, err := ingressFilters(ifindex)
 	n := 0
 	for _, f := range fs {
-		if ours(f) {
+		if o, _ := ours(f); o {
 			n++
 		}
 	}
@@ -198,7 +239,7 @@ func ingressFilters(ifindex int) ([]netlink.Filter, error) {
 // left at ingress of ifindex (the one thing of the fast path that outlives
 // its process: a cls_bpf filter holds its program and maps), and the
 // clsact qdisc when nothing else is left on it. It returns how many it
-// removed.
+// removed. A filter whose process still runs is left alone.
 func RemoveLeftover(ifindex int) (int, error) {
 	fs, err := ingressFilters(ifindex)
 	if err != nil {
@@ -206,7 +247,7 @@ func RemoveLeftover(ifindex int) (int, error) {
 	}
 	n := 0
 	for _, f := range fs {
-		if !ours(f) {
+		if o, pid := ours(f); !o || running(pid) {
 			continue
 		}
 		if err := netlink.FilterDel(filter(ifindex, nil)); err != nil && !Gone(err) {

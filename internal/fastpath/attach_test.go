@@ -3,11 +3,15 @@
 package fastpath
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
@@ -184,5 +188,51 @@ func testAttach(t *testing.T, mode AttachMode) {
 	}
 	if c, _ := p.RuleCounters(1); c.Packets != 10 {
 		t.Errorf("after Close the program still counts packets: %+v", c)
+	}
+}
+
+// TestAttachAutoFallback: in auto mode, a kernel that answers it has no
+// tcx (ebpf.ErrNotSupported, as cilium/ebpf's probe does) gets the program
+// by tc, and the Link says why; forced tcx is then an error; any other
+// tcx error is an error too, not a fallback.
+func TestAttachAutoFallback(t *testing.T) {
+	testutil.NeedRoot(t, "creates network namespaces and attaches an eBPF program")
+	testutil.NeedTools(t, "ip", "tc")
+	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "blocked", Action: "drop", Match: &policy.Match{Proto: []string{"udp"}, Dport: []string{"9001"}}}}}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := needKernel(t, s)
+	_, nsB := vethPair(t)
+	answer := fmt.Errorf("tcx: %w", ebpf.ErrNotSupported)
+	attachTCX = func(link.TCXOptions) (link.Link, error) { return nil, answer }
+	t.Cleanup(func() { attachTCX = link.AttachTCX })
+	err = testutil.Do(nsB, func() error {
+		ifc, err := net.InterfaceByName("vfb")
+		if err != nil {
+			return err
+		}
+		if _, err := Attach(p.Prog(), ifc.Index, AttachTCX); err == nil {
+			return errors.New("forced tcx attached on a kernel without tcx")
+		}
+		l, err := Attach(p.Prog(), ifc.Index, AttachAuto)
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		if l.Mode != AttachTC || !strings.Contains(l.Fallback, "not supported") {
+			return fmt.Errorf("auto without tcx: mode %s, fallback %q; want tc and the kernel's answer", l.Mode, l.Fallback)
+		}
+		if n := testutil.TCFilters(t, nsB, "vfb"); n != 1 {
+			return fmt.Errorf("%d tc filters, want 1", n)
+		}
+		answer = errors.New("some other error")
+		if _, err := Attach(p.Prog(), ifc.Index, AttachAuto); err == nil || !strings.Contains(err.Error(), "some other error") {
+			return fmt.Errorf("auto with another tcx error: %v, want that error", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
 	}
 }

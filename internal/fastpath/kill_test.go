@@ -142,6 +142,23 @@ func testKill(t *testing.T, mode AttachMode) {
 		t.Fatalf("%d programs attached by %s at vfb with the child running, want 1", n, mode)
 	}
 
+	if mode == AttachTC {
+		// The child runs: its filter is not a leftover.
+		if err := testutil.Do(nsB, func() error {
+			ifc, err := net.InterfaceByName("vfb")
+			if err != nil {
+				return err
+			}
+			n, err := RemoveLeftover(ifc.Index)
+			if err == nil && n != 0 {
+				err = fmt.Errorf("RemoveLeftover removed %d filters of a running process", n)
+			}
+			return err
+		}); err != nil {
+			t.Error(err)
+		}
+	}
+
 	var recv *net.UDPConn
 	if err := testutil.Do(nsB, func() error {
 		recv, err = net.ListenUDP("udp4", &net.UDPAddr{IP: net.IPv4(10, 77, 0, 2), Port: 9001})

@@ -33,9 +33,9 @@ func TCXPrograms(t testing.TB, ns, dev string) int {
 	return n
 }
 
-// TCFilters counts packetshaper's tc filters (fastpath.TCName at priority
-// fastpath.TCPriority, 0x5053 = 20563) at ingress of dev in the namespace
-// ns ("" for the test's own), as `tc filter show` lists them.
+// TCFilters counts packetshaper's tc filters (fastpath.TCName-PID at
+// priority fastpath.TCPriority, 0x5053 = 20563) at ingress of dev in the
+// namespace ns ("" for the test's own), as `tc filter show` lists them.
 func TCFilters(t testing.TB, ns, dev string) int {
 	t.Helper()
 	args := []string{"tc", "filter", "show", "dev", dev, "ingress"}
@@ -48,7 +48,7 @@ func TCFilters(t testing.TB, ns, dev string) int {
 	}
 	n := 0
 	for _, l := range strings.Split(string(out), "\n") {
-		if strings.Contains(l, "pref 20563 ") && strings.Contains(l, " packetshaper ") {
+		if strings.Contains(l, "pref 20563 ") && strings.Contains(l, " handle 0x1 packetshaper-") {
 			n++
 		}
 	}
