@@ -61,10 +61,6 @@ func (fp *fastPath) watchLoop(every time.Duration) {
 func (fp *fastPath) checkLinks() {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
-	prog := fp.all
-	if fp.prog != nil {
-		prog = fp.prog.Prog()
-	}
 	for _, fl := range fp.links {
 		ifc, err := net.InterfaceByName(fl.name)
 		idx := 0
@@ -83,7 +79,7 @@ func (fp *fastPath) checkLinks() {
 			fp.log.Warn("fast path: interface gone: attached again when it comes back", "iface", fl.name)
 			continue
 		}
-		l, err := fastpath.Attach(progFor(prog, idx), idx, fp.mode)
+		l, err := fastpath.Attach(fp.progAt(fp.prog, idx), idx, fp.mode)
 		if err != nil {
 			fl.ifindex, fl.state = 0, "attach failed: "+oneLine(err.Error())
 			if fl.failedAt != idx {

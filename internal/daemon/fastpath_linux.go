@@ -93,7 +93,6 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 		mode = fastpath.AttachAuto
 	}
 	fp := &fastPath{log: log, punt: spec.PuntMark, mode: mode, carry: map[string]fastpath.Counters{}}
-	var prog *ebpf.Program
 	fp.prog, fp.mapBytes, err = load(spec, nil)
 	if err != nil {
 		if fc.Required {
@@ -103,13 +102,11 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 		if fp.all, err = fastpath.LoadPuntAll(spec.PuntMark); err != nil {
 			return nil, fmt.Errorf("--fastpath: %w", err)
 		}
-		prog = fp.all
 	} else {
-		prog = fp.prog.Prog()
 		fp.index = kernelRules(spec)
 	}
 	for i, name := range fc.Ifaces {
-		l, err := fastpath.Attach(progFor(prog, idx[i]), idx[i], mode)
+		l, err := fastpath.Attach(fp.progAt(fp.prog, idx[i]), idx[i], mode)
 		if err != nil {
 			fp.close()
 			return nil, fmt.Errorf("--fastpath: %s: %s", name, oneLine(err.Error()))
@@ -128,9 +125,14 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 	return fp, nil
 }
 
-// progFor is the program to attach at ifindex: the one place that picks
-// it.
-func progFor(prog *ebpf.Program, ifindex int) *ebpf.Program { return prog }
+// progAt is the program of p to attach at ifindex (the punt-everything
+// program when p is nil, the fallback): the one place that picks it.
+func (fp *fastPath) progAt(p *fastpath.Program, ifindex int) *ebpf.Program {
+	if p == nil {
+		return fp.all
+	}
+	return p.Prog()
+}
 
 // load loads the program of spec (fastpath.Reload) if its maps fit in
 // fastpath.MaxMapBytes (and the test variables do not make the kernel
@@ -258,13 +260,13 @@ func (fp *fastPath) commit(n *fpNext) error {
 		if fl.l == nil {
 			continue
 		}
-		if err := fl.l.Update(progFor(n.prog.Prog(), fl.ifindex)); err != nil {
+		if err := fl.l.Update(fp.progAt(n.prog, fl.ifindex)); err != nil {
 			if fastpath.Gone(err) {
 				continue
 			}
 			for _, fl := range fp.links[:k] {
 				if fl.l != nil {
-					fl.l.Update(progFor(fp.prog.Prog(), fl.ifindex))
+					fl.l.Update(fp.progAt(fp.prog, fl.ifindex))
 				}
 			}
 			n.prog.Close()

@@ -67,7 +67,7 @@ func Attach(prog *ebpf.Program, ifindex int, mode AttachMode) (*Link, error) {
 }
 
 // Attach attaches p at ingress of ifindex by Attach, in auto mode (for
-// tests).
+// tests; the daemon picks the program in its fastPath.progAt).
 func (p *Program) Attach(ifindex int) (*Link, error) {
 	return Attach(p.Prog(), ifindex, AttachAuto)
 }
