@@ -112,7 +112,7 @@ func attachTC(prog *ebpf.Program, ifindex int) (*Link, error) {
 		}
 		why := oneLine(err.Error())
 		if errors.Is(err, unix.EEXIST) {
-			why = "a running packetshaper has its filter there (tc filter show dev IFACE ingress pref 20563)"
+			why = "another packetshaper's filter is there, of a process still running (tc filter show dev IFACE ingress pref 20563; tc filter del ... pref 20563 removes it)"
 		}
 		return nil, fmt.Errorf("attaching the fast path by tc at interface %d: adding the cls_bpf filter: %s", ifindex, why)
 	}
