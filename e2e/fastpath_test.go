@@ -48,42 +48,74 @@ func expectSlidingLog(timesUs []int64) float64 {
 	return float64(len(acc))
 }
 
-// runFastpath runs the split policy with --fastpath on B's veth and the
-// fast path's divert rule, sends the limiting traffic to both rules, stops
-// packetshaper with SIGTERM and returns the sender's results, what arrived
-// and packetshaper's log.
-func runFastpath(t *testing.T, tp *topo) (kern, user sendResult, r recvResult, log string) {
+// attachModes are the fast path's attach modes the tests run in
+// (--fastpath-attach): tcx, and tc (clsact + cls_bpf), which kernels
+// without tcx use.
+var attachModes = []string{"tcx", "tc"}
+
+// forModes runs f as a subtest per attach mode, beside each other.
+func forModes(t *testing.T, f func(t *testing.T, mode string)) {
+	for _, mode := range attachModes {
+		t.Run(mode, func(t *testing.T) {
+			parallel(t)
+			f(t, mode)
+		})
+	}
+}
+
+// attached counts the programs of mode at ingress of B's veth: tcx
+// programs (BPF_PROG_QUERY) or packetshaper's tc filters.
+func attached(t *testing.T, tp *topo, mode string) int {
+	t.Helper()
+	if mode == "tc" {
+		return testutil.TCFilters(t, tp.B, tp.VethB)
+	}
+	return testutil.TCXPrograms(t, tp.B, tp.VethB)
+}
+
+// runFastpath runs the split policy with --fastpath on B's veth, attached
+// by mode, and the fast path's divert rule, sends the limiting traffic to
+// both rules, stops packetshaper with SIGTERM and returns the sender's
+// results, what arrived and packetshaper's log.
+func runFastpath(t *testing.T, tp *topo, mode string) (kern, user sendResult, r recvResult, log string) {
 	pol := filepath.Join(t.TempDir(), "policy.toml")
 	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tp.rules("add", "--fastpath", "--queue", "0")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB)
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode)
 	sh.waitStderr("msg=shaping", 10*time.Second) // attached before it says so
-	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 1 {
-		t.Fatalf("%d programs at tcx ingress of %s while packetshaper runs, want 1", n, tp.VethB)
+	if n := attached(t, tp, mode); n != 1 {
+		t.Fatalf("%d programs attached by %s at ingress of %s while packetshaper runs, want 1", n, mode, tp.VethB)
 	}
 	rc := tp.startRecv(":9000,:9001", "--duration", "40s", "--idle", "3s")
 	kern = tp.send(limitSendArgs(tp.IPB + ":9000")...)
 	user = tp.send(limitSendArgs(tp.IPB + ":9001")...)
 	r = recvDone(rc, 45*time.Second)
 	log = tp.stopShaper(sh)
-	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 0 {
-		t.Errorf("%d programs at tcx ingress of %s after SIGTERM, want none", n, tp.VethB)
+	if n := attached(t, tp, mode); n != 0 {
+		t.Errorf("%d programs attached by %s at ingress of %s after SIGTERM, want none", n, mode, tp.VethB)
+	}
+	if q := tp.must(tp.B, "tc", "qdisc", "show", "dev", tp.VethB); strings.Contains(q, "clsact") {
+		t.Errorf("a clsact qdisc is left at %s after SIGTERM:\n%s", tp.VethB, q)
 	}
 	return kern, user, r, log
 }
 
-// TestFastpathSplit: one policy split across both paths. The kernel's
-// token bucket and user space's sliding-window log each let through, per
-// flow, what the ideal limiter would of the actual send times (±5 %);
-// packetshaper's queue decided exactly the user-space rule's packets (none
-// of the kernel rule's reached it); SIGTERM leaves no program attached.
+// TestFastpathSplit: one policy split across both paths, attached by tcx
+// and by tc. The kernel's token bucket and user space's sliding-window log
+// each let through, per flow, what the ideal limiter would of the actual
+// send times (±5 %); packetshaper's queue decided exactly the user-space
+// rule's packets (none of the kernel rule's reached it); SIGTERM leaves no
+// program attached (and by tc, no filter nor clsact qdisc).
 func TestFastpathSplit(t *testing.T) {
-	parallel(t)
 	needShaper(t)
+	forModes(t, testFastpathSplit)
+}
+
+func testFastpathSplit(t *testing.T, mode string) {
 	tp := newTopo(t)
-	kern, user, r, log := runFastpath(t, tp)
+	kern, user, r, log := runFastpath(t, tp, mode)
 	if !strings.Contains(log, "shaping") || strings.Contains(log, "fast path off") {
 		t.Fatalf("the fast path did not run:\n%s", log)
 	}
@@ -134,7 +166,7 @@ func TestFastpathRefused(t *testing.T) {
 	needShaper(t)
 	t.Setenv("PACKETSHAPER_TEST_REFUSE_FASTPATH", "refused by the test")
 	tp := newTopo(t)
-	kern, user, r, log := runFastpath(t, tp)
+	kern, user, r, log := runFastpath(t, tp, "tcx")
 	if n := strings.Count(log, "fast path off, the whole policy runs through NFQUEUE: the kernel refused the fast path program: refused by the test"); n != 1 {
 		t.Errorf("%d fallback log lines, want 1:\n%s", n, log)
 	}
@@ -163,12 +195,16 @@ func TestFastpathRefused(t *testing.T) {
 	}
 }
 
-// TestFastpathReload: SIGHUP swaps in a new program; the kernel rule, its
-// settings unchanged, keeps its flows' buckets (no fresh burst), and its
-// counters go on from the old program's.
+// TestFastpathReload: SIGHUP swaps in a new program (tcx link update, tc
+// filter replace); the kernel rule, its settings unchanged, keeps its
+// flows' buckets (no fresh burst), and its counters go on from the old
+// program's.
 func TestFastpathReload(t *testing.T) {
-	parallel(t)
 	needShaper(t)
+	forModes(t, testFastpathReload)
+}
+
+func testFastpathReload(t *testing.T, mode string) {
 	tp := newTopo(t)
 	pol := filepath.Join(t.TempDir(), "policy.toml")
 	// A slow refill and a big burst: a fresh bucket would pass 50 of a
@@ -184,7 +220,7 @@ burst = 50
 		t.Fatal(err)
 	}
 	tp.rules("add", "--fastpath", "--queue", "0")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode, "--control-socket", "")
 	sh.waitStderr("msg=shaping", 10*time.Second)
 	phase := func() (sent, got uint64) {
 		rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
@@ -207,6 +243,9 @@ burst = 50
 	// length: far below a fresh burst.
 	if max := uint64(time.Since(t0).Seconds()) + 5; got2 > max {
 		t.Errorf("after the reload: %d of %d packets passed, want at most %d: the bucket was not kept (a fresh one passes 50)", got2, sent2, max)
+	}
+	if n := attached(t, tp, mode); n != 1 {
+		t.Errorf("after the reload, %d programs attached by %s, want 1", n, mode)
 	}
 	log := tp.stopShaper(sh)
 	_, _, line := finalStats(t, log)
@@ -250,28 +289,34 @@ func TestFastpathRulesScript(t *testing.T) {
 	}
 }
 
-// TestFastpathKill: a SIGKILLed packetshaper leaves no program at tcx
-// ingress (its links were never pinned), so traffic flows unlimited; and
-// nothing of its eBPF objects: the kernel frees every program, map and
-// link it held (asked by their IDs, read from its fdinfo while it ran),
-// tc shows no filter at the interface's ingress, /sys/fs/bpf holds nothing
-// of it.
+// TestFastpathKill: a SIGKILLed packetshaper that attached by tcx leaves
+// no program at tcx ingress (its links were never pinned), so traffic
+// flows unlimited; and nothing of its eBPF objects: the kernel frees every
+// program, map and link it held (asked by their IDs, read from its fdinfo
+// while it ran), tc shows no filter at the interface's ingress, /sys/fs/bpf
+// holds nothing of it. Attached by tc, the filter (which holds the program
+// and its maps) outlives it, the documented bound: the next start removes
+// it, with a log line, and its stop leaves nothing.
 func TestFastpathKill(t *testing.T) {
-	parallel(t)
 	needShaper(t)
+	forModes(t, testFastpathKill)
+}
+
+func testFastpathKill(t *testing.T, mode string) {
 	tp := newTopo(t)
 	pol := filepath.Join(t.TempDir(), "policy.toml")
 	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tp.rules("add", "--fastpath", "--queue", "0")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
+	args := []string{"--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode, "--control-socket", ""}
+	sh := tp.startShaper(args...)
 	sh.waitStderr("msg=shaping", 10*time.Second)
-	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 1 {
-		t.Fatalf("%d programs at tcx ingress while packetshaper runs, want 1", n)
+	if n := attached(t, tp, mode); n != 1 {
+		t.Fatalf("%d programs attached by %s while packetshaper runs, want 1", n, mode)
 	}
 	held := bpfObjectsOf(t, sh.cmd.Process.Pid)
-	if len(held.progs) == 0 || len(held.maps) == 0 || len(held.links) == 0 {
+	if len(held.progs) == 0 || len(held.maps) == 0 || mode == "tcx" && len(held.links) == 0 {
 		t.Fatalf("packetshaper holds %s: want its program, maps and link", held)
 	}
 	t.Logf("packetshaper holds %s", held)
@@ -279,8 +324,32 @@ func TestFastpathKill(t *testing.T) {
 	if err := sh.wait(10 * time.Second); err == nil {
 		t.Fatalf("packetshaper survived SIGKILL")
 	}
-	testutil.Eventually(t, 10*time.Second, func() bool { return testutil.TCXPrograms(t, tp.B, tp.VethB) == 0 },
-		"a program is still attached at tcx ingress after SIGKILL")
+	if mode == "tc" {
+		// The filter outlives the process, and limits still.
+		time.Sleep(500 * time.Millisecond)
+		if n := attached(t, tp, mode); n != 1 {
+			t.Fatalf("%d tc filters of packetshaper after SIGKILL, want the one it left", n)
+		}
+		rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
+		s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10001", "--pps", "500", "--duration", "200ms")
+		r := recvDone(rc, 25*time.Second)
+		t.Logf("after SIGKILL the filter left passed %d of %d packets", r.Total, s.Sent)
+		if r.Total >= s.Sent {
+			t.Errorf("the filter left by SIGKILL passed %d of %d packets: it should still limit", r.Total, s.Sent)
+		}
+		// The next start removes it, says so, and attaches its own.
+		sh2 := tp.startShaper(args...)
+		sh2.waitStderr("msg=shaping", 10*time.Second)
+		if n := strings.Count(sh2.err.String(), "removed the tc filter a previous packetshaper left"); n != 1 {
+			t.Errorf("the next start logged %d removals of the filter left, want 1:\n%s", n, indent(sh2.err.String()))
+		}
+		if n := attached(t, tp, mode); n != 1 {
+			t.Errorf("%d tc filters of packetshaper with the next one running, want its own only", n)
+		}
+		tp.stopShaper(sh2)
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return attached(t, tp, mode) == 0 },
+		"a program is still attached at ingress after packetshaper stopped")
 	// The kernel frees an object once its last reference goes (deferred
 	// work): eventually.
 	if !testutil.WaitFor(t, 10*time.Second, func() bool { return bpfLeft(t, held).empty() }) {
@@ -288,6 +357,9 @@ func TestFastpathKill(t *testing.T) {
 	}
 	if out := tp.must(tp.B, "tc", "filter", "show", "dev", tp.VethB, "ingress"); strings.TrimSpace(out) != "" {
 		t.Errorf("tc filter show dev %s ingress after SIGKILL:\n%s", tp.VethB, out)
+	}
+	if q := tp.must(tp.B, "tc", "qdisc", "show", "dev", tp.VethB); strings.Contains(q, "clsact") {
+		t.Errorf("a clsact qdisc is left at %s:\n%s", tp.VethB, q)
 	}
 	if left := bpffsEntries(t); len(left) != 0 {
 		t.Errorf("/sys/fs/bpf after SIGKILL: %v", left)

@@ -318,11 +318,27 @@ func dropOdd(batch []Packet, v []Verdict, now int64) {
 	}
 }
 
+// clearBit accepts every packet with its mark less bit 0x40000000, as the
+// daemon answers the fast path's punted packets.
+func clearBit(batch []Packet, v []Verdict, now int64) {
+	for i := range batch {
+		v[i].SetMark, v[i].Mark = true, batch[i].Mark&^0x40000000
+	}
+}
+
 func TestReceivePathDoesNotAllocate(t *testing.T) {
 	ds := recvBatch(64)
 	b := newBatch(7, 64)
 	if a := testing.AllocsPerRun(100, func() { handle(b, ds, dropOdd) }); a != 0 {
 		t.Errorf("parse + decide + encode of a 64-packet batch: %v allocations, want 0", a)
+	}
+	// Verdicts that set the mark (the punt bit cleared): still none, and
+	// one batch verdict for the run of equal marks.
+	if a := testing.AllocsPerRun(100, func() { handle(b, ds, clearBit) }); a != 0 {
+		t.Errorf("a 64-packet batch answered with marks: %v allocations, want 0", a)
+	}
+	if m := handle(b, ds, clearBit); m != 1 {
+		t.Errorf("a 64-packet batch answered with one mark: %d verdict messages, want 1", m)
 	}
 }
 

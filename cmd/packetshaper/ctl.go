@@ -311,6 +311,13 @@ func printStatus(w io.Writer, st *control.Status) {
 	default:
 		fmt.Fprintf(w, "reloads: %d ok, %d failed; last at %s failed: %s\n", r.OK, r.Failed, l.Time.Format(time.RFC3339), l.Error)
 	}
+	for _, f := range st.Fastpath {
+		at := ""
+		if f.Attach != "" {
+			at = fmt.Sprintf(" (%s, ifindex %d)", f.Attach, f.Ifindex)
+		}
+		fmt.Fprintf(w, "fast path at %s: %s%s; attached again %d times\n", f.Interface, f.State, at, f.Reattached)
+	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
 	fmt.Fprintln(tw, "QUEUE\tBOUND\tQUEUED\tFILL\tPACKETS\tACCEPTED\tDROPPED\tFAILOPEN_PASSED\tFLOWS")

@@ -16,6 +16,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/daemon"
+	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/internal/offload"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
@@ -72,6 +73,7 @@ type liveFlags struct {
 	maxHeld        int
 	fastpath       []string
 	fastRequired   bool
+	fastAttach     string
 }
 
 func addLiveFlags(fs *pflag.FlagSet) *liveFlags {
@@ -92,8 +94,9 @@ func addLiveFlags(fs *pflag.FlagSet) *liveFlags {
 	fs.BoolVar(&f.offload, "offload", false, "hold a flow that keeps being dropped to its rule's limit in the kernel, so that its flood never fills the queue: the kernel drops what is over the limit, the rest still comes to the queue (needs the offload sets and rules: scripts/rules.sh add ... --offload)")
 	fs.UintVar(&f.offloadAfter, "offload-after", 1000, "with --offload: offload a flow after this many of its packets in a row were dropped")
 	fs.DurationVar(&f.offloadTimeout, "offload-timeout", offload.DefaultTimeout, "with --offload: how long the kernel holds an offloaded flow to its limit after the last of its packets it dropped (refreshed while it drops some and packetshaper runs), at most 10s: nothing installed outlives packetshaper longer")
-	fs.StringSliceVar(&f.fastpath, "fastpath", nil, "run the rules the kernel can enforce in an eBPF program at tcx ingress of `IFACE[,IFACE...]`; the other rules' packets reach the queue with the punt mark 0x40000000 (divert rule: scripts/rules.sh add --fastpath --queue N); packetshaper check --fastpath says which rules run where (docs/fastpath.md)")
+	fs.StringSliceVar(&f.fastpath, "fastpath", nil, "run the rules the kernel can enforce in an eBPF program at tcx (or tc: --fastpath-attach) ingress of `IFACE[,IFACE...]`; the other rules' packets reach the queue with the punt mark 0x40000000 (divert rule: scripts/rules.sh add --fastpath --queue N); packetshaper check --fastpath says which rules run where (docs/fastpath.md)")
 	fs.BoolVar(&f.fastRequired, "fastpath-required", false, "with --fastpath: exit 1 if the kernel refuses the program, instead of running the whole policy through NFQUEUE")
+	fs.StringVar(&f.fastAttach, "fastpath-attach", string(fastpath.AttachAuto), "with --fastpath: how the program is attached: auto (tcx, or tc where the kernel has no tcx: a probe), tcx (kernel 6.6+; a SIGKILL detaches it) or tc (a clsact qdisc and a cls_bpf filter, pref 0x5053 \"packetshaper-PID\"; removed on a clean stop, and a SIGKILL's leftover at the next start)")
 	return f
 }
 
@@ -240,6 +243,14 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	if f.fastRequired && len(f.fastpath) == 0 {
 		return usage("--fastpath-required needs --fastpath IFACE")
 	}
+	attach, err := fastpath.ParseAttachMode(f.fastAttach)
+	if err != nil {
+		return usage("%v", err)
+	}
+	if attach != fastpath.AttachAuto && len(f.fastpath) == 0 {
+		return usage("--fastpath-attach needs --fastpath IFACE")
+	}
+	cfg.Fastpath.Attach = attach
 	if err := daemon.Check(&cfg, comp); err != nil {
 		return usage("%v", err)
 	}

@@ -121,7 +121,8 @@ func newCheckCmd(c *cli) *cobra.Command {
 every default filled in; warnings (a raised flow-timeout, ...) go to stderr.
 With --fastpath, stderr also says, one line per rule, where each rule would
 run under packetshaper --fastpath: in the kernel (the eBPF fast path) or in
-user space (NFQUEUE), and why (docs/fastpath.md).
+user space (NFQUEUE), and why, then which Linux release each attach mode
+needs and the kernel memory the program's maps would take (docs/fastpath.md).
 Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
 		Example: "  packetshaper check /etc/packetshaper/policy.toml",
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -136,6 +137,24 @@ Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
 	}
 	cmd.Flags().BoolVar(&fast, "fastpath", false, "also say on stderr, one line per rule, whether it would run in the kernel (--fastpath) or in user space, and why")
 	return cmd
+}
+
+// fastpathKernel is check --fastpath's lines on the kernel: the Linux
+// release each attach mode needs, and the kernel memory the program's maps
+// would take for spec (over fastpath.MaxMapBytes, packetshaper --fastpath
+// refuses the program).
+func fastpathKernel(spec fastpath.Spec, stderr io.Writer) {
+	if s, err := fastpath.KernelNeeds(); err == nil {
+		fmt.Fprintln(stderr, "packetshaper check: fastpath kernel:", s)
+	}
+	b, err := fastpath.MapMemory(spec)
+	switch {
+	case err != nil:
+	case b > fastpath.MaxMapBytes:
+		fmt.Fprintf(stderr, "packetshaper check: fastpath kernel maps: %.1f MiB, over the %d MiB maximum: packetshaper --fastpath would refuse the program and run the whole policy through NFQUEUE (lower max-flows)\n", float64(b)/(1<<20), fastpath.MaxMapBytes>>20)
+	default:
+		fmt.Fprintf(stderr, "packetshaper check: fastpath kernel maps: %.1f MiB preallocated (at most %d MiB)\n", float64(b)/(1<<20), fastpath.MaxMapBytes>>20)
+	}
 }
 
 // runCheck is "packetshaper check FILE": it validates the rule file and
@@ -164,10 +183,12 @@ func runCheck(file string, fast bool, stdout, stderr io.Writer) int {
 	}
 	if err == nil && fast {
 		var reasons []fastpath.Reason
-		if _, reasons, err = fastpath.Compile(f, policy.Options{}); err == nil {
+		var spec fastpath.Spec
+		if spec, reasons, err = fastpath.Compile(f, policy.Options{}); err == nil {
 			for _, r := range reasons {
 				fmt.Fprintln(stderr, "packetshaper check: fastpath:", r)
 			}
+			fastpathKernel(spec, stderr)
 		}
 	}
 	if err != nil {

@@ -127,6 +127,21 @@ type Status struct {
 	// counters: each packet counted once, whichever queue it came from
 	// (one engine decides for every queue).
 	Rules []Rule `json:"rules"`
+	// Fastpath: with --fastpath, the program's state at each interface.
+	Fastpath []FastpathLink `json:"fastpath,omitempty"`
+}
+
+// FastpathLink is the fast path at one interface named by --fastpath.
+type FastpathLink struct {
+	Interface string `json:"interface"`
+	// Ifindex is the interface's index attached at (0 while it is gone).
+	Ifindex int `json:"ifindex"`
+	// Attach is "tcx" or "tc" (clsact + cls_bpf), "" when not attached.
+	Attach string `json:"attach,omitempty"`
+	// State: "attached", "interface gone" or "attach failed: WHY".
+	State string `json:"state"`
+	// Reattached counts the attaches after the interface came back.
+	Reattached uint64 `json:"reattached"`
 }
 
 // Reloads counts the reloads (SIGHUP) and describes the last one.

@@ -282,7 +282,8 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		"metrics", metricsAt, "control_socket", controlAt,
 		"queue_maxlen", cfg.Queue.MaxQueueLen, "copy_range", cfg.Queue.CopyRange, "mode", mode, "offload", cfg.Offload,
 		"max_held", ws[0].q.HoldStats().MaxHeld,
-		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())/(1<<20))}, gl.describe()...)...)
+		"tables_max_mib", fmt.Sprintf("%.0f", float64(ws[0].eng.MaxBytes())/(1<<20)),
+		"kernel_maps_mib", fp.kernelMapsMiB()}, gl.describe()...)...)
 
 	errs := make(chan error, len(ws))
 	var wg sync.WaitGroup
@@ -332,9 +333,17 @@ loop:
 			if stopped {
 				break loop
 			}
+			// The kernel's program first: one it refuses fails the
+			// whole reload, both paths keep the previous policy.
 			var kept []string
+			var fnext *fpNext
 			if err == nil {
-				kept, err = install(log, &cfg, next, ws, off, gl, "reloaded", src.Describe())
+				fnext, err = fp.prepare(next)
+			}
+			if err == nil {
+				if kept, err = install(log, &cfg, next, ws, off, gl, "reloaded", src.Describe()); err != nil {
+					fp.abort(fnext)
+				}
 			}
 			if err != nil {
 				log.Error("reload failed, keeping the previous policy", "err", oneLine(err.Error()))
@@ -346,7 +355,7 @@ loop:
 				log.Warn(fmt.Sprintf("rule(s) %s match ct-state, but the queues were bound without asking the kernel for connection states: every queued packet's state is unknown (limit and drop rules take it, accept rules do not) until a restart", strings.Join(ct, ", ")))
 			}
 			comp = next
-			if err := fp.reload(next); err != nil {
+			if err := fp.commit(fnext); err != nil {
 				log.Error("fast path reload failed, keeping its previous program", "err", oneLine(err.Error()))
 			}
 		case <-ifTick.C:
@@ -354,15 +363,21 @@ loop:
 				continue
 			}
 			next, err := comp.Recompile()
+			var fnext *fpNext
 			if err == nil {
-				_, err = install(log, &cfg, next, ws, off, gl, "interfaces changed: rules recompiled", src.Describe())
+				fnext, err = fp.prepare(next)
+			}
+			if err == nil {
+				if _, err = install(log, &cfg, next, ws, off, gl, "interfaces changed: rules recompiled", src.Describe()); err != nil {
+					fp.abort(fnext)
+				}
 			}
 			if err != nil {
 				log.Error("interfaces changed, recompiling the policy failed: keeping the previous one", "err", oneLine(err.Error()))
 				continue
 			}
 			comp = next
-			if err := fp.reload(next); err != nil {
+			if err := fp.commit(fnext); err != nil {
 				log.Error("fast path reload failed, keeping its previous program", "err", oneLine(err.Error()))
 			}
 		case <-finished:

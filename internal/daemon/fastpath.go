@@ -5,18 +5,22 @@ import (
 	"sync/atomic"
 
 	"github.com/packetshaper/packetshaper/internal/failopen"
+	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // FastpathConfig turns on the kernel fast path (package internal/fastpath):
-// the rules the kernel can run are decided by an eBPF program at tcx
-// ingress of Ifaces; the others' packets reach the queue with the punt
+// the rules the kernel can run are decided by an eBPF program at tcx (or
+// tc) ingress of Ifaces; the others' packets reach the queue with the punt
 // mark (the divert rule matches it: scripts/rules.sh add --fastpath).
 type FastpathConfig struct {
 	Ifaces []string
 	// Required: a program the kernel refuses is an error, not a fallback
 	// to the whole policy in user space.
 	Required bool
+	// Attach: how the program is attached (--fastpath-attach; "" is
+	// fastpath.AttachAuto).
+	Attach fastpath.AttachMode
 }
 
 // The paths a rule runs on: the label path of the rules' metrics, status's

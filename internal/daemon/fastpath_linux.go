@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/policy"
@@ -20,19 +19,30 @@ import (
 )
 
 // refuseEnv, set to a reason, makes the kernel "refuse" the fast path
-// program (tests of the fallback).
-const refuseEnv = "PACKETSHAPER_TEST_REFUSE_FASTPATH"
+// program (tests of the fallback); refuseRuleEnv, set to a rule name, makes
+// it refuse every program in which that rule runs in the kernel (tests of a
+// reload the kernel refuses).
+const (
+	refuseEnv     = "PACKETSHAPER_TEST_REFUSE_FASTPATH"
+	refuseRuleEnv = "PACKETSHAPER_TEST_REFUSE_FASTPATH_RULE"
+)
 
-// fastPath is the running fast path: the program attached at tcx ingress
-// of each interface by links this process owns (never pinned: a SIGKILL
-// detaches them), or, when the kernel refused it, the punt-everything
-// program (the whole policy in user space).
+// fastPath is the running fast path: the program attached at ingress of
+// each interface (fastpath.Attach: a tcx link this process owns, never
+// pinned, so that a SIGKILL detaches it; or a tc filter, removed on a
+// clean stop and at the next start), or, when the kernel refused it, the
+// punt-everything program (the whole policy in user space).
 type fastPath struct {
-	log   *slog.Logger
-	links []link.Link
-	punt  uint32
+	log  *slog.Logger
+	punt uint32
+	mode fastpath.AttachMode
+	// mapBytes: the kernel memory of the program's maps (MapMemory).
+	mapBytes uint64
 
-	mu    sync.Mutex
+	mu sync.Mutex
+	// links: one per --fastpath interface, in order; watchLoop attaches
+	// again one whose interface came back.
+	links []*fpLink
 	prog  *fastpath.Program // nil in the fallback
 	all   *ebpf.Program     // the punt-everything program of the fallback
 	index map[string]int    // kernel rule name → index in prog
@@ -42,11 +52,14 @@ type fastPath struct {
 	// countFlows last counted them (every flowsEvery, never on the
 	// queues' goroutines).
 	flows map[string]ruleFlows
-	// stop ends countLoop; it closes counted.
-	stop, counted chan struct{}
+	// stop ends countLoop; it closes counted. unwatch ends watchLoop; it
+	// closes watched.
+	stop, counted    chan struct{}
+	unwatch, watched chan struct{}
 }
 
-// startFastpath loads and attaches the fast path for comp. A program the
+// startFastpath removes the tc filters a killed packetshaper left at the
+// interfaces, loads the fast path for comp and attaches it. A program the
 // kernel refuses is one log line and the fallback (or, Required, the
 // error).
 func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (*fastPath, error) {
@@ -61,18 +74,26 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 		}
 		idx[i] = ifc.Index
 	}
+	for i, name := range fc.Ifaces {
+		n, err := fastpath.RemoveLeftover(idx[i])
+		if err != nil {
+			log.Warn("fast path: "+oneLine(err.Error()), "iface", name)
+		}
+		if n > 0 {
+			log.Warn("fast path: removed the tc filter a previous packetshaper left at ingress (it was killed: a clean stop removes its own)", "iface", name, "filters", n)
+		}
+	}
 	f, o := comp.Source()
 	spec, _, err := fastpath.Compile(f, o)
 	if err != nil {
 		return nil, err
 	}
-	fp := &fastPath{log: log, punt: spec.PuntMark, carry: map[string]fastpath.Counters{}}
-	var prog *ebpf.Program
-	if why := os.Getenv(refuseEnv); why != "" {
-		err = errors.New("the kernel refused the fast path program: " + why + " (" + refuseEnv + ")")
-	} else {
-		fp.prog, err = fastpath.Load(spec)
+	mode := fc.Attach
+	if mode == "" {
+		mode = fastpath.AttachAuto
 	}
+	fp := &fastPath{log: log, punt: spec.PuntMark, mode: mode, carry: map[string]fastpath.Counters{}}
+	fp.prog, fp.mapBytes, err = load(spec, nil)
 	if err != nil {
 		if fc.Required {
 			return nil, fmt.Errorf("--fastpath-required: %s", oneLine(err.Error()))
@@ -81,24 +102,56 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 		if fp.all, err = fastpath.LoadPuntAll(spec.PuntMark); err != nil {
 			return nil, fmt.Errorf("--fastpath: %w", err)
 		}
-		prog = fp.all
 	} else {
-		prog = fp.prog.Prog()
 		fp.index = kernelRules(spec)
 	}
-	for _, i := range idx {
-		l, err := link.AttachTCX(link.TCXOptions{Interface: i, Program: prog, Attach: ebpf.AttachTCXIngress})
+	for i, name := range fc.Ifaces {
+		l, err := fastpath.Attach(fp.progAt(fp.prog, idx[i]), idx[i], mode)
 		if err != nil {
 			fp.close()
-			return nil, fmt.Errorf("--fastpath: attaching at tcx ingress of %s: %s", fc.Ifaces[len(fp.links)], oneLine(err.Error()))
+			return nil, fmt.Errorf("--fastpath: %s: %s", name, oneLine(err.Error()))
 		}
-		fp.links = append(fp.links, l)
+		if l.Fallback != "" {
+			log.Warn("fast path: the kernel has no tcx, attached by tc (clsact + cls_bpf: a SIGKILL leaves the filter until the next start)", "iface", name, "tcx", l.Fallback)
+		}
+		fp.links = append(fp.links, &fpLink{name: name, ifindex: idx[i], l: l, state: linkAttached})
 	}
 	if fp.prog != nil {
 		fp.stop, fp.counted = make(chan struct{}), make(chan struct{})
 		go fp.countLoop()
 	}
+	fp.unwatch, fp.watched = make(chan struct{}), make(chan struct{})
+	go fp.watchLoop(watchEvery)
 	return fp, nil
+}
+
+// progAt is the program of p to attach at ifindex (the punt-everything
+// program when p is nil, the fallback): the one place that picks it.
+func (fp *fastPath) progAt(p *fastpath.Program, ifindex int) *ebpf.Program {
+	if p == nil {
+		return fp.all
+	}
+	return p.Prog()
+}
+
+// load loads the program of spec (fastpath.Reload) if its maps fit in
+// fastpath.MaxMapBytes (and the test variables do not make the kernel
+// refuse it), and returns it with its maps' kernel memory.
+func load(spec fastpath.Spec, old *fastpath.Program) (*fastpath.Program, uint64, error) {
+	if why := os.Getenv(refuseEnv); why != "" {
+		return nil, 0, errors.New("the kernel refused the fast path program: " + why + " (" + refuseEnv + ")")
+	}
+	if name := os.Getenv(refuseRuleEnv); name != "" {
+		if _, ok := kernelRules(spec)[name]; ok {
+			return nil, 0, fmt.Errorf("the kernel refused the fast path program: rule %q runs in it (%s)", name, refuseRuleEnv)
+		}
+	}
+	b, err := fastpath.CheckMapMemory(spec)
+	if err != nil {
+		return nil, 0, err
+	}
+	p, err := fastpath.Reload(spec, old)
+	return p, b, err
 }
 
 // kernelRules maps the names of the rules the kernel decides to their
@@ -156,37 +209,74 @@ func add(a, b fastpath.Counters) fastpath.Counters {
 	return a
 }
 
-// reload swaps in the program of comp on every link at once (link
-// Update): limit rules unchanged keep their flows (fastpath.Reload), every
-// rule's counters go on from the old program's. On an error the old
-// program stays.
-func (fp *fastPath) reload(comp *policy.Compiled) error {
+// fpNext is a reload's program, loaded and filled (prepare), not yet
+// attached (commit).
+type fpNext struct {
+	prog     *fastpath.Program
+	spec     fastpath.Spec
+	mapBytes uint64
+}
+
+// prepare loads the program of comp for a reload: limit rules unchanged
+// keep their flows (fastpath.Reload). Its error (a program the kernel
+// refuses) must fail the whole reload, so that both paths keep the old
+// policy. nil (and no error) without a fast path or in the fallback, which
+// punts everything whatever the policy.
+func (fp *fastPath) prepare(comp *policy.Compiled) (*fpNext, error) {
 	if fp == nil || fp.prog == nil {
-		return nil // the fallback punts everything whatever the policy
+		return nil, nil
 	}
 	f, o := comp.Source()
 	spec, _, err := fastpath.Compile(f, o)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("fast path: %w", err)
 	}
-	next, err := fastpath.Reload(spec, fp.prog)
+	next, b, err := load(spec, fp.prog)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("fast path: %s", oneLine(err.Error()))
 	}
-	for k, l := range fp.links {
-		if err := l.Update(next.Prog()); err != nil {
-			for _, l := range fp.links[:k] {
-				l.Update(fp.prog.Prog())
-			}
-			next.Close()
-			return fmt.Errorf("fast path: swapping the program: %w", err)
-		}
+	return &fpNext{prog: next, spec: spec, mapBytes: b}, nil
+}
+
+// abort frees a prepared program that will not run.
+func (fp *fastPath) abort(n *fpNext) {
+	if n != nil {
+		n.prog.Close()
+	}
+}
+
+// commit swaps n's program in on every link at once (link update, tc
+// filter replace); every rule's counters go on from the old program's. A
+// link whose interface is gone is skipped (watchLoop attaches the new
+// program when it comes back). On another error the old program stays on
+// every link.
+func (fp *fastPath) commit(n *fpNext) error {
+	if n == nil {
+		return nil
 	}
 	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	for k, fl := range fp.links {
+		if fl.l == nil {
+			continue
+		}
+		if err := fl.l.Update(fp.progAt(n.prog, fl.ifindex)); err != nil {
+			if fastpath.Gone(err) {
+				continue
+			}
+			for _, fl := range fp.links[:k] {
+				if fl.l != nil {
+					fl.l.Update(fp.progAt(fp.prog, fl.ifindex))
+				}
+			}
+			n.prog.Close()
+			return fmt.Errorf("fast path: swapping the program at %s: %s", fl.name, oneLine(err.Error()))
+		}
+	}
 	for name, i := range fp.index {
 		if c, err := fp.prog.RuleCounters(i); err == nil {
 			t := add(fp.carry[name], c)
-			if !slices.Contains(next.Kept, name) {
+			if !slices.Contains(n.prog.Kept, name) {
 				// Its flows go with the old map: not evictions.
 				t.Inserts -= min(t.Inserts, fp.flows[name].flows)
 			}
@@ -194,11 +284,19 @@ func (fp *fastPath) reload(comp *policy.Compiled) error {
 		}
 	}
 	old := fp.prog
-	fp.prog, fp.index = next, kernelRules(spec)
-	fp.mu.Unlock()
+	fp.prog, fp.index, fp.mapBytes = n.prog, kernelRules(n.spec), n.mapBytes
 	old.Close()
-	fp.log.Info("fast path reloaded", "kept_flows", fmt.Sprint(next.Kept))
+	fp.log.Info("fast path reloaded", "kept_flows", fmt.Sprint(n.prog.Kept), "kernel_maps_mib", mib(fp.mapBytes))
 	return nil
+}
+
+// reload is prepare and commit.
+func (fp *fastPath) reload(comp *policy.Compiled) error {
+	n, err := fp.prepare(comp)
+	if err != nil {
+		return err
+	}
+	return fp.commit(n)
 }
 
 // close detaches the program from every interface and frees it.
@@ -210,11 +308,20 @@ func (fp *fastPath) close() {
 		close(fp.stop)
 		<-fp.counted
 	}
-	for _, l := range fp.links {
-		l.Close()
+	if fp.unwatch != nil {
+		close(fp.unwatch)
+		<-fp.watched
 	}
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
+	for _, fl := range fp.links {
+		if fl.l != nil {
+			if err := fl.l.Close(); err != nil {
+				fp.log.Warn("fast path: "+oneLine(err.Error()), "iface", fl.name)
+			}
+			fl.l = nil
+		}
+	}
 	if fp.prog != nil {
 		fp.prog.Close()
 		fp.prog = nil
@@ -223,3 +330,6 @@ func (fp *fastPath) close() {
 		fp.all.Close()
 	}
 }
+
+// mib formats a size in MiB for the log.
+func mib(b uint64) string { return fmt.Sprintf("%.1f", float64(b)/(1<<20)) }

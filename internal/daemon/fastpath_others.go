@@ -21,7 +21,15 @@ func startFastpath(_ any, fc FastpathConfig, _ *policy.Compiled) (*fastPath, err
 func (fp *fastPath) puntMark() uint32               { return 0 }
 func (fp *fastPath) counts(string) (fastRule, bool) { return fastRule{}, false }
 func (fp *fastPath) reload(*policy.Compiled) error  { return nil }
-func (fp *fastPath) close()                         {}
+
+type fpNext struct{}
+
+func (fp *fastPath) prepare(*policy.Compiled) (*fpNext, error) { return nil, nil }
+func (fp *fastPath) abort(*fpNext)                             {}
+func (fp *fastPath) commit(*fpNext) error                      { return nil }
+func (fp *fastPath) linkStatus() []control.FastpathLink        { return nil }
+func (fp *fastPath) kernelMapsMiB() string                     { return "off" }
+func (fp *fastPath) close()                                    {}
 func (fp *fastPath) listFlows(context.Context, string, func(*control.Flow) error) error {
 	return nil
 }

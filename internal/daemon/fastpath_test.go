@@ -35,6 +35,66 @@ action = "drop"
 	}
 }
 
+// TestPuntMarkClearedInVerdict: a packet user space accepts leaves with
+// the punt bit cleared from its mark (NFQA_MARK in the verdict), its other
+// bits kept; a rule's set mark is computed without it; a packet without the
+// bit, and one dropped, get no mark in their verdict; all of it without
+// allocating.
+func TestPuntMarkClearedInVerdict(t *testing.T) {
+	eng, err := shaper.NewPolicy(compilePolicy(t, `
+[[rule]]
+name = "drop"
+match = { sport = ["1000"], proto = ["udp"] }
+action = "drop"
+
+[[rule]]
+name = "set"
+match = { sport = ["1001"], proto = ["udp"] }
+pps = 0.001
+burst = 1
+on-exceed = "mark"
+set-mark = "0x10/0x10"
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(0, eng)
+	const punt = fastpath.DefaultPuntMark
+	w.punt = punt
+	a, b, c := udp4(1000), udp4(1001), udp4(2000)
+	batch := []nfq.Packet{
+		{ID: 1, Data: c, Len: len(c), Mark: punt},       // accepted, no rule
+		{ID: 2, Data: c, Len: len(c), Mark: punt | 0x5}, // accepted, other bits kept
+		{ID: 3, Data: c, Len: len(c), Mark: 0x5},        // not punted: untouched
+		{ID: 4, Data: a, Len: len(a), Mark: punt},       // dropped
+		{ID: 5, Data: b, Len: len(b), Mark: punt | 0x1}, // within the limit
+		{ID: 6, Data: b, Len: len(b), Mark: punt | 0x1}, // over it: marked
+	}
+	v := make([]nfq.Verdict, len(batch))
+	w.decide(batch, v, 1e18)
+	want := []nfq.Verdict{
+		{Action: nfq.Accept, SetMark: true, Mark: 0},
+		{Action: nfq.Accept, SetMark: true, Mark: 0x5},
+		{Action: nfq.Accept},
+		{Action: nfq.Drop},
+		{Action: nfq.Accept, SetMark: true, Mark: 0x1},
+		{Action: nfq.Accept, SetMark: true, Mark: 0x11},
+	}
+	for i := range want {
+		if v[i] != want[i] {
+			t.Errorf("packet %d (mark %#x): verdict %+v, want %+v", batch[i].ID, batch[i].Mark, v[i], want[i])
+		}
+	}
+	now := int64(1e18)
+	if n := testing.AllocsPerRun(100, func() {
+		now += 1e6
+		clear(v)
+		w.decide(batch, v, now)
+	}); n != 0 {
+		t.Errorf("decide with punted packets: %v allocations, want 0", n)
+	}
+}
+
 // TestAddFast: the kernel's counts of a rule are added to the engine's in
 // a snapshot, by rule name, its flows and evictions to the snapshot's too,
 // and a rule the kernel runs is labelled path kernel; other rules are left

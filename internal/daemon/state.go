@@ -136,6 +136,7 @@ func (d *state) Status() control.Status {
 	if d.cfg.Queue.FailClosed {
 		st.Mode = "fail-closed"
 	}
+	st.Fastpath = d.fp.linkStatus()
 	ok, failed, last := d.reloadCounts()
 	st.Reloads = control.Reloads{OK: ok, Failed: failed}
 	if last != nil {

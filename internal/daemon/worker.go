@@ -211,7 +211,12 @@ func (w *worker) decide(batch []nfq.Packet, verdicts []nfq.Verdict, now int64) {
 		case w.dec.Verdict == shaper.Drop:
 			verdicts[i].Action = nfq.Drop
 		case w.dec.SetMark:
+			// Computed from the mark without the punt bit.
 			verdicts[i].SetMark, verdicts[i].Mark = true, w.dec.Mark
+		case p.Mark&w.punt != 0:
+			// The punt bit leaves with the verdict: routing,
+			// fwmark rules and CONNMARK after us never see it.
+			verdicts[i].SetMark, verdicts[i].Mark = true, p.Mark&^w.punt
 		}
 		verdicts[i].At = w.dec.Depart
 	}

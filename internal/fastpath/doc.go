@@ -20,8 +20,9 @@
 // headers, IPv6 packets with a longer extension header chain, packets of
 // user-space rules — it passes with the punt mark (Spec.PuntMark) or'ed
 // into skb->mark. The program is
-// attached at tc ingress, before netfilter, so the divert rule sees that
-// mark: in the iptables divert chain, match it before the NFQUEUE rule,
+// attached at tc ingress (Attach, attach.go: a tcx link, or a clsact qdisc
+// and a cls_bpf filter where the kernel has no tcx), before netfilter, so
+// the divert rule sees that mark: in the iptables divert chain, match it before the NFQUEUE rule,
 //
 //	iptables -t mangle -A PREROUTING -m mark --mark 0x40000000/0x40000000 -j NFQUEUE --queue-num 0 --queue-bypass
 //

@@ -19,7 +19,8 @@ import (
 	"github.com/packetshaper/packetshaper/policy"
 )
 
-// childEnv names the namespace a child run of TestKillDetaches attaches in.
+// childEnv names the namespace a child run of TestKillDetaches attaches
+// in, and the attach mode: "NS MODE".
 const childEnv = "FASTPATH_TEST_CHILD_NS"
 
 // vethPair makes two namespaces of the test's own joined by a veth pair:
@@ -38,9 +39,9 @@ func vethPair(t *testing.T) (nsA, nsB string) {
 }
 
 // killChild is the child of TestKillDetaches: it loads a policy that drops
-// UDP to port 9001, attaches it at vfb, prints the ids of its program and
+// UDP to port 9001, attaches it at vfb by mode, prints the ids of its program and
 // maps, and waits to be killed (a minute at most).
-func killChild(t *testing.T, ns string) {
+func killChild(t *testing.T, ns string, mode AttachMode) {
 	f := &policy.File{Rules: []policy.Rule{{Name: "blocked", Action: "drop", Match: &policy.Match{Proto: []string{"udp"}, Dport: []string{"9001"}}}}}
 	s, _, err := Compile(f, policy.Options{})
 	if err != nil {
@@ -55,7 +56,7 @@ func killChild(t *testing.T, ns string) {
 		if err != nil {
 			return err
 		}
-		_, err = p.Attach(ifc.Index)
+		_, err = Attach(p.Prog(), ifc.Index, mode)
 		return err
 	})
 	if err != nil {
@@ -74,21 +75,30 @@ func killChild(t *testing.T, ns string) {
 	time.Sleep(time.Minute)
 }
 
-// TestKillDetaches: a process that attached the program and is SIGKILLed
-// leaves nothing behind: no program at the interface, its program and maps
-// gone from the kernel (by id), and the traffic it dropped flows again
-// (unlimited, as with fail-open).
+// TestKillDetaches: a process that attached the program by tcx and is
+// SIGKILLed leaves nothing behind: no program at the interface, its
+// program and maps gone from the kernel (by id), and the traffic it dropped
+// flows again (unlimited, as with fail-open). Attached by tc, the filter
+// outlives it (cls_bpf holds the program: the documented bound) until
+// RemoveLeftover, what the next start runs, removes it; then the same.
 func TestKillDetaches(t *testing.T) {
-	if ns := os.Getenv(childEnv); ns != "" {
-		killChild(t, ns)
+	if env := os.Getenv(childEnv); env != "" {
+		ns, mode, _ := strings.Cut(env, " ")
+		killChild(t, ns, AttachMode(mode))
 		return
 	}
 	testutil.NeedRoot(t, "creates network namespaces and attaches an eBPF program")
-	testutil.NeedTools(t, "ip")
+	testutil.NeedTools(t, "ip", "tc")
+	for _, mode := range []AttachMode{AttachTCX, AttachTC} {
+		t.Run(string(mode), func(t *testing.T) { testKill(t, mode) })
+	}
+}
+
+func testKill(t *testing.T, mode AttachMode) {
 	nsA, nsB := vethPair(t)
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestKillDetaches$", "-test.count=1")
-	cmd.Env = append(os.Environ(), childEnv+"="+nsB)
+	cmd.Env = append(os.Environ(), childEnv+"="+nsB+" "+string(mode))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -128,8 +138,25 @@ func TestKillDetaches(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatal("the child did not attach within a minute")
 	}
-	if n := testutil.TCXPrograms(t, nsB, "vfb"); n != 1 {
-		t.Fatalf("%d programs at vfb with the child running, want 1", n)
+	if n := attachedAt(t, mode, nsB, "vfb"); n != 1 {
+		t.Fatalf("%d programs attached by %s at vfb with the child running, want 1", n, mode)
+	}
+
+	if mode == AttachTC {
+		// The child runs: its filter is not a leftover.
+		if err := testutil.Do(nsB, func() error {
+			ifc, err := net.InterfaceByName("vfb")
+			if err != nil {
+				return err
+			}
+			n, err := RemoveLeftover(ifc.Index)
+			if err == nil && n != 0 {
+				err = fmt.Errorf("RemoveLeftover removed %d filters of a running process", n)
+			}
+			return err
+		}); err != nil {
+			t.Error(err)
+		}
 	}
 
 	var recv *net.UDPConn
@@ -158,7 +185,36 @@ func TestKillDetaches(t *testing.T) {
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	killed = true
-	testutil.Eventually(t, 10*time.Second, func() bool { return testutil.TCXPrograms(t, nsB, "vfb") == 0 },
+	if mode == AttachTC {
+		// The filter holds the program: still there, still dropping.
+		time.Sleep(200 * time.Millisecond)
+		if n := testutil.TCFilters(t, nsB, "vfb"); n != 1 {
+			t.Fatalf("after the kill, %d tc filters of ours at vfb, want the one the child left", n)
+		}
+		send.Write([]byte("left over"))
+		recv.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		if _, _, err := recv.ReadFromUDP(buf); err == nil {
+			t.Error("the left-over filter's program did not drop")
+		}
+		var removed int
+		if err := testutil.Do(nsB, func() error {
+			ifc, err := net.InterfaceByName("vfb")
+			if err != nil {
+				return err
+			}
+			removed, err = RemoveLeftover(ifc.Index)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if removed != 1 {
+			t.Errorf("RemoveLeftover removed %d filters, want 1", removed)
+		}
+		if q := testutil.MustRun(t, "ip", "netns", "exec", nsB, "tc", "qdisc", "show", "dev", "vfb"); strings.Contains(q, "clsact") {
+			t.Errorf("after RemoveLeftover, a clsact qdisc is left on vfb:\n%s", q)
+		}
+	}
+	testutil.Eventually(t, 10*time.Second, func() bool { return attachedAt(t, mode, nsB, "vfb") == 0 },
 		"a program is still attached at vfb after its process was killed")
 	testutil.Eventually(t, 10*time.Second, func() bool {
 		for _, id := range ids {

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/packetshaper/packetshaper/shaper"
@@ -67,7 +66,7 @@ func (p *Program) Close() error {
 	return p.objs.Close()
 }
 
-// Prog is the tc program, for attaching (link.AttachTCX) and tests.
+// Prog is the tc program, for attaching (Attach) and tests.
 func (p *Program) Prog() *ebpf.Program { return p.objs.Fastpath }
 
 // SetNow makes the program read now (Unix nanoseconds) as the time instead
@@ -298,18 +297,6 @@ func ruleEntry(e *Entry, id uint32) fastpathRuleEntry {
 	r.Src4, r.Dst4 = full(e.Key.SrcPrefix4, 32), full(e.Key.DstPrefix4, 32)
 	r.Src6, r.Dst6 = full(e.Key.SrcPrefix6, 128), full(e.Key.DstPrefix6, 128)
 	return r
-}
-
-// Attach attaches the program at tcx ingress of the interface ifindex (in
-// the calling thread's network namespace). The link belongs to this process
-// and is not pinned: closing it, or the process's end (a SIGKILL too),
-// detaches the program.
-func (p *Program) Attach(ifindex int) (link.Link, error) {
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: p.objs.Fastpath, Attach: ebpf.AttachTCXIngress})
-	if err != nil {
-		return nil, fmt.Errorf("attaching the fast path at tcx ingress of interface %d: %w", ifindex, err)
-	}
-	return l, nil
 }
 
 // loadError says in one line why the kernel refused the program: the

@@ -2,6 +2,8 @@ package testutil
 
 import (
 	"net"
+	"os/exec"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -27,6 +29,28 @@ func TCXPrograms(t testing.TB, ns, dev string) int {
 	})
 	if err != nil {
 		t.Fatalf("querying %s's tcx programs: %v", dev, err)
+	}
+	return n
+}
+
+// TCFilters counts packetshaper's tc filters (fastpath.TCName-PID at
+// priority fastpath.TCPriority, 0x5053 = 20563) at ingress of dev in the
+// namespace ns ("" for the test's own), as `tc filter show` lists them.
+func TCFilters(t testing.TB, ns, dev string) int {
+	t.Helper()
+	args := []string{"tc", "filter", "show", "dev", dev, "ingress"}
+	if ns != "" {
+		args = append([]string{"ip", "netns", "exec", ns}, args...)
+	}
+	out, err := exec.Command(args[0], args[1:]...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	n := 0
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.Contains(l, "pref 20563 ") && strings.Contains(l, " handle 0x1 packetshaper-") {
+			n++
+		}
 	}
 	return n
 }
