@@ -119,6 +119,15 @@ func (g *respGuard) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write fails once a reply was refused: the connection is closed, and
+// whatever go-redis does with it next fails at once.
+func (g *respGuard) Write(p []byte) (int, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	return g.Conn.Write(p)
+}
+
 // scan follows the stream through p.
 func (g *respGuard) scan(p []byte) error {
 	for len(p) > 0 {

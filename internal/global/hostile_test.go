@@ -110,8 +110,17 @@ func testHostileStore(t *testing.T, f *testutil.FakeRedis, cfg Config, wantErr s
 	if !h.r.Stats().Fallback {
 		t.Errorf("off the fallback while the store is hostile: %+v", h.r.Stats())
 	}
+	cancel() // no traffic
+	time.Sleep(300 * time.Millisecond)
 	f.Set(goodReply(25))
-	waitFor("back on leases", func() bool { return !h.r.Stats().Fallback && h.r.Stats().Granted > 0 })
+	waitFor("back on leases", func() bool { return !h.r.Stats().Fallback })
+	// And there to stay: no connection the refused reply poisoned is
+	// used again.
+	e = h.c.Stats().Errors
+	time.Sleep(time.Second)
+	if st := h.c.Stats(); st.Errors != e || st.Fallback {
+		t.Errorf("with the store answering well: %d more errors, client %+v", st.Errors-e, st)
+	}
 }
 
 // TestRespGuard: the guard's verdict on streams, whole or cut anywhere.
@@ -129,7 +138,7 @@ func TestRespGuard(t *testing.T) {
 		{"$8\r\n\n*\n$\n%x\r\n", true}, // a payload is not parsed
 		{"*2\r\n$8\r\n12345678\r\n$8\r\n12345678\r\n", true},
 		{"*2\r\n$8\r\n12345678\r\n$8\r\n12345678\r\n*2\r\n$8\r\n12345678\r\n$8\r\n12345678\r\n", true}, // bounds are per reply
-		{"*3\r\n$8\r\n12345678\r\n$8\r\n12345678\r\n$8\r\n12345678\r\n", false},                         // 24 bytes > 20 in one reply
+		{"*3\r\n$8\r\n12345678\r\n$8\r\n12345678\r\n$8\r\n12345678\r\n", false},                        // 24 bytes > 20 in one reply
 		{"$9\r\n", false},
 		{"*11\r\n", false},
 		{"*6\r\n*5\r\n", false}, // 11 in one reply
