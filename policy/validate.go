@@ -263,7 +263,7 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		}
 	}
 	if r.NoOwner != "" {
-		m, err := flows.ParseMode(r.Key)
+		m, err := flows.ParseMode(cmpOr(r.Key, DefaultKey))
 		_, perr := flows.ParseNoOwner(r.NoOwner)
 		switch {
 		case perr != nil:
@@ -547,6 +547,9 @@ func (r Rule) WithDefaults() Rule {
 	}
 	if d.OnExceed == "" {
 		d.OnExceed = DefaultOnExceed
+	}
+	if m, err := flows.ParseMode(cmpOr(d.Key, DefaultKey)); err == nil && d.NoOwner == "" && (m.By() == flows.ByUID || m.By() == flows.ByGID) {
+		d.NoOwner = DefaultNoOwner
 	}
 	if d.Burst == nil {
 		var c shaper.Config
