@@ -111,7 +111,7 @@ func TestOwnerKernelReplies(t *testing.T) {
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--stats-interval", "0")
 	addr := tp.IPB + ":9170"
 	synRetrans := func() uint64 {
-		out := tp.must(tp.A, "nstat", "-az", "TcpExtTCPSynRetrans")
+		out := tp.must(tp.A, "nstat", "-asz", "TcpExtTCPSynRetrans")
 		var n uint64
 		for _, l := range splitLines(out) {
 			var name string
