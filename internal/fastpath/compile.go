@@ -9,12 +9,12 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-// Limits of the kernel's rule table (bpf/fastpath.c's MAX_*).
+// Limits of the kernel's rule table (bpf/common.h's MAX_*).
 const (
 	MaxRules  = 64
 	maxRanges = 4
 	maxIfs    = 4
-	maxExt    = 32 // IPv6 extension headers walked (bpf/fastpath.c MAX_EXT)
+	maxExt    = 32 // IPv6 extension headers walked (bpf/common.h MAX_EXT)
 )
 
 // DefaultPuntMark is the skb->mark bit the program sets on packets for user
