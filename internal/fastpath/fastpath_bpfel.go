@@ -54,6 +54,41 @@ type fastpathFlowState struct {
 	Prev   int64
 }
 
+type fastpathFragKey struct {
+	_      structs.HostLayout
+	Src    [4]uint32
+	Dst    [4]uint32
+	Id     uint32
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+}
+
+type fastpathFragVal struct {
+	_ structs.HostLayout
+	P struct {
+		_       structs.HostLayout
+		Src     [4]uint32
+		Dst     [4]uint32
+		Sport   uint16
+		Dport   uint16
+		Family  uint8
+		Proto   uint8
+		Noports uint8
+		Frag    uint8
+		First   uint8
+		Gso     uint8
+		L4off   uint16
+		FragId  uint32
+		Length  int64
+		Segs    int64
+	}
+	Mark    uint32
+	Ifindex uint32
+	Ok      uint32
+	Pad     uint32
+}
+
 type fastpathLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -114,10 +149,12 @@ const (
 	fastpathMapCounters        = "counters"
 	fastpathMapDstCidrs        = "dst_cidrs"
 	fastpathMapFlows           = "flows"
+	fastpathMapFrags           = "frags"
 	fastpathMapLocks           = "locks"
 	fastpathMapRules           = "rules"
 	fastpathMapSrcCidrs        = "src_cidrs"
 	fastpathProgFastpath       = "fastpath"
+	fastpathProgFastpathL3     = "fastpath_l3"
 	fastpathVarUnusedFlowKey   = "unused_flow_key"
 	fastpathVarUnusedFlowState = "unused_flow_state"
 )
@@ -164,7 +201,8 @@ type fastpathSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathProgramSpecs struct {
-	Fastpath *ebpf.ProgramSpec `ebpf:"fastpath"`
+	Fastpath   *ebpf.ProgramSpec `ebpf:"fastpath"`
+	FastpathL3 *ebpf.ProgramSpec `ebpf:"fastpath_l3"`
 }
 
 // fastpathMapSpecs contains maps before they are loaded into the kernel.
@@ -175,6 +213,7 @@ type fastpathMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
+	Frags    *ebpf.MapSpec `ebpf:"frags"`
 	Locks    *ebpf.MapSpec `ebpf:"locks"`
 	Rules    *ebpf.MapSpec `ebpf:"rules"`
 	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
@@ -212,6 +251,7 @@ type fastpathMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
 	Flows    *ebpf.Map `ebpf:"flows"`
+	Frags    *ebpf.Map `ebpf:"frags"`
 	Locks    *ebpf.Map `ebpf:"locks"`
 	Rules    *ebpf.Map `ebpf:"rules"`
 	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
@@ -223,6 +263,7 @@ func (m *fastpathMaps) Close() error {
 		m.Counters,
 		m.DstCidrs,
 		m.Flows,
+		m.Frags,
 		m.Locks,
 		m.Rules,
 		m.SrcCidrs,
@@ -241,12 +282,14 @@ type fastpathVariables struct {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathPrograms struct {
-	Fastpath *ebpf.Program `ebpf:"fastpath"`
+	Fastpath   *ebpf.Program `ebpf:"fastpath"`
+	FastpathL3 *ebpf.Program `ebpf:"fastpath_l3"`
 }
 
 func (p *fastpathPrograms) Close() error {
 	return _FastpathClose(
 		p.Fastpath,
+		p.FastpathL3,
 	)
 }
 

@@ -67,7 +67,8 @@ func (p *Program) Close() error {
 	return p.objs.Close()
 }
 
-// Prog is the tc program, for attaching (link.AttachTCX) and tests.
+// Prog is the tc program for Ethernet links, for tests (ProgFor gives an
+// interface's).
 func (p *Program) Prog() *ebpf.Program { return p.objs.Fastpath }
 
 // SetNow makes the program read now (Unix nanoseconds) as the time instead
@@ -305,7 +306,11 @@ func ruleEntry(e *Entry, id uint32) fastpathRuleEntry {
 // and is not pinned: closing it, or the process's end (a SIGKILL too),
 // detaches the program.
 func (p *Program) Attach(ifindex int) (link.Link, error) {
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: p.objs.Fastpath, Attach: ebpf.AttachTCXIngress})
+	prog, err := p.ProgFor(ifindex)
+	if err != nil {
+		return nil, err
+	}
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prog, Attach: ebpf.AttachTCXIngress})
 	if err != nil {
 		return nil, fmt.Errorf("attaching the fast path at tcx ingress of interface %d: %w", ifindex, err)
 	}

@@ -26,6 +26,20 @@ enum { MODE_5TUPLE = 0, MODE_SRC = 1, MODE_DST = 2, MODE_SRCDST = 3 };
 // What happens over the limit.
 enum { OVER_DROP = 0, OVER_SHADOW = 1, OVER_MARK = 2 };
 
+// What a flow's limiter must hold to accept a packet (allow's need), as
+// shaper.Need: NEED_ALL its cost (every plain packet); NEED_CAP its cost, or
+// the limiter's whole capacity when the cost is more (a GSO/GRO packet,
+// whose segments together may exceed the burst: decided at once, accepted
+// on a full bucket and its excess charged as debt, never starved);
+// NEED_NONE nothing (a later fragment of a datagram the limit accepted at
+// its first fragment: charged, as debt if need be); NEED_OVER refused,
+// charged nothing (a later fragment of a datagram the limit refused).
+enum { NEED_ALL = 0, NEED_CAP = 1, NEED_NONE = 2, NEED_OVER = 3 };
+// The most debt a flow's state holds (tokens below zero, a window's count
+// over its limit), far beyond any refill that could pay it back: so that
+// charges without a check never overflow.
+#define DEBT_MAX (1LL << 62)
+
 // Counters: per rule (index = rule), and the program's own at MAX_RULES.
 // C_INSERTS: flows a limit rule put in its map (an LRU map reports no
 // evictions: inserts less the flows present is an upper bound of them).

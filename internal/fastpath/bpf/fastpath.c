@@ -5,7 +5,7 @@
 // the NFQUEUE divert rule (see ../doc.go). This file is the entry point; the
 // headers hold its parts by job (as cilium's bpf/lib): common.h (limits,
 // enums, the structs Go shares), maps.h, decode.h, match.h, limiter.h,
-// flowkey.h.
+// flowkey.h, frag.h.
 
 #include "common.h"
 #include "maps.h"
@@ -13,16 +13,18 @@
 #include "match.h"
 #include "limiter.h"
 #include "flowkey.h"
+#include "frag.h"
 
-SEC("tc")
-int fastpath(struct __sk_buff *skb)
+// fastpath_run decides the packet whose IP header is at l3 (a constant of
+// each entry point below).
+static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 {
 	__u32 zero = 0;
 	struct cfg *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
 		return TC_ACT_OK;
 	struct pkt p = {};
-	int d = decode(skb, &p);
+	int d = decode(skb, &p, l3);
 	if (d < 0)
 		return TC_ACT_OK;
 	count(MAX_RULES, C_PACKETS);
@@ -31,8 +33,17 @@ int fastpath(struct __sk_buff *skb)
 		count(MAX_RULES, C_PUNTED);
 		return TC_ACT_OK;
 	}
+	// Fragments are decided as their first fragment (frag.h).
+	struct frag_val *fv = 0;
+	int need = p.gso ? NEED_CAP : NEED_ALL;
+	__u32 mark = skb->mark, ifindex = skb->ingress_ifindex;
+	if (p.frag | p.first) {
+		int v = frag_resolve(skb, cfg->punt_mark, &p, &fv, &need, &mark, &ifindex);
+		if (v >= 0)
+			return v;
+	}
 	__u64 cand = addr_bits(&src_cidrs, &p, p.src, cfg->src_free) & addr_bits(&dst_cidrs, &p, p.dst, cfg->dst_free);
-	struct match_ctx mc = {.p = &p, .cand = cand, .mark = skb->mark, .ifindex = skb->ingress_ifindex, .found = -1};
+	struct match_ctx mc = {.p = &p, .cand = cand, .mark = mark, .ifindex = ifindex, .found = -1};
 	__u32 n = cfg->nrules;
 	if (n > MAX_RULES)
 		n = MAX_RULES;
@@ -64,7 +75,7 @@ int fastpath(struct __sk_buff *skb)
 	struct flow_key key = {};
 	flow_key_of(r, &p, &key);
 	__s64 now = cfg->now ? (__s64)cfg->now : (__s64)bpf_ktime_get_boot_ns() + cfg->offset;
-	__s64 cost = r->bytes ? p.length : 1;
+	__s64 cost = r->bytes ? p.length : p.segs;
 	void *table = bpf_map_lookup_elem(&flows, &ri);
 	if (!table) {
 		// No flow map for the rule (the loader failed to give it
@@ -99,8 +110,10 @@ int fastpath(struct __sk_buff *skb)
 		reset(r, f, now);
 	if (now > f->seen)
 		f->seen = now;
-	int ok = allow(r, f, now, cost);
+	int ok = allow(r, f, now, cost, need);
 	bpf_spin_unlock(&lk->lock);
+	if (fv)
+		fv->ok = ok;
 	if (ok) {
 		count(ri, C_ACCEPTED);
 		return TC_ACT_OK;
@@ -118,6 +131,22 @@ int fastpath(struct __sk_buff *skb)
 	}
 	count(ri, C_DROPPED);
 	return TC_ACT_SHOT;
+}
+
+// The entry points, one per link type (Program.ProgFor picks one): an
+// Ethernet link's frames start with the Ethernet header, an L3 device's
+// (tun, WireGuard, ipip, gre, sit) with the IP header; skb->protocol gives
+// the family on both.
+SEC("tc")
+int fastpath(struct __sk_buff *skb)
+{
+	return fastpath_run(skb, ETH_HLEN);
+}
+
+SEC("tc")
+int fastpath_l3(struct __sk_buff *skb)
+{
+	return fastpath_run(skb, 0);
 }
 
 char __license[] SEC("license") = "Dual MIT/GPL";
