@@ -332,7 +332,7 @@ func ext6(ip []byte) bool {
 // hasFlow reports whether the program's flow map holds the state of the
 // Go engine's key k of rule i.
 func (p *Program) hasFlow(k *flows.Key, i int) bool {
-	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: uint32(i)}
+	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: p.ids[i]}
 	var st fastpathFlowState
 	return p.tables[i] != nil && p.tables[i].Lookup(&fk, &st) == nil
 }

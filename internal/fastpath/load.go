@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -27,7 +29,11 @@ type Program struct {
 	// i's (nil but for limit rules).
 	inner  *ebpf.MapSpec
 	tables []*ebpf.Map
-	spec   Spec
+	// ids[i] is rule i's identity in its flows' keys (flow_key.rule):
+	// a kept rule's is the old program's, so that its flows are found
+	// wherever it moves in the rule list; a new rule's is fresh (nextID).
+	ids  []uint32
+	spec Spec
 	// Kept names the limit rules whose flow map Reload took over.
 	Kept []string
 }
@@ -107,13 +113,23 @@ func (p *Program) RuleCounters(i int) (Counters, error) {
 	return c, nil
 }
 
-// bootOffset is the Unix time at boot: CLOCK_REALTIME − CLOCK_BOOTTIME.
-func bootOffset() int64 {
+// bootOffset is the Unix time at boot, CLOCK_REALTIME − CLOCK_BOOTTIME,
+// read once per process: the kernel's time base (boot time plus this) never
+// moves with the wall clock, so that a clock step between two reloads
+// neither refills nor starves the flows a reload keeps.
+var bootOffset = sync.OnceValue(func() int64 { return readBootOffset() })
+
+// readBootOffset reads the clocks (a variable for a test that steps them).
+var readBootOffset = func() int64 {
 	var rt, bt unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &bt)
 	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
 	return time.Duration(rt.Nano() - bt.Nano()).Nanoseconds()
 }
+
+// nextID gives the rules' identities in flow keys: unique within the
+// process, so that no two rules' flows ever share a key.
+var nextID atomic.Uint32
 
 func (p *Program) fill(s Spec, old *Program) error {
 	p.spec = s
@@ -150,14 +166,17 @@ func (p *Program) fill(s Spec, old *Program) error {
 		}
 	}
 	p.tables = make([]*ebpf.Map, n)
+	p.ids = make([]uint32, n)
 	for i, e := range s.Entries {
+		p.ids[i] = nextID.Add(1)
 		if e.Action != Limit {
 			continue
 		}
-		if m := old.table(&e); m != nil {
+		if m, id := old.table(&e); m != nil {
 			c, err := m.Clone()
 			if err == nil {
 				p.tables[i] = c
+				p.ids[i] = id
 				p.Kept = append(p.Kept, e.Name)
 				if err := p.objs.Flows.Put(uint32(i), c); err != nil {
 					return fmt.Errorf("filling the flow maps: %w", err)
@@ -178,7 +197,7 @@ func (p *Program) fill(s Spec, old *Program) error {
 		}
 	}
 	for i, e := range s.Entries {
-		r := ruleEntry(&e, uint32(i))
+		r := ruleEntry(&e, p.ids[i])
 		if err := p.objs.Rules.Put(uint32(i), &r); err != nil {
 			return fmt.Errorf("filling the rule table: %w", err)
 		}
@@ -187,17 +206,18 @@ func (p *Program) fill(s Spec, old *Program) error {
 	return p.objs.Config.Put(uint32(0), &p.cfg)
 }
 
-// table is the flow map of p's limit rule named e.Name if its Entry is e.
-func (p *Program) table(e *Entry) *ebpf.Map {
+// table is the flow map of p's limit rule named e.Name if its Entry is e,
+// and that rule's identity in the map's keys.
+func (p *Program) table(e *Entry) (*ebpf.Map, uint32) {
 	if p == nil {
-		return nil
+		return nil, 0
 	}
 	for i := range p.spec.Entries {
 		if o := &p.spec.Entries[i]; o.Name == e.Name && o.Action == Limit && p.tables[i] != nil && reflect.DeepEqual(*o, *e) {
-			return p.tables[i]
+			return p.tables[i], p.ids[i]
 		}
 	}
-	return nil
+	return nil, 0
 }
 
 // Spec is the policy p runs.
