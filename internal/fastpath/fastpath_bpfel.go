@@ -21,6 +21,8 @@ type fastpathCfg struct {
 	Offset   int64
 	Nrules   uint32
 	PuntMark uint32
+	Lpm      uint32
+	Pad      uint32
 }
 
 type fastpathFlowKey struct {

@@ -92,10 +92,36 @@ type Counters struct {
 	Inserts uint64
 }
 
+// cfg.lpm's bits (bpf/common.h LPM_*).
+const (
+	lpmSrc4 = 1 << iota
+	lpmSrc6
+	lpmDst4
+	lpmDst6
+)
+
 // RuleCounters returns rule i's counters; i = MaxRules gives the program's
-// own (every IP packet; those it punted before matching; Accepted, the
-// packets no rule matched).
+// own (Packets, every IP packet; Punted, those it punted before matching;
+// Accepted, the packets no rule matched).
 func (p *Program) RuleCounters(i int) (Counters, error) {
+	c, err := p.counters(i)
+	if err != nil || i != MaxRules {
+		return c, err
+	}
+	// The program counts a packet once, in the counters of the rule that
+	// decided it, or in its own if none did: its own Packets are the
+	// rules' and its own.
+	for j := range p.spec.Entries {
+		r, err := p.counters(j)
+		if err != nil {
+			return Counters{}, err
+		}
+		c.Packets += r.Packets
+	}
+	return c, nil
+}
+
+func (p *Program) counters(i int) (Counters, error) {
 	var per []fastpathRuleCounters
 	if err := p.objs.Counters.Lookup(uint32(i), &per); err != nil {
 		return Counters{}, err
@@ -149,15 +175,22 @@ func (p *Program) fill(s Spec, old *Program) error {
 			dstFree |= 1 << i
 		}
 	}
+	var lpm uint32 // the tries holding prefixes of a family (cfg.lpm)
 	for _, d := range []struct {
-		m    *ebpf.Map
-		free uint64
-		get  func(*Entry) []netip.Prefix
+		m          *ebpf.Map
+		free       uint64
+		get        func(*Entry) []netip.Prefix
+		has4, has6 uint32
 	}{
-		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }},
-		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }},
+		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }, lpmSrc4, lpmSrc6},
+		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }, lpmDst4, lpmDst6},
 	} {
 		for pfx, bits := range addrClasses(s.Entries, d.get) {
+			if pfx.Addr().Is4() {
+				lpm |= d.has4
+			} else {
+				lpm |= d.has6
+			}
 			k := lpmKey(pfx)
 			v := bits | d.free
 			if err := d.m.Put(&k, &v); err != nil {
@@ -202,7 +235,7 @@ func (p *Program) fill(s Spec, old *Program) error {
 			return fmt.Errorf("filling the rule table: %w", err)
 		}
 	}
-	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark}
+	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark, Lpm: lpm}
 	return p.objs.Config.Put(uint32(0), &p.cfg)
 }
 

@@ -26,7 +26,10 @@ enum { MODE_5TUPLE = 0, MODE_SRC = 1, MODE_DST = 2, MODE_SRCDST = 3 };
 // What happens over the limit.
 enum { OVER_DROP = 0, OVER_SHADOW = 1, OVER_MARK = 2 };
 
-// Counters: per rule (index = rule), and the program's own at MAX_RULES.
+// Counters: per rule (index = rule), and the program's own at MAX_RULES,
+// one lookup per packet: a packet a rule decides is counted in its rule's
+// only (the program's own C_PACKETS are the packets no rule decided; Go
+// adds the rules' C_PACKETS for every packet's count).
 // C_INSERTS: flows a limit rule put in its map (an LRU map reports no
 // evictions: inserts less the flows present is an upper bound of them).
 enum { C_PACKETS, C_ACCEPTED, C_DROPPED, C_SHADOW, C_MARKED, C_PUNTED, C_INSERTS, C_N };
@@ -63,7 +66,14 @@ struct cfg {
 	__s64 offset;             // Unix time minus boot time, ns
 	__u32 nrules;
 	__u32 punt_mark;          // the mark bit(s) set on packets for user space
+	__u32 lpm;                // LPM_*: the tries that hold prefixes of a family
+	__u32 _pad;
 };
+
+// cfg.lpm: the address tries worth a lookup for a packet of a family (a
+// trie with no prefix of the family gives every packet the rules free of
+// that constraint, which the program then takes without the lookup).
+enum { LPM_SRC4 = 1, LPM_SRC6 = 2, LPM_DST4 = 4, LPM_DST6 = 8 };
 
 struct lpm_key {
 	__u32 prefixlen; // 8 + address bits

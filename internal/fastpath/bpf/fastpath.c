@@ -25,38 +25,36 @@ int fastpath(struct __sk_buff *skb)
 	int d = decode(skb, &p);
 	if (d < 0)
 		return TC_ACT_OK;
-	count(MAX_RULES, C_PACKETS);
 	if (d == 0) {
 		skb->mark |= cfg->punt_mark;
-		count(MAX_RULES, C_PUNTED);
+		count2(MAX_RULES, C_PACKETS, C_PUNTED);
 		return TC_ACT_OK;
 	}
-	__u64 cand = addr_bits(&src_cidrs, &p, p.src, cfg->src_free) & addr_bits(&dst_cidrs, &p, p.dst, cfg->dst_free);
-	struct match_ctx mc = {.p = &p, .cand = cand, .mark = skb->mark, .ifindex = skb->ingress_ifindex, .found = -1};
-	__u32 n = cfg->nrules;
-	if (n > MAX_RULES)
-		n = MAX_RULES;
-	bpf_loop(n, match_rule, &mc, 0);
+	struct match_ctx mc = {.p = &p, .cand = match_candidates(cfg, &p), .mark = skb->mark, .ifindex = skb->ingress_ifindex};
+	__s32 found = match_first(&mc, cfg->nrules);
 	struct rule_entry *r = 0;
 	__u32 ri = 0;
-	if (mc.found >= 0 && mc.found < MAX_RULES) {
-		ri = mc.found;
+	if (found >= 0 && found < MAX_RULES) {
+		ri = found;
 		r = bpf_map_lookup_elem(&rules, &ri);
 	}
 	if (!r) {
-		count(MAX_RULES, C_ACCEPTED);
+		count2(MAX_RULES, C_PACKETS, C_ACCEPTED);
 		return TC_ACT_OK;
 	}
-	count(ri, C_PACKETS);
+	struct rule_counters *cs = bpf_map_lookup_elem(&counters, &ri);
+	if (!cs)
+		return TC_ACT_OK;
+	cs->c[C_PACKETS]++;
 	switch (r->action) {
 	case ACT_ACCEPT:
-		count(ri, C_ACCEPTED);
+		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;
 	case ACT_DROP:
-		count(ri, C_DROPPED);
+		cs->c[C_DROPPED]++;
 		return TC_ACT_SHOT;
 	case ACT_PUNT:
-		count(ri, C_PUNTED);
+		cs->c[C_PUNTED]++;
 		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
 	}
@@ -69,7 +67,7 @@ int fastpath(struct __sk_buff *skb)
 	if (!table) {
 		// No flow map for the rule (the loader failed to give it
 		// one): user space decides.
-		count(ri, C_PUNTED);
+		cs->c[C_PUNTED]++;
 		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
 	}
@@ -79,11 +77,11 @@ int fastpath(struct __sk_buff *skb)
 		reset(r, &nf, now);
 		nf.seen = now;
 		if (bpf_map_update_elem(table, &key, &nf, BPF_NOEXIST) == 0)
-			count(ri, C_INSERTS);
+			cs->c[C_INSERTS]++;
 		f = bpf_map_lookup_elem(table, &key);
 		if (!f) {
 			// No room even after the LRU's eviction: user space decides.
-			count(ri, C_PUNTED);
+			cs->c[C_PUNTED]++;
 			skb->mark |= cfg->punt_mark;
 			return TC_ACT_OK;
 		}
@@ -102,21 +100,21 @@ int fastpath(struct __sk_buff *skb)
 	int ok = allow(r, f, now, cost);
 	bpf_spin_unlock(&lk->lock);
 	if (ok) {
-		count(ri, C_ACCEPTED);
+		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;
 	}
 	switch (r->over) {
 	case OVER_SHADOW:
-		count(ri, C_SHADOW);
-		count(ri, C_ACCEPTED);
+		cs->c[C_SHADOW]++;
+		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;
 	case OVER_MARK:
-		count(ri, C_MARKED);
-		count(ri, C_ACCEPTED);
+		cs->c[C_MARKED]++;
+		cs->c[C_ACCEPTED]++;
 		skb->mark = (skb->mark & ~r->set_mask) | r->set_mark;
 		return TC_ACT_OK;
 	}
-	count(ri, C_DROPPED);
+	cs->c[C_DROPPED]++;
 	return TC_ACT_SHOT;
 }
 

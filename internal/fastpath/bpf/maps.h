@@ -89,4 +89,16 @@ static __always_inline void count(__u32 i, int c)
 		cs->c[c]++;
 }
 
+// count2 is two counts of counters[i] in one lookup.
+static __always_inline void count2(__u32 i, int a, int b)
+{
+	struct rule_counters *cs = bpf_map_lookup_elem(&counters, &i);
+	if (!cs)
+		return;
+	if (a >= 0 && a < C_N)
+		cs->c[a]++;
+	if (b >= 0 && b < C_N)
+		cs->c[b]++;
+}
+
 #endif
