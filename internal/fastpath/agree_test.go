@@ -227,6 +227,15 @@ func TestAgreement(t *testing.T) {
 	if res.agree != res.n {
 		t.Errorf("agreement %.3f%%, want 100%%", res.pct())
 	}
+	// The program's own counters: every packet (all of them IP), those it
+	// punted before matching, those no rule matched.
+	own, err := p.RuleCounters(MaxRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.Packets != uint64(res.n) {
+		t.Errorf("the program's own counters: %d packets, want %d", own.Packets, res.n)
+	}
 	if res.drops == 0 || res.punted == 0 {
 		t.Errorf("the traffic exercised too little: %d drops, %d punted", res.drops, res.punted)
 	}
