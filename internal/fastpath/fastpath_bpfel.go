@@ -38,14 +38,6 @@ type fastpathFlowKey struct {
 	Rule   uint32
 }
 
-type fastpathFlowLock struct {
-	_    structs.HostLayout
-	Lock struct {
-		_   structs.HostLayout
-		Val uint32
-	}
-}
-
 type fastpathFlowState struct {
 	_      structs.HostLayout
 	Last   int64
@@ -54,6 +46,7 @@ type fastpathFlowState struct {
 	Win    uint64
 	Cur    uint64
 	Prev   int64
+	Lock   uint64
 }
 
 type fastpathLpmKey struct {
@@ -116,7 +109,6 @@ const (
 	fastpathMapCounters        = "counters"
 	fastpathMapDstCidrs        = "dst_cidrs"
 	fastpathMapFlows           = "flows"
-	fastpathMapLocks           = "locks"
 	fastpathMapRules           = "rules"
 	fastpathMapSrcCidrs        = "src_cidrs"
 	fastpathProgFastpath       = "fastpath"
@@ -177,7 +169,6 @@ type fastpathMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
-	Locks    *ebpf.MapSpec `ebpf:"locks"`
 	Rules    *ebpf.MapSpec `ebpf:"rules"`
 	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
@@ -214,7 +205,6 @@ type fastpathMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
 	Flows    *ebpf.Map `ebpf:"flows"`
-	Locks    *ebpf.Map `ebpf:"locks"`
 	Rules    *ebpf.Map `ebpf:"rules"`
 	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
 }
@@ -225,7 +215,6 @@ func (m *fastpathMaps) Close() error {
 		m.Counters,
 		m.DstCidrs,
 		m.Flows,
-		m.Locks,
 		m.Rules,
 		m.SrcCidrs,
 	)

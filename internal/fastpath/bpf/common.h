@@ -94,6 +94,7 @@ struct flow_state {
 	__u64 win;    // window index, or the fraction's high word
 	__u64 cur;    // current window's count, or the fraction's low word
 	__s64 prev;   // previous window's count
+	__u64 lock;   // 1 while a CPU changes the state (flowstate.h)
 };
 struct rule_counters {
 	__u64 c[C_N];

@@ -5,7 +5,7 @@
 // the NFQUEUE divert rule (see ../doc.go). This file is the entry point; the
 // headers hold its parts by job (as cilium's bpf/lib): common.h (limits,
 // enums, the structs Go shares), maps.h, decode.h, match.h, limiter.h,
-// flowkey.h.
+// flowkey.h, flowstate.h.
 
 #include "common.h"
 #include "maps.h"
@@ -13,6 +13,7 @@
 #include "match.h"
 #include "limiter.h"
 #include "flowkey.h"
+#include "flowstate.h"
 
 SEC("tc")
 int fastpath(struct __sk_buff *skb)
@@ -86,19 +87,12 @@ int fastpath(struct __sk_buff *skb)
 			return TC_ACT_OK;
 		}
 	}
-	// The CPUs a key's packets arrive on take turns on its state, as
-	// shaper's one goroutine per engine does.
-	__u32 li = key_hash(&key) % N_LOCKS;
-	struct flow_lock *lk = bpf_map_lookup_elem(&locks, &li);
-	if (!lk)
+	int ok = flow_charge(r, f, now, cost);
+	if (ok < 0) {
+		cs->c[C_PUNTED]++;
+		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
-	bpf_spin_lock(&lk->lock);
-	if (r->timeout > 0 && now - f->seen > r->timeout)
-		reset(r, f, now);
-	if (now > f->seen)
-		f->seen = now;
-	int ok = allow(r, f, now, cost);
-	bpf_spin_unlock(&lk->lock);
+	}
 	if (ok) {
 		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;
