@@ -242,6 +242,15 @@ func TestAgreement(t *testing.T) {
 	if res.agree != res.n {
 		t.Errorf("agreement %.3f%%, want 100%%", res.pct())
 	}
+	// The program's own counters: every packet (all of them IP), those it
+	// punted before matching, those no rule matched.
+	own, err := p.RuleCounters(MaxRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.Packets != uint64(res.n) {
+		t.Errorf("the program's own counters: %d packets, want %d", own.Packets, res.n)
+	}
 	if res.drops == 0 || res.punted == 0 {
 		t.Errorf("the traffic exercised too little: %d drops, %d punted", res.drops, res.punted)
 	}
@@ -394,7 +403,7 @@ func ext6(ip []byte) bool {
 // hasFlow reports whether the program's flow map holds the state of the
 // Go engine's key k of rule i.
 func (p *Program) hasFlow(k *flows.Key, i int) bool {
-	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: uint32(i)}
+	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: p.ids[i]}
 	var st fastpathFlowState
 	return p.tables[i] != nil && p.tables[i].Lookup(&fk, &st) == nil
 }

@@ -21,6 +21,8 @@ type fastpathCfg struct {
 	Offset   int64
 	Nrules   uint32
 	PuntMark uint32
+	Lpm      uint32
+	Pad      uint32
 }
 
 type fastpathFlowKey struct {
@@ -36,14 +38,6 @@ type fastpathFlowKey struct {
 	Rule   uint32
 }
 
-type fastpathFlowLock struct {
-	_    structs.HostLayout
-	Lock struct {
-		_   structs.HostLayout
-		Val uint32
-	}
-}
-
 type fastpathFlowState struct {
 	_      structs.HostLayout
 	Last   int64
@@ -52,6 +46,7 @@ type fastpathFlowState struct {
 	Win    uint64
 	Cur    uint64
 	Prev   int64
+	Lock   uint64
 }
 
 type fastpathFragKey struct {
@@ -150,7 +145,6 @@ const (
 	fastpathMapDstCidrs        = "dst_cidrs"
 	fastpathMapFlows           = "flows"
 	fastpathMapFrags           = "frags"
-	fastpathMapLocks           = "locks"
 	fastpathMapRules           = "rules"
 	fastpathMapSrcCidrs        = "src_cidrs"
 	fastpathProgFastpath       = "fastpath"
@@ -214,7 +208,6 @@ type fastpathMapSpecs struct {
 	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
 	Frags    *ebpf.MapSpec `ebpf:"frags"`
-	Locks    *ebpf.MapSpec `ebpf:"locks"`
 	Rules    *ebpf.MapSpec `ebpf:"rules"`
 	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
@@ -252,7 +245,6 @@ type fastpathMaps struct {
 	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
 	Flows    *ebpf.Map `ebpf:"flows"`
 	Frags    *ebpf.Map `ebpf:"frags"`
-	Locks    *ebpf.Map `ebpf:"locks"`
 	Rules    *ebpf.Map `ebpf:"rules"`
 	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
 }
@@ -264,7 +256,6 @@ func (m *fastpathMaps) Close() error {
 		m.DstCidrs,
 		m.Flows,
 		m.Frags,
-		m.Locks,
 		m.Rules,
 		m.SrcCidrs,
 	)

@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -27,7 +29,11 @@ type Program struct {
 	// i's (nil but for limit rules).
 	inner  *ebpf.MapSpec
 	tables []*ebpf.Map
-	spec   Spec
+	// ids[i] is rule i's identity in its flows' keys (flow_key.rule):
+	// a kept rule's is the old program's, so that its flows are found
+	// wherever it moves in the rule list; a new rule's is fresh (nextID).
+	ids  []uint32
+	spec Spec
 	// Kept names the limit rules whose flow map Reload took over.
 	Kept []string
 }
@@ -87,10 +93,36 @@ type Counters struct {
 	Inserts uint64
 }
 
+// cfg.lpm's bits (bpf/common.h LPM_*).
+const (
+	lpmSrc4 = 1 << iota
+	lpmSrc6
+	lpmDst4
+	lpmDst6
+)
+
 // RuleCounters returns rule i's counters; i = MaxRules gives the program's
-// own (every IP packet; those it punted before matching; Accepted, the
-// packets no rule matched).
+// own (Packets, every IP packet; Punted, those it punted before matching;
+// Accepted, the packets no rule matched).
 func (p *Program) RuleCounters(i int) (Counters, error) {
+	c, err := p.counters(i)
+	if err != nil || i != MaxRules {
+		return c, err
+	}
+	// The program counts a packet once, in the counters of the rule that
+	// decided it, or in its own if none did: its own Packets are the
+	// rules' and its own.
+	for j := range p.spec.Entries {
+		r, err := p.counters(j)
+		if err != nil {
+			return Counters{}, err
+		}
+		c.Packets += r.Packets
+	}
+	return c, nil
+}
+
+func (p *Program) counters(i int) (Counters, error) {
 	var per []fastpathRuleCounters
 	if err := p.objs.Counters.Lookup(uint32(i), &per); err != nil {
 		return Counters{}, err
@@ -108,13 +140,23 @@ func (p *Program) RuleCounters(i int) (Counters, error) {
 	return c, nil
 }
 
-// bootOffset is the Unix time at boot: CLOCK_REALTIME − CLOCK_BOOTTIME.
-func bootOffset() int64 {
+// bootOffset is the Unix time at boot, CLOCK_REALTIME − CLOCK_BOOTTIME,
+// read once per process: the kernel's time base (boot time plus this) never
+// moves with the wall clock, so that a clock step between two reloads
+// neither refills nor starves the flows a reload keeps.
+var bootOffset = sync.OnceValue(func() int64 { return readBootOffset() })
+
+// readBootOffset reads the clocks (a variable for a test that steps them).
+var readBootOffset = func() int64 {
 	var rt, bt unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &bt)
 	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
 	return time.Duration(rt.Nano() - bt.Nano()).Nanoseconds()
 }
+
+// nextID gives the rules' identities in flow keys: unique within the
+// process, so that no two rules' flows ever share a key.
+var nextID atomic.Uint32
 
 func (p *Program) fill(s Spec, old *Program) error {
 	p.spec = s
@@ -134,15 +176,22 @@ func (p *Program) fill(s Spec, old *Program) error {
 			dstFree |= 1 << i
 		}
 	}
+	var lpm uint32 // the tries holding prefixes of a family (cfg.lpm)
 	for _, d := range []struct {
-		m    *ebpf.Map
-		free uint64
-		get  func(*Entry) []netip.Prefix
+		m          *ebpf.Map
+		free       uint64
+		get        func(*Entry) []netip.Prefix
+		has4, has6 uint32
 	}{
-		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }},
-		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }},
+		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }, lpmSrc4, lpmSrc6},
+		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }, lpmDst4, lpmDst6},
 	} {
 		for pfx, bits := range addrClasses(s.Entries, d.get) {
+			if pfx.Addr().Is4() {
+				lpm |= d.has4
+			} else {
+				lpm |= d.has6
+			}
 			k := lpmKey(pfx)
 			v := bits | d.free
 			if err := d.m.Put(&k, &v); err != nil {
@@ -151,14 +200,17 @@ func (p *Program) fill(s Spec, old *Program) error {
 		}
 	}
 	p.tables = make([]*ebpf.Map, n)
+	p.ids = make([]uint32, n)
 	for i, e := range s.Entries {
+		p.ids[i] = nextID.Add(1)
 		if e.Action != Limit {
 			continue
 		}
-		if m := old.table(&e); m != nil {
+		if m, id := old.table(&e); m != nil {
 			c, err := m.Clone()
 			if err == nil {
 				p.tables[i] = c
+				p.ids[i] = id
 				p.Kept = append(p.Kept, e.Name)
 				if err := p.objs.Flows.Put(uint32(i), c); err != nil {
 					return fmt.Errorf("filling the flow maps: %w", err)
@@ -179,26 +231,27 @@ func (p *Program) fill(s Spec, old *Program) error {
 		}
 	}
 	for i, e := range s.Entries {
-		r := ruleEntry(&e, uint32(i))
+		r := ruleEntry(&e, p.ids[i])
 		if err := p.objs.Rules.Put(uint32(i), &r); err != nil {
 			return fmt.Errorf("filling the rule table: %w", err)
 		}
 	}
-	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark}
+	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark, Lpm: lpm}
 	return p.objs.Config.Put(uint32(0), &p.cfg)
 }
 
-// table is the flow map of p's limit rule named e.Name if its Entry is e.
-func (p *Program) table(e *Entry) *ebpf.Map {
+// table is the flow map of p's limit rule named e.Name if its Entry is e,
+// and that rule's identity in the map's keys.
+func (p *Program) table(e *Entry) (*ebpf.Map, uint32) {
 	if p == nil {
-		return nil
+		return nil, 0
 	}
 	for i := range p.spec.Entries {
 		if o := &p.spec.Entries[i]; o.Name == e.Name && o.Action == Limit && p.tables[i] != nil && reflect.DeepEqual(*o, *e) {
-			return p.tables[i]
+			return p.tables[i], p.ids[i]
 		}
 	}
-	return nil
+	return nil, 0
 }
 
 // Spec is the policy p runs.

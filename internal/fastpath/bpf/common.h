@@ -40,7 +40,10 @@ enum { NEED_ALL = 0, NEED_CAP = 1, NEED_NONE = 2, NEED_OVER = 3 };
 // charges without a check never overflow.
 #define DEBT_MAX (1LL << 62)
 
-// Counters: per rule (index = rule), and the program's own at MAX_RULES.
+// Counters: per rule (index = rule), and the program's own at MAX_RULES,
+// one lookup per packet: a packet a rule decides is counted in its rule's
+// only (the program's own C_PACKETS are the packets no rule decided; Go
+// adds the rules' C_PACKETS for every packet's count).
 // C_INSERTS: flows a limit rule put in its map (an LRU map reports no
 // evictions: inserts less the flows present is an upper bound of them).
 enum { C_PACKETS, C_ACCEPTED, C_DROPPED, C_SHADOW, C_MARKED, C_PUNTED, C_INSERTS, C_N };
@@ -77,7 +80,14 @@ struct cfg {
 	__s64 offset;             // Unix time minus boot time, ns
 	__u32 nrules;
 	__u32 punt_mark;          // the mark bit(s) set on packets for user space
+	__u32 lpm;                // LPM_*: the tries that hold prefixes of a family
+	__u32 _pad;
 };
+
+// cfg.lpm: the address tries worth a lookup for a packet of a family (a
+// trie with no prefix of the family gives every packet the rules free of
+// that constraint, which the program then takes without the lookup).
+enum { LPM_SRC4 = 1, LPM_SRC6 = 2, LPM_DST4 = 4, LPM_DST6 = 8 };
 
 struct lpm_key {
 	__u32 prefixlen; // 8 + address bits
@@ -98,6 +108,7 @@ struct flow_state {
 	__u64 win;    // window index, or the fraction's high word
 	__u64 cur;    // current window's count, or the fraction's low word
 	__s64 prev;   // previous window's count
+	__u64 lock;   // 1 while a CPU changes the state (flowstate.h)
 };
 struct rule_counters {
 	__u64 c[C_N];

@@ -5,7 +5,7 @@
 // the NFQUEUE divert rule (see ../doc.go). This file is the entry point; the
 // headers hold its parts by job (as cilium's bpf/lib): common.h (limits,
 // enums, the structs Go shares), maps.h, decode.h, match.h, limiter.h,
-// flowkey.h, frag.h.
+// flowkey.h, flowstate.h, frag.h.
 
 #include "common.h"
 #include "maps.h"
@@ -13,6 +13,7 @@
 #include "match.h"
 #include "limiter.h"
 #include "flowkey.h"
+#include "flowstate.h"
 #include "frag.h"
 
 // fastpath_run decides the packet whose IP header is at l3 (a constant of
@@ -27,10 +28,9 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 	int d = decode(skb, &p, l3);
 	if (d < 0)
 		return TC_ACT_OK;
-	count(MAX_RULES, C_PACKETS);
 	if (d == 0) {
 		skb->mark |= cfg->punt_mark;
-		count(MAX_RULES, C_PUNTED);
+		count2(MAX_RULES, C_PACKETS, C_PUNTED);
 		return TC_ACT_OK;
 	}
 	// Fragments are decided as their first fragment (frag.h).
@@ -42,32 +42,31 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 		if (v >= 0)
 			return v;
 	}
-	__u64 cand = addr_bits(&src_cidrs, &p, p.src, cfg->src_free) & addr_bits(&dst_cidrs, &p, p.dst, cfg->dst_free);
-	struct match_ctx mc = {.p = &p, .cand = cand, .mark = mark, .ifindex = ifindex, .found = -1};
-	__u32 n = cfg->nrules;
-	if (n > MAX_RULES)
-		n = MAX_RULES;
-	bpf_loop(n, match_rule, &mc, 0);
+	struct match_ctx mc = {.p = &p, .cand = match_candidates(cfg, &p), .mark = mark, .ifindex = ifindex};
+	__s32 found = match_first(&mc, cfg->nrules);
 	struct rule_entry *r = 0;
 	__u32 ri = 0;
-	if (mc.found >= 0 && mc.found < MAX_RULES) {
-		ri = mc.found;
+	if (found >= 0 && found < MAX_RULES) {
+		ri = found;
 		r = bpf_map_lookup_elem(&rules, &ri);
 	}
 	if (!r) {
-		count(MAX_RULES, C_ACCEPTED);
+		count2(MAX_RULES, C_PACKETS, C_ACCEPTED);
 		return TC_ACT_OK;
 	}
-	count(ri, C_PACKETS);
+	struct rule_counters *cs = bpf_map_lookup_elem(&counters, &ri);
+	if (!cs)
+		return TC_ACT_OK;
+	cs->c[C_PACKETS]++;
 	switch (r->action) {
 	case ACT_ACCEPT:
-		count(ri, C_ACCEPTED);
+		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;
 	case ACT_DROP:
-		count(ri, C_DROPPED);
+		cs->c[C_DROPPED]++;
 		return TC_ACT_SHOT;
 	case ACT_PUNT:
-		count(ri, C_PUNTED);
+		cs->c[C_PUNTED]++;
 		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
 	}
@@ -80,7 +79,7 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 	if (!table) {
 		// No flow map for the rule (the loader failed to give it
 		// one): user space decides.
-		count(ri, C_PUNTED);
+		cs->c[C_PUNTED]++;
 		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
 	}
@@ -90,46 +89,39 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 		reset(r, &nf, now);
 		nf.seen = now;
 		if (bpf_map_update_elem(table, &key, &nf, BPF_NOEXIST) == 0)
-			count(ri, C_INSERTS);
+			cs->c[C_INSERTS]++;
 		f = bpf_map_lookup_elem(table, &key);
 		if (!f) {
 			// No room even after the LRU's eviction: user space decides.
-			count(ri, C_PUNTED);
+			cs->c[C_PUNTED]++;
 			skb->mark |= cfg->punt_mark;
 			return TC_ACT_OK;
 		}
 	}
-	// The CPUs a key's packets arrive on take turns on its state, as
-	// shaper's one goroutine per engine does.
-	__u32 li = key_hash(&key) % N_LOCKS;
-	struct flow_lock *lk = bpf_map_lookup_elem(&locks, &li);
-	if (!lk)
+	int ok = flow_charge(r, f, now, cost, need);
+	if (ok < 0) {
+		cs->c[C_PUNTED]++;
+		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
-	bpf_spin_lock(&lk->lock);
-	if (r->timeout > 0 && now - f->seen > r->timeout)
-		reset(r, f, now);
-	if (now > f->seen)
-		f->seen = now;
-	int ok = allow(r, f, now, cost, need);
-	bpf_spin_unlock(&lk->lock);
+	}
 	if (fv)
 		fv->ok = ok;
 	if (ok) {
-		count(ri, C_ACCEPTED);
+		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;
 	}
 	switch (r->over) {
 	case OVER_SHADOW:
-		count(ri, C_SHADOW);
-		count(ri, C_ACCEPTED);
+		cs->c[C_SHADOW]++;
+		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;
 	case OVER_MARK:
-		count(ri, C_MARKED);
-		count(ri, C_ACCEPTED);
+		cs->c[C_MARKED]++;
+		cs->c[C_ACCEPTED]++;
 		skb->mark = (skb->mark & ~r->set_mask) | r->set_mark;
 		return TC_ACT_OK;
 	}
-	count(ri, C_DROPPED);
+	cs->c[C_DROPPED]++;
 	return TC_ACT_SHOT;
 }
 

@@ -1,21 +1,11 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
-// The flow key, as flows.KeyConfig.KeyTo: mask_addr, addr_less, flow_key_of, key_hash.
+// The flow key, as flows.KeyConfig.KeyTo: mask_addr, addr_less, flow_key_of.
 
 #ifndef FASTPATH_FLOWKEY_H
 #define FASTPATH_FLOWKEY_H
 
 #include "common.h"
 #include "decode.h"
-
-static __always_inline __u32 key_hash(struct flow_key *k)
-{
-	__u32 *w = (__u32 *)k, h = 2166136261u;
-	for (int i = 0; i < sizeof(*k) / 4; i++) {
-		h ^= w[i];
-		h *= 16777619u;
-	}
-	return h ^ (h >> 15);
-}
 
 static __always_inline void mask_addr(__u32 *w, int nwords, int bits)
 {

@@ -81,7 +81,7 @@ static __always_inline int frag_resolve(struct __sk_buff *skb, __u32 punt_mark, 
 	struct frag_val *v = bpf_map_lookup_elem(&frags, &k);
 	if (!v) {
 		skb->mark |= punt_mark;
-		count(MAX_RULES, C_PUNTED);
+		count2(MAX_RULES, C_PACKETS, C_PUNTED);
 		return TC_ACT_OK;
 	}
 	__s64 length = p->length;

@@ -61,19 +61,6 @@ struct {
 	__array(values, struct inner_flows);
 } flows SEC(".maps");
 
-// Striped locks over the flow states (an LRU hash's values cannot hold a
-// bpf_spin_lock): a key's state changes under locks[hash(key) % N_LOCKS].
-#define N_LOCKS 4096
-struct flow_lock {
-	struct bpf_spin_lock lock;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, N_LOCKS);
-	__type(key, __u32);
-	__type(value, struct flow_lock);
-} locks SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -87,6 +74,18 @@ static __always_inline void count(__u32 i, int c)
 	struct rule_counters *cs = bpf_map_lookup_elem(&counters, &i);
 	if (cs && c >= 0 && c < C_N)
 		cs->c[c]++;
+}
+
+// count2 is two counts of counters[i] in one lookup.
+static __always_inline void count2(__u32 i, int a, int b)
+{
+	struct rule_counters *cs = bpf_map_lookup_elem(&counters, &i);
+	if (!cs)
+		return;
+	if (a >= 0 && a < C_N)
+		cs->c[a]++;
+	if (b >= 0 && b < C_N)
+		cs->c[b]++;
 }
 
 #endif

@@ -82,6 +82,19 @@ static __always_inline __u64 addr_bits(void *map, struct pkt *p, __u32 *addr, __
 	return v ? *v : free;
 }
 
+// match_candidates: the rules whose address constraints the packet meets
+// (a bit each), from the tries that hold prefixes of its family.
+static __always_inline __u64 match_candidates(struct cfg *cfg, struct pkt *p)
+{
+	int v6 = p->family == 6;
+	__u64 src = cfg->src_free, dst = cfg->dst_free;
+	if (cfg->lpm & (v6 ? LPM_SRC6 : LPM_SRC4))
+		src = addr_bits(&src_cidrs, p, p->src, src);
+	if (cfg->lpm & (v6 ? LPM_DST6 : LPM_DST4))
+		dst = addr_bits(&dst_cidrs, p, p->dst, dst);
+	return src & dst;
+}
+
 struct match_ctx {
 	struct pkt *p;
 	__u64 cand;
@@ -89,12 +102,20 @@ struct match_ctx {
 	__s32 found;
 };
 
-// match_rule is bpf_loop's body: rule i against the packet; 1 stops at the
-// first match (verified once, whatever the number of rules).
+// N_UNROLLED: the rules tried in a bounded loop (verified once per rule,
+// no call per rule); the rest by bpf_loop (verified once whatever their
+// number, a callback per rule).
+#define N_UNROLLED 8
+
+// match_rule is bpf_loop's body: rule N_UNROLLED + i against the packet; 1
+// stops at the first match, or when no candidate is left.
 static long match_rule(__u32 i, void *data)
 {
 	struct match_ctx *mc = data;
-	if (i >= MAX_RULES || !((mc->cand >> i) & 1))
+	i += N_UNROLLED;
+	if (i >= MAX_RULES || !(mc->cand >> i))
+		return 1;
+	if (!((mc->cand >> i) & 1))
 		return 0;
 	__u32 k = i;
 	struct rule_entry *x = bpf_map_lookup_elem(&rules, &k);
@@ -105,6 +126,31 @@ static long match_rule(__u32 i, void *data)
 		return 1;
 	}
 	return 0;
+}
+
+// match_first is the first of the n rules that are candidates (mc->cand)
+// and match the packet, or -1.
+static __always_inline __s32 match_first(struct match_ctx *mc, __u32 n)
+{
+	if (n > MAX_RULES)
+		n = MAX_RULES;
+	for (__u32 i = 0; i < N_UNROLLED; i++) {
+		if (i >= n || !(mc->cand >> i))
+			return -1;
+		if (!((mc->cand >> i) & 1))
+			continue;
+		__u32 k = i;
+		struct rule_entry *x = bpf_map_lookup_elem(&rules, &k);
+		if (!x)
+			return -1;
+		if (matches(x, mc->p, mc->mark, mc->ifindex))
+			return i;
+	}
+	if (n <= N_UNROLLED || !(mc->cand >> N_UNROLLED))
+		return -1;
+	mc->found = -1;
+	bpf_loop(n - N_UNROLLED, match_rule, mc, 0);
+	return mc->found;
 }
 
 #endif
