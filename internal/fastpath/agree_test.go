@@ -307,6 +307,9 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 				// program's map, which the mirror cannot tell):
 				// user space, no rule, no bucket.
 				res.punted++
+				if !found {
+					fm.pending[fi.key] += fi.charge
+				}
 				if ret == tcOK && mark == fr.mark|s.PuntMark {
 					res.agree++
 				} else if res.n-res.agree <= 5 {
@@ -321,6 +324,11 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 			}
 		case firstFrag:
 			meta.Cost = shaper.Cost{Set: true, Packets: 1, Bytes: fi.charge}
+			if _, again := fm.m[fi.key]; !again {
+				// Its later fragments seen before it.
+				meta.Cost.Bytes += fm.pending[fi.key]
+			}
+			delete(fm.pending, fi.key)
 		default:
 			if c, gso := gsoCost(fr); gso {
 				res.gso++

@@ -81,7 +81,8 @@ type fastpathFragVal struct {
 	Mark    uint32
 	Ifindex uint32
 	Ok      uint32
-	Pad     uint32
+	First   uint32
+	Pending int64
 }
 
 type fastpathLpmKey struct {

@@ -32,7 +32,8 @@ const fragEntries = 8192
 //     accepted when its limit refused it (NeedOver);
 //   - a later fragment before its first one goes to user space (the punt
 //     mark, no rule, no bucket: the kernel's reassembly gives it its first
-//     fragment's verdict).
+//     fragment's verdict); its data is charged with the first fragment when
+//     it comes (which then costs a byte rate its length and theirs).
 //
 // So a datagram whose fragments arrive first fragment first costs its flow
 // what the engine charges it whole: one packet, or its reassembled length.
@@ -70,10 +71,16 @@ type fragFirst struct {
 	ok        bool // the limit accepted it
 }
 
-// fragMirror is the program's fragment map as the test knows it.
-type fragMirror struct{ m map[fragKey]fragFirst }
+// fragMirror is the program's fragment map as the test knows it: first
+// fragments, and the data of later fragments seen before their first.
+type fragMirror struct {
+	m       map[fragKey]fragFirst
+	pending map[fragKey]int64
+}
 
-func newFragMirror() *fragMirror { return &fragMirror{m: map[fragKey]fragFirst{}} }
+func newFragMirror() *fragMirror {
+	return &fragMirror{m: map[fragKey]fragFirst{}, pending: map[fragKey]int64{}}
+}
 
 func isExt(n uint8) bool { return n == 0 || n == 43 || n == 60 || n == 51 || n == 44 }
 

@@ -21,7 +21,10 @@
 // its first fragment, the map's LRU evicted the entry, the first fragment
 // went to user space) goes to user space: punt mark, never another rule or
 // bucket; the kernel's reassembly puts it with its first fragment, whose
-// verdict the datagram then has.
+// verdict the datagram then has. Its data is kept in the entry (pending)
+// and charged with the first fragment when that comes, so that sending a
+// datagram's fragments in reverse order costs its flow what sending them
+// in order does.
 
 #ifndef FASTPATH_FRAG_H
 #define FASTPATH_FRAG_H
@@ -42,7 +45,8 @@ struct frag_val {
 	struct pkt p;       // the first fragment's headers
 	__u32 mark, ifindex; // what it was matched with
 	__u32 ok;           // its limit accepted it (limit rules only)
-	__u32 _pad;
+	__u32 first;        // the first fragment was seen (else only pending)
+	__s64 pending;      // data of later fragments before the first
 };
 
 struct {
@@ -72,14 +76,23 @@ static __always_inline int frag_resolve(struct __sk_buff *skb, __u32 punt_mark, 
 {
 	struct frag_key k = {};
 	frag_key_of(p, &k);
+	struct frag_val *v = bpf_map_lookup_elem(&frags, &k);
 	if (!p->frag) {
-		struct frag_val v = {.p = *p, .mark = *mark, .ifindex = *ifindex, .ok = 1};
-		bpf_map_update_elem(&frags, &k, &v, BPF_ANY);
+		__s64 pending = v && !v->first ? v->pending : 0;
+		struct frag_val nv = {.p = *p, .mark = *mark, .ifindex = *ifindex, .ok = 1, .first = 1};
+		bpf_map_update_elem(&frags, &k, &nv, BPF_ANY);
 		*fv = bpf_map_lookup_elem(&frags, &k);
+		if (pending > 0 && pending < 1 << 20)
+			p->length += pending;
 		return -1;
 	}
-	struct frag_val *v = bpf_map_lookup_elem(&frags, &k);
-	if (!v) {
+	if (!v || !v->first) {
+		if (v) {
+			__sync_fetch_and_add(&v->pending, p->length);
+		} else {
+			struct frag_val nv = {.pending = p->length};
+			bpf_map_update_elem(&frags, &k, &nv, BPF_NOEXIST);
+		}
 		skb->mark |= punt_mark;
 		count2(MAX_RULES, C_PACKETS, C_PUNTED);
 		return TC_ACT_OK;
