@@ -109,6 +109,7 @@ const (
 	fastpathMapCounters        = "counters"
 	fastpathMapDstCidrs        = "dst_cidrs"
 	fastpathMapFlows           = "flows"
+	fastpathMapFlowsNew        = "flows_new"
 	fastpathMapRules           = "rules"
 	fastpathMapSrcCidrs        = "src_cidrs"
 	fastpathProgFastpath       = "fastpath"
@@ -169,6 +170,7 @@ type fastpathMapSpecs struct {
 	Counters *ebpf.MapSpec `ebpf:"counters"`
 	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
+	FlowsNew *ebpf.MapSpec `ebpf:"flows_new"`
 	Rules    *ebpf.MapSpec `ebpf:"rules"`
 	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
@@ -205,6 +207,7 @@ type fastpathMaps struct {
 	Counters *ebpf.Map `ebpf:"counters"`
 	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
 	Flows    *ebpf.Map `ebpf:"flows"`
+	FlowsNew *ebpf.Map `ebpf:"flows_new"`
 	Rules    *ebpf.Map `ebpf:"rules"`
 	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
 }
@@ -215,6 +218,7 @@ func (m *fastpathMaps) Close() error {
 		m.Counters,
 		m.DstCidrs,
 		m.Flows,
+		m.FlowsNew,
 		m.Rules,
 		m.SrcCidrs,
 	)

@@ -64,31 +64,10 @@ int fastpath(struct __sk_buff *skb)
 	flow_key_of(r, &p, &key);
 	__s64 now = cfg->now ? (__s64)cfg->now : (__s64)bpf_ktime_get_boot_ns() + cfg->offset;
 	__s64 cost = r->bytes ? p.length : 1;
-	void *table = bpf_map_lookup_elem(&flows, &ri);
-	if (!table) {
-		// No flow map for the rule (the loader failed to give it
-		// one): user space decides.
-		cs->c[C_PUNTED]++;
-		skb->mark |= cfg->punt_mark;
-		return TC_ACT_OK;
-	}
-	struct flow_state *f = bpf_map_lookup_elem(table, &key);
-	if (!f) {
-		struct flow_state nf = {};
-		reset(r, &nf, now);
-		nf.seen = now;
-		if (bpf_map_update_elem(table, &key, &nf, BPF_NOEXIST) == 0)
-			cs->c[C_INSERTS]++;
-		f = bpf_map_lookup_elem(table, &key);
-		if (!f) {
-			// No room even after the LRU's eviction: user space decides.
-			cs->c[C_PUNTED]++;
-			skb->mark |= cfg->punt_mark;
-			return TC_ACT_OK;
-		}
-	}
-	int ok = flow_charge(r, f, now, cost);
+	int ok = flow_decide(r, ri, &key, now, cost, cs);
 	if (ok < 0) {
+		// No flow map, no room, or the state's lock not had: user
+		// space decides.
 		cs->c[C_PUNTED]++;
 		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
