@@ -413,7 +413,7 @@ func ext6(ip []byte) bool {
 func (p *Program) hasFlow(k *flows.Key, i int) bool {
 	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: p.ids[i]}
 	var st fastpathFlowState
-	return p.tables[i] != nil && p.tables[i].Lookup(&fk, &st) == nil
+	return p.tables[i] != nil && (p.tables[i].Lookup(&fk, &st) == nil || p.news[i].Lookup(&fk, &st) == nil)
 }
 
 // checkCounters compares the program's per-rule counters with the Go

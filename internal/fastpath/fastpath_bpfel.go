@@ -145,6 +145,8 @@ const (
 	fastpathMapCounters        = "counters"
 	fastpathMapDstCidrs        = "dst_cidrs"
 	fastpathMapFlows           = "flows"
+	fastpathMapFlowsNew        = "flows_new"
+	fastpathMapFragScratch     = "frag_scratch"
 	fastpathMapFrags           = "frags"
 	fastpathMapRules           = "rules"
 	fastpathMapSrcCidrs        = "src_cidrs"
@@ -204,13 +206,15 @@ type fastpathProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathMapSpecs struct {
-	Config   *ebpf.MapSpec `ebpf:"config"`
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
-	Flows    *ebpf.MapSpec `ebpf:"flows"`
-	Frags    *ebpf.MapSpec `ebpf:"frags"`
-	Rules    *ebpf.MapSpec `ebpf:"rules"`
-	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
+	Config      *ebpf.MapSpec `ebpf:"config"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	DstCidrs    *ebpf.MapSpec `ebpf:"dst_cidrs"`
+	Flows       *ebpf.MapSpec `ebpf:"flows"`
+	FlowsNew    *ebpf.MapSpec `ebpf:"flows_new"`
+	FragScratch *ebpf.MapSpec `ebpf:"frag_scratch"`
+	Frags       *ebpf.MapSpec `ebpf:"frags"`
+	Rules       *ebpf.MapSpec `ebpf:"rules"`
+	SrcCidrs    *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
 
 // fastpathVariableSpecs contains global variables before they are loaded into the kernel.
@@ -241,13 +245,15 @@ func (o *fastpathObjects) Close() error {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathMaps struct {
-	Config   *ebpf.Map `ebpf:"config"`
-	Counters *ebpf.Map `ebpf:"counters"`
-	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
-	Flows    *ebpf.Map `ebpf:"flows"`
-	Frags    *ebpf.Map `ebpf:"frags"`
-	Rules    *ebpf.Map `ebpf:"rules"`
-	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
+	Config      *ebpf.Map `ebpf:"config"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	DstCidrs    *ebpf.Map `ebpf:"dst_cidrs"`
+	Flows       *ebpf.Map `ebpf:"flows"`
+	FlowsNew    *ebpf.Map `ebpf:"flows_new"`
+	FragScratch *ebpf.Map `ebpf:"frag_scratch"`
+	Frags       *ebpf.Map `ebpf:"frags"`
+	Rules       *ebpf.Map `ebpf:"rules"`
+	SrcCidrs    *ebpf.Map `ebpf:"src_cidrs"`
 }
 
 func (m *fastpathMaps) Close() error {
@@ -256,6 +262,8 @@ func (m *fastpathMaps) Close() error {
 		m.Counters,
 		m.DstCidrs,
 		m.Flows,
+		m.FlowsNew,
+		m.FragScratch,
 		m.Frags,
 		m.Rules,
 		m.SrcCidrs,

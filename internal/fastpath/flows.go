@@ -44,25 +44,32 @@ var errNoTable = errors.New("not a kernel limit rule")
 // or replaced by a reload, so that a listing or a count runs without
 // holding the Program. Close it.
 type FlowTable struct {
-	m    *ebpf.Map
-	rule int
-	e    Entry
+	// m is the rule's map of flows, small its map of new flows (one
+	// packet so far): a listing or a count reads both.
+	m, small *ebpf.Map
+	rule     int
+	e        Entry
 }
 
-// FlowTable returns a handle on rule i's flow map.
+// FlowTable returns a handle on rule i's flow maps.
 func (p *Program) FlowTable(i int) (*FlowTable, error) {
-	if i < 0 || i >= len(p.tables) || p.tables[i] == nil {
+	if i < 0 || i >= len(p.tables) || p.tables[i] == nil || p.news[i] == nil {
 		return nil, fmt.Errorf("rule %d: %w", i, errNoTable)
 	}
 	m, err := p.tables[i].Clone()
 	if err != nil {
 		return nil, fmt.Errorf("rule %s's flow map: %w", p.spec.Entries[i].Name, err)
 	}
-	return &FlowTable{m: m, rule: i, e: p.spec.Entries[i]}, nil
+	small, err := p.news[i].Clone()
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("rule %s's flow map: %w", p.spec.Entries[i].Name, err)
+	}
+	return &FlowTable{m: m, small: small, rule: i, e: p.spec.Entries[i]}, nil
 }
 
-// Close frees the handle (not the map, while the Program holds it).
-func (t *FlowTable) Close() error { return t.m.Close() }
+// Close frees the handle (not the maps, while the Program holds them).
+func (t *FlowTable) Close() error { return errors.Join(t.m.Close(), t.small.Close()) }
 
 // Flows calls fn with each flow in rule i's map: FlowTable(i).Flows.
 func (p *Program) Flows(i int, now int64, max int, fn func(*Flow) error) (int, error) {
@@ -86,7 +93,7 @@ func (p *Program) FlowCount(i int) (int, error) {
 
 // Flows calls fn with each flow in the map, read flowChunk at a time
 // (whatever the map's size, Flows holds no more), at most max of them if
-// max > 0, and returns the number read; now (Unix ns) sets Left and
+// max > 0, and returns the number listed; now (Unix ns) sets Left and
 // Expired. fn's Flow is reused: copy it to keep it. An error of fn ends
 // the listing with it. The listing is not a snapshot: a flow inserted or
 // evicted meanwhile may or may not be listed.
@@ -94,7 +101,11 @@ func (t *FlowTable) Flows(now int64, max int, fn func(*Flow) error) (int, error)
 	e := &t.e
 	var f Flow
 	f.Rule = t.rule
-	return readFlows(t.m, max, func(k *fastpathFlowKey, s *fastpathFlowState) error {
+	listed := 0
+	each := func(k *fastpathFlowKey, s *fastpathFlowState) error {
+		if s.Lock == lockMoved {
+			return nil // a marker: the flow is in t.m
+		}
 		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: flows.Mode(k.Mode)}
 		f.Last = s.Seen
 		f.Expired = e.Timeout > 0 && now-s.Seen > e.Timeout
@@ -103,13 +114,41 @@ func (t *FlowTable) Flows(now int64, max int, fn func(*Flow) error) (int, error)
 		} else {
 			f.Left = left(e, s, now)
 		}
+		listed++
 		return fn(&f)
-	})
+	}
+	n, err := readFlows(t.m, max, each)
+	if err != nil || (max > 0 && n >= max) {
+		return listed, err
+	}
+	rest := 0
+	if max > 0 {
+		rest = max - n
+	}
+	_, err = readFlows(t.small, rest, each)
+	return listed, err
 }
 
-// Count is the number of flows in the map (read flowChunk at a time: the
-// time it takes grows with the map, the memory does not).
-func (t *FlowTable) Count() (int, error) { return readFlows(t.m, 0, nil) }
+// Count is the number of flows in the maps (read flowChunk at a time: the
+// time it takes grows with the maps, the memory does not).
+func (t *FlowTable) Count() (int, error) {
+	n, err := readFlows(t.m, 0, nil)
+	if err != nil {
+		return n, err
+	}
+	m := 0
+	_, err = readFlows(t.small, 0, func(_ *fastpathFlowKey, s *fastpathFlowState) error {
+		if s.Lock != lockMoved {
+			m++
+		}
+		return nil
+	})
+	return n + m, err
+}
+
+// lockMoved is flow_state.lock's LOCK_MOVED (bpf/flowstate.h): in a map
+// of new flows, a marker left by a flow that moved to the map of flows.
+const lockMoved = 2
 
 // Entry is the rule the map is of.
 func (t *FlowTable) Entry() *Entry { return &t.e }

@@ -26,9 +26,10 @@ type Program struct {
 	objs fastpathObjects
 	cfg  fastpathCfg
 	// inner is the template of the rules' flow maps; tables[i] is rule
-	// i's (nil but for limit rules).
+	// i's (nil but for limit rules), news[i] its map of new flows.
 	inner  *ebpf.MapSpec
 	tables []*ebpf.Map
+	news   []*ebpf.Map
 	// ids[i] is rule i's identity in its flows' keys (flow_key.rule):
 	// a kept rule's is the old program's, so that its flows are found
 	// wherever it moves in the rule list; a new rule's is fresh (nextID).
@@ -65,7 +66,7 @@ func Reload(s Spec, old *Program) (*Program, error) {
 // Close frees the program and its maps (a link holding the program keeps
 // it until the link is closed).
 func (p *Program) Close() error {
-	for _, m := range p.tables {
+	for _, m := range append(append([]*ebpf.Map{}, p.tables...), p.news...) {
 		if m != nil {
 			m.Close()
 		}
@@ -200,34 +201,15 @@ func (p *Program) fill(s Spec, old *Program) error {
 		}
 	}
 	p.tables = make([]*ebpf.Map, n)
+	p.news = make([]*ebpf.Map, n)
 	p.ids = make([]uint32, n)
 	for i, e := range s.Entries {
 		p.ids[i] = nextID.Add(1)
 		if e.Action != Limit {
 			continue
 		}
-		if m, id := old.table(&e); m != nil {
-			c, err := m.Clone()
-			if err == nil {
-				p.tables[i] = c
-				p.ids[i] = id
-				p.Kept = append(p.Kept, e.Name)
-				if err := p.objs.Flows.Put(uint32(i), c); err != nil {
-					return fmt.Errorf("filling the flow maps: %w", err)
-				}
-				continue
-			}
-		}
-		ms := p.inner.Copy()
-		ms.Name = fmt.Sprintf("flows_%d", i)
-		ms.MaxEntries = uint32(e.MaxFlows)
-		m, err := ebpf.NewMap(ms)
-		if err != nil {
-			return fmt.Errorf("making rule %s's flow map (%d flows): %s", e.Name, e.MaxFlows, oneLine(err.Error()))
-		}
-		p.tables[i] = m
-		if err := p.objs.Flows.Put(uint32(i), m); err != nil {
-			return fmt.Errorf("filling the flow maps: %w", err)
+		if err := p.flowMaps(i, &e, old); err != nil {
+			return err
 		}
 	}
 	for i, e := range s.Entries {
@@ -240,18 +222,74 @@ func (p *Program) fill(s Spec, old *Program) error {
 	return p.objs.Config.Put(uint32(0), &p.cfg)
 }
 
-// table is the flow map of p's limit rule named e.Name if its Entry is e,
-// and that rule's identity in the map's keys.
-func (p *Program) table(e *Entry) (*ebpf.Map, uint32) {
-	if p == nil {
-		return nil, 0
-	}
-	for i := range p.spec.Entries {
-		if o := &p.spec.Entries[i]; o.Name == e.Name && o.Action == Limit && p.tables[i] != nil && reflect.DeepEqual(*o, *e) {
-			return p.tables[i], p.ids[i]
+// newFlowsShare: a limit rule's map of new flows (flows_new) holds a tenth
+// of its max-flows, and at least minNewFlows.
+const (
+	newFlowsShare = 10
+	minNewFlows   = 128
+)
+
+// newFlows is the size of the map of new flows of a rule of max-flows n.
+func newFlows(n int) int { return max(n/newFlowsShare, minNewFlows) }
+
+// flowMaps gives limit rule i (Entry e) its two flow maps: old's, if old
+// has the rule unchanged (its flows keep their state; the rule keeps its
+// identity in their keys), else new, empty ones.
+func (p *Program) flowMaps(i int, e *Entry, old *Program) error {
+	if m, small, id := old.table(e); m != nil {
+		c, err := m.Clone()
+		if err == nil {
+			cs, err := small.Clone()
+			if err == nil {
+				p.tables[i], p.news[i], p.ids[i] = c, cs, id
+				p.Kept = append(p.Kept, e.Name)
+				return p.putFlowMaps(i)
+			}
+			c.Close()
 		}
 	}
-	return nil, 0
+	for _, d := range []struct {
+		m    **ebpf.Map
+		name string
+		size int
+	}{
+		{&p.tables[i], "flows_%d", e.MaxFlows},
+		{&p.news[i], "flows_new_%d", newFlows(e.MaxFlows)},
+	} {
+		ms := p.inner.Copy()
+		ms.Name = fmt.Sprintf(d.name, i)
+		ms.MaxEntries = uint32(d.size)
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			return fmt.Errorf("making rule %s's flow map (%d flows): %s", e.Name, d.size, oneLine(err.Error()))
+		}
+		*d.m = m
+	}
+	return p.putFlowMaps(i)
+}
+
+func (p *Program) putFlowMaps(i int) error {
+	if err := p.objs.Flows.Put(uint32(i), p.tables[i]); err != nil {
+		return fmt.Errorf("filling the flow maps: %w", err)
+	}
+	if err := p.objs.FlowsNew.Put(uint32(i), p.news[i]); err != nil {
+		return fmt.Errorf("filling the flow maps: %w", err)
+	}
+	return nil
+}
+
+// table is the flow maps (flows, flows_new) of p's limit rule named e.Name
+// if its Entry is e, and that rule's identity in the maps' keys.
+func (p *Program) table(e *Entry) (*ebpf.Map, *ebpf.Map, uint32) {
+	if p == nil {
+		return nil, nil, 0
+	}
+	for i := range p.spec.Entries {
+		if o := &p.spec.Entries[i]; o.Name == e.Name && o.Action == Limit && p.tables[i] != nil && p.news[i] != nil && reflect.DeepEqual(*o, *e) {
+			return p.tables[i], p.news[i], p.ids[i]
+		}
+	}
+	return nil, nil, 0
 }
 
 // Spec is the policy p runs.

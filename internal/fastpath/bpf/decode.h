@@ -70,7 +70,7 @@ static __always_inline void read_ports(struct __sk_buff *skb, struct pkt *p, __u
 
 // decode_ip fills p from the packet's IP header at l3: 1 decoded, 0 for
 // user space (malformed, IPv6 extension headers), -1 not IP.
-static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
+static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, __u32 l3)
 {
 	__u32 wire = skb->len > l3 ? skb->len - l3 : 0;
 	__u8 h[40];
@@ -201,7 +201,7 @@ static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const
 // H bytes (IP, extension headers and the transport header; at least
 // L - segs x gso_size, which covers tunnel headers the program does not
 // walk).
-static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, const __u32 l3, __u32 gso_size)
+static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, __u32 l3, __u32 gso_size)
 {
 	__s64 hdr = p->l4off;
 	if (p->proto == 17 || p->proto == 136) {
@@ -228,11 +228,16 @@ static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, const
 	p->length += (segs - 1) * hdr;
 }
 
-// decode fills p from the packet whose IP header is at l3 (ETH_HLEN on an
-// Ethernet link, 0 on an L3 one): 1 decoded, 0 for user space (malformed,
-// IPv6 extension headers), -1 not IP.
-static __always_inline int decode(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
+// fastpath_decode fills p from the packet whose IP header is at l3
+// (ETH_HLEN on an Ethernet link, 0 on an L3 one): 1 decoded, 0 for user
+// space (malformed, IPv6 extension headers), -1 not IP. A global function:
+// the verifier checks it once, apart, and the entry point after it once
+// whatever path the decoding took (inlined, its paths multiplied the rest's
+// past the verifier's million instructions).
+__attribute__((noinline)) int fastpath_decode(struct __sk_buff *skb, struct pkt *p, __u32 l3)
 {
+	if (!p)
+		return 0;
 	p->segs = 1;
 	int d = decode_ip(skb, p, l3);
 	if (d <= 0 || p->frag || p->first)
@@ -241,6 +246,11 @@ static __always_inline int decode(struct __sk_buff *skb, struct pkt *p, const __
 	if (gso_size)
 		gso_cost(skb, p, l3, gso_size);
 	return d;
+}
+
+static __always_inline int decode(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
+{
+	return fastpath_decode(skb, p, l3);
 }
 
 #endif

@@ -6,6 +6,7 @@
 #define FASTPATH_FLOWSTATE_H
 
 #include "common.h"
+#include "maps.h"
 #include "limiter.h"
 
 // The CPUs a key's packets arrive on take turns on its state, as shaper's
@@ -17,9 +18,17 @@
 // spin is short; LOCK_SPINS bounds it all the same.
 #define LOCK_SPINS (1 << 16)
 
+// A state's lock word: free, held, or moved (a state of flows_new that
+// went to flows: look there).
+enum { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_MOVED = 2 };
+
+// state_trylock: 1 taken, 0 held by another CPU, -2 moved.
 static __always_inline int state_trylock(struct flow_state *f)
 {
-	return __sync_val_compare_and_swap(&f->lock, 0, 1) == 0;
+	__u64 v = __sync_val_compare_and_swap(&f->lock, LOCK_FREE, LOCK_HELD);
+	if (v == LOCK_FREE)
+		return 1;
+	return v == LOCK_MOVED ? -2 : 0;
 }
 
 struct spin_ctx {
@@ -30,18 +39,19 @@ struct spin_ctx {
 static long state_spin(__u32 i, void *data)
 {
 	struct spin_ctx *c = data;
-	if (c->f && state_trylock(c->f)) {
-		c->got = 1;
+	if (!c->f)
 		return 1;
-	}
-	return 0;
+	c->got = state_trylock(c->f);
+	return c->got != 0;
 }
 
-// state_lock takes f's lock: 1, or 0 when LOCK_SPINS tries failed.
+// state_lock takes f's lock: 1; 0 when LOCK_SPINS tries failed; -2 when
+// the state moved.
 static __always_inline int state_lock(struct flow_state *f)
 {
-	if (state_trylock(f))
-		return 1;
+	int got = state_trylock(f);
+	if (got)
+		return got;
 	struct spin_ctx c = {.f = f};
 	bpf_loop(LOCK_SPINS, state_spin, &c, 0);
 	return c.got;
@@ -52,18 +62,108 @@ static __always_inline void state_unlock(struct flow_state *f)
 	__sync_lock_test_and_set(&f->lock, 0);
 }
 
-// flow_charge charges cost to the flow's state f at now under its lock: 1
-// allowed, 0 over the limit, -1 the lock not had (user space decides).
-static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need)
+// charge charges cost to the flow's state f at now (its lock held), the
+// state holding need (allow's): 1
+// allowed, 0 over the limit.
+static __always_inline int charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need)
 {
-	if (!state_lock(f))
-		return -1;
 	if (r->timeout > 0 && now - f->seen > r->timeout)
 		reset(r, f, now);
 	if (now > f->seen)
 		f->seen = now;
-	int ok = allow(r, f, now, cost, need);
+	return allow(r, f, now, cost, need);
+}
+
+// flow_charge is charge under f's lock; -1 the lock not had (user space
+// decides), -2 the state moved.
+static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need)
+{
+	int got = state_lock(f);
+	if (got != 1)
+		return got == -2 ? -2 : -1;
+	int ok = charge(r, f, now, cost, need);
 	state_unlock(f);
+	return ok;
+}
+
+// flow_decide charges cost to key's flow of rule ri (entry r) at now: 1
+// allowed, 0 over the limit, -1 user space decides (no flow map, no room,
+// a lock not had). A flow is in the rule's flows map (one lookup: the
+// common case), or in flows_new after one packet (the second moves its
+// state, under its lock, to flows, and leaves a LOCK_MOVED marker that
+// sends a late CPU there and keeps the key from starting afresh in
+// flows_new while the marker lasts), or new (into flows_new, fresh). A
+// marker whose flow flows has since evicted becomes the flow's fresh state
+// again, as an evicted flow's next packet does.
+static __always_inline int flow_decide(struct rule_entry *r, __u32 ri, struct flow_key *key, __s64 now, __s64 cost, int need, struct rule_counters *cs)
+{
+	void *main = bpf_map_lookup_elem(&flows, &ri);
+	if (!main)
+		return -1; // the loader failed to give the rule its maps
+	struct flow_state *f = bpf_map_lookup_elem(main, key);
+	if (f) {
+		int ok = flow_charge(r, f, now, cost, need);
+		return ok == -2 ? -1 : ok;
+	}
+	void *small = bpf_map_lookup_elem(&flows_new, &ri);
+	if (!small)
+		return -1;
+	int fresh = 0;
+	f = bpf_map_lookup_elem(small, key);
+	if (!f) {
+		struct flow_state nf = {};
+		reset(r, &nf, now);
+		nf.seen = now;
+		if (bpf_map_update_elem(small, key, &nf, BPF_NOEXIST) == 0) {
+			cs->c[C_INSERTS]++;
+			fresh = 1;
+		}
+		f = bpf_map_lookup_elem(small, key);
+		if (!f)
+			return -1; // no room even after the LRU's eviction
+	}
+	int got = state_lock(f);
+	if (got == -2) {
+		struct flow_state *g = bpf_map_lookup_elem(main, key);
+		if (g) {
+			int ok = flow_charge(r, g, now, cost, need);
+			return ok == -2 ? -1 : ok;
+		}
+		// Moved, then evicted from flows: the marker becomes the flow's
+		// fresh state (one CPU turns it; the others wait for it).
+		if (__sync_val_compare_and_swap(&f->lock, LOCK_MOVED, LOCK_HELD) == LOCK_MOVED) {
+			reset(r, f, now);
+			f->seen = now;
+			cs->c[C_INSERTS]++;
+			fresh = 1;
+			got = 1;
+		} else {
+			got = state_lock(f);
+		}
+	}
+	if (got != 1)
+		return -1;
+	if (fresh) {
+		int ok = charge(r, f, now, cost, need);
+		state_unlock(f);
+		return ok;
+	}
+	// The flow's second packet: its state, charged, goes to flows; the
+	// state left here stays locked until flows holds the copy, then says
+	// where it went.
+	struct flow_state nf = *f;
+	nf.lock = LOCK_FREE;
+	int ok = charge(r, &nf, now, cost, need);
+	if (bpf_map_update_elem(main, key, &nf, BPF_NOEXIST) != 0) {
+		// Already there (or no room): charge flows' own, if any.
+		state_unlock(f);
+		struct flow_state *g = bpf_map_lookup_elem(main, key);
+		if (!g)
+			return -1;
+		ok = flow_charge(r, g, now, cost, need);
+		return ok == -2 ? -1 : ok;
+	}
+	__sync_lock_test_and_set(&f->lock, LOCK_MOVED);
 	return ok;
 }
 

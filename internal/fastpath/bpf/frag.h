@@ -56,6 +56,15 @@ struct {
 	__type(value, struct frag_val);
 } frags SEC(".maps");
 
+// A CPU's scratch entry to insert from (a frag_val on the stack would take
+// fastpath_frag's frame, beside the entry point's, past the 512 bytes).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct frag_val);
+} frag_scratch SEC(".maps");
+
 static __always_inline void frag_key_of(struct pkt *p, struct frag_key *k)
 {
 	__builtin_memcpy(k->src, p->src, 16);
@@ -65,23 +74,40 @@ static __always_inline void frag_key_of(struct pkt *p, struct frag_key *k)
 	k->proto = p->family == 4 ? p->proto : 0;
 }
 
-// frag_resolve is called for a first or a later fragment (p->first or
-// p->frag) before it is matched. A first fragment is recorded (*fv: its
-// entry, for the limit's verdict); a later one takes its first fragment's
-// headers into p (its own cost kept), with *mark and *ifindex to match with
-// and *need for the limit. It returns -1 to go on deciding, or the tc
-// verdict of a later fragment that goes to user space.
-static __always_inline int frag_resolve(struct __sk_buff *skb, __u32 punt_mark, struct pkt *p,
-					struct frag_val **fv, int *need, __u32 *mark, __u32 *ifindex)
+// frag_io is fastpath_frag's in and out: the limit's need, the mark and
+// input interface to match with, and the punt mark.
+struct frag_io {
+	__u32 need, mark, ifindex, punt_mark;
+};
+
+// fastpath_frag is called for a first or a later fragment (p->first or
+// p->frag) before it is matched. A first fragment is recorded (its limit's
+// verdict later, fastpath_frag_ok); a later one takes its first fragment's
+// headers into p (its own cost kept), with io's mark and ifindex to match
+// with and io's need for the limit. It returns -1 to go on deciding, or the
+// tc verdict of a later fragment that goes to user space. A global
+// function, as fastpath_decode: verified once, apart, in its own stack
+// frame.
+__attribute__((noinline)) int fastpath_frag(struct __sk_buff *skb, struct pkt *p, struct frag_io *io)
 {
+	if (!p || !io)
+		return -1;
 	struct frag_key k = {};
 	frag_key_of(p, &k);
+	__u32 zero = 0;
+	struct frag_val *nv = bpf_map_lookup_elem(&frag_scratch, &zero);
+	if (!nv)
+		return -1;
+	__builtin_memset(nv, 0, sizeof(*nv));
 	struct frag_val *v = bpf_map_lookup_elem(&frags, &k);
 	if (!p->frag) {
 		__s64 pending = v && !v->first ? v->pending : 0;
-		struct frag_val nv = {.p = *p, .mark = *mark, .ifindex = *ifindex, .ok = 1, .first = 1};
-		bpf_map_update_elem(&frags, &k, &nv, BPF_ANY);
-		*fv = bpf_map_lookup_elem(&frags, &k);
+		nv->p = *p;
+		nv->mark = io->mark;
+		nv->ifindex = io->ifindex;
+		nv->ok = 1;
+		nv->first = 1;
+		bpf_map_update_elem(&frags, &k, nv, BPF_ANY);
 		if (pending > 0 && pending < 1 << 20)
 			p->length += pending;
 		return -1;
@@ -90,10 +116,10 @@ static __always_inline int frag_resolve(struct __sk_buff *skb, __u32 punt_mark, 
 		if (v) {
 			__sync_fetch_and_add(&v->pending, p->length);
 		} else {
-			struct frag_val nv = {.pending = p->length};
-			bpf_map_update_elem(&frags, &k, &nv, BPF_NOEXIST);
+			nv->pending = p->length;
+			bpf_map_update_elem(&frags, &k, nv, BPF_NOEXIST);
 		}
-		skb->mark |= punt_mark;
+		skb->mark |= io->punt_mark;
 		count2(MAX_RULES, C_PACKETS, C_PUNTED);
 		return TC_ACT_OK;
 	}
@@ -103,10 +129,23 @@ static __always_inline int frag_resolve(struct __sk_buff *skb, __u32 punt_mark, 
 	p->segs = 0; // the datagram is one packet, counted at its first fragment
 	p->first = 0;
 	p->gso = 0;
-	*mark = v->mark;
-	*ifindex = v->ifindex;
-	*need = v->ok ? NEED_NONE : NEED_OVER;
+	io->mark = v->mark;
+	io->ifindex = v->ifindex;
+	io->need = v->ok ? NEED_NONE : NEED_OVER;
 	return -1;
+}
+
+// fastpath_frag_ok records the limit's verdict of the first fragment p.
+__attribute__((noinline)) int fastpath_frag_ok(struct pkt *p, __u32 ok)
+{
+	if (!p)
+		return 0;
+	struct frag_key k = {};
+	frag_key_of(p, &k);
+	struct frag_val *v = bpf_map_lookup_elem(&frags, &k);
+	if (v && v->first)
+		v->ok = ok;
+	return 0;
 }
 
 #endif

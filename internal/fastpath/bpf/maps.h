@@ -39,7 +39,11 @@ struct {
 // flows holds, for each limit rule, an LRU map of its flows of the rule's
 // own max-flows (the loader makes them; the kernel's check of an inner
 // hash map does not compare sizes), so that a rule's flood evicts only that
-// rule's flows.
+// rule's flows; flows_new, a smaller LRU map (a tenth) where a flow's first
+// packet puts it, the flow moving to flows with its state at its second
+// (flowstate.h), as S3-FIFO's small queue does in user space: flows that
+// send one packet (a spoofed flood) evict each other there, never a flow
+// of flows.
 struct inner_flows {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 1024);
@@ -60,6 +64,13 @@ struct {
 	__type(key, __u32);
 	__array(values, struct inner_flows);
 } flows SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, MAX_RULES);
+	__type(key, __u32);
+	__array(values, struct inner_flows);
+} flows_new SEC(".maps");
 
 
 struct {
