@@ -168,7 +168,7 @@ func fragOf(ip []byte) fragInfo {
 	return fi
 }
 
-// gsoCost is decode.h's gso_cost for a frame with gso_size set: the cost of
+// gsoCost is decode.h's fastpath_gso for a frame with gso_size set: the cost of
 // its segments, and whether it is a GSO packet of more than one.
 func gsoCost(fr *frame) (shaper.Cost, bool) {
 	if fr.gsoSize == 0 {

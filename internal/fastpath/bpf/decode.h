@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 // Packet decoding: struct pkt, read_ports, decode (from the network header
 // at a link type's offset: ETH_HLEN, or 0 on an L3 device), and the cost of
-// a GSO/GRO packet: its segments (gso_cost).
+// a GSO/GRO packet: its segments (fastpath_gso).
 
 #ifndef FASTPATH_DECODE_H
 #define FASTPATH_DECODE_H
@@ -70,7 +70,7 @@ static __always_inline void read_ports(struct __sk_buff *skb, struct pkt *p, __u
 
 // decode_ip fills p from the packet's IP header at l3: 1 decoded, 0 for
 // user space (malformed, IPv6 extension headers), -1 not IP.
-static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, __u32 l3)
+static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
 {
 	__u32 wire = skb->len > l3 ? skb->len - l3 : 0;
 	__u8 h[40];
@@ -192,7 +192,7 @@ static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, __u32
 	return -1;
 }
 
-// gso_cost sets what a GSO/GRO packet (gso_size set) costs: under a packet
+// fastpath_gso sets what a GSO/GRO packet (gso_size set) costs: under a packet
 // rate its segments, skb->gso_segs or, when the sender left it 0 (a virtio
 // header), the count from its length and gso_size; under a byte rate the IP
 // lengths of those segments together, as the queue path charges them (nfq
@@ -201,8 +201,14 @@ static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, __u32
 // H bytes (IP, extension headers and the transport header; at least
 // L - segs x gso_size, which covers tunnel headers the program does not
 // walk).
-static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, __u32 l3, __u32 gso_size)
+//
+// A global function, verified once apart and called for GSO packets only:
+// inlined, its paths multiplied the rest of the program's past the
+// verifier's million instructions.
+__attribute__((noinline)) int fastpath_gso(struct __sk_buff *skb, struct pkt *p, __u32 l3, __u32 gso_size)
 {
+	if (!p || !gso_size)
+		return 0;
 	__s64 hdr = p->l4off;
 	if (p->proto == 17 || p->proto == 136) {
 		hdr += 8;
@@ -217,7 +223,7 @@ static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, __u32
 	if (segs <= 0)
 		segs = (__s64)((__u64)(p->length - hdr + gso_size - 1) / gso_size);
 	if (segs <= 1)
-		return;
+		return 0;
 	if (segs > 65535)
 		segs = 65535;
 	__s64 least = p->length - segs * (__s64)gso_size;
@@ -226,31 +232,22 @@ static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, __u32
 	p->gso = 1;
 	p->segs = segs;
 	p->length += (segs - 1) * hdr;
+	return 0;
 }
 
-// fastpath_decode fills p from the packet whose IP header is at l3
-// (ETH_HLEN on an Ethernet link, 0 on an L3 one): 1 decoded, 0 for user
-// space (malformed, IPv6 extension headers), -1 not IP. A global function:
-// the verifier checks it once, apart, and the entry point after it once
-// whatever path the decoding took (inlined, its paths multiplied the rest's
-// past the verifier's million instructions).
-__attribute__((noinline)) int fastpath_decode(struct __sk_buff *skb, struct pkt *p, __u32 l3)
+// decode fills p from the packet whose IP header is at l3 (ETH_HLEN on an
+// Ethernet link, 0 on an L3 one): 1 decoded, 0 for user space (malformed,
+// IPv6 extension headers), -1 not IP.
+static __always_inline int decode(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
 {
-	if (!p)
-		return 0;
 	p->segs = 1;
 	int d = decode_ip(skb, p, l3);
 	if (d <= 0 || p->frag || p->first)
 		return d;
 	__u32 gso_size = skb->gso_size;
 	if (gso_size)
-		gso_cost(skb, p, l3, gso_size);
+		fastpath_gso(skb, p, l3, gso_size);
 	return d;
-}
-
-static __always_inline int decode(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
-{
-	return fastpath_decode(skb, p, l3);
 }
 
 #endif
