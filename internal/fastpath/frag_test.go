@@ -71,16 +71,14 @@ type fragFirst struct {
 	ok        bool // the limit accepted it
 }
 
-// fragMirror is the program's fragment map as the test knows it: first
-// fragments, and the data of later fragments seen before their first.
+// fragMirror is the program's fragment map as the test knows it: the first
+// fragments (the data of later fragments seen before their first is read
+// from the program's map, kernelPending).
 type fragMirror struct {
-	m       map[fragKey]fragFirst
-	pending map[fragKey]int64
+	m map[fragKey]fragFirst
 }
 
-func newFragMirror() *fragMirror {
-	return &fragMirror{m: map[fragKey]fragFirst{}, pending: map[fragKey]int64{}}
-}
+func newFragMirror() *fragMirror { return &fragMirror{m: map[fragKey]fragFirst{}} }
 
 func isExt(n uint8) bool { return n == 0 || n == 43 || n == 60 || n == 51 || n == 44 }
 
@@ -147,7 +145,8 @@ func fragOf(ip []byte) fragInfo {
 				return fi
 			}
 			if fo&1 != 0 && fi.kind != firstFrag {
-				fi.kind, fi.charge = firstFrag, int64(length-8)
+				length -= 8 // the reassembled datagram has no fragment header
+				fi.kind, fi.charge = firstFrag, int64(length)
 			}
 			continue
 		}
@@ -483,4 +482,52 @@ func TestL3Garbage(t *testing.T) {
 	if ret, _, _ := run(t, p, &eth, 1); ret != tcOK {
 		t.Errorf("fastpath (Ethernet) on an L3 frame: verdict %d, want the garbage passed", ret)
 	}
+}
+
+// kernelPending is the data of fi's datagram's later fragments the
+// program's fragment map holds (an entry without a first fragment), as
+// frag.h charges it with the first fragment (at most PENDING_MAX). Read
+// from the map: its LRU may evict such an entry, which the mirror cannot
+// foresee.
+func (p *Program) kernelPending(t testing.TB, fi fragInfo) int64 {
+	t.Helper()
+	v, ok := p.fragEntry(t, fi)
+	if !ok || binary.LittleEndian.Uint32(v[76:]) != 0 {
+		return 0
+	}
+	return min(int64(binary.LittleEndian.Uint64(v[80:])), 1<<20)
+}
+
+// kernelFirst reports whether the program's fragment map (frag.h frags)
+// holds the first fragment of fi's datagram: a BPF LRU map may evict
+// before it is full (its free lists are per CPU), which the mirror cannot
+// foresee, so a later fragment the program sent to user space while the
+// mirror holds its first is checked against the map itself.
+func (p *Program) kernelFirst(t testing.TB, fi fragInfo) bool {
+	t.Helper()
+	v, ok := p.fragEntry(t, fi)
+	return ok && binary.LittleEndian.Uint32(v[76:]) != 0 // frag_val.first
+}
+
+// fragEntry reads fi's datagram's entry of the program's fragment map.
+func (p *Program) fragEntry(t testing.TB, fi fragInfo) ([]byte, bool) {
+	t.Helper()
+	m := p.objs.Frags
+	if m.KeySize() != 40 || m.ValueSize() != 88 {
+		t.Fatalf("frag.h's frag_key or frag_val changed (%d, %d bytes): update kernelFirst", m.KeySize(), m.ValueSize())
+	}
+	k := make([]byte, 40)
+	copy(k[0:], fi.key.src[:])
+	copy(k[16:], fi.key.dst[:])
+	if fi.key.family == 4 {
+		binary.LittleEndian.PutUint32(k[32:], uint32(fi.key.id[0])<<8|uint32(fi.key.id[1]))
+	} else {
+		copy(k[32:36], fi.key.id[:])
+	}
+	k[36], k[37] = fi.key.family, fi.key.proto
+	v := make([]byte, 88)
+	if err := m.Lookup(k, v); err != nil {
+		return nil, false
+	}
+	return v, true
 }

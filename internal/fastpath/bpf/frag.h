@@ -34,6 +34,9 @@
 #include "maps.h"
 
 #define FRAG_ENTRIES 8192
+// The most pending data a first fragment is charged (a datagram is at most
+// 64 KiB; more is later fragments sent again).
+#define PENDING_MAX (1 << 20)
 
 struct frag_key {
 	__u32 src[4], dst[4];
@@ -108,7 +111,9 @@ __attribute__((noinline)) int fastpath_frag(struct __sk_buff *skb, struct pkt *p
 		nv->ok = 1;
 		nv->first = 1;
 		bpf_map_update_elem(&frags, &k, nv, BPF_ANY);
-		if (pending > 0 && pending < 1 << 20)
+		if (pending > PENDING_MAX)
+			pending = PENDING_MAX; // duplicates: no datagram is larger
+		if (pending > 0)
 			p->length += pending;
 		return -1;
 	}
