@@ -222,6 +222,11 @@ type Meta struct {
 	// a uid or gid match does not match them.
 	UID, GID uint32
 	HasOwner bool
+	// Cost, when Set, is what the packet costs a limit rule instead of
+	// what its decode says (see Need): a GSO/GRO packet's segments, a
+	// fragment's share of its datagram, as the kernel fast path charges
+	// them. Shaping and global rules ignore it.
+	Cost Cost
 }
 
 // Classifier picks the rule that decides a packet: the index in

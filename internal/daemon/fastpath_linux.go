@@ -30,6 +30,7 @@ const refuseEnv = "PACKETSHAPER_TEST_REFUSE_FASTPATH"
 type fastPath struct {
 	log   *slog.Logger
 	links []link.Link
+	ifidx []int // links[i]'s interface: the program for its link type (ProgFor)
 	punt  uint32
 
 	mu    sync.Mutex
@@ -87,12 +88,20 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 		fp.index = kernelRules(spec)
 	}
 	for _, i := range idx {
+		prog := prog
+		if fp.prog != nil {
+			if prog, err = fp.prog.ProgFor(i); err != nil {
+				fp.close()
+				return nil, fmt.Errorf("--fastpath: %s", oneLine(err.Error()))
+			}
+		}
 		l, err := link.AttachTCX(link.TCXOptions{Interface: i, Program: prog, Attach: ebpf.AttachTCXIngress})
 		if err != nil {
 			fp.close()
 			return nil, fmt.Errorf("--fastpath: attaching at tcx ingress of %s: %s", fc.Ifaces[len(fp.links)], oneLine(err.Error()))
 		}
 		fp.links = append(fp.links, l)
+		fp.ifidx = append(fp.ifidx, i)
 	}
 	if fp.prog != nil {
 		fp.stop, fp.counted = make(chan struct{}), make(chan struct{})
@@ -174,9 +183,15 @@ func (fp *fastPath) reload(comp *policy.Compiled) error {
 		return err
 	}
 	for k, l := range fp.links {
-		if err := l.Update(next.Prog()); err != nil {
-			for _, l := range fp.links[:k] {
-				l.Update(fp.prog.Prog())
+		prog, err := next.ProgFor(fp.ifidx[k])
+		if err == nil {
+			err = l.Update(prog)
+		}
+		if err != nil {
+			for j, l := range fp.links[:k] {
+				if old, err := fp.prog.ProgFor(fp.ifidx[j]); err == nil {
+					l.Update(old)
+				}
 			}
 			next.Close()
 			return fmt.Errorf("fast path: swapping the program: %w", err)

@@ -13,6 +13,23 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type fastpathAction uint32
+
+const (
+	fastpathActionACT_ACCEPT fastpathAction = 0
+	fastpathActionACT_DROP   fastpathAction = 1
+	fastpathActionACT_LIMIT  fastpathAction = 2
+	fastpathActionACT_PUNT   fastpathAction = 3
+)
+
+type fastpathAlgo uint32
+
+const (
+	fastpathAlgoALGO_TB  fastpathAlgo = 0
+	fastpathAlgoALGO_FW  fastpathAlgo = 1
+	fastpathAlgoALGO_SWC fastpathAlgo = 3
+)
+
 type fastpathCfg struct {
 	_        structs.HostLayout
 	SrcFree  uint64
@@ -24,6 +41,19 @@ type fastpathCfg struct {
 	Lpm      uint32
 	Pad      uint32
 }
+
+type fastpathCounter uint32
+
+const (
+	fastpathCounterC_PACKETS  fastpathCounter = 0
+	fastpathCounterC_ACCEPTED fastpathCounter = 1
+	fastpathCounterC_DROPPED  fastpathCounter = 2
+	fastpathCounterC_SHADOW   fastpathCounter = 3
+	fastpathCounterC_MARKED   fastpathCounter = 4
+	fastpathCounterC_PUNTED   fastpathCounter = 5
+	fastpathCounterC_INSERTS  fastpathCounter = 6
+	fastpathCounterC_N        fastpathCounter = 7
+)
 
 type fastpathFlowKey struct {
 	_      structs.HostLayout
@@ -49,12 +79,81 @@ type fastpathFlowState struct {
 	Lock   uint64
 }
 
+type fastpathFragKey struct {
+	_      structs.HostLayout
+	Src    [4]uint32
+	Dst    [4]uint32
+	Id     uint32
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+}
+
+type fastpathFragVal struct {
+	_ structs.HostLayout
+	P struct {
+		_       structs.HostLayout
+		Src     [4]uint32
+		Dst     [4]uint32
+		Sport   uint16
+		Dport   uint16
+		Family  uint8
+		Proto   uint8
+		Noports uint8
+		Frag    uint8
+		First   uint8
+		Gso     uint8
+		L4off   uint16
+		FragId  uint32
+		Length  int64
+		Segs    int64
+	}
+	Mark    uint32
+	Ifindex uint32
+	Ok      uint32
+	Pad     uint32
+}
+
+type fastpathKeyMode uint32
+
+const (
+	fastpathKeyModeMODE_5TUPLE fastpathKeyMode = 0
+	fastpathKeyModeMODE_SRC    fastpathKeyMode = 1
+	fastpathKeyModeMODE_DST    fastpathKeyMode = 2
+	fastpathKeyModeMODE_SRCDST fastpathKeyMode = 3
+)
+
+type fastpathLockState uint32
+
+const (
+	fastpathLockStateLOCK_FREE  fastpathLockState = 0
+	fastpathLockStateLOCK_HELD  fastpathLockState = 1
+	fastpathLockStateLOCK_MOVED fastpathLockState = 2
+)
+
+type fastpathLpmFlag uint32
+
+const (
+	fastpathLpmFlagLPM_SRC4 fastpathLpmFlag = 1
+	fastpathLpmFlagLPM_SRC6 fastpathLpmFlag = 2
+	fastpathLpmFlagLPM_DST4 fastpathLpmFlag = 4
+	fastpathLpmFlagLPM_DST6 fastpathLpmFlag = 8
+)
+
 type fastpathLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Data      [17]uint8
 	_         [3]byte
 }
+
+type fastpathOver uint32
+
+const (
+	fastpathOverOVER_DROP   fastpathOver = 0
+	fastpathOverOVER_SHADOW fastpathOver = 1
+	fastpathOverOVER_MARK   fastpathOver = 2
+)
 
 type fastpathRuleCounters struct {
 	_ structs.HostLayout
@@ -101,6 +200,13 @@ type fastpathRuleEntry struct {
 	Id        uint32
 }
 
+type fastpathScratch struct {
+	_   structs.HostLayout
+	Key fastpathFlowKey
+	_   [4]byte
+	Nf  fastpathFlowState
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -110,11 +216,21 @@ const (
 	fastpathMapDstCidrs        = "dst_cidrs"
 	fastpathMapFlows           = "flows"
 	fastpathMapFlowsNew        = "flows_new"
+	fastpathMapFrags           = "frags"
 	fastpathMapRules           = "rules"
+	fastpathMapScratch         = "scratch"
 	fastpathMapSrcCidrs        = "src_cidrs"
 	fastpathProgFastpath       = "fastpath"
+	fastpathProgFastpathL3     = "fastpath_l3"
+	fastpathVarUnusedAction    = "unused_action"
+	fastpathVarUnusedAlgo      = "unused_algo"
+	fastpathVarUnusedCounter   = "unused_counter"
 	fastpathVarUnusedFlowKey   = "unused_flow_key"
 	fastpathVarUnusedFlowState = "unused_flow_state"
+	fastpathVarUnusedKeyMode   = "unused_key_mode"
+	fastpathVarUnusedLockState = "unused_lock_state"
+	fastpathVarUnusedLpmFlag   = "unused_lpm_flag"
+	fastpathVarUnusedOver      = "unused_over"
 )
 
 // loadFastpath returns the embedded CollectionSpec for fastpath.
@@ -159,7 +275,8 @@ type fastpathSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathProgramSpecs struct {
-	Fastpath *ebpf.ProgramSpec `ebpf:"fastpath"`
+	Fastpath   *ebpf.ProgramSpec `ebpf:"fastpath"`
+	FastpathL3 *ebpf.ProgramSpec `ebpf:"fastpath_l3"`
 }
 
 // fastpathMapSpecs contains maps before they are loaded into the kernel.
@@ -171,7 +288,9 @@ type fastpathMapSpecs struct {
 	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
 	Flows    *ebpf.MapSpec `ebpf:"flows"`
 	FlowsNew *ebpf.MapSpec `ebpf:"flows_new"`
+	Frags    *ebpf.MapSpec `ebpf:"frags"`
 	Rules    *ebpf.MapSpec `ebpf:"rules"`
+	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
 	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
 
@@ -179,8 +298,15 @@ type fastpathMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathVariableSpecs struct {
+	UnusedAction    *ebpf.VariableSpec `ebpf:"unused_action"`
+	UnusedAlgo      *ebpf.VariableSpec `ebpf:"unused_algo"`
+	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedFlowKey   *ebpf.VariableSpec `ebpf:"unused_flow_key"`
 	UnusedFlowState *ebpf.VariableSpec `ebpf:"unused_flow_state"`
+	UnusedKeyMode   *ebpf.VariableSpec `ebpf:"unused_key_mode"`
+	UnusedLockState *ebpf.VariableSpec `ebpf:"unused_lock_state"`
+	UnusedLpmFlag   *ebpf.VariableSpec `ebpf:"unused_lpm_flag"`
+	UnusedOver      *ebpf.VariableSpec `ebpf:"unused_over"`
 }
 
 // fastpathObjects contains all objects after they have been loaded into the kernel.
@@ -208,7 +334,9 @@ type fastpathMaps struct {
 	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
 	Flows    *ebpf.Map `ebpf:"flows"`
 	FlowsNew *ebpf.Map `ebpf:"flows_new"`
+	Frags    *ebpf.Map `ebpf:"frags"`
 	Rules    *ebpf.Map `ebpf:"rules"`
+	Scratch  *ebpf.Map `ebpf:"scratch"`
 	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
 }
 
@@ -219,7 +347,9 @@ func (m *fastpathMaps) Close() error {
 		m.DstCidrs,
 		m.Flows,
 		m.FlowsNew,
+		m.Frags,
 		m.Rules,
+		m.Scratch,
 		m.SrcCidrs,
 	)
 }
@@ -228,20 +358,29 @@ func (m *fastpathMaps) Close() error {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathVariables struct {
+	UnusedAction    *ebpf.Variable `ebpf:"unused_action"`
+	UnusedAlgo      *ebpf.Variable `ebpf:"unused_algo"`
+	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedFlowKey   *ebpf.Variable `ebpf:"unused_flow_key"`
 	UnusedFlowState *ebpf.Variable `ebpf:"unused_flow_state"`
+	UnusedKeyMode   *ebpf.Variable `ebpf:"unused_key_mode"`
+	UnusedLockState *ebpf.Variable `ebpf:"unused_lock_state"`
+	UnusedLpmFlag   *ebpf.Variable `ebpf:"unused_lpm_flag"`
+	UnusedOver      *ebpf.Variable `ebpf:"unused_over"`
 }
 
 // fastpathPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathPrograms struct {
-	Fastpath *ebpf.Program `ebpf:"fastpath"`
+	Fastpath   *ebpf.Program `ebpf:"fastpath"`
+	FastpathL3 *ebpf.Program `ebpf:"fastpath_l3"`
 }
 
 func (p *fastpathPrograms) Close() error {
 	return _FastpathClose(
 		p.Fastpath,
+		p.FastpathL3,
 	)
 }
 

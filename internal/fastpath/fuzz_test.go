@@ -86,7 +86,8 @@ func FuzzAgreement(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	var mu sync.Mutex // the engine and the time are shared by the workers
+	fm := newFragMirror() // the first fragments the program has seen
+	var mu sync.Mutex     // the engine, the mirror and the time are shared by the workers
 	now := int64(1_700_000_000_000_000_000)
 	f.Fuzz(func(t *testing.T, ip []byte, step, mark uint32) {
 		if len(ip) < 20 || ip[0]>>4 == 6 && len(ip) < 40 || len(ip) > 3000 {
@@ -103,7 +104,7 @@ func FuzzAgreement(f *testing.F) {
 		copy(b[14:], ip)
 		now += int64(step)
 		fr := []frame{{b: b, ip: b[14:], mark: mark &^ s.PuntMark}}
-		if res := compare(t, p, &s, eng, fr, []int64{now}); res.agree != 1 {
+		if res := compare(t, p, &s, eng, fr, []int64{now}, fm); res.agree != 1 {
 			t.Fatalf("disagreement: %v", res)
 		}
 	})

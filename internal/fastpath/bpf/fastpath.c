@@ -5,7 +5,7 @@
 // the NFQUEUE divert rule (see ../doc.go). This file is the entry point; the
 // headers hold its parts by job (as cilium's bpf/lib): common.h (limits,
 // enums, the structs Go shares), maps.h, decode.h, match.h, limiter.h,
-// flowkey.h, flowstate.h.
+// flowkey.h, flowstate.h, frag.h.
 
 #include "common.h"
 #include "maps.h"
@@ -14,16 +14,18 @@
 #include "limiter.h"
 #include "flowkey.h"
 #include "flowstate.h"
+#include "frag.h"
 
-SEC("tc")
-int fastpath(struct __sk_buff *skb)
+// fastpath_run decides the packet whose IP header is at l3 (a constant of
+// each entry point below).
+static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 {
 	__u32 zero = 0;
 	struct cfg *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg)
 		return TC_ACT_OK;
 	struct pkt p = {};
-	int d = decode(skb, &p);
+	int d = decode(skb, &p, l3);
 	if (d < 0)
 		return TC_ACT_OK;
 	if (d == 0) {
@@ -31,7 +33,16 @@ int fastpath(struct __sk_buff *skb)
 		count2(MAX_RULES, C_PACKETS, C_PUNTED);
 		return TC_ACT_OK;
 	}
-	struct match_ctx mc = {.p = &p, .cand = match_candidates(cfg, &p), .mark = skb->mark, .ifindex = skb->ingress_ifindex};
+	// Fragments are decided as their first fragment (frag.h).
+	struct frag_val *fv = 0;
+	int need = p.gso ? NEED_CAP : NEED_ALL;
+	__u32 mark = skb->mark, ifindex = skb->ingress_ifindex;
+	if (p.frag | p.first) {
+		int v = frag_resolve(skb, cfg->punt_mark, &p, &fv, &need, &mark, &ifindex);
+		if (v >= 0)
+			return v;
+	}
+	struct match_ctx mc = {.p = &p, .cand = match_candidates(cfg, &p), .mark = mark, .ifindex = ifindex};
 	__s32 found = match_first(&mc, cfg->nrules);
 	struct rule_entry *r = 0;
 	__u32 ri = 0;
@@ -60,11 +71,15 @@ int fastpath(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	}
 	// ACT_LIMIT: the flow key, as flows.KeyConfig.KeyTo.
-	struct flow_key key = {};
-	flow_key_of(r, &p, &key);
+	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return TC_ACT_OK;
+	struct flow_key *key = &sc->key;
+	__builtin_memset(key, 0, sizeof(*key));
+	flow_key_of(r, &p, key);
 	__s64 now = cfg->now ? (__s64)cfg->now : (__s64)bpf_ktime_get_boot_ns() + cfg->offset;
-	__s64 cost = r->bytes ? p.length : 1;
-	int ok = flow_decide(r, ri, &key, now, cost, cs);
+	__s64 cost = r->bytes ? p.length : p.segs;
+	int ok = flow_verdict(ri, key, now, cost, need);
 	if (ok < 0) {
 		// No flow map, no room, or the state's lock not had: user
 		// space decides.
@@ -72,6 +87,8 @@ int fastpath(struct __sk_buff *skb)
 		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
 	}
+	if (fv)
+		fv->ok = ok;
 	if (ok) {
 		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;
@@ -89,6 +106,22 @@ int fastpath(struct __sk_buff *skb)
 	}
 	cs->c[C_DROPPED]++;
 	return TC_ACT_SHOT;
+}
+
+// The entry points, one per link type (Program.ProgFor picks one): an
+// Ethernet link's frames start with the Ethernet header, an L3 device's
+// (tun, WireGuard, ipip, gre, sit) with the IP header; skb->protocol gives
+// the family on both.
+SEC("tc")
+int fastpath(struct __sk_buff *skb)
+{
+	return fastpath_run(skb, ETH_HLEN);
+}
+
+SEC("tc")
+int fastpath_l3(struct __sk_buff *skb)
+{
+	return fastpath_run(skb, 0);
 }
 
 char __license[] SEC("license") = "Dual MIT/GPL";

@@ -36,10 +36,13 @@ static __always_inline __s64 floor_div(__s64 a, __s64 b)
 	return -(__s64)(((__u64)(-a) + (__u64)b - 1) / (__u64)b);
 }
 
-// allow is shaper.Limiter.Allow for the token bucket, the fixed window and
-// the sliding-window counter.
-static __always_inline int allow(struct rule_entry *r, struct flow_state *s, __s64 now, __s64 cost)
+// allow is shaper.Limiter.AllowNeed (Allow when need is NEED_ALL) for the
+// token bucket, the fixed window and the sliding-window counter: accepted
+// iff the state holds need (see common.h's NEED_*), then charged cost.
+static __always_inline int allow(struct rule_entry *r, struct flow_state *s, __s64 now, __s64 cost, int need)
 {
+	if (need == NEED_OVER)
+		return 0;
 	if (now < s->last)
 		now = s->last;
 	if (r->algo == ALGO_TB) {
@@ -65,10 +68,14 @@ static __always_inline int allow(struct rule_entry *r, struct flow_state *s, __s
 				s->cur = lo;
 			}
 		}
-		__s64 need = cost * (__s64)NANO;
-		if (s->tokens < need)
+		__s64 c = cost * (__s64)NANO, h = c;
+		if (need == NEED_CAP && h > (__s64)r->burst)
+			h = r->burst;
+		if (need != NEED_NONE && s->tokens < h)
 			return 0;
-		s->tokens -= need;
+		s->tokens -= c;
+		if (s->tokens < -DEBT_MAX)
+			s->tokens = -DEBT_MAX;
 		return 1;
 	}
 	s->last = now;
@@ -78,9 +85,12 @@ static __always_inline int allow(struct rule_entry *r, struct flow_state *s, __s
 			s->win = w;
 			s->cur = 0;
 		}
-		if ((__s64)s->cur + cost > r->limit)
+		__s64 h = need == NEED_CAP && cost > r->limit ? r->limit : cost;
+		if (need != NEED_NONE && (__s64)s->cur + h > r->limit)
 			return 0;
 		s->cur += cost;
+		if ((__s64)s->cur > DEBT_MAX)
+			s->cur = DEBT_MAX;
 		return 1;
 	}
 	// ALGO_SWC
@@ -92,10 +102,11 @@ static __always_inline int allow(struct rule_entry *r, struct flow_state *s, __s
 		s->win = w;
 		s->cur = 0;
 	}
-	__s64 room = r->limit - (__s64)s->cur - cost;
-	if (room < 0)
+	__s64 h = need == NEED_CAP && cost > r->limit ? r->limit : cost;
+	__s64 room = r->limit - (__s64)s->cur - h;
+	if (need != NEED_NONE && room < 0)
 		return 0;
-	if (s->prev > 0) {
+	if (need != NEED_NONE && s->prev > 0) {
 		__s64 left = r->window - (now - (__s64)s->win * r->window);
 		__u64 ph, pl, rh, rl;
 		mul64((__u64)s->prev, (__u64)left, &ph, &pl);
@@ -104,6 +115,8 @@ static __always_inline int allow(struct rule_entry *r, struct flow_state *s, __s
 			return 0;
 	}
 	s->cur += cost;
+	if ((__s64)s->cur > DEBT_MAX)
+		s->cur = DEBT_MAX;
 	return 1;
 }
 
