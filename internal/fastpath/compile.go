@@ -65,7 +65,9 @@ type Entry struct {
 	HasMark    bool
 	Mark, Mask uint32
 
-	// The limiter (Action Limit), as shaper.Limiter holds it.
+	// The limiter (Action Limit), as shaper.Limiter holds it; Limiter
+	// reads the kernel's states (Left, Capacity).
+	Limiter                 *shaper.Limiter
 	Algo                    shaper.Algorithm
 	BurstN                  int64
 	RateInt, RateHi, RateLo uint64
@@ -198,7 +200,7 @@ func limitEntry(e *Entry, r shaper.Rule) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	e.Action, e.Algo, e.Bytes, e.Key = Limit, lc.Algorithm, c.Bytes, c.Key
+	e.Action, e.Limiter, e.Algo, e.Bytes, e.Key = Limit, l, lc.Algorithm, c.Bytes, c.Key
 	e.BurstN, e.RateInt, e.RateHi, e.RateLo = l.Fixed()
 	if lc.Algorithm != shaper.TokenBucket {
 		e.Window, e.Limit = lc.Window, l.Limit()

@@ -13,6 +13,23 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type fastpathAction uint32
+
+const (
+	fastpathActionACT_ACCEPT fastpathAction = 0
+	fastpathActionACT_DROP   fastpathAction = 1
+	fastpathActionACT_LIMIT  fastpathAction = 2
+	fastpathActionACT_PUNT   fastpathAction = 3
+)
+
+type fastpathAlgo uint32
+
+const (
+	fastpathAlgoALGO_TB  fastpathAlgo = 0
+	fastpathAlgoALGO_FW  fastpathAlgo = 1
+	fastpathAlgoALGO_SWC fastpathAlgo = 3
+)
+
 type fastpathCfg struct {
 	_        structs.HostLayout
 	SrcFree  uint64
@@ -24,6 +41,19 @@ type fastpathCfg struct {
 	Lpm      uint32
 	Pad      uint32
 }
+
+type fastpathCounter uint32
+
+const (
+	fastpathCounterC_PACKETS  fastpathCounter = 0
+	fastpathCounterC_ACCEPTED fastpathCounter = 1
+	fastpathCounterC_DROPPED  fastpathCounter = 2
+	fastpathCounterC_SHADOW   fastpathCounter = 3
+	fastpathCounterC_MARKED   fastpathCounter = 4
+	fastpathCounterC_PUNTED   fastpathCounter = 5
+	fastpathCounterC_INSERTS  fastpathCounter = 6
+	fastpathCounterC_N        fastpathCounter = 7
+)
 
 type fastpathFlowKey struct {
 	_      structs.HostLayout
@@ -85,12 +115,46 @@ type fastpathFragVal struct {
 	Pending int64
 }
 
+type fastpathKeyMode uint32
+
+const (
+	fastpathKeyModeMODE_5TUPLE fastpathKeyMode = 0
+	fastpathKeyModeMODE_SRC    fastpathKeyMode = 1
+	fastpathKeyModeMODE_DST    fastpathKeyMode = 2
+	fastpathKeyModeMODE_SRCDST fastpathKeyMode = 3
+)
+
+type fastpathLockState uint32
+
+const (
+	fastpathLockStateLOCK_FREE  fastpathLockState = 0
+	fastpathLockStateLOCK_HELD  fastpathLockState = 1
+	fastpathLockStateLOCK_MOVED fastpathLockState = 2
+)
+
+type fastpathLpmFlag uint32
+
+const (
+	fastpathLpmFlagLPM_SRC4 fastpathLpmFlag = 1
+	fastpathLpmFlagLPM_SRC6 fastpathLpmFlag = 2
+	fastpathLpmFlagLPM_DST4 fastpathLpmFlag = 4
+	fastpathLpmFlagLPM_DST6 fastpathLpmFlag = 8
+)
+
 type fastpathLpmKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
 	Data      [17]uint8
 	_         [3]byte
 }
+
+type fastpathOver uint32
+
+const (
+	fastpathOverOVER_DROP   fastpathOver = 0
+	fastpathOverOVER_SHADOW fastpathOver = 1
+	fastpathOverOVER_MARK   fastpathOver = 2
+)
 
 type fastpathRuleCounters struct {
 	_ structs.HostLayout
@@ -137,6 +201,13 @@ type fastpathRuleEntry struct {
 	Id        uint32
 }
 
+type fastpathScratch struct {
+	_   structs.HostLayout
+	Key fastpathFlowKey
+	_   [4]byte
+	Nf  fastpathFlowState
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -149,11 +220,19 @@ const (
 	fastpathMapFragScratch     = "frag_scratch"
 	fastpathMapFrags           = "frags"
 	fastpathMapRules           = "rules"
+	fastpathMapScratch         = "scratch"
 	fastpathMapSrcCidrs        = "src_cidrs"
 	fastpathProgFastpath       = "fastpath"
 	fastpathProgFastpathL3     = "fastpath_l3"
+	fastpathVarUnusedAction    = "unused_action"
+	fastpathVarUnusedAlgo      = "unused_algo"
+	fastpathVarUnusedCounter   = "unused_counter"
 	fastpathVarUnusedFlowKey   = "unused_flow_key"
 	fastpathVarUnusedFlowState = "unused_flow_state"
+	fastpathVarUnusedKeyMode   = "unused_key_mode"
+	fastpathVarUnusedLockState = "unused_lock_state"
+	fastpathVarUnusedLpmFlag   = "unused_lpm_flag"
+	fastpathVarUnusedOver      = "unused_over"
 )
 
 // loadFastpath returns the embedded CollectionSpec for fastpath.
@@ -214,6 +293,7 @@ type fastpathMapSpecs struct {
 	FragScratch *ebpf.MapSpec `ebpf:"frag_scratch"`
 	Frags       *ebpf.MapSpec `ebpf:"frags"`
 	Rules       *ebpf.MapSpec `ebpf:"rules"`
+	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
 	SrcCidrs    *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
 
@@ -221,8 +301,15 @@ type fastpathMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathVariableSpecs struct {
+	UnusedAction    *ebpf.VariableSpec `ebpf:"unused_action"`
+	UnusedAlgo      *ebpf.VariableSpec `ebpf:"unused_algo"`
+	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedFlowKey   *ebpf.VariableSpec `ebpf:"unused_flow_key"`
 	UnusedFlowState *ebpf.VariableSpec `ebpf:"unused_flow_state"`
+	UnusedKeyMode   *ebpf.VariableSpec `ebpf:"unused_key_mode"`
+	UnusedLockState *ebpf.VariableSpec `ebpf:"unused_lock_state"`
+	UnusedLpmFlag   *ebpf.VariableSpec `ebpf:"unused_lpm_flag"`
+	UnusedOver      *ebpf.VariableSpec `ebpf:"unused_over"`
 }
 
 // fastpathObjects contains all objects after they have been loaded into the kernel.
@@ -253,6 +340,7 @@ type fastpathMaps struct {
 	FragScratch *ebpf.Map `ebpf:"frag_scratch"`
 	Frags       *ebpf.Map `ebpf:"frags"`
 	Rules       *ebpf.Map `ebpf:"rules"`
+	Scratch     *ebpf.Map `ebpf:"scratch"`
 	SrcCidrs    *ebpf.Map `ebpf:"src_cidrs"`
 }
 
@@ -266,6 +354,7 @@ func (m *fastpathMaps) Close() error {
 		m.FragScratch,
 		m.Frags,
 		m.Rules,
+		m.Scratch,
 		m.SrcCidrs,
 	)
 }
@@ -274,8 +363,15 @@ func (m *fastpathMaps) Close() error {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathVariables struct {
+	UnusedAction    *ebpf.Variable `ebpf:"unused_action"`
+	UnusedAlgo      *ebpf.Variable `ebpf:"unused_algo"`
+	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedFlowKey   *ebpf.Variable `ebpf:"unused_flow_key"`
 	UnusedFlowState *ebpf.Variable `ebpf:"unused_flow_state"`
+	UnusedKeyMode   *ebpf.Variable `ebpf:"unused_key_mode"`
+	UnusedLockState *ebpf.Variable `ebpf:"unused_lock_state"`
+	UnusedLpmFlag   *ebpf.Variable `ebpf:"unused_lpm_flag"`
+	UnusedOver      *ebpf.Variable `ebpf:"unused_over"`
 }
 
 // fastpathPrograms contains all programs after they have been loaded into the kernel.

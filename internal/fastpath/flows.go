@@ -5,8 +5,6 @@ package fastpath
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/bits"
 
 	"github.com/cilium/ebpf"
 
@@ -103,16 +101,17 @@ func (t *FlowTable) Flows(now int64, max int, fn func(*Flow) error) (int, error)
 	f.Rule = t.rule
 	listed := 0
 	each := func(k *fastpathFlowKey, s *fastpathFlowState) error {
-		if s.Lock == lockMoved {
+		if s.Lock == uint64(fastpathLockStateLOCK_MOVED) {
 			return nil // a marker: the flow is in t.m
 		}
-		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: flows.Mode(k.Mode)}
+		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: modeOf(k.Mode)}
 		f.Last = s.Seen
 		f.Expired = e.Timeout > 0 && now-s.Seen > e.Timeout
 		if f.Expired {
-			f.Left = capacity(e)
+			f.Left = e.Limiter.Capacity()
 		} else {
-			f.Left = left(e, s, now)
+			st := shaper.StateOf(s.Last, s.Tokens, int64(s.Win), int64(s.Cur), s.Prev)
+			f.Left = e.Limiter.Left(&st, now)
 		}
 		listed++
 		return fn(&f)
@@ -138,17 +137,13 @@ func (t *FlowTable) Count() (int, error) {
 	}
 	m := 0
 	_, err = readFlows(t.small, 0, func(_ *fastpathFlowKey, s *fastpathFlowState) error {
-		if s.Lock != lockMoved {
+		if s.Lock != uint64(fastpathLockStateLOCK_MOVED) {
 			m++
 		}
 		return nil
 	})
 	return n + m, err
 }
-
-// lockMoved is flow_state.lock's LOCK_MOVED (bpf/flowstate.h): in a map
-// of new flows, a marker left by a flow that moved to the map of flows.
-const lockMoved = 2
 
 // Entry is the rule the map is of.
 func (t *FlowTable) Entry() *Entry { return &t.e }
@@ -185,68 +180,4 @@ func readFlows(m *ebpf.Map, max int, fn func(*fastpathFlowKey, *fastpathFlowStat
 			return total, nil
 		}
 	}
-}
-
-// capacity is what a fresh flow of e may send (shaper.Limiter.Capacity).
-func capacity(e *Entry) float64 {
-	if e.Algo == shaper.TokenBucket {
-		return float64(e.BurstN) / nano
-	}
-	return float64(e.Limit)
-}
-
-const nano = 1e9
-
-// left is shaper.Limiter.Left of the kernel's state s at now, for the
-// three algorithms the kernel runs (the token bucket's refill to within a
-// nano-unit: for display).
-func left(e *Entry, s *fastpathFlowState, now int64) float64 {
-	if now < s.Last {
-		now = s.Last
-	}
-	switch e.Algo {
-	case shaper.TokenBucket:
-		el := uint64(now - s.Last)
-		hi, lo := bits.Mul64(el, e.RateInt)
-		fh, _ := bits.Mul64(el, e.RateHi)
-		add, c := bits.Add64(lo, fh, 0)
-		if hi != 0 || c != 0 || add >= uint64(e.BurstN-s.Tokens) {
-			return float64(e.BurstN) / nano
-		}
-		return float64(s.Tokens+int64(add)) / nano
-	case shaper.FixedWindow:
-		if floorDiv(now, e.Window) != int64(s.Win) {
-			return float64(e.Limit)
-		}
-		return float64(e.Limit - int64(s.Cur))
-	case shaper.SlidingWindowCounter:
-		prev, cur := s.Prev, int64(s.Cur)
-		w := floorDiv(now, e.Window)
-		if w != int64(s.Win) {
-			if w == int64(s.Win)+1 {
-				prev = cur
-			} else {
-				prev = 0
-			}
-			cur = 0
-		}
-		est := float64(cur)
-		if prev > 0 {
-			l := e.Window - (now - w*e.Window)
-			est += float64(prev) * float64(l) / float64(e.Window)
-		}
-		return math.Max(0, float64(e.Limit)-est)
-	}
-	return 0
-}
-
-func floorDiv(a, b int64) int64 {
-	if b <= 0 {
-		return 0
-	}
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -94,14 +95,6 @@ type Counters struct {
 	Inserts uint64
 }
 
-// cfg.lpm's bits (bpf/common.h LPM_*).
-const (
-	lpmSrc4 = 1 << iota
-	lpmSrc6
-	lpmDst4
-	lpmDst6
-)
-
 // RuleCounters returns rule i's counters; i = MaxRules gives the program's
 // own (Packets, every IP packet; Punted, those it punted before matching;
 // Accepted, the packets no rule matched).
@@ -130,13 +123,13 @@ func (p *Program) counters(i int) (Counters, error) {
 	}
 	var c Counters
 	for _, x := range per {
-		c.Packets += x.C[0]
-		c.Accepted += x.C[1]
-		c.Dropped += x.C[2]
-		c.Shadow += x.C[3]
-		c.Marked += x.C[4]
-		c.Punted += x.C[5]
-		c.Inserts += x.C[6]
+		c.Packets += x.C[fastpathCounterC_PACKETS]
+		c.Accepted += x.C[fastpathCounterC_ACCEPTED]
+		c.Dropped += x.C[fastpathCounterC_DROPPED]
+		c.Shadow += x.C[fastpathCounterC_SHADOW]
+		c.Marked += x.C[fastpathCounterC_MARKED]
+		c.Punted += x.C[fastpathCounterC_PUNTED]
+		c.Inserts += x.C[fastpathCounterC_INSERTS]
 	}
 	return c, nil
 }
@@ -184,8 +177,8 @@ func (p *Program) fill(s Spec, old *Program) error {
 		get        func(*Entry) []netip.Prefix
 		has4, has6 uint32
 	}{
-		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }, lpmSrc4, lpmSrc6},
-		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }, lpmDst4, lpmDst6},
+		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }, uint32(fastpathLpmFlagLPM_SRC4), uint32(fastpathLpmFlagLPM_SRC6)},
+		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }, uint32(fastpathLpmFlagLPM_DST4), uint32(fastpathLpmFlagLPM_DST6)},
 	} {
 		for pfx, bits := range addrClasses(s.Entries, d.get) {
 			if pfx.Addr().Is4() {
@@ -336,21 +329,49 @@ func lpmKey(p netip.Prefix) fastpathLpmKey {
 	return k
 }
 
+// The program's numbers (bpf/common.h's enums, from the object's BTF) of
+// the Go side's actions, algorithms, key modes and over-limit actions.
+var (
+	actions = map[Action]fastpathAction{Accept: fastpathActionACT_ACCEPT, Drop: fastpathActionACT_DROP, Limit: fastpathActionACT_LIMIT, Punt: fastpathActionACT_PUNT}
+	algos   = map[shaper.Algorithm]fastpathAlgo{shaper.TokenBucket: fastpathAlgoALGO_TB, shaper.FixedWindow: fastpathAlgoALGO_FW, shaper.SlidingWindowCounter: fastpathAlgoALGO_SWC}
+	modes   = map[flows.Mode]fastpathKeyMode{flows.FiveTuple: fastpathKeyModeMODE_5TUPLE, flows.Src: fastpathKeyModeMODE_SRC, flows.Dst: fastpathKeyModeMODE_DST, flows.SrcDst: fastpathKeyModeMODE_SRCDST}
+	overs   = map[Over]fastpathOver{OverDrop: fastpathOverOVER_DROP, OverShadow: fastpathOverOVER_SHADOW, OverMark: fastpathOverOVER_MARK}
+)
+
+// num is the program's number of k (0xff, which the program takes for no
+// value of it, if it has none: Compile sends it none such).
+func num[K comparable, V ~uint32](m map[K]V, k K) uint8 {
+	if v, ok := m[k]; ok {
+		return uint8(v)
+	}
+	return 0xff
+}
+
+// modeOf is the key mode of the program's number m.
+func modeOf(m uint8) flows.Mode {
+	for k, v := range modes {
+		if uint8(v) == m {
+			return k
+		}
+	}
+	return flows.Mode(0xff)
+}
+
 func ruleEntry(e *Entry, id uint32) fastpathRuleEntry {
 	r := fastpathRuleEntry{
 		Burst: uint64(e.BurstN), RateInt: e.RateInt, RateHi: e.RateHi, RateLo: e.RateLo,
 		Window: e.Window, Limit: e.Limit, Timeout: e.Timeout,
 		Mark: e.Mark, MarkMask: e.Mask, SetMark: e.SetMark, SetMask: e.SetMask,
-		Family: e.Family, Action: uint8(e.Action), Algo: uint8(e.Algo), Mode: uint8(e.Key.Mode),
-		Over: uint8(e.Over), Id: id,
+		Family: e.Family, Action: num(actions, e.Action), Algo: num(algos, e.Algo), Mode: num(modes, e.Key.Mode),
+		Over: num(overs, e.Over), Id: id,
 	}
 	switch e.Orig {
 	case shaper.ActionAccept:
-		r.Orig = uint8(Accept)
+		r.Orig = uint8(fastpathActionACT_ACCEPT)
 	case shaper.ActionDrop:
-		r.Orig = uint8(Drop)
+		r.Orig = uint8(fastpathActionACT_DROP)
 	default:
-		r.Orig = uint8(Limit)
+		r.Orig = uint8(fastpathActionACT_LIMIT)
 	}
 	if e.Never {
 		r.Family = 0xff

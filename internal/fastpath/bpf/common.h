@@ -18,13 +18,13 @@
 
 // Actions of a rule entry. PUNT: the rule runs in user space; its packets
 // are marked and passed on.
-enum { ACT_ACCEPT = 0, ACT_DROP = 1, ACT_LIMIT = 2, ACT_PUNT = 3 };
+enum action { ACT_ACCEPT = 0, ACT_DROP = 1, ACT_LIMIT = 2, ACT_PUNT = 3 };
 // shaper.Algorithm's numbers.
-enum { ALGO_TB = 0, ALGO_FW = 1, ALGO_SWC = 3 };
+enum algo { ALGO_TB = 0, ALGO_FW = 1, ALGO_SWC = 3 };
 // flows.Mode's numbers.
-enum { MODE_5TUPLE = 0, MODE_SRC = 1, MODE_DST = 2, MODE_SRCDST = 3 };
+enum key_mode { MODE_5TUPLE = 0, MODE_SRC = 1, MODE_DST = 2, MODE_SRCDST = 3 };
 // What happens over the limit.
-enum { OVER_DROP = 0, OVER_SHADOW = 1, OVER_MARK = 2 };
+enum over { OVER_DROP = 0, OVER_SHADOW = 1, OVER_MARK = 2 };
 
 // What a flow's limiter must hold to accept a packet (allow's need), as
 // shaper.Need: NEED_ALL its cost (every plain packet); NEED_CAP its cost, or
@@ -46,7 +46,7 @@ enum { NEED_ALL = 0, NEED_CAP = 1, NEED_NONE = 2, NEED_OVER = 3 };
 // adds the rules' C_PACKETS for every packet's count).
 // C_INSERTS: flows a limit rule put in its map (an LRU map reports no
 // evictions: inserts less the flows present is an upper bound of them).
-enum { C_PACKETS, C_ACCEPTED, C_DROPPED, C_SHADOW, C_MARKED, C_PUNTED, C_INSERTS, C_N };
+enum counter { C_PACKETS, C_ACCEPTED, C_DROPPED, C_SHADOW, C_MARKED, C_PUNTED, C_INSERTS, C_N };
 
 struct rule_entry {
 	__u64 proto[4];        // protocols matched, a bit each (all ones: any)
@@ -87,7 +87,7 @@ struct cfg {
 // cfg.lpm: the address tries worth a lookup for a packet of a family (a
 // trie with no prefix of the family gives every packet the rules free of
 // that constraint, which the program then takes without the lookup).
-enum { LPM_SRC4 = 1, LPM_SRC6 = 2, LPM_DST4 = 4, LPM_DST6 = 8 };
+enum lpm_flag { LPM_SRC4 = 1, LPM_SRC6 = 2, LPM_DST4 = 4, LPM_DST6 = 8 };
 
 struct lpm_key {
 	__u32 prefixlen; // 8 + address bits
@@ -113,5 +113,14 @@ struct flow_state {
 struct rule_counters {
 	__u64 c[C_N];
 };
+
+// The enums in BTF, for bpf2go's Go constants (the Go side reads the
+// numbers from there, never writes them again).
+const enum action *unused_action __attribute__((unused));
+const enum algo *unused_algo __attribute__((unused));
+const enum key_mode *unused_key_mode __attribute__((unused));
+const enum over *unused_over __attribute__((unused));
+const enum counter *unused_counter __attribute__((unused));
+const enum lpm_flag *unused_lpm_flag __attribute__((unused));
 
 #endif

@@ -69,11 +69,15 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 		return TC_ACT_OK;
 	}
 	// ACT_LIMIT: the flow key, as flows.KeyConfig.KeyTo.
-	struct flow_key key = {};
-	flow_key_of(r, &p, &key);
+	struct scratch *sc = bpf_map_lookup_elem(&scratch, &zero);
+	if (!sc)
+		return TC_ACT_OK;
+	struct flow_key *key = &sc->key;
+	__builtin_memset(key, 0, sizeof(*key));
+	flow_key_of(r, &p, key);
 	__s64 now = cfg->now ? (__s64)cfg->now : (__s64)bpf_ktime_get_boot_ns() + cfg->offset;
 	__s64 cost = r->bytes ? p.length : p.segs;
-	int ok = flow_decide(r, ri, &key, now, cost, fio.need, cs);
+	int ok = flow_verdict(ri, key, now, cost, fio.need);
 	if (ok < 0) {
 		// No flow map, no room, or the state's lock not had: user
 		// space decides.

@@ -20,9 +20,11 @@
 
 // A state's lock word: free, held, or moved (a state of flows_new that
 // went to flows: look there).
-enum { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_MOVED = 2 };
+enum lock_state { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_MOVED = 2 };
 
 // state_trylock: 1 taken, 0 held by another CPU, -2 moved.
+const enum lock_state *unused_lock_state __attribute__((unused));
+
 static __always_inline int state_trylock(struct flow_state *f)
 {
 	__u64 v = __sync_val_compare_and_swap(&f->lock, LOCK_FREE, LOCK_HELD);
@@ -47,14 +49,15 @@ static long state_spin(__u32 i, void *data)
 
 // state_lock takes f's lock: 1; 0 when LOCK_SPINS tries failed; -2 when
 // the state moved.
-static __always_inline int state_lock(struct flow_state *f)
+static __always_inline int state_lock(struct flow_state *f, struct spin_ctx *c)
 {
 	int got = state_trylock(f);
 	if (got)
 		return got;
-	struct spin_ctx c = {.f = f};
-	bpf_loop(LOCK_SPINS, state_spin, &c, 0);
-	return c.got;
+	c->f = f;
+	c->got = 0;
+	bpf_loop(LOCK_SPINS, state_spin, c, 0);
+	return c->got;
 }
 
 static __always_inline void state_unlock(struct flow_state *f)
@@ -62,9 +65,8 @@ static __always_inline void state_unlock(struct flow_state *f)
 	__sync_lock_test_and_set(&f->lock, 0);
 }
 
-// charge charges cost to the flow's state f at now (its lock held), the
-// state holding need (allow's): 1
-// allowed, 0 over the limit.
+// charge charges cost to the flow's state f at now (its lock held), need
+// as allow's: 1 allowed, 0 over the limit.
 static __always_inline int charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need)
 {
 	if (r->timeout > 0 && now - f->seen > r->timeout)
@@ -76,9 +78,9 @@ static __always_inline int charge(struct rule_entry *r, struct flow_state *f, __
 
 // flow_charge is charge under f's lock; -1 the lock not had (user space
 // decides), -2 the state moved.
-static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need)
+static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need, struct spin_ctx *c)
 {
-	int got = state_lock(f);
+	int got = state_lock(f, c);
 	if (got != 1)
 		return got == -2 ? -2 : -1;
 	int ok = charge(r, f, now, cost, need);
@@ -95,26 +97,57 @@ static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *
 // flows_new while the marker lasts), or new (into flows_new, fresh). A
 // marker whose flow flows has since evicted becomes the flow's fresh state
 // again, as an evicted flow's next packet does.
-static __always_inline int flow_decide(struct rule_entry *r, __u32 ri, struct flow_key *key, __s64 now, __s64 cost, int need, struct rule_counters *cs)
+static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, int need,
+				    struct rule_counters *cs, struct spin_ctx *c);
+
+// flow_verdict is flow_decide for the flow key of rule ri: a global
+// function, so that the verifier checks it once, whatever the states the
+// decoding and the matching lead to (arguments: at most five).
+static __always_inline int flow_verdict(__u32 ri, struct flow_key *key, __s64 now, __s64 cost, int need)
 {
+	if (!key || ri >= MAX_RULES)
+		return -1;
+	struct rule_entry *r = bpf_map_lookup_elem(&rules, &ri);
+	struct rule_counters *cs = bpf_map_lookup_elem(&counters, &ri);
+	if (!r || !cs)
+		return -1;
+	struct spin_ctx sc = {};
 	void *main = bpf_map_lookup_elem(&flows, &ri);
 	if (!main)
 		return -1; // the loader failed to give the rule its maps
 	struct flow_state *f = bpf_map_lookup_elem(main, key);
-	if (f) {
-		int ok = flow_charge(r, f, now, cost, need);
-		return ok == -2 ? -1 : ok;
-	}
-	void *small = bpf_map_lookup_elem(&flows_new, &ri);
-	if (!small)
-		return -1;
-	int fresh = 0;
-	f = bpf_map_lookup_elem(small, key);
 	if (!f) {
-		struct flow_state nf = {};
-		reset(r, &nf, now);
-		nf.seen = now;
-		if (bpf_map_update_elem(small, key, &nf, BPF_NOEXIST) == 0) {
+		void *small = bpf_map_lookup_elem(&flows_new, &ri);
+		if (!small)
+			return -1;
+		int v = flow_new(r, main, small, key, now, cost, need, cs, &sc);
+		if (v != 2)
+			return v;
+		f = bpf_map_lookup_elem(main, key);
+		if (!f)
+			return -1;
+	}
+	int ok = flow_charge(r, f, now, cost, need, &sc);
+	return ok == -2 ? -1 : ok;
+}
+
+// flow_new is flow_decide for a key flows does not hold: its verdict, or 2
+// when the flow is in flows after all (moved meanwhile): charge it there.
+static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, int need,
+				    struct rule_counters *cs, struct spin_ctx *c)
+{
+	__u32 zero = 0;
+	struct scratch *scr = bpf_map_lookup_elem(&scratch, &zero);
+	if (!scr)
+		return -1;
+	struct flow_state *nf = &scr->nf;
+	int fresh = 0;
+	struct flow_state *f = bpf_map_lookup_elem(small, key);
+	if (!f) {
+		__builtin_memset(nf, 0, sizeof(*nf));
+		reset(r, nf, now);
+		nf->seen = now;
+		if (bpf_map_update_elem(small, key, nf, BPF_NOEXIST) == 0) {
 			cs->c[C_INSERTS]++;
 			fresh = 1;
 		}
@@ -122,46 +155,43 @@ static __always_inline int flow_decide(struct rule_entry *r, __u32 ri, struct fl
 		if (!f)
 			return -1; // no room even after the LRU's eviction
 	}
-	int got = state_lock(f);
+	int got = state_lock(f, c);
 	if (got == -2) {
-		struct flow_state *g = bpf_map_lookup_elem(main, key);
-		if (g) {
-			int ok = flow_charge(r, g, now, cost, need);
-			return ok == -2 ? -1 : ok;
-		}
+		if (bpf_map_lookup_elem(main, key))
+			return 2;
 		// Moved, then evicted from flows: the marker becomes the flow's
-		// fresh state (one CPU turns it; the others wait for it).
-		if (__sync_val_compare_and_swap(&f->lock, LOCK_MOVED, LOCK_HELD) == LOCK_MOVED) {
-			reset(r, f, now);
-			f->seen = now;
-			cs->c[C_INSERTS]++;
-			fresh = 1;
-			got = 1;
-		} else {
-			got = state_lock(f);
-		}
+		// fresh state (one CPU turns it; another CPU's packet at that
+		// instant goes to user space).
+		if (__sync_val_compare_and_swap(&f->lock, LOCK_MOVED, LOCK_HELD) != LOCK_MOVED)
+			return -1;
+		reset(r, f, now);
+		f->seen = now;
+		cs->c[C_INSERTS]++;
+		fresh = 1;
+		got = 1;
 	}
 	if (got != 1)
 		return -1;
+	// Charged on a copy: a fresh flow's goes back in place; at a flow's
+	// second packet it goes to flows, the state left here locked until
+	// flows holds it, then saying where it went.
+	*nf = *f;
+	nf->lock = LOCK_FREE;
+	int ok = charge(r, nf, now, cost, need);
 	if (fresh) {
-		int ok = charge(r, f, now, cost, need);
+		f->last = nf->last;
+		f->seen = nf->seen;
+		f->tokens = nf->tokens;
+		f->win = nf->win;
+		f->cur = nf->cur;
+		f->prev = nf->prev;
 		state_unlock(f);
 		return ok;
 	}
-	// The flow's second packet: its state, charged, goes to flows; the
-	// state left here stays locked until flows holds the copy, then says
-	// where it went.
-	struct flow_state nf = *f;
-	nf.lock = LOCK_FREE;
-	int ok = charge(r, &nf, now, cost, need);
-	if (bpf_map_update_elem(main, key, &nf, BPF_NOEXIST) != 0) {
+	if (bpf_map_update_elem(main, key, nf, BPF_NOEXIST) != 0) {
 		// Already there (or no room): charge flows' own, if any.
 		state_unlock(f);
-		struct flow_state *g = bpf_map_lookup_elem(main, key);
-		if (!g)
-			return -1;
-		ok = flow_charge(r, g, now, cost, need);
-		return ok == -2 ? -1 : ok;
+		return 2;
 	}
 	__sync_lock_test_and_set(&f->lock, LOCK_MOVED);
 	return ok;

@@ -72,6 +72,20 @@ struct {
 	__array(values, struct inner_flows);
 } flows_new SEC(".maps");
 
+// scratch: a flow key and state per CPU, off the stack (the entry
+// point's and flow_verdict's stacks share 512 bytes).
+struct scratch {
+	struct flow_key key;
+	struct flow_state nf;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct scratch);
+} scratch SEC(".maps");
+
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
