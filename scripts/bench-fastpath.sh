@@ -54,7 +54,10 @@
 # also minus the no-queue case's. After the reps one more
 # fastpath run with kernel.bpf_stats_enabled=1 (restored afterwards) gives
 # the program's own run_time_ns / run_cnt (bpftool prog show); its figures are
-# kept out of the bars (the stats cost time themselves).
+# kept out of the bars (the stats cost time themselves). Last, the
+# program's cost per run by BPF_PROG_TEST_RUN (internal/fastpath's
+# BenchmarkProgram: one packet repeated in the kernel, for a 1-, 10- and
+# 64-rule policy of prefixes, ports and marks), a figure, never a bar.
 #
 # Usage: bench-fastpath.sh OUTDIR   (root; markdown report on stdout,
 #        raw rows in OUTDIR/runs.csv, logs in OUTDIR/logs)
@@ -62,7 +65,7 @@
 #   LIMIT_BURST=50 BIN=OUTDIR/bin (packetshaper and run.sh's binaries; built if
 #   missing) NFQBENCH=../shared/nfqbench/run.sh NS_A NS_B VETH_A VETH_B
 #   (namespace and veth names; default unique nb-psf<id>-a/-b)
-#   BPF_STATS=1 (0: no bpf_stats run)
+#   BPF_STATS=1 (0: no bpf_stats run) PROG_BENCH=1 (0: no BenchmarkProgram)
 set -u -o pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -81,6 +84,7 @@ SIZE=${SIZE:-64}
 LIMIT_RATE=${LIMIT_RATE:-100}
 LIMIT_BURST=${LIMIT_BURST:-50}
 BPF_STATS=${BPF_STATS:-1}
+PROG_BENCH=${PROG_BENCH:-1}
 NFQBENCH=${NFQBENCH:-$ROOT/../shared/nfqbench/run.sh}
 BIN=${BIN:-$OUT/bin}
 ID=$(printf '%04x' $((RANDOM % 65536)))
@@ -294,6 +298,11 @@ if [ "$BPF_STATS" = 1 ]; then
 	measure fastpath_stats 1
 fi
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
+if [ "$PROG_BENCH" = 1 ]; then
+	log "the program's ns per run: go test -bench Program ./internal/fastpath"
+	(cd "$ROOT" && timeout 300 go test -run '^$' -bench 'Program' -benchtime 2000000x ./internal/fastpath) >"$OUT/logs/progbench.txt" 2>&1 ||
+		{ tail -20 "$OUT/logs/progbench.txt" >&2; die "BenchmarkProgram failed (log: $OUT/logs/progbench.txt)"; }
+fi
 
 awk -F, -v hz="$(getconf CLK_TCK)" -v reps="$REPS" -v load0="$LOAD0" -v load1="$LOAD1" '
 NR==1 {next}
@@ -349,6 +358,10 @@ END {
 		M(bns,"fastpath_stats"), M(bcnt,"fastpath_stats"), M(sp,"fastpath_stats")
 	printf "- load average before: %s, after: %s\n", load0, load1
 }' "$OUT/runs.csv"
+if [ "$PROG_BENCH" = 1 ]; then
+	printf "\nThe program alone per run, BPF_PROG_TEST_RUN (go test -run '^\$' -bench Program -benchtime 2000000x ./internal/fastpath; load %s):\n\n" "$(cut -d' ' -f1-3 /proc/loadavg)"
+	awk '/^BenchmarkProgram\// {for (i=1;i<=NF;i++) if ($i=="ns/run") {n=$1; sub(/^BenchmarkProgram\//,"",n); sub(/-[0-9]+$/,"",n); printf "- %s: **%s ns per run**\n", n, $(i-1)}}' "$OUT/logs/progbench.txt"
+fi
 cat <<-EOF
 
 	decided: the limit rule's packets in packetshaper status --json (with --fastpath the kernel program's per-CPU counters; queue packets = what reached the queue, 0 when the program decided everything). expected: per flow min(sent, $LIMIT_BURST + $LIMIT_RATE × secs). CPU µs/pkt: busy jiffies (user+nice+system+irq+softirq) of all $(nproc) cores during the send / packets sent, raw (the others' load included: bg load is all cores' busy share in the 0.25 s before); "minus base" subtracts the no-queue case's figure. The sender is pinned to core 0, where the veth's receive path (tc, netfilter) runs too; packetshaper on core 1.

@@ -378,6 +378,13 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	if rs.bytes {
 		cost = int64(p.Length) // the real length: flows.Packet.DecodeLen
 	}
+	need := NeedAll
+	if m != nil && m.Cost.Set {
+		cost, need = m.Cost.Packets, m.Cost.Need
+		if rs.bytes {
+			cost = m.Cost.Bytes
+		}
+	}
 	var f *flow
 	var ok bool
 	if r.g == nil {
@@ -393,7 +400,11 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 			e.shape(rs, f, p, now, cost, d)
 			return
 		}
-		ok = rs.lim.Allow(&f.state, now, cost)
+		if need == NeedAll {
+			ok = rs.lim.Allow(&f.state, now, cost)
+		} else {
+			ok = rs.lim.AllowNeed(&f.state, now, cost, need)
+		}
 	} else {
 		gf, fresh := rs.gtable.Get(&d.Key, now)
 		f = &gf.flow

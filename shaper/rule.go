@@ -229,6 +229,11 @@ type Meta struct {
 	// holds for limit and drop rules and not for accept rules, as a
 	// hidden port does.
 	CtState CtState
+	// Cost, when Set, is what the packet costs a limit rule instead of
+	// what its decode says (see Need): a GSO/GRO packet's segments, a
+	// fragment's share of its datagram, as the kernel fast path charges
+	// them. Shaping and global rules ignore it.
+	Cost Cost
 }
 
 // CtState is a set of connection tracking states (iptables' --ctstate).

@@ -79,7 +79,11 @@ func (fp *fastPath) checkLinks() {
 			fp.log.Warn("fast path: interface gone: attached again when it comes back", "iface", fl.name)
 			continue
 		}
-		l, err := fastpath.Attach(fp.progAt(fp.prog, idx), idx, fp.mode)
+		prog, err := fp.progAt(fp.prog, idx)
+		var l *fastpath.Link
+		if err == nil {
+			l, err = fastpath.Attach(prog, idx, fp.mode)
+		}
 		if err != nil {
 			fl.ifindex, fl.state = 0, "attach failed: "+oneLine(err.Error())
 			if fl.failedAt != idx {

@@ -106,7 +106,12 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 		fp.index = kernelRules(spec)
 	}
 	for i, name := range fc.Ifaces {
-		l, err := fastpath.Attach(fp.progAt(fp.prog, idx[i]), idx[i], mode)
+		prog, err := fp.progAt(fp.prog, idx[i])
+		if err != nil {
+			fp.close()
+			return nil, fmt.Errorf("--fastpath: %s", oneLine(err.Error()))
+		}
+		l, err := fastpath.Attach(prog, idx[i], mode)
 		if err != nil {
 			fp.close()
 			return nil, fmt.Errorf("--fastpath: %s: %s", name, oneLine(err.Error()))
@@ -125,13 +130,16 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 	return fp, nil
 }
 
-// progAt is the program of p to attach at ifindex (the punt-everything
-// program when p is nil, the fallback): the one place that picks it.
-func (fp *fastPath) progAt(p *fastpath.Program, ifindex int) *ebpf.Program {
+// progAt is the program of p to attach at ifindex: the entry point for
+// the interface's link type (ProgFor: Ethernet or L3 frames; an error for
+// a link type the program cannot decode), or the punt-everything program
+// when p is nil (the fallback, which reads no header). The one place that
+// picks it.
+func (fp *fastPath) progAt(p *fastpath.Program, ifindex int) (*ebpf.Program, error) {
 	if p == nil {
-		return fp.all
+		return fp.all, nil
 	}
-	return p.Prog()
+	return p.ProgFor(ifindex)
 }
 
 // load loads the program of spec (fastpath.Reload) if its maps fit in
@@ -260,13 +268,19 @@ func (fp *fastPath) commit(n *fpNext) error {
 		if fl.l == nil {
 			continue
 		}
-		if err := fl.l.Update(fp.progAt(n.prog, fl.ifindex)); err != nil {
+		prog, err := fp.progAt(n.prog, fl.ifindex)
+		if err == nil {
+			err = fl.l.Update(prog)
+		}
+		if err != nil {
 			if fastpath.Gone(err) {
 				continue
 			}
 			for _, fl := range fp.links[:k] {
 				if fl.l != nil {
-					fl.l.Update(fp.progAt(fp.prog, fl.ifindex))
+					if old, err := fp.progAt(fp.prog, fl.ifindex); err == nil {
+						fl.l.Update(old)
+					}
 				}
 			}
 			n.prog.Close()

@@ -28,11 +28,16 @@ const (
 	tcShot = 2
 )
 
-// frame is an Ethernet frame for one synthetic packet.
+// frame is an Ethernet frame for one synthetic packet (or, l3, a frame of
+// an L3 device: b is ip, see l3Frame).
 type frame struct {
 	b    []byte
 	ip   []byte // b from the IP header on
 	mark uint32
+	// A GSO/GRO packet: skb->gso_size and gso_segs (0: the program
+	// counts the segments from the length).
+	gsoSize, gsoSegs uint32
+	l3               bool
 }
 
 type flowDesc struct {
@@ -126,8 +131,14 @@ func run(t testing.TB, p *Program, fr *frame, now int64) (int, uint32, uint32) {
 	}
 	ctx := make([]byte, skbSize)
 	binary.LittleEndian.PutUint32(ctx[8:], fr.mark)
+	binary.LittleEndian.PutUint32(ctx[164:], fr.gsoSegs) // __sk_buff.gso_segs
+	binary.LittleEndian.PutUint32(ctx[176:], fr.gsoSize) // __sk_buff.gso_size
 	out := make([]byte, skbSize)
-	ret, err := p.Prog().Run(&ebpf.RunOptions{Data: fr.b, Context: ctx, ContextOut: out})
+	prog := p.Prog()
+	if fr.l3 {
+		prog = p.objs.FastpathL3
+	}
+	ret, err := prog.Run(&ebpf.RunOptions{Data: fr.b, Context: ctx, ContextOut: out})
 	if err != nil {
 		t.Fatalf("BPF_PROG_TEST_RUN of a %d-byte frame %x: %v", len(fr.b), fr.b[:min(40, len(fr.b))], err)
 	}
@@ -170,6 +181,7 @@ func traffic(n int, seed uint64) ([]frame, []int64) {
 		if r.IntN(20) == 0 {
 			burst = 10 + r.IntN(60) // over the limit
 		}
+		gso := r.IntN(15) == 0
 		for range burst {
 			size := 40 + r.IntN(1460)
 			if r.IntN(4) == 0 {
@@ -177,6 +189,9 @@ func traffic(n int, seed uint64) ([]frame, []int64) {
 			}
 			b := build(f, size)
 			fr := frame{b: b, ip: b[14:]}
+			if gso {
+				makeGSO(&fr, r)
+			}
 			if r.IntN(10) == 0 {
 				fr.mark = uint32(r.IntN(4))
 			}
@@ -221,40 +236,62 @@ func TestAgreement(t *testing.T) {
 		t.Fatal(err)
 	}
 	frames, times := traffic(20000, 7)
-	res := compare(t, p, &s, eng, frames, times)
+	res := compare(t, p, &s, eng, frames, times, nil)
 	t.Log(res)
 	checkCounters(t, p, &s, eng)
 	if res.agree != res.n {
 		t.Errorf("agreement %.3f%%, want 100%%", res.pct())
+	}
+	// The program's own counters: every packet (all of them IP), those it
+	// punted before matching, those no rule matched.
+	own, err := p.RuleCounters(MaxRules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own.Packets != uint64(res.n) {
+		t.Errorf("the program's own counters: %d packets, want %d", own.Packets, res.n)
 	}
 	if res.drops == 0 || res.punted == 0 {
 		t.Errorf("the traffic exercised too little: %d drops, %d punted", res.drops, res.punted)
 	}
 }
 
-type result struct{ n, agree, kernel, punted, drops int }
+type result struct{ n, agree, kernel, punted, drops, gso, frags int }
 
 func (r result) pct() float64 { return 100 * float64(r.agree) / float64(max(r.n, 1)) }
 
 func (r result) String() string {
-	return fmt.Sprintf("%d packets: %d decided in the kernel (%d dropped), %d handed to user space; agreement %.3f%%", r.n, r.kernel, r.drops, r.punted, r.pct())
+	return fmt.Sprintf("%d packets (%d GSO, %d fragments): %d decided in the kernel (%d dropped), %d handed to user space; agreement %.3f%%", r.n, r.gso, r.frags, r.kernel, r.drops, r.punted, r.pct())
 }
 
 // compare runs frames through the program and the Go engine at the same
 // times and checks every packet: where the kernel decided, the same verdict
 // and mark as the Go engine; where it handed the packet to user space, that
 // the packet is one the program leaves there (malformed, IPv6 with
-// extension headers, a user-space rule's). It reports the first few
-// disagreements.
-func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []frame, times []int64) result {
+// extension headers, a user-space rule's). A GSO packet is given to the
+// engine with the cost of its segments (gsoCost); a fragment as agreeFrag
+// says, fm holding the first fragments seen (nil: a fresh one). It reports
+// the first few disagreements.
+func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []frame, times []int64, fm *fragMirror) result {
 	t.Helper()
+	if fm == nil {
+		fm = newFragMirror()
+	}
 	var res result
 	var d shaper.Decision
 	for i := range frames {
 		fr := &frames[i]
+		fi := fragOf(fr.ip)
+		var pending int64
+		if fi.kind == firstFrag {
+			pending = p.kernelPending(t, fi)
+		}
 		ret, mark, iif := run(t, p, fr, times[i])
 		ok := false
 		res.n++
+		if fi.kind != notFrag {
+			res.frags++
+		}
 		if mark&s.PuntMark != 0 && ext6(fr.ip) {
 			// Over the program's walk: user space decides it with a
 			// bucket of its own for its key (Compile says so), not
@@ -264,7 +301,51 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 			res.agree++
 			continue
 		}
-		eng.DecidePacket(fr.ip, &shaper.Meta{Mark: fr.mark, InIf: iif}, times[i], &d)
+		meta := shaper.Meta{Mark: fr.mark, InIf: iif}
+		ip := fr.ip
+		switch fi.kind {
+		case laterFrag:
+			first, found := fm.m[fi.key]
+			if found && mark == fr.mark|s.PuntMark && ret == tcOK && !p.kernelFirst(t, fi) {
+				// The program's LRU map evicted the first fragment.
+				delete(fm.m, fi.key)
+				found = false
+			}
+			if !found {
+				// Before its first fragment (or evicted from the
+				// program's map, which the mirror cannot tell):
+				// user space, no rule, no bucket.
+				res.punted++
+				if ret == tcOK && mark == fr.mark|s.PuntMark {
+					res.agree++
+				} else if res.n-res.agree <= 5 {
+					t.Errorf("packet %d: a later fragment without its first: kernel ret %d mark %#x, want the punt mark", i, ret, mark)
+				}
+				continue
+			}
+			// Decided as its first fragment, by its rule and flow.
+			ip, meta = first.ip, shaper.Meta{Mark: first.mark, InIf: first.iif, Cost: shaper.Cost{Set: true, Bytes: fi.charge, Need: shaper.NeedNone}}
+			if !first.ok {
+				meta.Cost.Need = shaper.NeedOver
+			}
+		case firstFrag:
+			// Charged with its later fragments seen before it.
+			meta.Cost = shaper.Cost{Set: true, Packets: 1, Bytes: fi.charge + pending}
+		default:
+			if c, gso := gsoCost(fr); gso {
+				res.gso++
+				meta.Cost = c
+			}
+		}
+		eng.DecidePacket(ip, &meta, times[i], &d)
+		if fi.kind == firstFrag && !d.Malformed {
+			fm.m[fi.key] = fragFirst{ip: fr.ip, mark: fr.mark, iif: iif, ok: !d.Exceeded}
+		}
+		if d.SetMark && fi.kind == laterFrag {
+			// The program marks the fragment's own mark.
+			e := &s.Entries[d.Rule]
+			d.Mark = fr.mark&^e.SetMask | e.SetMark
+		}
 		if mark&s.PuntMark != 0 {
 			res.punted++
 			ok = mark&^s.PuntMark == fr.mark && (d.Malformed || d.Rule >= 0 && s.Entries[d.Rule].Action == Punt)
@@ -299,7 +380,13 @@ func ext6(ip []byte) bool {
 	if len(ip) < 40 || ip[0]>>4 != 6 {
 		return false
 	}
-	next, rest := ip[6], ip[40:]
+	// The chain within the payload length, as the program walks it (a
+	// chain past it is cut, decided in the kernel).
+	end := len(ip)
+	if plen := int(binary.BigEndian.Uint16(ip[4:])); plen != 0 {
+		end = min(end, 40+plen)
+	}
+	next, rest := ip[6], ip[40:end]
 	for i := 0; ; i++ {
 		switch next {
 		case 0, 43, 44, 60, 51:
@@ -332,9 +419,9 @@ func ext6(ip []byte) bool {
 // hasFlow reports whether the program's flow map holds the state of the
 // Go engine's key k of rule i.
 func (p *Program) hasFlow(k *flows.Key, i int) bool {
-	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: uint32(i)}
+	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: p.ids[i]}
 	var st fastpathFlowState
-	return p.tables[i] != nil && p.tables[i].Lookup(&fk, &st) == nil
+	return p.tables[i] != nil && (p.tables[i].Lookup(&fk, &st) == nil || p.news[i].Lookup(&fk, &st) == nil)
 }
 
 // checkCounters compares the program's per-rule counters with the Go

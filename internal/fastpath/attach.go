@@ -69,7 +69,11 @@ func Attach(prog *ebpf.Program, ifindex int, mode AttachMode) (*Link, error) {
 // Attach attaches p at ingress of ifindex by Attach, in auto mode (for
 // tests; the daemon picks the program in its fastPath.progAt).
 func (p *Program) Attach(ifindex int) (*Link, error) {
-	return Attach(p.Prog(), ifindex, AttachAuto)
+	prog, err := p.ProgFor(ifindex)
+	if err != nil {
+		return nil, err
+	}
+	return Attach(prog, ifindex, AttachAuto)
 }
 
 // clsact is the clsact qdisc of ifindex.

@@ -106,7 +106,7 @@ func TestAgreementCaptures(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res := compare(t, p, &s, eng, frames, times)
+			res := compare(t, p, &s, eng, frames, times, nil)
 			p.Close()
 			t.Logf("%s under %s: %v", filepath.Base(path), pol.name, res)
 			total.n += res.n

@@ -10,12 +10,12 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-// Limits of the kernel's rule table (bpf/fastpath.c's MAX_*).
+// Limits of the kernel's rule table (bpf/common.h's MAX_*).
 const (
 	MaxRules  = 64
 	maxRanges = 4
 	maxIfs    = 4
-	maxExt    = 32 // IPv6 extension headers walked (bpf/fastpath.c MAX_EXT)
+	maxExt    = 32 // IPv6 extension headers walked (bpf/common.h MAX_EXT)
 )
 
 // DefaultPuntMark is the skb->mark bit the program sets on packets for user
@@ -66,7 +66,9 @@ type Entry struct {
 	HasMark    bool
 	Mark, Mask uint32
 
-	// The limiter (Action Limit), as shaper.Limiter holds it.
+	// The limiter (Action Limit), as shaper.Limiter holds it; Limiter
+	// reads the kernel's states (Left, Capacity).
+	Limiter                 *shaper.Limiter
 	Algo                    shaper.Algorithm
 	BurstN                  int64
 	RateInt, RateHi, RateLo uint64
@@ -199,7 +201,7 @@ func limitEntry(e *Entry, r shaper.Rule) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	e.Action, e.Algo, e.Bytes, e.Key = Limit, lc.Algorithm, c.Bytes, c.Key
+	e.Action, e.Limiter, e.Algo, e.Bytes, e.Key = Limit, l, lc.Algorithm, c.Bytes, c.Key
 	e.BurstN, e.RateInt, e.RateHi, e.RateLo = l.Fixed()
 	if lc.Algorithm != shaper.TokenBucket {
 		e.Window, e.Limit = lc.Window, l.Limit()

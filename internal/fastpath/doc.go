@@ -12,11 +12,20 @@
 // key ever has a bucket on both paths. Each rule gets one Reason line: the
 // basis of `check`'s "which rules run where".
 //
-// The program decodes Ethernet + IPv4/IPv6 (up to 32 IPv6 extension
-// headers) and the transport ports as package flows does, keys flows as
-// flows.KeyConfig does, and keeps each limit rule's flows in an LRU map of
-// the rule's max-flows; a key's state changes under a spin lock, so the
-// CPUs share one bucket per key. Packets it cannot decide — malformed IP
+// The program decodes IPv4/IPv6 (up to 32 IPv6 extension headers) behind
+// an Ethernet header, or at offset 0 on an L3 device (two entry points:
+// Program.ProgFor picks one by the link type), and the transport ports as
+// package flows does; it charges a GSO/GRO packet its segments, and decides
+// a datagram's later fragments as its first fragment (bpf/frag.h); it keys
+// flows as
+// flows.KeyConfig does (a rule's identity in the key survives a reload that
+// keeps the rule, wherever it moves), and keeps each limit rule's flows in
+// an LRU map of the rule's max-flows, behind a map of new flows a tenth its
+// size (at least 128) that a flow's first packet enters and its second
+// leaves for the main map with its state, so that one-packet flows (a
+// spoofed flood) evict only each other, as S3-FIFO's small queue does in
+// user space. A key's state changes under its own lock word
+// (compare-and-swap), so the CPUs share one bucket per key. Packets it cannot decide — malformed IP
 // headers, IPv6 packets with a longer extension header chain, packets of
 // user-space rules — it passes with the punt mark (Spec.PuntMark) or'ed
 // into skb->mark. The program is
@@ -32,6 +41,12 @@
 // docs/fastpath.md); scripts/rules.sh add --fastpath writes that rule.
 //
 // Time: the program reads bpf_ktime_get_boot_ns() plus an offset the
-// loader sets (the Unix time at boot), so that windows align to the Unix
-// epoch as in shaper; a test sets the config's now instead, per packet.
+// loader sets (the Unix time at boot, read once per process, so that a
+// wall-clock step never moves the kernel's time base), so that windows
+// align to the Unix epoch as in shaper; a test sets the config's now
+// instead, per packet.
+//
+// The C enums (bpf/common.h: actions, algorithms, key modes, over-limit
+// actions, counters) reach Go as bpf2go's constants from the object's BTF;
+// a kernel flow's Left is shaper.Limiter.Left of shaper.StateOf its fields.
 package fastpath

@@ -13,6 +13,23 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type fastpathAction uint32
+
+const (
+	fastpathActionACT_ACCEPT fastpathAction = 0
+	fastpathActionACT_DROP   fastpathAction = 1
+	fastpathActionACT_LIMIT  fastpathAction = 2
+	fastpathActionACT_PUNT   fastpathAction = 3
+)
+
+type fastpathAlgo uint32
+
+const (
+	fastpathAlgoALGO_TB  fastpathAlgo = 0
+	fastpathAlgoALGO_FW  fastpathAlgo = 1
+	fastpathAlgoALGO_SWC fastpathAlgo = 3
+)
+
 type fastpathCfg struct {
 	_        structs.HostLayout
 	SrcFree  uint64
@@ -21,7 +38,22 @@ type fastpathCfg struct {
 	Offset   int64
 	Nrules   uint32
 	PuntMark uint32
+	Lpm      uint32
+	Pad      uint32
 }
+
+type fastpathCounter uint32
+
+const (
+	fastpathCounterC_PACKETS  fastpathCounter = 0
+	fastpathCounterC_ACCEPTED fastpathCounter = 1
+	fastpathCounterC_DROPPED  fastpathCounter = 2
+	fastpathCounterC_SHADOW   fastpathCounter = 3
+	fastpathCounterC_MARKED   fastpathCounter = 4
+	fastpathCounterC_PUNTED   fastpathCounter = 5
+	fastpathCounterC_INSERTS  fastpathCounter = 6
+	fastpathCounterC_N        fastpathCounter = 7
+)
 
 type fastpathFlowKey struct {
 	_      structs.HostLayout
@@ -36,14 +68,6 @@ type fastpathFlowKey struct {
 	Rule   uint32
 }
 
-type fastpathFlowLock struct {
-	_    structs.HostLayout
-	Lock struct {
-		_   structs.HostLayout
-		Val uint32
-	}
-}
-
 type fastpathFlowState struct {
 	_      structs.HostLayout
 	Last   int64
@@ -52,7 +76,70 @@ type fastpathFlowState struct {
 	Win    uint64
 	Cur    uint64
 	Prev   int64
+	Lock   uint64
 }
+
+type fastpathFragKey struct {
+	_      structs.HostLayout
+	Src    [4]uint32
+	Dst    [4]uint32
+	Id     uint32
+	Family uint8
+	Proto  uint8
+	Pad    [2]uint8
+}
+
+type fastpathFragVal struct {
+	_ structs.HostLayout
+	P struct {
+		_       structs.HostLayout
+		Src     [4]uint32
+		Dst     [4]uint32
+		Sport   uint16
+		Dport   uint16
+		Family  uint8
+		Proto   uint8
+		Noports uint8
+		Frag    uint8
+		First   uint8
+		Gso     uint8
+		L4off   uint16
+		FragId  uint32
+		Length  int64
+		Segs    int64
+	}
+	Mark    uint32
+	Ifindex uint32
+	Ok      uint32
+	First   uint32
+	Pending int64
+}
+
+type fastpathKeyMode uint32
+
+const (
+	fastpathKeyModeMODE_5TUPLE fastpathKeyMode = 0
+	fastpathKeyModeMODE_SRC    fastpathKeyMode = 1
+	fastpathKeyModeMODE_DST    fastpathKeyMode = 2
+	fastpathKeyModeMODE_SRCDST fastpathKeyMode = 3
+)
+
+type fastpathLockState uint32
+
+const (
+	fastpathLockStateLOCK_FREE  fastpathLockState = 0
+	fastpathLockStateLOCK_HELD  fastpathLockState = 1
+	fastpathLockStateLOCK_MOVED fastpathLockState = 2
+)
+
+type fastpathLpmFlag uint32
+
+const (
+	fastpathLpmFlagLPM_SRC4 fastpathLpmFlag = 1
+	fastpathLpmFlagLPM_SRC6 fastpathLpmFlag = 2
+	fastpathLpmFlagLPM_DST4 fastpathLpmFlag = 4
+	fastpathLpmFlagLPM_DST6 fastpathLpmFlag = 8
+)
 
 type fastpathLpmKey struct {
 	_         structs.HostLayout
@@ -60,6 +147,14 @@ type fastpathLpmKey struct {
 	Data      [17]uint8
 	_         [3]byte
 }
+
+type fastpathOver uint32
+
+const (
+	fastpathOverOVER_DROP   fastpathOver = 0
+	fastpathOverOVER_SHADOW fastpathOver = 1
+	fastpathOverOVER_MARK   fastpathOver = 2
+)
 
 type fastpathRuleCounters struct {
 	_ structs.HostLayout
@@ -106,6 +201,13 @@ type fastpathRuleEntry struct {
 	Id        uint32
 }
 
+type fastpathScratch struct {
+	_   structs.HostLayout
+	Key fastpathFlowKey
+	_   [4]byte
+	Nf  fastpathFlowState
+}
+
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
@@ -114,12 +216,23 @@ const (
 	fastpathMapCounters        = "counters"
 	fastpathMapDstCidrs        = "dst_cidrs"
 	fastpathMapFlows           = "flows"
-	fastpathMapLocks           = "locks"
+	fastpathMapFlowsNew        = "flows_new"
+	fastpathMapFragScratch     = "frag_scratch"
+	fastpathMapFrags           = "frags"
 	fastpathMapRules           = "rules"
+	fastpathMapScratch         = "scratch"
 	fastpathMapSrcCidrs        = "src_cidrs"
 	fastpathProgFastpath       = "fastpath"
+	fastpathProgFastpathL3     = "fastpath_l3"
+	fastpathVarUnusedAction    = "unused_action"
+	fastpathVarUnusedAlgo      = "unused_algo"
+	fastpathVarUnusedCounter   = "unused_counter"
 	fastpathVarUnusedFlowKey   = "unused_flow_key"
 	fastpathVarUnusedFlowState = "unused_flow_state"
+	fastpathVarUnusedKeyMode   = "unused_key_mode"
+	fastpathVarUnusedLockState = "unused_lock_state"
+	fastpathVarUnusedLpmFlag   = "unused_lpm_flag"
+	fastpathVarUnusedOver      = "unused_over"
 )
 
 // loadFastpath returns the embedded CollectionSpec for fastpath.
@@ -164,28 +277,39 @@ type fastpathSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathProgramSpecs struct {
-	Fastpath *ebpf.ProgramSpec `ebpf:"fastpath"`
+	Fastpath   *ebpf.ProgramSpec `ebpf:"fastpath"`
+	FastpathL3 *ebpf.ProgramSpec `ebpf:"fastpath_l3"`
 }
 
 // fastpathMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathMapSpecs struct {
-	Config   *ebpf.MapSpec `ebpf:"config"`
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
-	Flows    *ebpf.MapSpec `ebpf:"flows"`
-	Locks    *ebpf.MapSpec `ebpf:"locks"`
-	Rules    *ebpf.MapSpec `ebpf:"rules"`
-	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
+	Config      *ebpf.MapSpec `ebpf:"config"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	DstCidrs    *ebpf.MapSpec `ebpf:"dst_cidrs"`
+	Flows       *ebpf.MapSpec `ebpf:"flows"`
+	FlowsNew    *ebpf.MapSpec `ebpf:"flows_new"`
+	FragScratch *ebpf.MapSpec `ebpf:"frag_scratch"`
+	Frags       *ebpf.MapSpec `ebpf:"frags"`
+	Rules       *ebpf.MapSpec `ebpf:"rules"`
+	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
+	SrcCidrs    *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
 
 // fastpathVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathVariableSpecs struct {
+	UnusedAction    *ebpf.VariableSpec `ebpf:"unused_action"`
+	UnusedAlgo      *ebpf.VariableSpec `ebpf:"unused_algo"`
+	UnusedCounter   *ebpf.VariableSpec `ebpf:"unused_counter"`
 	UnusedFlowKey   *ebpf.VariableSpec `ebpf:"unused_flow_key"`
 	UnusedFlowState *ebpf.VariableSpec `ebpf:"unused_flow_state"`
+	UnusedKeyMode   *ebpf.VariableSpec `ebpf:"unused_key_mode"`
+	UnusedLockState *ebpf.VariableSpec `ebpf:"unused_lock_state"`
+	UnusedLpmFlag   *ebpf.VariableSpec `ebpf:"unused_lpm_flag"`
+	UnusedOver      *ebpf.VariableSpec `ebpf:"unused_over"`
 }
 
 // fastpathObjects contains all objects after they have been loaded into the kernel.
@@ -208,13 +332,16 @@ func (o *fastpathObjects) Close() error {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathMaps struct {
-	Config   *ebpf.Map `ebpf:"config"`
-	Counters *ebpf.Map `ebpf:"counters"`
-	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
-	Flows    *ebpf.Map `ebpf:"flows"`
-	Locks    *ebpf.Map `ebpf:"locks"`
-	Rules    *ebpf.Map `ebpf:"rules"`
-	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
+	Config      *ebpf.Map `ebpf:"config"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	DstCidrs    *ebpf.Map `ebpf:"dst_cidrs"`
+	Flows       *ebpf.Map `ebpf:"flows"`
+	FlowsNew    *ebpf.Map `ebpf:"flows_new"`
+	FragScratch *ebpf.Map `ebpf:"frag_scratch"`
+	Frags       *ebpf.Map `ebpf:"frags"`
+	Rules       *ebpf.Map `ebpf:"rules"`
+	Scratch     *ebpf.Map `ebpf:"scratch"`
+	SrcCidrs    *ebpf.Map `ebpf:"src_cidrs"`
 }
 
 func (m *fastpathMaps) Close() error {
@@ -223,8 +350,11 @@ func (m *fastpathMaps) Close() error {
 		m.Counters,
 		m.DstCidrs,
 		m.Flows,
-		m.Locks,
+		m.FlowsNew,
+		m.FragScratch,
+		m.Frags,
 		m.Rules,
+		m.Scratch,
 		m.SrcCidrs,
 	)
 }
@@ -233,20 +363,29 @@ func (m *fastpathMaps) Close() error {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathVariables struct {
+	UnusedAction    *ebpf.Variable `ebpf:"unused_action"`
+	UnusedAlgo      *ebpf.Variable `ebpf:"unused_algo"`
+	UnusedCounter   *ebpf.Variable `ebpf:"unused_counter"`
 	UnusedFlowKey   *ebpf.Variable `ebpf:"unused_flow_key"`
 	UnusedFlowState *ebpf.Variable `ebpf:"unused_flow_state"`
+	UnusedKeyMode   *ebpf.Variable `ebpf:"unused_key_mode"`
+	UnusedLockState *ebpf.Variable `ebpf:"unused_lock_state"`
+	UnusedLpmFlag   *ebpf.Variable `ebpf:"unused_lpm_flag"`
+	UnusedOver      *ebpf.Variable `ebpf:"unused_over"`
 }
 
 // fastpathPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathPrograms struct {
-	Fastpath *ebpf.Program `ebpf:"fastpath"`
+	Fastpath   *ebpf.Program `ebpf:"fastpath"`
+	FastpathL3 *ebpf.Program `ebpf:"fastpath_l3"`
 }
 
 func (p *fastpathPrograms) Close() error {
 	return _FastpathClose(
 		p.Fastpath,
+		p.FastpathL3,
 	)
 }
 

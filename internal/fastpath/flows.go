@@ -5,8 +5,6 @@ package fastpath
 import (
 	"errors"
 	"fmt"
-	"math"
-	"math/bits"
 
 	"github.com/cilium/ebpf"
 
@@ -44,25 +42,32 @@ var errNoTable = errors.New("not a kernel limit rule")
 // or replaced by a reload, so that a listing or a count runs without
 // holding the Program. Close it.
 type FlowTable struct {
-	m    *ebpf.Map
-	rule int
-	e    Entry
+	// m is the rule's map of flows, small its map of new flows (one
+	// packet so far): a listing or a count reads both.
+	m, small *ebpf.Map
+	rule     int
+	e        Entry
 }
 
-// FlowTable returns a handle on rule i's flow map.
+// FlowTable returns a handle on rule i's flow maps.
 func (p *Program) FlowTable(i int) (*FlowTable, error) {
-	if i < 0 || i >= len(p.tables) || p.tables[i] == nil {
+	if i < 0 || i >= len(p.tables) || p.tables[i] == nil || p.news[i] == nil {
 		return nil, fmt.Errorf("rule %d: %w", i, errNoTable)
 	}
 	m, err := p.tables[i].Clone()
 	if err != nil {
 		return nil, fmt.Errorf("rule %s's flow map: %w", p.spec.Entries[i].Name, err)
 	}
-	return &FlowTable{m: m, rule: i, e: p.spec.Entries[i]}, nil
+	small, err := p.news[i].Clone()
+	if err != nil {
+		m.Close()
+		return nil, fmt.Errorf("rule %s's flow map: %w", p.spec.Entries[i].Name, err)
+	}
+	return &FlowTable{m: m, small: small, rule: i, e: p.spec.Entries[i]}, nil
 }
 
-// Close frees the handle (not the map, while the Program holds it).
-func (t *FlowTable) Close() error { return t.m.Close() }
+// Close frees the handle (not the maps, while the Program holds them).
+func (t *FlowTable) Close() error { return errors.Join(t.m.Close(), t.small.Close()) }
 
 // Flows calls fn with each flow in rule i's map: FlowTable(i).Flows.
 func (p *Program) Flows(i int, now int64, max int, fn func(*Flow) error) (int, error) {
@@ -86,7 +91,7 @@ func (p *Program) FlowCount(i int) (int, error) {
 
 // Flows calls fn with each flow in the map, read flowChunk at a time
 // (whatever the map's size, Flows holds no more), at most max of them if
-// max > 0, and returns the number read; now (Unix ns) sets Left and
+// max > 0, and returns the number listed; now (Unix ns) sets Left and
 // Expired. fn's Flow is reused: copy it to keep it. An error of fn ends
 // the listing with it. The listing is not a snapshot: a flow inserted or
 // evicted meanwhile may or may not be listed.
@@ -94,22 +99,51 @@ func (t *FlowTable) Flows(now int64, max int, fn func(*Flow) error) (int, error)
 	e := &t.e
 	var f Flow
 	f.Rule = t.rule
-	return readFlows(t.m, max, func(k *fastpathFlowKey, s *fastpathFlowState) error {
-		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: flows.Mode(k.Mode)}
+	listed := 0
+	each := func(k *fastpathFlowKey, s *fastpathFlowState) error {
+		if s.Lock == uint64(fastpathLockStateLOCK_MOVED) {
+			return nil // a marker: the flow is in t.m
+		}
+		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: modeOf(k.Mode)}
 		f.Last = s.Seen
 		f.Expired = e.Timeout > 0 && now-s.Seen > e.Timeout
 		if f.Expired {
-			f.Left = capacity(e)
+			f.Left = e.Limiter.Capacity()
 		} else {
-			f.Left = left(e, s, now)
+			st := shaper.StateOf(s.Last, s.Tokens, int64(s.Win), int64(s.Cur), s.Prev)
+			f.Left = e.Limiter.Left(&st, now)
 		}
+		listed++
 		return fn(&f)
-	})
+	}
+	n, err := readFlows(t.m, max, each)
+	if err != nil || (max > 0 && n >= max) {
+		return listed, err
+	}
+	rest := 0
+	if max > 0 {
+		rest = max - n
+	}
+	_, err = readFlows(t.small, rest, each)
+	return listed, err
 }
 
-// Count is the number of flows in the map (read flowChunk at a time: the
-// time it takes grows with the map, the memory does not).
-func (t *FlowTable) Count() (int, error) { return readFlows(t.m, 0, nil) }
+// Count is the number of flows in the maps (read flowChunk at a time: the
+// time it takes grows with the maps, the memory does not).
+func (t *FlowTable) Count() (int, error) {
+	n, err := readFlows(t.m, 0, nil)
+	if err != nil {
+		return n, err
+	}
+	m := 0
+	_, err = readFlows(t.small, 0, func(_ *fastpathFlowKey, s *fastpathFlowState) error {
+		if s.Lock != uint64(fastpathLockStateLOCK_MOVED) {
+			m++
+		}
+		return nil
+	})
+	return n + m, err
+}
 
 // Entry is the rule the map is of.
 func (t *FlowTable) Entry() *Entry { return &t.e }
@@ -146,68 +180,4 @@ func readFlows(m *ebpf.Map, max int, fn func(*fastpathFlowKey, *fastpathFlowStat
 			return total, nil
 		}
 	}
-}
-
-// capacity is what a fresh flow of e may send (shaper.Limiter.Capacity).
-func capacity(e *Entry) float64 {
-	if e.Algo == shaper.TokenBucket {
-		return float64(e.BurstN) / nano
-	}
-	return float64(e.Limit)
-}
-
-const nano = 1e9
-
-// left is shaper.Limiter.Left of the kernel's state s at now, for the
-// three algorithms the kernel runs (the token bucket's refill to within a
-// nano-unit: for display).
-func left(e *Entry, s *fastpathFlowState, now int64) float64 {
-	if now < s.Last {
-		now = s.Last
-	}
-	switch e.Algo {
-	case shaper.TokenBucket:
-		el := uint64(now - s.Last)
-		hi, lo := bits.Mul64(el, e.RateInt)
-		fh, _ := bits.Mul64(el, e.RateHi)
-		add, c := bits.Add64(lo, fh, 0)
-		if hi != 0 || c != 0 || add >= uint64(e.BurstN-s.Tokens) {
-			return float64(e.BurstN) / nano
-		}
-		return float64(s.Tokens+int64(add)) / nano
-	case shaper.FixedWindow:
-		if floorDiv(now, e.Window) != int64(s.Win) {
-			return float64(e.Limit)
-		}
-		return float64(e.Limit - int64(s.Cur))
-	case shaper.SlidingWindowCounter:
-		prev, cur := s.Prev, int64(s.Cur)
-		w := floorDiv(now, e.Window)
-		if w != int64(s.Win) {
-			if w == int64(s.Win)+1 {
-				prev = cur
-			} else {
-				prev = 0
-			}
-			cur = 0
-		}
-		est := float64(cur)
-		if prev > 0 {
-			l := e.Window - (now - w*e.Window)
-			est += float64(prev) * float64(l) / float64(e.Window)
-		}
-		return math.Max(0, float64(e.Limit)-est)
-	}
-	return 0
-}
-
-func floorDiv(a, b int64) int64 {
-	if b <= 0 {
-		return 0
-	}
-	q := a / b
-	if a%b != 0 && (a < 0) != (b < 0) {
-		q--
-	}
-	return q
 }

@@ -72,8 +72,8 @@ func TestFlowsListing(t *testing.T) {
 			if !want[i][fl.Key] {
 				t.Errorf("rule %s: listed %s, a flow the Go engine did not make", e.Name, e.Key.Format(fl.Key))
 			}
-			if fl.Left < 0 || fl.Left > capacity(&e) || fl.Last > now {
-				t.Errorf("rule %s: flow %s: left %v (capacity %v), last %d (now %d)", e.Name, e.Key.Format(fl.Key), fl.Left, capacity(&e), fl.Last, now)
+			if fl.Left < 0 || fl.Left > e.Limiter.Capacity() || fl.Last > now {
+				t.Errorf("rule %s: flow %s: left %v (capacity %v), last %d (now %d)", e.Name, e.Key.Format(fl.Key), fl.Left, e.Limiter.Capacity(), fl.Last, now)
 			}
 			return nil
 		})

@@ -11,8 +11,8 @@ import (
 
 // TestGeneratedUpToDate regenerates the program's object and Go bindings
 // with gen.go's own go:generate command into a temporary directory and
-// fails when they differ from the committed ones: bpf/fastpath.c changed
-// without go generate. The output is byte-identical from run to run (bpf2go
+// fails when they differ from the committed ones: bpf/fastpath.c or a header
+// it includes (bpf/*.h) changed without go generate. The output is byte-identical from run to run (bpf2go
 // strips debug info; the BTF it keeps names the source by its relative
 // path), so the comparison is of the bytes.
 func TestGeneratedUpToDate(t *testing.T) {
@@ -54,7 +54,7 @@ func TestGeneratedUpToDate(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale: bpf/fastpath.c or gen.go changed; run go generate ./internal/fastpath and commit the result", name)
+			t.Errorf("%s is stale: bpf/fastpath.c, bpf/*.h or gen.go changed; run go generate ./internal/fastpath and commit the result", name)
 		}
 	}
 }

@@ -66,7 +66,7 @@ func killChild(t *testing.T, ns string, mode AttachMode) {
 	info, _ := p.objs.Fastpath.Info()
 	id, _ := info.ID()
 	ids = append(ids, fmt.Sprintf("prog:%d", id))
-	for _, m := range []*ebpf.Map{p.objs.Config, p.objs.Rules, p.objs.Flows, p.objs.SrcCidrs, p.objs.DstCidrs, p.objs.Counters, p.objs.Locks} {
+	for _, m := range []*ebpf.Map{p.objs.Config, p.objs.Rules, p.objs.Flows, p.objs.SrcCidrs, p.objs.DstCidrs, p.objs.Counters} {
 		mi, _ := m.Info()
 		mid, _ := mi.ID()
 		ids = append(ids, fmt.Sprintf("map:%d", mid))

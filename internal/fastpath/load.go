@@ -8,11 +8,14 @@ import (
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -23,10 +26,15 @@ type Program struct {
 	objs fastpathObjects
 	cfg  fastpathCfg
 	// inner is the template of the rules' flow maps; tables[i] is rule
-	// i's (nil but for limit rules).
+	// i's (nil but for limit rules), news[i] its map of new flows.
 	inner  *ebpf.MapSpec
 	tables []*ebpf.Map
-	spec   Spec
+	news   []*ebpf.Map
+	// ids[i] is rule i's identity in its flows' keys (flow_key.rule):
+	// a kept rule's is the old program's, so that its flows are found
+	// wherever it moves in the rule list; a new rule's is fresh (nextID).
+	ids  []uint32
+	spec Spec
 	// Kept names the limit rules whose flow map Reload took over.
 	Kept []string
 }
@@ -58,7 +66,7 @@ func Reload(s Spec, old *Program) (*Program, error) {
 // Close frees the program and its maps (a link holding the program keeps
 // it until the link is closed).
 func (p *Program) Close() error {
-	for _, m := range p.tables {
+	for _, m := range append(append([]*ebpf.Map{}, p.tables...), p.news...) {
 		if m != nil {
 			m.Close()
 		}
@@ -66,7 +74,8 @@ func (p *Program) Close() error {
 	return p.objs.Close()
 }
 
-// Prog is the tc program, for attaching (Attach) and tests.
+// Prog is the tc program for Ethernet links, for tests (ProgFor gives an
+// interface's; Attach attaches it).
 func (p *Program) Prog() *ebpf.Program { return p.objs.Fastpath }
 
 // SetNow makes the program read now (Unix nanoseconds) as the time instead
@@ -86,33 +95,61 @@ type Counters struct {
 }
 
 // RuleCounters returns rule i's counters; i = MaxRules gives the program's
-// own (every IP packet; those it punted before matching; Accepted, the
-// packets no rule matched).
+// own (Packets, every IP packet; Punted, those it punted before matching;
+// Accepted, the packets no rule matched).
 func (p *Program) RuleCounters(i int) (Counters, error) {
+	c, err := p.counters(i)
+	if err != nil || i != MaxRules {
+		return c, err
+	}
+	// The program counts a packet once, in the counters of the rule that
+	// decided it, or in its own if none did: its own Packets are the
+	// rules' and its own.
+	for j := range p.spec.Entries {
+		r, err := p.counters(j)
+		if err != nil {
+			return Counters{}, err
+		}
+		c.Packets += r.Packets
+	}
+	return c, nil
+}
+
+func (p *Program) counters(i int) (Counters, error) {
 	var per []fastpathRuleCounters
 	if err := p.objs.Counters.Lookup(uint32(i), &per); err != nil {
 		return Counters{}, err
 	}
 	var c Counters
 	for _, x := range per {
-		c.Packets += x.C[0]
-		c.Accepted += x.C[1]
-		c.Dropped += x.C[2]
-		c.Shadow += x.C[3]
-		c.Marked += x.C[4]
-		c.Punted += x.C[5]
-		c.Inserts += x.C[6]
+		c.Packets += x.C[fastpathCounterC_PACKETS]
+		c.Accepted += x.C[fastpathCounterC_ACCEPTED]
+		c.Dropped += x.C[fastpathCounterC_DROPPED]
+		c.Shadow += x.C[fastpathCounterC_SHADOW]
+		c.Marked += x.C[fastpathCounterC_MARKED]
+		c.Punted += x.C[fastpathCounterC_PUNTED]
+		c.Inserts += x.C[fastpathCounterC_INSERTS]
 	}
 	return c, nil
 }
 
-// bootOffset is the Unix time at boot: CLOCK_REALTIME − CLOCK_BOOTTIME.
-func bootOffset() int64 {
+// bootOffset is the Unix time at boot, CLOCK_REALTIME − CLOCK_BOOTTIME,
+// read once per process: the kernel's time base (boot time plus this) never
+// moves with the wall clock, so that a clock step between two reloads
+// neither refills nor starves the flows a reload keeps.
+var bootOffset = sync.OnceValue(func() int64 { return readBootOffset() })
+
+// readBootOffset reads the clocks (a variable for a test that steps them).
+var readBootOffset = func() int64 {
 	var rt, bt unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &bt)
 	_ = unix.ClockGettime(unix.CLOCK_REALTIME, &rt)
 	return time.Duration(rt.Nano() - bt.Nano()).Nanoseconds()
 }
+
+// nextID gives the rules' identities in flow keys: unique within the
+// process, so that no two rules' flows ever share a key.
+var nextID atomic.Uint32
 
 func (p *Program) fill(s Spec, old *Program) error {
 	p.spec = s
@@ -132,15 +169,22 @@ func (p *Program) fill(s Spec, old *Program) error {
 			dstFree |= 1 << i
 		}
 	}
+	var lpm uint32 // the tries holding prefixes of a family (cfg.lpm)
 	for _, d := range []struct {
-		m    *ebpf.Map
-		free uint64
-		get  func(*Entry) []netip.Prefix
+		m          *ebpf.Map
+		free       uint64
+		get        func(*Entry) []netip.Prefix
+		has4, has6 uint32
 	}{
-		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }},
-		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }},
+		{p.objs.SrcCidrs, srcFree, func(e *Entry) []netip.Prefix { return e.Src }, uint32(fastpathLpmFlagLPM_SRC4), uint32(fastpathLpmFlagLPM_SRC6)},
+		{p.objs.DstCidrs, dstFree, func(e *Entry) []netip.Prefix { return e.Dst }, uint32(fastpathLpmFlagLPM_DST4), uint32(fastpathLpmFlagLPM_DST6)},
 	} {
 		for pfx, bits := range addrClasses(s.Entries, d.get) {
+			if pfx.Addr().Is4() {
+				lpm |= d.has4
+			} else {
+				lpm |= d.has6
+			}
 			k := lpmKey(pfx)
 			v := bits | d.free
 			if err := d.m.Put(&k, &v); err != nil {
@@ -149,54 +193,95 @@ func (p *Program) fill(s Spec, old *Program) error {
 		}
 	}
 	p.tables = make([]*ebpf.Map, n)
+	p.news = make([]*ebpf.Map, n)
+	p.ids = make([]uint32, n)
 	for i, e := range s.Entries {
+		p.ids[i] = nextID.Add(1)
 		if e.Action != Limit {
 			continue
 		}
-		if m := old.table(&e); m != nil {
-			c, err := m.Clone()
-			if err == nil {
-				p.tables[i] = c
-				p.Kept = append(p.Kept, e.Name)
-				if err := p.objs.Flows.Put(uint32(i), c); err != nil {
-					return fmt.Errorf("filling the flow maps: %w", err)
-				}
-				continue
-			}
-		}
-		ms := p.inner.Copy()
-		ms.Name = fmt.Sprintf("flows_%d", i)
-		ms.MaxEntries = uint32(e.MaxFlows)
-		m, err := ebpf.NewMap(ms)
-		if err != nil {
-			return fmt.Errorf("making rule %s's flow map (%d flows): %s", e.Name, e.MaxFlows, oneLine(err.Error()))
-		}
-		p.tables[i] = m
-		if err := p.objs.Flows.Put(uint32(i), m); err != nil {
-			return fmt.Errorf("filling the flow maps: %w", err)
+		if err := p.flowMaps(i, &e, old); err != nil {
+			return err
 		}
 	}
 	for i, e := range s.Entries {
-		r := ruleEntry(&e, uint32(i))
+		r := ruleEntry(&e, p.ids[i])
 		if err := p.objs.Rules.Put(uint32(i), &r); err != nil {
 			return fmt.Errorf("filling the rule table: %w", err)
 		}
 	}
-	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark}
+	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark, Lpm: lpm}
 	return p.objs.Config.Put(uint32(0), &p.cfg)
 }
 
-// table is the flow map of p's limit rule named e.Name if its Entry is e.
-func (p *Program) table(e *Entry) *ebpf.Map {
-	if p == nil {
-		return nil
-	}
-	for i := range p.spec.Entries {
-		if o := &p.spec.Entries[i]; o.Name == e.Name && o.Action == Limit && p.tables[i] != nil && reflect.DeepEqual(*o, *e) {
-			return p.tables[i]
+// newFlowsShare: a limit rule's map of new flows (flows_new) holds a tenth
+// of its max-flows, and at least minNewFlows.
+const (
+	newFlowsShare = 10
+	minNewFlows   = 128
+)
+
+// newFlows is the size of the map of new flows of a rule of max-flows n.
+func newFlows(n int) int { return max(n/newFlowsShare, minNewFlows) }
+
+// flowMaps gives limit rule i (Entry e) its two flow maps: old's, if old
+// has the rule unchanged (its flows keep their state; the rule keeps its
+// identity in their keys), else new, empty ones.
+func (p *Program) flowMaps(i int, e *Entry, old *Program) error {
+	if m, small, id := old.table(e); m != nil {
+		c, err := m.Clone()
+		if err == nil {
+			cs, err := small.Clone()
+			if err == nil {
+				p.tables[i], p.news[i], p.ids[i] = c, cs, id
+				p.Kept = append(p.Kept, e.Name)
+				return p.putFlowMaps(i)
+			}
+			c.Close()
 		}
 	}
+	for _, d := range []struct {
+		m    **ebpf.Map
+		name string
+		size int
+	}{
+		{&p.tables[i], "flows_%d", e.MaxFlows},
+		{&p.news[i], "flows_new_%d", newFlows(e.MaxFlows)},
+	} {
+		ms := p.inner.Copy()
+		ms.Name = fmt.Sprintf(d.name, i)
+		ms.MaxEntries = uint32(d.size)
+		m, err := ebpf.NewMap(ms)
+		if err != nil {
+			return fmt.Errorf("making rule %s's flow map (%d flows): %s", e.Name, d.size, oneLine(err.Error()))
+		}
+		*d.m = m
+	}
+	return p.putFlowMaps(i)
+}
+
+func (p *Program) putFlowMaps(i int) error {
+	if err := p.objs.Flows.Put(uint32(i), p.tables[i]); err != nil {
+		return fmt.Errorf("filling the flow maps: %w", err)
+	}
+	if err := p.objs.FlowsNew.Put(uint32(i), p.news[i]); err != nil {
+		return fmt.Errorf("filling the flow maps: %w", err)
+	}
 	return nil
+}
+
+// table is the flow maps (flows, flows_new) of p's limit rule named e.Name
+// if its Entry is e, and that rule's identity in the maps' keys.
+func (p *Program) table(e *Entry) (*ebpf.Map, *ebpf.Map, uint32) {
+	if p == nil {
+		return nil, nil, 0
+	}
+	for i := range p.spec.Entries {
+		if o := &p.spec.Entries[i]; o.Name == e.Name && o.Action == Limit && p.tables[i] != nil && p.news[i] != nil && reflect.DeepEqual(*o, *e) {
+			return p.tables[i], p.news[i], p.ids[i]
+		}
+	}
+	return nil, nil, 0
 }
 
 // Spec is the policy p runs.
@@ -243,21 +328,49 @@ func lpmKey(p netip.Prefix) fastpathLpmKey {
 	return k
 }
 
+// The program's numbers (bpf/common.h's enums, from the object's BTF) of
+// the Go side's actions, algorithms, key modes and over-limit actions.
+var (
+	actions = map[Action]fastpathAction{Accept: fastpathActionACT_ACCEPT, Drop: fastpathActionACT_DROP, Limit: fastpathActionACT_LIMIT, Punt: fastpathActionACT_PUNT}
+	algos   = map[shaper.Algorithm]fastpathAlgo{shaper.TokenBucket: fastpathAlgoALGO_TB, shaper.FixedWindow: fastpathAlgoALGO_FW, shaper.SlidingWindowCounter: fastpathAlgoALGO_SWC}
+	modes   = map[flows.Mode]fastpathKeyMode{flows.FiveTuple: fastpathKeyModeMODE_5TUPLE, flows.Src: fastpathKeyModeMODE_SRC, flows.Dst: fastpathKeyModeMODE_DST, flows.SrcDst: fastpathKeyModeMODE_SRCDST}
+	overs   = map[Over]fastpathOver{OverDrop: fastpathOverOVER_DROP, OverShadow: fastpathOverOVER_SHADOW, OverMark: fastpathOverOVER_MARK}
+)
+
+// num is the program's number of k (0xff, which the program takes for no
+// value of it, if it has none: Compile sends it none such).
+func num[K comparable, V ~uint32](m map[K]V, k K) uint8 {
+	if v, ok := m[k]; ok {
+		return uint8(v)
+	}
+	return 0xff
+}
+
+// modeOf is the key mode of the program's number m.
+func modeOf(m uint8) flows.Mode {
+	for k, v := range modes {
+		if uint8(v) == m {
+			return k
+		}
+	}
+	return flows.Mode(0xff)
+}
+
 func ruleEntry(e *Entry, id uint32) fastpathRuleEntry {
 	r := fastpathRuleEntry{
 		Burst: uint64(e.BurstN), RateInt: e.RateInt, RateHi: e.RateHi, RateLo: e.RateLo,
 		Window: e.Window, Limit: e.Limit, Timeout: e.Timeout,
 		Mark: e.Mark, MarkMask: e.Mask, SetMark: e.SetMark, SetMask: e.SetMask,
-		Family: e.Family, Action: uint8(e.Action), Algo: uint8(e.Algo), Mode: uint8(e.Key.Mode),
-		Over: uint8(e.Over), Id: id,
+		Family: e.Family, Action: num(actions, e.Action), Algo: num(algos, e.Algo), Mode: num(modes, e.Key.Mode),
+		Over: num(overs, e.Over), Id: id,
 	}
 	switch e.Orig {
 	case shaper.ActionAccept:
-		r.Orig = uint8(Accept)
+		r.Orig = uint8(fastpathActionACT_ACCEPT)
 	case shaper.ActionDrop:
-		r.Orig = uint8(Drop)
+		r.Orig = uint8(fastpathActionACT_DROP)
 	default:
-		r.Orig = uint8(Limit)
+		r.Orig = uint8(fastpathActionACT_LIMIT)
 	}
 	if e.Never {
 		r.Family = 0xff

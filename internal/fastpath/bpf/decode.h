@@ -1,0 +1,253 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+// Packet decoding: struct pkt, read_ports, decode (from the network header
+// at a link type's offset: ETH_HLEN, or 0 on an L3 device), and the cost of
+// a GSO/GRO packet: its segments (fastpath_gso).
+
+#ifndef FASTPATH_DECODE_H
+#define FASTPATH_DECODE_H
+
+#include "common.h"
+
+// The decoded packet, as flows.Packet, and what it costs.
+struct pkt {
+	__u32 src[4], dst[4]; // network order words
+	__u16 sport, dport;
+	__u8 family, proto;
+	__u8 noports;
+	__u8 frag;  // a later fragment (offset > 0)
+	__u8 first; // a first fragment (offset 0, more fragments)
+	__u8 gso;   // a GSO/GRO packet of several segments
+	__u16 l4off; // the transport header's offset from the IP header
+	__u32 frag_id; // the IP id (IPv4) or fragment identification (IPv6)
+	// What the packet costs a byte rate: its IP length; a GSO packet's
+	// segments' IP lengths together; a first IPv6 fragment less its
+	// fragment header and a later fragment its data alone, so that a
+	// datagram's fragments cost its reassembled length (frag.h).
+	__s64 length;
+	__s64 segs; // what it costs a packet rate: 1, a GSO packet's segments
+};
+
+// ports4/6 read the transport ports at off (l4 bytes up to end), as
+// flows.Packet.ports.
+static __always_inline void read_ports(struct __sk_buff *skb, struct pkt *p, __u32 off, __u32 end, int v6)
+{
+	__u8 b[8];
+	__u32 n = end > off ? end - off : 0;
+	switch (p->proto) {
+	case 6:
+	case 17:
+	case 136:
+	case 132:
+		if (n < 4 || bpf_skb_load_bytes(skb, off, b, 4) < 0) {
+			p->noports = 1;
+			return;
+		}
+		p->sport = (__u16)b[0] << 8 | b[1];
+		p->dport = (__u16)b[2] << 8 | b[3];
+		return;
+	case 1:
+	case 58:
+		if ((p->proto == 58) != v6)
+			return;
+		if (n < 4 || bpf_skb_load_bytes(skb, off, b, 4) < 0) {
+			p->noports = 1;
+			return;
+		}
+		__u8 typ = b[0], code = b[1];
+		int echo = v6 ? (typ == 128 || typ == 129) : (typ == 8 || typ == 0);
+		if (echo) {
+			if (n < 8 || bpf_skb_load_bytes(skb, off, b, 8) < 0) {
+				p->noports = 1;
+				return;
+			}
+			p->sport = p->dport = (__u16)b[4] << 8 | b[5];
+			return;
+		}
+		p->sport = (__u16)typ << 8 | code;
+		return;
+	}
+}
+
+// decode_ip fills p from the packet's IP header at l3: 1 decoded, 0 for
+// user space (malformed, IPv6 extension headers), -1 not IP.
+static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
+{
+	__u32 wire = skb->len > l3 ? skb->len - l3 : 0;
+	__u8 h[40];
+	if (skb->protocol == bpf_htons(ETH_P_IP)) {
+		if (wire < 20 || bpf_skb_load_bytes(skb, l3, h, 20) < 0)
+			return 0;
+		if ((h[0] >> 4) != 4)
+			return 0;
+		__u32 ihl = (h[0] & 0x0f) * 4;
+		if (ihl < 20)
+			return 0;
+		__u32 total = (__u32)h[2] << 8 | h[3];
+		__u32 end = total;
+		if (total < ihl) {
+			if (total != 0)
+				return 0;
+			end = wire;
+		}
+		p->family = 4;
+		p->length = total ? total : wire;
+		if (p->length < ihl)
+			p->length = ihl;
+		p->proto = h[9];
+		__builtin_memcpy(&p->src[0], &h[12], 4);
+		__builtin_memcpy(&p->dst[0], &h[16], 4);
+		__u16 frag = (__u16)h[6] << 8 | h[7];
+		p->frag_id = (__u32)h[4] << 8 | h[5];
+		p->l4off = ihl;
+		if (frag & 0x1fff) {
+			p->frag = 1;
+			p->length -= ihl; // its data: the header was charged with the first
+			__u8 pr = p->proto;
+			p->noports = pr == 6 || pr == 17 || pr == 136 || pr == 132 || pr == 1 || pr == 58;
+			return 1;
+		}
+		p->first = (frag & 0x2000) != 0;
+		if (wire < ihl) {
+			__u8 pr = p->proto;
+			p->noports = pr == 6 || pr == 17 || pr == 136 || pr == 132 || pr == 1 || pr == 58;
+			return 1;
+		}
+		if (end > wire)
+			end = wire;
+		read_ports(skb, p, l3 + ihl, l3 + end, 0);
+		return 1;
+	}
+	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
+		if (wire < 40 || bpf_skb_load_bytes(skb, l3, h, 40) < 0)
+			return 0;
+		if ((h[0] >> 4) != 6)
+			return 0;
+		__u32 plen = (__u32)h[4] << 8 | h[5];
+		__u32 end = 40 + plen;
+		p->family = 6;
+		p->length = plen ? 40 + plen : wire;
+		if (plen == 0)
+			end = wire;
+		__u8 next = h[6];
+		__builtin_memcpy(p->src, &h[8], 16);
+		__builtin_memcpy(p->dst, &h[24], 16);
+		if (end > wire)
+			end = wire;
+		// The extension headers, as flows' decode6 walks them: at most
+		// MAX_EXT here; a longer chain goes to user space.
+		__u32 off = 40;
+		int i;
+		for (i = 0; i < MAX_EXT; i++) {
+			__u8 e[8];
+			__u32 n;
+			if (next != 0 && next != 43 && next != 60 && next != 51 && next != 44)
+				break;
+			if (off + 8 > end || bpf_skb_load_bytes(skb, l3 + off, e, 8) < 0) {
+				p->proto = 255; // cut: protocol unknown, ports out of reach
+				p->noports = 1;
+				return 1;
+			}
+			if (next == 44) {
+				__u16 fo = (__u16)e[2] << 8 | e[3];
+				next = e[0];
+				off += 8;
+				__builtin_memcpy(&p->frag_id, &e[4], 4);
+				if (fo >> 3) {
+					// A later fragment: its next header means
+					// nothing (see flows' decode6).
+					p->proto = 255;
+					p->frag = 1;
+					p->noports = 1;
+					// Its data, after the fragment header.
+					p->length = p->length > off ? p->length - off : 0;
+					return 1;
+				}
+				if (fo & 1 && !p->first) {
+					// A first fragment: the reassembled datagram
+					// has no fragment header.
+					p->first = 1;
+					p->length -= 8;
+				}
+				continue;
+			}
+			n = next == 51 ? ((__u32)e[1] + 2) * 4 : ((__u32)e[1] + 1) * 8;
+			if (off + n > end) {
+				p->proto = 255;
+				p->noports = 1;
+				return 1;
+			}
+			next = e[0];
+			off += n;
+		}
+		if (i == MAX_EXT && (next == 0 || next == 43 || next == 60 || next == 51 || next == 44))
+			return 0; // a longer chain: user space walks it
+		p->proto = next;
+		off &= 0xffff;
+		p->l4off = off;
+		if (next == 59)
+			return 1;
+		read_ports(skb, p, l3 + off, l3 + end, 1);
+		return 1;
+	}
+	return -1;
+}
+
+// fastpath_gso sets what a GSO/GRO packet (gso_size set) costs: under a packet
+// rate its segments, skb->gso_segs or, when the sender left it 0 (a virtio
+// header), the count from its length and gso_size; under a byte rate the IP
+// lengths of those segments together, as the queue path charges them (nfq
+// segments a GSO packet and queues each segment): every segment carries the
+// headers, so L + (segs - 1) x H for a packet of IP length L and headers of
+// H bytes (IP, extension headers and the transport header; at least
+// L - segs x gso_size, which covers tunnel headers the program does not
+// walk).
+//
+// A global function, verified once apart and called for GSO packets only:
+// inlined, its paths multiplied the rest of the program's past the
+// verifier's million instructions.
+__attribute__((noinline)) int fastpath_gso(struct __sk_buff *skb, struct pkt *p, __u32 l3, __u32 gso_size)
+{
+	if (!p || !gso_size)
+		return 0;
+	__s64 hdr = p->l4off;
+	if (p->proto == 17 || p->proto == 136) {
+		hdr += 8;
+	} else if (p->proto == 6) {
+		__u8 b[1];
+		if (bpf_skb_load_bytes(skb, l3 + p->l4off + 12, b, 1) == 0)
+			hdr += (b[0] >> 4) * 4;
+	}
+	if (hdr > p->length)
+		hdr = p->length;
+	__s64 segs = skb->gso_segs;
+	if (segs <= 0)
+		segs = (__s64)((__u64)(p->length - hdr + gso_size - 1) / gso_size);
+	if (segs <= 1)
+		return 0;
+	if (segs > 65535)
+		segs = 65535;
+	__s64 least = p->length - segs * (__s64)gso_size;
+	if (hdr < least)
+		hdr = least;
+	p->gso = 1;
+	p->segs = segs;
+	p->length += (segs - 1) * hdr;
+	return 0;
+}
+
+// decode fills p from the packet whose IP header is at l3 (ETH_HLEN on an
+// Ethernet link, 0 on an L3 one): 1 decoded, 0 for user space (malformed,
+// IPv6 extension headers), -1 not IP.
+static __always_inline int decode(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
+{
+	p->segs = 1;
+	int d = decode_ip(skb, p, l3);
+	if (d <= 0 || p->frag || p->first)
+		return d;
+	__u32 gso_size = skb->gso_size;
+	if (gso_size)
+		fastpath_gso(skb, p, l3, gso_size);
+	return d;
+}
+
+#endif

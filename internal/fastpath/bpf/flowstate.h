@@ -1,0 +1,200 @@
+// SPDX-License-Identifier: (MIT OR GPL-2.0)
+// A flow's state: found or made in its rule's map, changed by one CPU at a
+// time.
+
+#ifndef FASTPATH_FLOWSTATE_H
+#define FASTPATH_FLOWSTATE_H
+
+#include "common.h"
+#include "maps.h"
+#include "limiter.h"
+
+// The CPUs a key's packets arrive on take turns on its state, as shaper's
+// one goroutine per engine does, under the state's own lock word (an LRU
+// hash's values cannot hold a bpf_spin_lock): taken by compare-and-swap,
+// released by an exchange (both full barriers), held for the few
+// instructions of the limiter, never across a helper call. A tc program
+// runs in softirq context and is not preempted while holding it, so the
+// spin is short; LOCK_SPINS bounds it all the same.
+#define LOCK_SPINS (1 << 16)
+
+// A state's lock word: free, held, or moved (a state of flows_new that
+// went to flows: look there).
+enum lock_state { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_MOVED = 2 };
+
+// state_trylock: 1 taken, 0 held by another CPU, -2 moved.
+const enum lock_state *unused_lock_state __attribute__((unused));
+
+static __always_inline int state_trylock(struct flow_state *f)
+{
+	__u64 v = __sync_val_compare_and_swap(&f->lock, LOCK_FREE, LOCK_HELD);
+	if (v == LOCK_FREE)
+		return 1;
+	return v == LOCK_MOVED ? -2 : 0;
+}
+
+struct spin_ctx {
+	struct flow_state *f;
+	int got;
+};
+
+static long state_spin(__u32 i, void *data)
+{
+	struct spin_ctx *c = data;
+	if (!c->f)
+		return 1;
+	c->got = state_trylock(c->f);
+	return c->got != 0;
+}
+
+// state_lock takes f's lock: 1; 0 when LOCK_SPINS tries failed; -2 when
+// the state moved.
+static __always_inline int state_lock(struct flow_state *f, struct spin_ctx *c)
+{
+	int got = state_trylock(f);
+	if (got)
+		return got;
+	c->f = f;
+	c->got = 0;
+	bpf_loop(LOCK_SPINS, state_spin, c, 0);
+	return c->got;
+}
+
+static __always_inline void state_unlock(struct flow_state *f)
+{
+	__sync_lock_test_and_set(&f->lock, 0);
+}
+
+// charge charges cost to the flow's state f at now (its lock held), need
+// as allow's: 1 allowed, 0 over the limit.
+static __always_inline int charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need)
+{
+	if (r->timeout > 0 && now - f->seen > r->timeout)
+		reset(r, f, now);
+	if (now > f->seen)
+		f->seen = now;
+	return allow(r, f, now, cost, need);
+}
+
+// flow_charge is charge under f's lock; -1 the lock not had (user space
+// decides), -2 the state moved.
+static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need, struct spin_ctx *c)
+{
+	int got = state_lock(f, c);
+	if (got != 1)
+		return got == -2 ? -2 : -1;
+	int ok = charge(r, f, now, cost, need);
+	state_unlock(f);
+	return ok;
+}
+
+// flow_decide charges cost to key's flow of rule ri (entry r) at now: 1
+// allowed, 0 over the limit, -1 user space decides (no flow map, no room,
+// a lock not had). A flow is in the rule's flows map (one lookup: the
+// common case), or in flows_new after one packet (the second moves its
+// state, under its lock, to flows, and leaves a LOCK_MOVED marker that
+// sends a late CPU there and keeps the key from starting afresh in
+// flows_new while the marker lasts), or new (into flows_new, fresh). A
+// marker whose flow flows has since evicted becomes the flow's fresh state
+// again, as an evicted flow's next packet does.
+static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, int need,
+				    struct rule_counters *cs, struct spin_ctx *c);
+
+// flow_verdict is flow_decide for the flow key of rule ri: a global
+// function, so that the verifier checks it once, whatever the states the
+// decoding and the matching lead to (arguments: at most five).
+static __always_inline int flow_verdict(__u32 ri, struct flow_key *key, __s64 now, __s64 cost, int need)
+{
+	if (!key || ri >= MAX_RULES)
+		return -1;
+	struct rule_entry *r = bpf_map_lookup_elem(&rules, &ri);
+	struct rule_counters *cs = bpf_map_lookup_elem(&counters, &ri);
+	if (!r || !cs)
+		return -1;
+	struct spin_ctx sc = {};
+	void *main = bpf_map_lookup_elem(&flows, &ri);
+	if (!main)
+		return -1; // the loader failed to give the rule its maps
+	struct flow_state *f = bpf_map_lookup_elem(main, key);
+	if (!f) {
+		void *small = bpf_map_lookup_elem(&flows_new, &ri);
+		if (!small)
+			return -1;
+		int v = flow_new(r, main, small, key, now, cost, need, cs, &sc);
+		if (v != 2)
+			return v;
+		f = bpf_map_lookup_elem(main, key);
+		if (!f)
+			return -1;
+	}
+	int ok = flow_charge(r, f, now, cost, need, &sc);
+	return ok == -2 ? -1 : ok;
+}
+
+// flow_new is flow_decide for a key flows does not hold: its verdict, or 2
+// when the flow is in flows after all (moved meanwhile): charge it there.
+static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, int need,
+				    struct rule_counters *cs, struct spin_ctx *c)
+{
+	__u32 zero = 0;
+	struct scratch *scr = bpf_map_lookup_elem(&scratch, &zero);
+	if (!scr)
+		return -1;
+	struct flow_state *nf = &scr->nf;
+	int fresh = 0;
+	struct flow_state *f = bpf_map_lookup_elem(small, key);
+	if (!f) {
+		__builtin_memset(nf, 0, sizeof(*nf));
+		reset(r, nf, now);
+		nf->seen = now;
+		if (bpf_map_update_elem(small, key, nf, BPF_NOEXIST) == 0) {
+			cs->c[C_INSERTS]++;
+			fresh = 1;
+		}
+		f = bpf_map_lookup_elem(small, key);
+		if (!f)
+			return -1; // no room even after the LRU's eviction
+	}
+	int got = state_lock(f, c);
+	if (got == -2) {
+		if (bpf_map_lookup_elem(main, key))
+			return 2;
+		// Moved, then evicted from flows: the marker becomes the flow's
+		// fresh state (one CPU turns it; another CPU's packet at that
+		// instant goes to user space).
+		if (__sync_val_compare_and_swap(&f->lock, LOCK_MOVED, LOCK_HELD) != LOCK_MOVED)
+			return -1;
+		reset(r, f, now);
+		f->seen = now;
+		cs->c[C_INSERTS]++;
+		fresh = 1;
+		got = 1;
+	}
+	if (got != 1)
+		return -1;
+	// Charged on a copy: a fresh flow's goes back in place; at a flow's
+	// second packet it goes to flows, the state left here locked until
+	// flows holds it, then saying where it went.
+	*nf = *f;
+	nf->lock = LOCK_FREE;
+	int ok = charge(r, nf, now, cost, need);
+	if (fresh) {
+		f->last = nf->last;
+		f->seen = nf->seen;
+		f->tokens = nf->tokens;
+		f->win = nf->win;
+		f->cur = nf->cur;
+		f->prev = nf->prev;
+		state_unlock(f);
+		return ok;
+	}
+	if (bpf_map_update_elem(main, key, nf, BPF_NOEXIST) != 0) {
+		// Already there (or no room): charge flows' own, if any.
+		state_unlock(f);
+		return 2;
+	}
+	__sync_lock_test_and_set(&f->lock, LOCK_MOVED);
+	return ok;
+}
+
+#endif

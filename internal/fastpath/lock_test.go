@@ -1,0 +1,120 @@
+//go:build linux
+
+package fastpath
+
+import (
+	"net/netip"
+	"runtime"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/packetshaper/packetshaper/policy"
+)
+
+// TestStateLockAcrossCPUs: one flow's packets decided on two CPUs at once
+// (BPF_PROG_TEST_RUN with repeat, one thread pinned to each CPU) share one
+// bucket exactly: at a fixed time (no refill), a bucket of burst B accepts
+// exactly B of the 2 × n > B packets. A state changed by two CPUs at once
+// (no lock) loses decrements and accepts more.
+func TestStateLockAcrossCPUs(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU")
+	}
+	const n, burst = 400_000, 500_000
+	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(float64(burst))}}}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := needKernel(t, s)
+	if err := p.SetNow(1_700_000_000_000_000_000); err != nil {
+		t.Fatal(err)
+	}
+	fr := build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for cpu := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errs[cpu] = err
+				return
+			}
+			_, errs[cpu] = p.Prog().Run(&ebpf.RunOptions{Data: fr, Repeat: n})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := p.RuleCounters(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d packets on 2 CPUs: %d accepted, %d dropped, %d punted", c.Packets, c.Accepted, c.Dropped, c.Punted)
+	if c.Packets != 2*n || c.Accepted != burst || c.Dropped != 2*n-burst {
+		t.Errorf("%d packets, %d accepted, %d dropped: want %d, %d, %d (one bucket of %d across the CPUs)", c.Packets, c.Accepted, c.Dropped, 2*n, burst, 2*n-burst, burst)
+	}
+}
+
+// TestNewFlowsMoveAndEviction: a flow's first packet puts it in the map of
+// new flows, its second moves it (state and all) to the map of flows; when
+// that map has since evicted it, its next packet starts it afresh (as in
+// one LRU map), neither punted nor stuck on the marker the move left.
+func TestNewFlowsMoveAndEviction(t *testing.T) {
+	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(2.0)}}}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := needKernel(t, s)
+	fr := &frame{b: build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)}
+	now := int64(1_700_000_000_000_000_000)
+	count := func(m *ebpf.Map) int {
+		n := 0
+		_, err := readFlows(m, 0, func(_ *fastpathFlowKey, s *fastpathFlowState) error {
+			if s.Lock != uint64(fastpathLockStateLOCK_MOVED) {
+				n++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	step := func(what string, want, inMain, inNew int) {
+		t.Helper()
+		v, mark, _ := run(t, p, fr, now)
+		if v != want || mark&s.PuntMark != 0 {
+			t.Errorf("%s: verdict %d mark %#x, want %d unpunted", what, v, mark, want)
+		}
+		if m, n := count(p.tables[0]), count(p.news[0]); m != inMain || n != inNew {
+			t.Errorf("%s: %d flows in flows, %d in flows_new, want %d and %d", what, m, n, inMain, inNew)
+		}
+	}
+	step("first packet", tcOK, 0, 1)
+	step("second packet", tcOK, 1, 0)
+	step("third packet", tcShot, 1, 0)
+	var k fastpathFlowKey
+	if err := p.tables[0].NextKey(nil, &k); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.tables[0].Delete(&k); err != nil { // as an eviction would
+		t.Fatal(err)
+	}
+	step("after the eviction", tcOK, 0, 1)
+	step("and the next", tcOK, 1, 0)
+	step("and the next", tcShot, 1, 0)
+	if n, err := p.FlowCount(0); err != nil || n != 1 {
+		t.Errorf("FlowCount %d %v, want 1", n, err)
+	}
+}
