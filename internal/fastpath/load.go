@@ -224,6 +224,16 @@ const (
 // newFlows is the size of the map of new flows of a rule of max-flows n.
 func newFlows(n int) int { return max(n/newFlowsShare, minNewFlows) }
 
+// flowMapSize is the size of a limit rule's flow map held by the outer map
+// named outer (flows: max-flows n; flows_new: newFlows(n)), for the loader
+// and for MapMemory alike.
+func flowMapSize(outer string, n int) int {
+	if outer == fastpathMapFlowsNew {
+		return newFlows(n)
+	}
+	return n
+}
+
 // flowMaps gives limit rule i (Entry e) its two flow maps: old's, if old
 // has the rule unchanged (its flows keep their state; the rule keeps its
 // identity in their keys), else new, empty ones.
@@ -245,8 +255,8 @@ func (p *Program) flowMaps(i int, e *Entry, old *Program) error {
 		name string
 		size int
 	}{
-		{&p.tables[i], "flows_%d", e.MaxFlows},
-		{&p.news[i], "flows_new_%d", newFlows(e.MaxFlows)},
+		{&p.tables[i], "flows_%d", flowMapSize(fastpathMapFlows, e.MaxFlows)},
+		{&p.news[i], "flows_new_%d", flowMapSize(fastpathMapFlowsNew, e.MaxFlows)},
 	} {
 		ms := p.inner.Copy()
 		ms.Name = fmt.Sprintf(d.name, i)

@@ -70,8 +70,8 @@ func mapBytes(m *ebpf.MapSpec, entries uint32, ncpu int) uint64 {
 
 // MapMemory estimates the kernel memory the program's maps take for s,
 // from the map specs of the program's collection (bpf/*.c, whatever they
-// hold): each map at its max entries, and each limit rule's flow map (the
-// collection's inner map) at the rule's max-flows.
+// hold): each map at its max entries, and each limit rule's flow maps (the
+// collection's inner maps) at the sizes the loader makes them (flowMapSize).
 func MapMemory(s Spec) (uint64, error) {
 	cs, err := loadFastpath()
 	if err != nil {
@@ -89,7 +89,7 @@ func MapMemory(s Spec) (uint64, error) {
 		}
 		for i := range s.Entries {
 			if e := &s.Entries[i]; e.Action == Limit {
-				total += mapBytes(m.InnerMap, uint32(e.MaxFlows), ncpu)
+				total += mapBytes(m.InnerMap, uint32(flowMapSize(m.Name, e.MaxFlows)), ncpu)
 			}
 		}
 	}

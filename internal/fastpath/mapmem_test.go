@@ -38,7 +38,7 @@ func memlock(t *testing.T, m *ebpf.Map) uint64 {
 
 // TestMapMemory: MapMemory's estimate, from the collection's map specs,
 // against the kernel's own account of the maps a loaded program holds
-// (every map of the collection and each limit rule's flow map), for one
+// (every map of the collection and each limit rule's two flow maps), for one
 // and for three limit rules of various max-flows: within 10 % (the tries
 // are counted full, the kernel counts them as filled). CheckMapMemory
 // refuses max-flows 4 194 304 with one line naming the rule, and takes the
@@ -67,7 +67,7 @@ func TestMapMemory(t *testing.T) {
 				kern += memlock(t, m)
 			}
 		}
-		for _, m := range p.tables {
+		for _, m := range append(append([]*ebpf.Map(nil), p.tables...), p.news...) {
 			if m != nil {
 				kern += memlock(t, m)
 			}
