@@ -24,15 +24,15 @@ import (
 // a link without an Ethernet header is decoded (or refused at start), a
 // non-first fragment is charged to its datagram's flow and rule, churn in
 // the kernel's flow map buys no fresh bucket, and a reload that moves a
-// rule keeps its flows' buckets.
+// rule keeps its flows' buckets. This file's helpers start with "ev".
 
-// startFastpath writes policy to a file, adds the fast path's divert rule
+// evStartFastpath writes policy to a file, adds the fast path's divert rule
 // in B and starts packetshaper on queue 0 with --fastpath dev (and extra
 // flags), without a control socket. It returns the process and the policy
 // file (for reloads) once packetshaper logged its startup line, or has
 // exited (the caller decides whether that is a refusal it accepts);
 // running, it must have one program at tcx ingress of dev.
-func (tp *topo) startFastpath(policy, dev string, extra ...string) (*proc, string) {
+func (tp *topo) evStartFastpath(policy, dev string, extra ...string) (*proc, string) {
 	tp.t.Helper()
 	pol := filepath.Join(tp.t.TempDir(), "policy.toml")
 	writePolicy(tp.t, pol, policy)
@@ -57,18 +57,18 @@ func (tp *topo) startFastpath(policy, dev string, extra ...string) (*proc, strin
 	return sh, pol
 }
 
-// mustRun fails the test if packetshaper exited at start.
-func mustRun(t *testing.T, sh *proc) {
+// evMustRun fails the test if packetshaper exited at start.
+func evMustRun(t *testing.T, sh *proc) {
 	t.Helper()
 	if sh.exited() {
 		t.Fatalf("packetshaper exited at start: %v\n%s", sh.waitErr, indent(sh.err.String()))
 	}
 }
 
-// checkBar fails t unless got is at most over × want and at least under ×
+// evCheckBar fails t unless got is at most over × want and at least under ×
 // want (the bar of the issue above, not starved below), and logs the
 // ratio either way.
-func checkBar(t *testing.T, what string, got, want, under, over float64) {
+func evCheckBar(t *testing.T, what string, got, want, under, over float64) {
 	t.Helper()
 	r := got / want
 	switch {
@@ -83,16 +83,16 @@ func checkBar(t *testing.T, what string, got, want, under, over float64) {
 	}
 }
 
-// costAt is a packet sent at ns costing cost (bytes or packets).
-type costAt struct {
+// evPkt is a packet sent at ns costing cost (bytes or packets).
+type evPkt struct {
 	ns   int64
 	cost float64
 }
 
-// bucketOver is what an ideal token bucket (full at the first packet,
+// evBucket is what an ideal token bucket (full at the first packet,
 // rate per second, capacity burst) lets through of packets, in cost: the
 // sum of the costs of those it accepts.
-func bucketOver(pkts []costAt, rate, burst float64) float64 {
+func evBucket(pkts []evPkt, rate, burst float64) float64 {
 	sort.SliceStable(pkts, func(i, j int) bool { return pkts[i].ns < pkts[j].ns })
 	var tokens, got float64
 	var last int64
@@ -110,19 +110,19 @@ func bucketOver(pkts []costAt, rate, burst float64) float64 {
 	return got
 }
 
-// flowPackets is a sender's packets of flow sport, each costing cost(k) for
+// evPackets is a sender's packets of flow sport, each costing cost(k) for
 // its k-th packet.
-func flowPackets(s sendResult, sport string, cost func(k int) float64) []costAt {
+func evPackets(s sendResult, sport string, cost func(k int) float64) []evPkt {
 	f := s.Flows[sport]
-	out := make([]costAt, 0, len(f.TimesUs))
+	out := make([]evPkt, 0, len(f.TimesUs))
 	for k, us := range f.TimesUs {
-		out = append(out, costAt{f.FirstNs + us*1000, cost(k)})
+		out = append(out, evPkt{f.FirstNs + us*1000, cost(k)})
 	}
 	return out
 }
 
-// recvSizes is psend recv's count of datagrams by payload length.
-func recvSizes(t *testing.T, p *proc) map[string]uint64 {
+// evRecvSizes is psend recv's count of datagrams by payload length.
+func evRecvSizes(t *testing.T, p *proc) map[string]uint64 {
 	t.Helper()
 	var r struct {
 		Sizes map[string]uint64 `json:"sizes"`
@@ -133,13 +133,13 @@ func recvSizes(t *testing.T, p *proc) map[string]uint64 {
 	return r.Sizes
 }
 
-// gsoSegs and gsoSize: each sendmsg of the GSO tests carries 40 datagrams
+// evGSOSegs and evGSOSize: each sendmsg of the GSO tests carries 40 datagrams
 // of 1 400 bytes (UDP_SEGMENT), at 500 sendmsg/s for 4 s: 80 000
 // datagrams of 1 428 bytes of IP, 20 000/s.
 const (
-	gsoSegs = 40
-	gsoSize = 1400
-	gsoIP   = 20 + 8 + gsoSize
+	evGSOSegs = 40
+	evGSOSize = 1400
+	evGSOIP   = 20 + 8 + evGSOSize
 )
 
 // TestFastpathGSOWire checks the GSO tests' premise, with no shaper: the
@@ -147,28 +147,29 @@ const (
 // by a packet socket, as by tc, before segmentation: "length 56000"), and
 // B's socket receives them as 40 datagrams each.
 func TestFastpathGSOWire(t *testing.T) {
+	parallel(t)
 	needRoot(t)
 	tp := newTopo(t)
 	td := tp.start(tp.B, "tcpdump", "timeout", "20", "tcpdump", "-i", tp.VethB, "-nn", "-l", "-c", "3", "udp and dst port 9000")
 	td.waitStderr("listening on", 10*time.Second)
 	rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "2s")
-	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--size", fmt.Sprint(gsoSize),
-		"--gso", fmt.Sprint(gsoSegs), "--pps", "10", "--count", "5", "--duration", "2s")
+	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--size", fmt.Sprint(evGSOSize),
+		"--gso", fmt.Sprint(evGSOSegs), "--pps", "10", "--count", "5", "--duration", "2s")
 	r := recvDone(rc, 25*time.Second)
 	_ = td.wait(25 * time.Second)
-	want := fmt.Sprintf("UDP, length %d", gsoSegs*gsoSize)
+	want := fmt.Sprintf("UDP, length %d", evGSOSegs*evGSOSize)
 	if n := strings.Count(td.out.String(), want); n != 3 {
 		t.Errorf("tcpdump at %s saw %d packets with %q, want 3 (the GSO packets whole):\n%s", tp.VethB, n, want, indent(td.out.String()))
 	}
-	if s.Sent != 5*gsoSegs || r.Received["9000"]["10000"] != 5*gsoSegs {
-		t.Errorf("sent %d, received %d datagrams: want %d and %d", s.Sent, r.Received["9000"]["10000"], 5*gsoSegs, 5*gsoSegs)
+	if s.Sent != 5*evGSOSegs || r.Received["9000"]["10000"] != 5*evGSOSegs {
+		t.Errorf("sent %d, received %d datagrams: want %d and %d", s.Sent, r.Received["9000"]["10000"], 5*evGSOSegs, 5*evGSOSegs)
 	}
 }
 
-func TestFastpathGSOPackets(t *testing.T) { testFastpathGSO(t, false) }
-func TestFastpathGSOBytes(t *testing.T)   { testFastpathGSO(t, true) }
+func TestFastpathGSOPackets(t *testing.T) { evGSO(t, false) }
+func TestFastpathGSOBytes(t *testing.T)   { evGSO(t, true) }
 
-// testFastpathGSO: one 5-tuple sends 40 × 1 400-byte datagrams per sendmsg
+// evGSO: one 5-tuple sends 40 × 1 400-byte datagrams per sendmsg
 // (UDP GSO), 500 sendmsg/s for 4 s, to a kernel rule of 100 packets/s,
 // burst 5 (or, bytes, 8mbit with a burst of 56 000 bytes, less than one GSO
 // packet's 56 028): the datagrams delivered are at most 1.05× what an
@@ -176,7 +177,7 @@ func TestFastpathGSOBytes(t *testing.T)   { testFastpathGSO(t, true) }
 // 0.90× (a GSO packet over the burst is not starved). On 427b78a a GSO
 // packet is one packet at tc ingress: 16 160 of 80 000 = 39.9× the bound;
 // with the byte rule none ever fits the burst: 0.
-func testFastpathGSO(t *testing.T, bytes bool) {
+func evGSO(t *testing.T, bytes bool) {
 	needShaper(t)
 	tp := newTopo(t)
 	pol := `
@@ -195,31 +196,31 @@ bitrate = "8mbit"
 burst   = 56000
 `
 	}
-	sh, _ := tp.startFastpath(pol, tp.VethB)
-	mustRun(t, sh)
+	sh, _ := tp.evStartFastpath(pol, tp.VethB)
+	evMustRun(t, sh)
 	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
-	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--size", fmt.Sprint(gsoSize),
-		"--gso", fmt.Sprint(gsoSegs), "--pps", "500", "--duration", "4s", "--times")
+	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--size", fmt.Sprint(evGSOSize),
+		"--gso", fmt.Sprint(evGSOSegs), "--pps", "500", "--duration", "4s", "--times")
 	r := recvDone(rc, 45*time.Second)
 	log := tp.stopShaper(sh)
-	if want := 500 * 4 * gsoSegs; math.Abs(float64(s.Sent)-float64(want)) > 0.05*float64(want) {
+	if want := 500 * 4 * evGSOSegs; math.Abs(float64(s.Sent)-float64(want)) > 0.05*float64(want) {
 		t.Errorf("the sender sent %d datagrams, want %d ±5%%", s.Sent, want)
 	}
 	got := float64(r.Received["9000"]["10000"])
 	_, _, line := finalStats(t, log)
-	t.Logf("sent %d datagrams in %d GSO packets; rule gso: packets=%d accepted=%d", s.Sent, s.Sent/gsoSegs,
+	t.Logf("sent %d datagrams in %d GSO packets; rule gso: packets=%d accepted=%d", s.Sent, s.Sent/evGSOSegs,
 		statField(t, line, "rule.gso.packets"), statField(t, line, "rule.gso.accepted"))
 	if bytes {
-		want := bucketOver(flowPackets(s, "10000", func(int) float64 { return gsoIP }), 1e6, 56000) / gsoIP
-		checkBar(t, "GSO datagrams through 8mbit, burst 56 000 bytes", got, want, 0.90, 1.05)
+		want := evBucket(evPackets(s, "10000", func(int) float64 { return evGSOIP }), 1e6, 56000) / evGSOIP
+		evCheckBar(t, "GSO datagrams through 8mbit, burst 56 000 bytes", got, want, 0.90, 1.05)
 		return
 	}
-	want := bucketOver(flowPackets(s, "10000", func(int) float64 { return 1 }), 100, 5)
-	checkBar(t, "GSO datagrams through 100 packets/s, burst 5", got, want, 0.90, 1.05)
+	want := evBucket(evPackets(s, "10000", func(int) float64 { return 1 }), 100, 5)
+	evCheckBar(t, "GSO datagrams through 100 packets/s, burst 5", got, want, 0.90, 1.05)
 }
 
-// l3Policy: 10 packets/s per source for UDP to 9000.
-const l3Policy = `
+// evL3Policy: 10 packets/s per source for UDP to 9000.
+const evL3Policy = `
 [[rule]]
 name  = "src"
 match = { proto = ["udp"], dport = ["9000"] }
@@ -232,8 +233,8 @@ burst = 5
 // header 14 bytes into the packet finds a plausible one (version 4,
 // header length 5) in the source address's third byte.
 const (
-	l3Src = "10.250.69.1"
-	l3Dst = "10.250.69.2"
+	evL3Src = "10.250.69.1"
+	evL3Dst = "10.250.69.2"
 )
 
 // TestFastpathTun: a tun device in B (no Ethernet header: at tc ingress the
@@ -247,14 +248,14 @@ func TestFastpathTun(t *testing.T) {
 	tp := newTopo(t)
 	dev := strings.TrimSuffix(tp.VethB, "b") + "t"
 	tp.must(tp.B, "ip", "tuntap", "add", "dev", dev, "mode", "tun")
-	tp.must(tp.B, "ip", "addr", "add", l3Dst, "peer", l3Src+"/32", "dev", dev)
+	tp.must(tp.B, "ip", "addr", "add", evL3Dst, "peer", evL3Src+"/32", "dev", dev)
 	tp.must(tp.B, "ip", "link", "set", dev, "up")
 	tp.must(tp.B, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf."+dev+".rp_filter=0")
 	send := func() sendResult {
-		return sendDone(tp.start(tp.B, "psend sendtun", psendBin, "sendtun", "--tun", dev, "--src", l3Src,
-			"--dst", l3Dst+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "3s", "--times"))
+		return sendDone(tp.start(tp.B, "psend sendtun", psendBin, "sendtun", "--tun", dev, "--src", evL3Src,
+			"--dst", evL3Dst+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "3s", "--times"))
 	}
-	testL3Link(t, tp, dev, send)
+	evL3Link(t, tp, dev, send)
 }
 
 // TestFastpathTunTunnel: a user-space L3 tunnel between A and B, as
@@ -268,27 +269,27 @@ func TestFastpathTunTunnel(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
 	dev := strings.TrimSuffix(tp.VethB, "b") + "w"
-	for _, s := range []struct{ ns, addr, peer string }{{tp.A, l3Src, l3Dst}, {tp.B, l3Dst, l3Src}} {
+	for _, s := range []struct{ ns, addr, peer string }{{tp.A, evL3Src, evL3Dst}, {tp.B, evL3Dst, evL3Src}} {
 		tp.must(s.ns, "ip", "tuntap", "add", "dev", dev, "mode", "tun")
 		tp.must(s.ns, "ip", "addr", "add", s.addr, "peer", s.peer+"/32", "dev", dev)
 		tp.must(s.ns, "ip", "link", "set", dev, "up")
 		tp.must(s.ns, "sysctl", "-qw", "net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf."+dev+".rp_filter=0")
 	}
-	tp.tunRelay(dev)
+	tp.evTunRelay(dev)
 	// The tunnel works before packetshaper runs: an echo request reaches
 	// B (no reply comes back, the relay is one way).
-	_, _ = tp.run(tp.A, "ping", "-c", "1", "-W", "1", l3Dst)
-	if n := tp.icmpInEchos(tp.B); n < 1 {
+	_, _ = tp.run(tp.A, "ping", "-c", "1", "-W", "1", evL3Dst)
+	if n := tp.evIcmpInEchos(tp.B); n < 1 {
 		t.Fatalf("B received %d echo requests through the tunnel, want 1: the relay does not work", n)
 	}
 	send := func() sendResult {
-		return tp.send("--dst", l3Dst+":9000", "--src", l3Src, "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "3s", "--times")
+		return tp.send("--dst", evL3Dst+":9000", "--src", evL3Src, "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "3s", "--times")
 	}
-	testL3Link(t, tp, dev, send)
+	evL3Link(t, tp, dev, send)
 }
 
-// icmpInEchos reads IcmpInEchos of /proc/net/snmp in ns.
-func (tp *topo) icmpInEchos(ns string) uint64 {
+// evIcmpInEchos reads IcmpInEchos of /proc/net/snmp in ns.
+func (tp *topo) evIcmpInEchos(ns string) uint64 {
 	tp.t.Helper()
 	out := tp.must(ns, "cat", "/proc/net/snmp")
 	var head []string
@@ -312,12 +313,12 @@ func (tp *topo) icmpInEchos(ns string) uint64 {
 	return 0
 }
 
-// tunRelay attaches to the tun device dev in A and in B (each made with
+// evTunRelay attaches to the tun device dev in A and in B (each made with
 // ip tuntap add) and copies every packet A's device gives (what A's
 // kernel routes into it) to B's device (which B's kernel then receives),
 // until the test ends: at most 100 000 packets, polled every 50 ms for
 // the stop.
-func (tp *topo) tunRelay(dev string) {
+func (tp *topo) evTunRelay(dev string) {
 	tp.t.Helper()
 	open := func(ns string) int {
 		var fd int
@@ -370,10 +371,10 @@ func (tp *topo) tunRelay(dev string) {
 	})
 }
 
-// testL3Link runs l3Policy with --fastpath dev and the traffic send makes,
+// evL3Link runs evL3Policy with --fastpath dev and the traffic send makes,
 // and checks the bar (or the refusal).
-func testL3Link(t *testing.T, tp *topo, dev string, send func() sendResult) {
-	sh, _ := tp.startFastpath(l3Policy, dev)
+func evL3Link(t *testing.T, tp *topo, dev string, send func() sendResult) {
+	sh, _ := tp.evStartFastpath(evL3Policy, dev)
 	if sh.exited() {
 		// A refusal: a non-zero exit whose last line names the device,
 		// not a crash.
@@ -395,13 +396,13 @@ func testL3Link(t *testing.T, tp *topo, dev string, send func() sendResult) {
 	}
 	_, _, line := finalStats(t, log)
 	t.Logf("%s: sent %d; rule src: packets=%d accepted=%d", dev, s.Sent, statField(t, line, "rule.src.packets"), statField(t, line, "rule.src.accepted"))
-	want := bucketOver(flowPackets(s, "10000", func(int) float64 { return 1 }), 10, 5)
-	checkBar(t, fmt.Sprintf("UDP from %s on %s through 10 packets/s per source", l3Src, dev), float64(r.Received["9000"]["10000"]), want, 0, 1.05)
+	want := evBucket(evPackets(s, "10000", func(int) float64 { return 1 }), 10, 5)
+	evCheckBar(t, fmt.Sprintf("UDP from %s on %s through 10 packets/s per source", evL3Src, dev), float64(r.Received["9000"]["10000"]), want, 0, 1.05)
 }
 
-// fragOtherPolicy: a ping rule and a DNS rule, each 10/s per source; the
+// evFragOtherPolicy: a ping rule and a DNS rule, each 10/s per source; the
 // fragmented datagrams go to UDP 9000, which no rule limits.
-const fragOtherPolicy = `
+const evFragOtherPolicy = `
 [[rule]]
 name  = "ping"
 match = { proto = ["icmp", "icmpv6"] }
@@ -415,14 +416,14 @@ key   = "src"
 pps   = 10
 `
 
-func TestFastpathFragmentsOtherRuleIPv4(t *testing.T) { testFragmentsOtherRule(t, "ipv4") }
-func TestFastpathFragmentsOtherRuleIPv6(t *testing.T) { testFragmentsOtherRule(t, "ipv6") }
+func TestFastpathFragmentsOtherRuleIPv4(t *testing.T) { evFragmentsOtherRule(t, "ipv4") }
+func TestFastpathFragmentsOtherRuleIPv6(t *testing.T) { evFragmentsOtherRule(t, "ipv6") }
 
-// testFragmentsOtherRule: 3 000-byte UDP datagrams (two fragments each) to a
+// evFragmentsOtherRule: 3 000-byte UDP datagrams (two fragments each) to a
 // port no rule limits, 100/s for 4 s, beside a ping rule and a udp/53 rule
 // limiting 10/s per source: at least 95 % arrive (the later fragments take
 // no rule meant for other traffic). On 427b78a: 5 of 400 (IPv6).
-func testFragmentsOtherRule(t *testing.T, family string) {
+func evFragmentsOtherRule(t *testing.T, family string) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
@@ -430,8 +431,8 @@ func testFragmentsOtherRule(t *testing.T, family string) {
 	if family == "ipv6" {
 		dst = "[" + tp.IP6B + "]:9000"
 	}
-	sh, _ := tp.startFastpath(fragOtherPolicy, tp.VethB)
-	mustRun(t, sh)
+	sh, _ := tp.evStartFastpath(evFragOtherPolicy, tp.VethB)
+	evMustRun(t, sh)
 	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
 	s := tp.send("--dst", dst, "--flows", "1", "--sport", "10000", "--size", "3000", "--pps", "100", "--duration", "4s")
 	r := recvDone(rc, 35*time.Second)
@@ -448,9 +449,9 @@ func testFragmentsOtherRule(t *testing.T, family string) {
 	}
 }
 
-// fragFlowPolicy: 1mbit per 5-tuple for UDP to 9000, the burst the
+// evFragFlowPolicy: 1mbit per 5-tuple for UDP to 9000, the burst the
 // default for that rate (65 535 bytes) written out.
-const fragFlowPolicy = `
+const evFragFlowPolicy = `
 [[rule]]
 name    = "bytes"
 match   = { proto = ["udp"], dport = ["9000"] }
@@ -458,16 +459,16 @@ bitrate = "1mbit"
 burst   = 65535
 `
 
-func TestFastpathFragmentsOneFlowIPv4(t *testing.T) { testFragmentsOneFlow(t, "ipv4") }
-func TestFastpathFragmentsOneFlowIPv6(t *testing.T) { testFragmentsOneFlow(t, "ipv6") }
+func TestFastpathFragmentsOneFlowIPv4(t *testing.T) { evFragmentsOneFlow(t, "ipv4") }
+func TestFastpathFragmentsOneFlowIPv6(t *testing.T) { evFragmentsOneFlow(t, "ipv6") }
 
-// testFragmentsOneFlow: one 5-tuple of 2 900-byte datagrams (two fragments
+// evFragmentsOneFlow: one 5-tuple of 2 900-byte datagrams (two fragments
 // each) at 80/s for 4 s through 1mbit: the bytes delivered are at most
 // 1.05× what an ideal byte bucket charging each datagram its whole IP
 // length lets through (as the queue charges it), and at least 0.90×. On
 // 427b78a: 1.67× (IPv4), 1.70× (IPv6), all 320 of 320 (the later fragments
 // in the address pair's bucket).
-func testFragmentsOneFlow(t *testing.T, family string) {
+func evFragmentsOneFlow(t *testing.T, family string) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
@@ -475,16 +476,16 @@ func testFragmentsOneFlow(t *testing.T, family string) {
 	if family == "ipv6" {
 		dst, ipLen = "["+tp.IP6B+"]:9000", 40+8+2900
 	}
-	sh, _ := tp.startFastpath(fragFlowPolicy, tp.VethB)
-	mustRun(t, sh)
+	sh, _ := tp.evStartFastpath(evFragFlowPolicy, tp.VethB)
+	evMustRun(t, sh)
 	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
 	s := tp.send("--dst", dst, "--flows", "1", "--sport", "10000", "--size", "2900", "--pps", "80", "--duration", "4s", "--times")
 	r := recvDone(rc, 35*time.Second)
 	tp.stopShaper(sh)
 	got := r.Received["9000"]["10000"]
-	want := bucketOver(flowPackets(s, "10000", func(int) float64 { return float64(ipLen) }), 125000, 65535) / float64(ipLen)
+	want := evBucket(evPackets(s, "10000", func(int) float64 { return float64(ipLen) }), 125000, 65535) / float64(ipLen)
 	t.Logf("%s: %d of %d datagrams of %d bytes delivered", family, got, s.Sent, ipLen)
-	checkBar(t, fmt.Sprintf("%s fragmented datagrams of one flow through 1mbit", family), float64(got), want, 0.90, 1.05)
+	evCheckBar(t, fmt.Sprintf("%s fragmented datagrams of one flow through 1mbit", family), float64(got), want, 0.90, 1.05)
 }
 
 // TestFastpathFragmentsMixIPv6: one IPv6 5-tuple mixing plain datagrams
@@ -502,8 +503,8 @@ func TestFastpathFragmentsMixIPv6(t *testing.T) {
 	const nExt, extSize = 33, 1100
 	sizes := []int{1000, 2900}
 	ipLen := map[string]float64{"1000": 40 + 8 + 1000, "2900": 40 + 8 + 2900, fmt.Sprint(extSize): 40 + 8*nExt + 8 + extSize}
-	sh, _ := tp.startFastpath(fragFlowPolicy, tp.VethB)
-	mustRun(t, sh)
+	sh, _ := tp.evStartFastpath(evFragFlowPolicy, tp.VethB)
+	evMustRun(t, sh)
 	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
 	dst := "[" + tp.IP6B + "]:9000"
 	plain := tp.startSend("--dst", dst, "--flows", "1", "--sport", "10000", "--sizes", "1000,2900", "--pps", "200", "--duration", "4s", "--times")
@@ -512,19 +513,19 @@ func TestFastpathFragmentsMixIPv6(t *testing.T) {
 	sp, se := sendDone(plain), sendDone(ext)
 	recvDone(rc, 35*time.Second)
 	tp.stopShaper(sh)
-	pkts := flowPackets(sp, "10000", func(k int) float64 { return 40 + 8 + float64(sizes[k%len(sizes)]) })
-	pkts = append(pkts, flowPackets(se, "10000", func(int) float64 { return ipLen[fmt.Sprint(extSize)] })...)
-	want := bucketOver(pkts, 125000, 65535)
+	pkts := evPackets(sp, "10000", func(k int) float64 { return 40 + 8 + float64(sizes[k%len(sizes)]) })
+	pkts = append(pkts, evPackets(se, "10000", func(int) float64 { return ipLen[fmt.Sprint(extSize)] })...)
+	want := evBucket(pkts, 125000, 65535)
 	var got float64
-	for size, n := range recvSizes(t, rc) {
+	for size, n := range evRecvSizes(t, rc) {
 		l, ok := ipLen[size]
 		if !ok {
 			t.Fatalf("a datagram of %s bytes arrived: none was sent", size)
 		}
 		got += float64(n) * l
 	}
-	t.Logf("sent %d plain and fragmented, %d behind %d headers; delivered by size %v", sp.Sent, se.Sent, nExt, recvSizes(t, rc))
-	checkBar(t, "bytes of one IPv6 flow mixing plain, fragmented and long-chain datagrams through 1mbit", got, want, 0.90, 1.05)
+	t.Logf("sent %d plain and fragmented, %d behind %d headers; delivered by size %v", sp.Sent, se.Sent, nExt, evRecvSizes(t, rc))
+	evCheckBar(t, "bytes of one IPv6 flow mixing plain, fragmented and long-chain datagrams through 1mbit", got, want, 0.90, 1.05)
 }
 
 // TestFastpathChurnFlood: a source limited to 1 packet/s with a burst of 10
@@ -537,7 +538,7 @@ func TestFastpathFragmentsMixIPv6(t *testing.T) {
 func TestFastpathChurnFlood(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
-	sh, _ := tp.startFastpath(`
+	sh, _ := tp.evStartFastpath(`
 [[rule]]
 name      = "src"
 match     = { proto = ["udp"] }
@@ -546,18 +547,18 @@ pps       = 1
 burst     = 10
 max-flows = 10000
 `, tp.VethB, "--stats-interval", "500ms")
-	mustRun(t, sh)
+	evMustRun(t, sh)
 	rc := tp.startRecv(":9000", "--duration", "25s", "--idle", "3s")
 	fl := tp.startFlood(floodSpec{Port: 9001, Duration: 30 * time.Second, Size: 18})
 	time.Sleep(time.Second) // the map is full of flood sources
-	var pkts []costAt
+	var pkts []evPkt
 	t0 := time.Now()
 	for i := range 10 {
 		if d := time.Until(t0.Add(time.Duration(i) * time.Second)); d > 0 {
 			time.Sleep(d)
 		}
 		s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", fmt.Sprint(10000+i), "--pps", "1000", "--count", "10", "--duration", "1s", "--times")
-		pkts = append(pkts, flowPackets(s, fmt.Sprint(10000+i), func(int) float64 { return 1 })...)
+		pkts = append(pkts, evPackets(s, fmt.Sprint(10000+i), func(int) float64 { return 1 })...)
 	}
 	fl.stop()
 	fr := floodDone(fl)
@@ -570,7 +571,7 @@ max-flows = 10000
 	if len(pkts) != 100 {
 		t.Errorf("the source sent %d packets, want 100", len(pkts))
 	}
-	checkBar(t, "a source sending bursts of 10 every second beside the flood, 1/s burst 10", float64(r.Total), bucketOver(pkts, 1, 10), 0.90, 1.10)
+	evCheckBar(t, "a source sending bursts of 10 every second beside the flood, 1/s burst 10", float64(r.Total), evBucket(pkts, 1, 10), 0.90, 1.10)
 }
 
 // TestFastpathMovingReload: a kernel rule (1 packet/s, burst 10) keeps its
@@ -597,13 +598,13 @@ name  = "above"
 match = { proto = ["udp"], dport = ["9100"] }
 pps   = 100
 ` + lim
-	sh, pol := tp.startFastpath(lim, tp.VethB)
-	mustRun(t, sh)
+	sh, pol := tp.evStartFastpath(lim, tp.VethB)
+	evMustRun(t, sh)
 	rc := tp.startRecv(":9000", "--duration", "60s")
-	var pkts []costAt
+	var pkts []evPkt
 	phase := func() {
 		s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "200ms", "--times")
-		pkts = append(pkts, flowPackets(s, "10000", func(int) float64 { return 1 })...)
+		pkts = append(pkts, evPackets(s, "10000", func(int) float64 { return 1 })...)
 	}
 	phase()
 	for i, file := range []string{above, lim, above} {
@@ -625,7 +626,7 @@ pps   = 100
 		}
 	}
 	got := float64(r.Received["9000"]["10000"])
-	want := bucketOver(pkts, 1, 10)
+	want := evBucket(pkts, 1, 10)
 	if got > want+4 || got < want-2 {
 		t.Errorf("across three reloads moving the rule: %.0f delivered, one kept bucket gives %.1f: want at most %.0f (and at least %.0f)", got, want, want+4, want-2)
 	} else {
