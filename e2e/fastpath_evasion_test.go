@@ -30,7 +30,8 @@ import (
 // in B and starts packetshaper on queue 0 with --fastpath dev (and extra
 // flags), without a control socket. It returns the process and the policy
 // file (for reloads) once packetshaper logged its startup line, or has
-// exited (the caller decides whether that is a refusal it accepts);
+// exited (the caller decides whether that is a refusal it accepts), within
+// 40 s (the verifier takes seconds for the program on a loaded machine);
 // running, it must have one program at tcx ingress of dev.
 func (tp *topo) evStartFastpath(policy, dev string, extra ...string) (*proc, string) {
 	tp.t.Helper()
@@ -39,14 +40,14 @@ func (tp *topo) evStartFastpath(policy, dev string, extra ...string) (*proc, str
 	tp.rules("add", "--fastpath", "--queue", "0")
 	args := append([]string{shaperBin, "--queue", "0", "--policy", pol, "--fastpath", dev, "--control-socket", ""}, extra...)
 	sh := tp.start(tp.B, "packetshaper", args...)
-	testutil.WaitFor(tp.t, 15*time.Second, func() bool {
+	testutil.WaitFor(tp.t, 40*time.Second, func() bool {
 		return strings.Contains(sh.err.String(), "msg=shaping") || sh.exited()
 	})
 	if sh.exited() {
 		return sh, pol
 	}
 	if !strings.Contains(sh.err.String(), "msg=shaping") {
-		tp.t.Fatalf("packetshaper did not log its startup line within 15 s:\n%s", indent(sh.err.String()))
+		tp.t.Fatalf("packetshaper did not log its startup line within 40 s:\n%s", indent(sh.err.String()))
 	}
 	if strings.Contains(sh.err.String(), "fast path off") {
 		tp.t.Fatalf("the fast path did not run:\n%s", indent(sh.err.String()))
@@ -198,7 +199,7 @@ burst   = 56000
 	}
 	sh, _ := tp.evStartFastpath(pol, tp.VethB)
 	evMustRun(t, sh)
-	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--size", fmt.Sprint(evGSOSize),
 		"--gso", fmt.Sprint(evGSOSegs), "--pps", "500", "--duration", "4s", "--times")
 	r := recvDone(rc, 45*time.Second)
@@ -387,7 +388,7 @@ func evL3Link(t *testing.T, tp *topo, dev string, send func() sendResult) {
 		t.Logf("refused at start, as the issue allows: %s", last)
 		return
 	}
-	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	s := send()
 	r := recvDone(rc, 35*time.Second)
 	log := tp.stopShaper(sh)
@@ -433,7 +434,7 @@ func evFragmentsOtherRule(t *testing.T, family string) {
 	}
 	sh, _ := tp.evStartFastpath(evFragOtherPolicy, tp.VethB)
 	evMustRun(t, sh)
-	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	s := tp.send("--dst", dst, "--flows", "1", "--sport", "10000", "--size", "3000", "--pps", "100", "--duration", "4s")
 	r := recvDone(rc, 35*time.Second)
 	log := tp.stopShaper(sh)
@@ -478,7 +479,7 @@ func evFragmentsOneFlow(t *testing.T, family string) {
 	}
 	sh, _ := tp.evStartFastpath(evFragFlowPolicy, tp.VethB)
 	evMustRun(t, sh)
-	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	s := tp.send("--dst", dst, "--flows", "1", "--sport", "10000", "--size", "2900", "--pps", "80", "--duration", "4s", "--times")
 	r := recvDone(rc, 35*time.Second)
 	tp.stopShaper(sh)
@@ -505,7 +506,7 @@ func TestFastpathFragmentsMixIPv6(t *testing.T) {
 	ipLen := map[string]float64{"1000": 40 + 8 + 1000, "2900": 40 + 8 + 2900, fmt.Sprint(extSize): 40 + 8*nExt + 8 + extSize}
 	sh, _ := tp.evStartFastpath(evFragFlowPolicy, tp.VethB)
 	evMustRun(t, sh)
-	rc := tp.startRecv(":9000", "--duration", "15s", "--idle", "3s")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	dst := "[" + tp.IP6B + "]:9000"
 	plain := tp.startSend("--dst", dst, "--flows", "1", "--sport", "10000", "--sizes", "1000,2900", "--pps", "200", "--duration", "4s", "--times")
 	ext := tp.start(tp.A, "psend send6x", psendBin, "send6x", "--dst", dst, "--flows", "1", "--sport", "10000",
@@ -548,7 +549,7 @@ burst     = 10
 max-flows = 10000
 `, tp.VethB, "--stats-interval", "500ms")
 	evMustRun(t, sh)
-	rc := tp.startRecv(":9000", "--duration", "25s", "--idle", "3s")
+	rc := tp.startRecv(":9000", "--duration", "40s", "--idle", "5s")
 	fl := tp.startFlood(floodSpec{Port: 9001, Duration: 30 * time.Second, Size: 18})
 	time.Sleep(time.Second) // the map is full of flood sources
 	var pkts []evPkt
@@ -611,9 +612,9 @@ pps   = 100
 		time.Sleep(time.Second)
 		writePolicy(t, pol, file)
 		sh.signal(syscall.SIGHUP)
-		if !testutil.WaitFor(t, 10*time.Second, func() bool { return strings.Count(sh.err.String(), "fast path reloaded") == i+1 || sh.exited() }) ||
+		if !testutil.WaitFor(t, 30*time.Second, func() bool { return strings.Count(sh.err.String(), "fast path reloaded") == i+1 || sh.exited() }) ||
 			strings.Count(sh.err.String(), "fast path reloaded") != i+1 {
-			t.Fatalf("reload %d: no \"fast path reloaded\" within 10 s:\n%s", i+1, indent(sh.err.String()))
+			t.Fatalf("reload %d: no \"fast path reloaded\" within 30 s:\n%s", i+1, indent(sh.err.String()))
 		}
 		phase()
 	}
