@@ -5,6 +5,8 @@
 //	psend send --dst 10.0.0.2:9000 --flows 4 --pps 500 --duration 3s [--align 1s]
 //	psend send --dst 10.0.0.2:9000 --pps 0 --count 1000000 --duration 5s
 //	psend send6x --dst [fd00::2]:9000 --flows 4 --pps 500 --dstopts 16 (or --dstopt-len 600)
+//	psend send --dst 10.0.0.2:9000 --pps 500 --size 1400 --gso 40
+//	psend sendtun --tun tun0 --src 10.250.69.1 --dst 10.250.69.2:9000 --pps 500
 //	psend send6hbh --dst [fd00::2]:9000 --iface veth0 --dst-mac 02:00:00:00:00:02 --pps 500 --size 1344
 //	psend recv --listen :9000 --duration 10s --idle 1s
 //	psend tcp-serve --listen :9100 --duration 10s
@@ -15,10 +17,13 @@
 // --sport+1, …) at R packets/s per flow and destination, packets interleaved
 // across flows, for a bounded time and/or count, starting at once or (--align)
 // on the next multiple of a duration since the Unix epoch; --pps 0 sends
-// unpaced, in sendmmsg batches, and reports the rate achieved. send6x: the
+// unpaced, in sendmmsg batches, and reports the rate achieved; --gso N sends N
+// datagrams per sendmsg (UDP GSO), --sizes alternates payload sizes. send6x: the
 // same for IPv6 UDP datagrams carrying a chain of Destination Options headers
 // (through a raw socket; root); send6hbh: IPv6 UDP datagrams with payload
-// length 0 behind a hop-by-hop header (through a packet socket; root). recv:
+// length 0 behind a hop-by-hop header (through a packet socket; root);
+// sendtun: whole IPv4 UDP packets written into a tun device, received on it
+// as from its wire (root). recv:
 // counts UDP datagrams per listening port and source port. tcp-serve/tcp-send: one TCP transfer of
 // deterministic bytes, both sides print the byte count and SHA-256. report:
 // a per-flow table of sent, arrived and expected from saved send and recv
@@ -44,7 +49,7 @@ import (
 const maxDuration = 10 * time.Minute
 
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: psend send|send6x|send6hbh|recv|tcp-serve|tcp-send|tcp-connect|tcp-accept|report [flags]   (psend MODE --help for flags)
+	fmt.Fprint(os.Stderr, `usage: psend send|send6x|send6hbh|sendtun|recv|tcp-serve|tcp-send|tcp-connect|tcp-accept|report [flags]   (psend MODE --help for flags)
 `)
 }
 
@@ -68,6 +73,8 @@ func main() {
 		res, err = runSend6x(ctx, args)
 	case "send6hbh":
 		res, err = runSend6hbh(ctx, args)
+	case "sendtun":
+		res, err = runSendTun(ctx, args)
 	case "recv":
 		res, err = runRecv(ctx, args)
 	case "tcp-serve":

@@ -89,3 +89,19 @@ func (b *batcher) send(t *target, n int) (int, error) {
 	}
 	return sent, err
 }
+
+// setUDPSegment turns on UDP GSO for c: each datagram written is split by
+// the kernel into datagrams of size payload bytes (UDP_SEGMENT).
+func setUDPSegment(c syscall.Conn, size int) error {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, size)
+	}); err != nil {
+		return err
+	}
+	return serr
+}

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"net/netip"
 	"syscall"
 )
@@ -23,3 +24,5 @@ func (b *batcher) send(t *target, n int) (int, error) {
 	}
 	return n, nil
 }
+
+func setUDPSegment(syscall.Conn, int) error { return errors.New("UDP GSO is Linux only") }

@@ -36,6 +36,8 @@ type RecvResult struct {
 	// Bins counts datagrams (all ports) per --bins interval: the key is
 	// the interval's start, ns since the Unix epoch.
 	Bins map[string]uint64 `json:"bins,omitempty"`
+	// Sizes counts datagrams (all ports) by their UDP payload length.
+	Sizes map[string]uint64 `json:"sizes,omitempty"`
 }
 
 // maxTimes bounds what recv --times keeps: 16 bytes per datagram.
@@ -48,6 +50,7 @@ type portCount struct {
 	firstNs, lastNs int64
 	times, rx, seqs map[uint16][]int64 // --times
 	bins            map[int64]uint64
+	sizes           map[int]uint64
 }
 
 func runRecv(ctx context.Context, args []string) (any, error) {
@@ -117,6 +120,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 			counts[i].times, counts[i].rx, counts[i].seqs = make(map[uint16][]int64), make(map[uint16][]int64), make(map[uint16][]int64)
 		}
 		counts[i].bins = make(map[int64]uint64)
+		counts[i].sizes = make(map[int]uint64)
 		wg.Add(1)
 		go func(c *net.UDPConn, pc *portCount) {
 			defer wg.Done()
@@ -149,6 +153,7 @@ func runRecv(ctx context.Context, args []string) (any, error) {
 					pc.seqs[from.Port()] = append(pc.seqs[from.Port()], seq)
 				}
 				pc.bySrc[from.Port()]++
+				pc.sizes[n]++
 				pc.total++
 				if binNs > 0 {
 					pc.bins[ns/binNs*binNs]++
@@ -219,6 +224,12 @@ wait:
 				res.Bins = make(map[string]uint64)
 			}
 			res.Bins[strconv.FormatInt(b, 10)] += n
+		}
+		for sz, n := range pc.sizes {
+			if res.Sizes == nil {
+				res.Sizes = make(map[string]uint64)
+			}
+			res.Sizes[strconv.Itoa(sz)] += n
 		}
 		if pc.firstNs != 0 && (res.FirstNs == 0 || pc.firstNs < res.FirstNs) {
 			res.FirstNs = pc.firstNs

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -114,6 +115,8 @@ type sendOpts struct {
 	seq      bool
 	align    time.Duration
 	batch    int
+	gso      int    // send --gso: datagrams per sendmsg (UDP_SEGMENT); 0: off
+	sizes    string // send --sizes: payload sizes a flow's packets take in turn
 }
 
 func addSendFlags(fs *flag.FlagSet) *sendOpts {
@@ -130,6 +133,8 @@ func addSendFlags(fs *flag.FlagSet) *sendOpts {
 	fs.BoolVar(&o.times, "times", false, "also report each packet's send time per flow (µs after the flow's first)")
 	fs.BoolVar(&o.seq, "seq", false, "send: number each flow's packets from 0 in the payload's first 8 bytes (big-endian), for recv --times; paced, one destination")
 	fs.DurationVar(&o.align, "align", 0, "start sending at the next multiple of this since the Unix epoch (e.g. 1s: on a second boundary; max 1m)")
+	fs.IntVar(&o.gso, "gso", 0, fmt.Sprintf("send: UDP GSO, each sendmsg carries this many datagrams of --size (UDP_SEGMENT; the kernel splits them, as late as the device allows), 1..%d; paced; counts and times are per datagram", maxGSOSegs))
+	fs.StringVar(&o.sizes, "sizes", "", "send: payload sizes a flow's packets take in turn (\"1000,2900\": the 1st, 3rd ... packet 1000 bytes, the 2nd, 4th ... 2900), in place of --size; paced")
 	fs.IntVar(&o.batch, "batch", 64, fmt.Sprintf("unpaced (--pps 0): datagrams per sendmmsg call, 1..%d", maxBatch))
 	return o
 }
@@ -164,9 +169,52 @@ func (o *sendOpts) check() error {
 	return nil
 }
 
+// maxGSOSegs bounds --gso (the kernel's UDP_MAX_SEGMENTS is 64 or more).
+const maxGSOSegs = 64
+
+// checkSendOnly validates the flags only send takes (--gso, --sizes), and
+// returns --sizes parsed (nil without it). The other modes ignore them:
+// they refuse them here.
+func (o *sendOpts) checkSendOnly() ([]int, error) {
+	if o.gso != 0 {
+		switch {
+		case o.gso < 1 || o.gso > maxGSOSegs:
+			return nil, badFlag("--gso %d: must be 1..%d", o.gso, maxGSOSegs)
+		case o.pps == 0 || o.seq || o.sizes != "":
+			return nil, badFlag("--gso: paced only (--pps > 0), without --seq or --sizes")
+		case o.size < 1 || o.size*o.gso > maxUDPPayload:
+			return nil, badFlag("--gso %d × --size %d: must be 1..%d bytes in all", o.gso, o.size, maxUDPPayload)
+		}
+	}
+	if o.sizes == "" {
+		return nil, nil
+	}
+	if o.pps == 0 || o.seq {
+		return nil, badFlag("--sizes: paced only (--pps > 0), without --seq")
+	}
+	var sizes []int
+	for _, f := range strings.Split(o.sizes, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 0 || n > maxUDPPayload {
+			return nil, badFlag("--sizes %q: each size must be 0..%d", o.sizes, maxUDPPayload)
+		}
+		sizes = append(sizes, n)
+	}
+	return sizes, nil
+}
+
+// refuseSendOnly refuses --gso and --sizes in the modes other than send.
+func (o *sendOpts) refuseSendOnly(mode string) error {
+	if o.gso != 0 || o.sizes != "" {
+		return badFlag("--gso and --sizes: send only, not %s", mode)
+	}
+	return nil
+}
+
 // target is one flow's datagram to one destination.
 type target struct {
 	write func() error    // send it once
+	segs  uint64          // datagrams one write sends (send --gso); 0 is 1
 	rc    syscall.RawConn // its socket, for sendmmsg
 	buf   []byte          // the bytes written (UDP payload; for send6x the options chain, UDP header and payload)
 	sa    []byte          // the destination as a sockaddr of the socket's family, for sendmmsg
@@ -185,6 +233,10 @@ func runSend(ctx context.Context, args []string) (any, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
+	sizes, err := o.checkSendOnly()
+	if err != nil {
+		return nil, err
+	}
 	var srcIP netip.Addr
 	if o.src != "" {
 		if srcIP, err = netip.ParseAddr(o.src); err != nil {
@@ -200,7 +252,10 @@ func runSend(ctx context.Context, args []string) (any, error) {
 			}
 		}
 	}()
-	payload := make([]byte, o.size)
+	payload := make([]byte, o.size*max(o.gso, 1))
+	if sizes != nil {
+		payload = make([]byte, slices.Max(sizes))
+	}
 	for i := range payload {
 		payload[i] = byte(i*7 + 1)
 	}
@@ -215,6 +270,11 @@ func runSend(ctx context.Context, args []string) (any, error) {
 			return nil, fmt.Errorf("flow %d: %w", i, err)
 		}
 		conns[i] = c
+		if o.gso > 0 {
+			if err := setUDPSegment(c, o.size); err != nil {
+				return nil, fmt.Errorf("flow %d: setsockopt UDP_SEGMENT %d: %w", i, o.size, err)
+			}
+		}
 		p := payload
 		var seq uint64
 		if o.seq {
@@ -226,6 +286,15 @@ func runSend(ctx context.Context, args []string) (any, error) {
 				return nil, fmt.Errorf("flow %d: %w", i, err)
 			}
 			write := func() error { _, err := c.WriteToUDPAddrPort(p, d); return err }
+			if sizes != nil {
+				k := 0
+				write = func() error {
+					n := sizes[k%len(sizes)]
+					k++
+					_, err := c.WriteToUDPAddrPort(p[:n], d)
+					return err
+				}
+			}
 			if o.seq {
 				write = func() error {
 					binary.BigEndian.PutUint64(p, seq)
@@ -234,7 +303,7 @@ func runSend(ctx context.Context, args []string) (any, error) {
 					return err
 				}
 			}
-			targets[i] = append(targets[i], target{write: write, rc: rc, buf: p, sa: sa})
+			targets[i] = append(targets[i], target{write: write, segs: uint64(o.gso), rc: rc, buf: p, sa: sa})
 		}
 	}
 	res := &SendResult{}
@@ -364,12 +433,13 @@ func paced(ctx context.Context, o *sendOpts, targets [][]target, start, end time
 			ns := time.Now().UnixNano()
 			var ok uint64
 			for _, t := range targets[f] {
+				n := max(t.segs, 1)
 				if err := t.write(); err != nil {
-					res.Errors++
+					res.Errors += n
 					continue
 				}
-				count(f, ns, 1)
-				ok = 1
+				count(f, ns, n)
+				ok = n
 			}
 			note(f, ns, ok)
 		}

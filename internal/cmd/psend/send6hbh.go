@@ -37,6 +37,9 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
+	if err := o.refuseSendOnly("send6hbh"); err != nil {
+		return nil, err
+	}
 	switch {
 	case o.seq:
 		return nil, badFlag("--seq: send only, not send6hbh")

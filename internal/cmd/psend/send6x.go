@@ -46,6 +46,9 @@ func runSend6x(ctx context.Context, args []string) (any, error) {
 	if err := o.check(); err != nil {
 		return nil, err
 	}
+	if err := o.refuseSendOnly("send6x"); err != nil {
+		return nil, err
+	}
 	if o.seq {
 		return nil, badFlag("--seq: send only, not send6x")
 	}

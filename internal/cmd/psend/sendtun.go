@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"net/netip"
+)
+
+// runSendTun is send for a link without an Ethernet header: it writes whole
+// IPv4 UDP packets (IPv4 header with its checksum, UDP header with its
+// checksum, payload) from --src into the tun device --tun (IFF_TUN,
+// IFF_NO_PI: the device must exist, `ip tuntap add dev NAME mode tun`),
+// which the kernel then receives on that device as if from its wire: at
+// tc ingress the packet's network header is at offset 0. The device's own
+// namespace is where it runs (it opens /dev/net/tun; root). Flows, pacing
+// (paced only), counting and output are send's; the receiver is an
+// ordinary UDP socket (psend recv) in the same namespace.
+func runSendTun(ctx context.Context, args []string) (any, error) {
+	fs := flag.NewFlagSet("sendtun", flag.ContinueOnError)
+	o := addSendFlags(fs)
+	dev := fs.String("tun", "", "the tun device to write into (required; IFF_TUN, no packet information)")
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
+	}
+	dsts, err := parseAddrs("dst", o.dst)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if err := o.refuseSendOnly("sendtun"); err != nil {
+		return nil, err
+	}
+	src, err := netip.ParseAddr(o.src)
+	switch {
+	case o.seq:
+		return nil, badFlag("--seq: send only, not sendtun")
+	case o.pps == 0:
+		return nil, badFlag("--pps 0: sendtun sends paced only")
+	case *dev == "":
+		return nil, badFlag("--tun: required")
+	case err != nil || !src.Is4():
+		return nil, badFlag("--src %q: sendtun needs the IPv4 source address the packets carry", o.src)
+	case o.size > maxUDPPayload:
+		return nil, badFlag("--size %d: at most %d", o.size, maxUDPPayload)
+	}
+	for _, d := range dsts {
+		if !d.Addr().Is4() {
+			return nil, badFlag("--dst %v: sendtun sends IPv4 only", d)
+		}
+	}
+	tun, err := openTun(*dev)
+	if err != nil {
+		return nil, fmt.Errorf("tun device %s (needs root): %w", *dev, err)
+	}
+	defer tun.close()
+	payload := make([]byte, o.size)
+	for i := range payload {
+		payload[i] = byte(i*7 + 1)
+	}
+	targets := make([][]target, o.flows)
+	for _, d := range dsts {
+		for f := range targets {
+			buf := ipv4UDPPacket(src, d, uint16(o.sport+f), payload)
+			targets[f] = append(targets[f], target{write: func() error { return tun.write(buf) }, buf: buf})
+		}
+	}
+	res := &SendResult{}
+	for _, d := range dsts {
+		res.Dsts = append(res.Dsts, d.String())
+	}
+	sendLoop(ctx, o, targets, res)
+	return res, nil
+}
+
+// ipv4UDPPacket is a whole IPv4 packet from src:sport to dst: TTL 64, DF
+// set, no options, header checksum; a UDP header with its checksum; payload.
+func ipv4UDPPacket(src netip.Addr, dst netip.AddrPort, sport uint16, payload []byte) []byte {
+	b := make([]byte, 28, 28+len(payload))
+	b[0] = 0x45
+	binary.BigEndian.PutUint16(b[2:], uint16(28+len(payload)))
+	b[6] = 0x40 // DF
+	b[8], b[9] = 64, protoUDP
+	s, d := src.As4(), dst.Addr().As4()
+	copy(b[12:16], s[:])
+	copy(b[16:20], d[:])
+	binary.BigEndian.PutUint16(b[10:], ^onesSum(b[:20], 0))
+	udp := b[20:28]
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	b = append(b, payload...)
+	var pseudo [12]byte
+	copy(pseudo[0:4], s[:])
+	copy(pseudo[4:8], d[:])
+	pseudo[9] = protoUDP
+	binary.BigEndian.PutUint16(pseudo[10:], uint16(8+len(payload)))
+	c := ^onesSum(b[20:], onesSum(pseudo[:], 0))
+	if c == 0 {
+		c = 0xffff // 0 means "no checksum"
+	}
+	binary.BigEndian.PutUint16(b[26:], c)
+	return b
+}
+
+// onesSum adds b to the folded one's-complement sum start (RFC 1071).
+func onesSum(b []byte, start uint16) uint16 {
+	sum := uint32(start)
+	for len(b) >= 2 {
+		sum += uint32(b[0])<<8 | uint32(b[1])
+		b = b[2:]
+	}
+	if len(b) == 1 {
+		sum += uint32(b[0]) << 8
+	}
+	for sum>>16 != 0 {
+		sum = sum&0xffff + sum>>16
+	}
+	return uint16(sum)
+}
