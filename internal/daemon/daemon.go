@@ -138,9 +138,6 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 	if err := Check(&cfg, comp); err != nil {
 		return err
 	}
-	for _, w := range comp.Warnings() {
-		log.Warn(w)
-	}
 	// The global rules' store: opened now, not waited for (a store that
 	// is down makes them fall back); closed after the queues stopped.
 	gl := newGlobals(log, 1) // one engine
@@ -185,6 +182,11 @@ func Run(ctx context.Context, cfg Config, src Source, comp *policy.Compiled, hup
 		}
 		w.q, w.conntrack, w.askedCt = q, q.Conntrack(), qc.Conntrack
 		qs = append(qs, q)
+	}
+	// The policy's warnings once it runs (a start that fails says one
+	// line: its error).
+	for _, w := range comp.Warnings() {
+		log.Warn(w)
 	}
 	// The kernel fast path: attached once the queues are bound.
 	fp, err := startFastpath(log, cfg.Fastpath, comp)
