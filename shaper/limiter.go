@@ -289,10 +289,7 @@ func (l *Limiter) Allow(s *State, now int64, cost int64) bool {
 		s.tokens -= c
 		return true
 	case FixedWindow:
-		s.last = now
-		if w := floorDiv(now, l.window); w != s.win {
-			s.win, s.cur = w, 0
-		}
+		l.rollFixed(s, now)
 		if s.cur+cost > l.limit {
 			return false
 		}
@@ -324,15 +321,7 @@ func (l *Limiter) Allow(s *State, now int64, cost int64) bool {
 		s.n++
 		return true
 	case SlidingWindowCounter:
-		s.last = now
-		if w := floorDiv(now, l.window); w != s.win {
-			if w == s.win+1 {
-				s.prev = s.cur
-			} else {
-				s.prev = 0
-			}
-			s.win, s.cur = w, 0
-		}
+		l.rollCounter(s, now)
 		room := l.limit - s.cur - cost
 		if room < 0 {
 			return false
@@ -585,4 +574,28 @@ func floorDiv(a, b int64) int64 {
 		q--
 	}
 	return q
+}
+
+// rollFixed moves a fixed window's state to now's window (its count from
+// zero when now is in another window than the last packet's).
+func (l *Limiter) rollFixed(s *State, now int64) {
+	s.last = now
+	if w := floorDiv(now, l.window); w != s.win {
+		s.win, s.cur = w, 0
+	}
+}
+
+// rollCounter moves a sliding-window counter's state to now's window: the
+// window before it keeps the last window's count if that was the one just
+// before, else nothing.
+func (l *Limiter) rollCounter(s *State, now int64) {
+	s.last = now
+	if w := floorDiv(now, l.window); w != s.win {
+		if w == s.win+1 {
+			s.prev = s.cur
+		} else {
+			s.prev = 0
+		}
+		s.win, s.cur = w, 0
+	}
 }

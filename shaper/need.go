@@ -71,10 +71,7 @@ func (l *Limiter) AllowNeed(s *State, now, cost int64, need Need) bool {
 		s.tokens = max(s.tokens-c, -debtMax)
 		return true
 	case FixedWindow:
-		s.last = now
-		if w := floorDiv(now, l.window); w != s.win {
-			s.win, s.cur = w, 0
-		}
+		l.rollFixed(s, now)
 		h := cost
 		if need == NeedCapped && h > l.limit {
 			h = l.limit
@@ -85,15 +82,7 @@ func (l *Limiter) AllowNeed(s *State, now, cost int64, need Need) bool {
 		s.cur = min(s.cur+cost, debtMax)
 		return true
 	case SlidingWindowCounter:
-		s.last = now
-		if w := floorDiv(now, l.window); w != s.win {
-			if w == s.win+1 {
-				s.prev = s.cur
-			} else {
-				s.prev = 0
-			}
-			s.win, s.cur = w, 0
-		}
+		l.rollCounter(s, now)
 		h := cost
 		if need == NeedCapped && h > l.limit {
 			h = l.limit
