@@ -51,6 +51,9 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 	if c.redis != nil && !global {
 		c.warnings = append(c.warnings, "[redis]: no rule is global (scope = \"global\"): the store is not used")
 	}
+	if w := c.redis.plainWarning(); w != "" && global {
+		c.warnings = append(c.warnings, w)
+	}
 	for i := range specs {
 		if w := specs[i].warn; w != "" {
 			c.warnings = append(c.warnings, w)

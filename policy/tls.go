@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net"
+	"net/netip"
 	"os"
 	"strconv"
+	"strings"
 	"unicode"
 )
 
@@ -123,4 +126,25 @@ func readFile(name string) ([]byte, error) {
 		return fail(fmt.Errorf("larger than %d bytes", maxCertFile))
 	}
 	return b, nil
+}
+
+// plainWarning says, for a store rd reaches without TLS at an address not
+// on loopback, that its replies can be read and forged on the way (issue
+// 29: an impersonated store); "" when every address is a loopback one
+// (an IP address of 127.0.0.0/8 or ::1, or "localhost") or tls = true.
+func (rd *Redis) plainWarning() string {
+	if rd == nil || (rd.TLS != nil && *rd.TLS) {
+		return ""
+	}
+	for _, a := range rd.Addrs {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			host = a
+		}
+		if ip, err := netip.ParseAddr(host); (err == nil && ip.Unmap().IsLoopback()) || strings.EqualFold(host, "localhost") {
+			continue
+		}
+		return fmt.Sprintf("[redis]: the store %s is not on loopback and tls is off: whoever is on the way can read its replies and forge them (grant any tokens); tls = true (docs/global-limits.md, \"Security of the store\")", a)
+	}
+	return ""
 }

@@ -60,7 +60,9 @@ type Reader struct {
 	ngf    *ngFilter       // what pcapgo's NgReader reads from
 	lt     layers.LinkType // link type of a pcap file
 	n      uint64          // records returned so far
-	raw    countingReader  // bytes of the file read so far
+	// section counts the pcapng section headers read after the first.
+	section uint64
+	raw     countingReader // bytes of the file read so far
 }
 
 // NewReader reads the file header from r and returns a Reader for its
@@ -106,7 +108,12 @@ func NewReader(r io.Reader) (*Reader, error) {
 		// ngFilter.
 		rd.ngf = newNgFilter(br)
 		ngr := bufio.NewReaderSize(rd.ngf, 64<<10)
-		rd.ng, err = pcapgo.NewNgReader(ngr, pcapgo.NgReaderOptions{WantMixedLinkType: true})
+		// Interfaces are per section (cat eth0.pcapng mgmt.pcapng is
+		// one file of two): pcapgo resets them, their link types and
+		// timestamp resolutions at each section header, and calls back
+		// at each after the first, which Section counts.
+		rd.ng, err = pcapgo.NewNgReader(ngr, pcapgo.NgReaderOptions{WantMixedLinkType: true,
+			SectionEndCallback: func([]pcapgo.NgInterface, pcapgo.NgSectionInfo) { rd.section++ }})
 		if err == io.EOF {
 			// A section header and nothing else: a valid, empty capture.
 			rd.ng = nil
@@ -156,6 +163,13 @@ func (r *Reader) Next() (data []byte, ci gopacket.CaptureInfo, lt layers.LinkTyp
 	r.n++
 	return data, ci, lt, nil
 }
+
+// Section is the pcapng section of the last record Next returned: 0 for
+// the first (and for pcap files), one more at each section header.
+// Interface indices, names, link types and timestamp resolutions are a
+// section's: what is cached by interface index must be dropped when
+// Section changes.
+func (r *Reader) Section() uint64 { return r.section }
 
 // InterfaceName is the name (if_name) of the pcapng interface i of the
 // current section, "" for pcap files and unnamed interfaces.

@@ -118,12 +118,14 @@ type Replayer struct {
 	dec  shaper.Decision
 	// ifIDs caches IfaceID per pcapng interface index of the file being
 	// replayed (-1: not looked up yet).
-	ifIDs    []int64
-	verdicts *bufio.Writer
-	acc, drp pcapOut
-	tl       *Timeline // nil without Options.Timeline
-	nRules   int
-	kinds    []overKind // of each rule, once the flows are listed
+	ifIDs []int64
+	// ifSection is the pcapng section ifIDs holds (Reader.Section).
+	ifSection uint64
+	verdicts  *bufio.Writer
+	acc, drp  pcapOut
+	tl        *Timeline // nil without Options.Timeline
+	nRules    int
+	kinds     []overKind // of each rule, once the flows are listed
 	// held are the delayed packets waiting for their departure (to be
 	// written to Accepted, when it is set: then they hold a copy of the
 	// record, else only their departure and size), a min-heap by departure
@@ -193,7 +195,7 @@ func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	r.ifIDs = r.ifIDs[:0]
+	r.ifIDs, r.ifSection = r.ifIDs[:0], 0
 	var n uint64 // records of this file
 	for {
 		data, ci, lt, err := rd.Next()
@@ -219,10 +221,14 @@ func (r *Replayer) Replay(name string, src io.Reader, size int64) error {
 }
 
 // ifaceID returns the classifier's id for the file's interface i, looking
-// its name up once per file.
+// its name up once per pcapng section (indices are a section's: issue 29,
+// a second section's packets were decided by the first one's names).
 func (r *Replayer) ifaceID(rd *Reader, i int) uint32 {
 	if r.opts.IfaceID == nil || i < 0 {
 		return 0
+	}
+	if s := rd.Section(); s != r.ifSection {
+		r.ifIDs, r.ifSection = r.ifIDs[:0], s
 	}
 	for len(r.ifIDs) <= i {
 		r.ifIDs = append(r.ifIDs, -1)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -141,8 +142,10 @@ func newLiveCmd(c *cli) *cobra.Command {
 }
 
 // runLive is the root command: exit status 0 after a clean stop, 1 when the
-// queue cannot be bound or fails, 2 on bad usage.
+// queue cannot be bound or fails, 2 on bad usage; a runtime fault ends it
+// by SIGABRT (crashOnFault), never by 2.
 func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer) int {
+	crashOnFault()
 	// SIGHUP reloads --policy; caught from here on, so that it never kills
 	// the process (its default action).
 	hup := make(chan os.Signal, 1)
@@ -256,6 +259,15 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	}
 	return 0
 }
+
+// crashOnFault makes a runtime fault of the live shaper (a panic nothing
+// recovers, a fatal error such as running out of memory) end the process
+// by SIGABRT (GOTRACEBACK=crash, with every goroutine's trace on stderr)
+// rather than Go's exit status 2, which is bad configuration's: the unit's
+// RestartPreventExitStatus=2 then keeps only a configuration error from
+// being restarted (issue 29: a panic in the store's client exited 2 and
+// systemd never restarted it).
+func crashOnFault() { debug.SetTraceback("crash") }
 
 // flagGiven reports whether the flag name was set on the command line.
 func flagGiven(fs *pflag.FlagSet, name string) bool { return fs.Changed(name) }

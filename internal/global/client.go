@@ -66,6 +66,10 @@ type Config struct {
 	// back (DefaultGrace); Probe how often a store that failed is tried
 	// again (DefaultProbe).
 	Poll, Sweep, LeaseLife, Grace, Probe time.Duration
+
+	// unbounded: go-redis's own dialer, no reply bounds (bound.go); only
+	// the tests of the panic recovery set it.
+	unbounded bool
 }
 
 // Client is one connection to the store and the refresher that keeps the
@@ -139,28 +143,36 @@ func Open(cfg Config) (*Client, error) {
 		return nil, &ConfigError{Field: "KeyPrefix", Msg: "the key prefix must not hold { or }"}
 	}
 	to := max(durOr(cfg.Timeout, DefaultTimeout), int64(100*time.Millisecond))
-	var rdb redis.UniversalClient
+	dial := boundedDialer(cfg.TLS, time.Duration(to))
+	if cfg.unbounded {
+		dial = nil // the tests of the recovery alone: go-redis's own dialer
+	}
 	// No retries and no dial retries: a request that fails is the
 	// refresher's to retry, and a dead store must fail fast, not after
 	// seconds of backoff. RESP2 and no CLIENT SETINFO: no extra commands
-	// per connection, any Redis or Valkey version.
-	if cfg.Cluster {
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: cfg.Addrs, Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
-			MaxRetries: -1, DialTimeout: time.Duration(to), DialerRetries: 1,
-			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, // deadlines from each request's context
-			MaxRedirects: 3, PoolSize: 4,
-			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-		})
-	} else {
-		rdb = redis.NewClient(&redis.Options{
+	// per connection, any Redis or Valkey version. Every connection
+	// through boundedDialer (bound.go): replies bounded.
+	open := func() redis.UniversalClient {
+		if cfg.Cluster {
+			return redis.NewClusterClient(&redis.ClusterOptions{
+				Addrs: cfg.Addrs, Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
+				Dialer:     dial,
+				MaxRetries: -1, DialTimeout: time.Duration(to), DialerRetries: 1,
+				ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, // deadlines from each request's context
+				MaxRedirects: 3, PoolSize: 4,
+				MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+			})
+		}
+		return redis.NewClient(&redis.Options{
 			Addr: cfg.Addrs[0], Username: cfg.Username, Password: cfg.Password, TLSConfig: cfg.TLS, Protocol: 2, DisableIdentity: true,
+			Dialer:     dial,
 			MaxRetries: -1, DialTimeout: time.Duration(to), DialerRetries: 1,
 			ReadTimeout: -1, WriteTimeout: -1, ContextTimeoutEnabled: true, PoolSize: 4,
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		})
 	}
-	c, err := newClient(cfg, &redisStore{rdb: rdb})
+	rdb := open()
+	c, err := newClient(cfg, &redisStore{rdb: rdb, open: open})
 	if err != nil {
 		rdb.Close()
 		return nil, err

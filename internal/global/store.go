@@ -2,6 +2,8 @@ package global
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -29,13 +31,54 @@ type askResult struct {
 	noScript bool
 }
 
-// redisStore is a store on a go-redis client.
+// redisStore is a store on a go-redis client. Every call into go-redis
+// runs under recovered: a panic in it (a reply the bounds of bound.go let
+// through and go-redis cannot take) is the call's error, counted by the
+// client like any failed request, and the client is replaced by a new one
+// (open), dropping the connection the panic left in whatever state. Only
+// the refresher calls it.
 type redisStore struct {
 	rdb  redis.UniversalClient
+	open func() redis.UniversalClient
 	cmds []*redis.Cmd // reused by ask (one refresher)
+	// panics counts the panics recovered.
+	panics atomic.Uint64
+}
+
+// PanicError is a panic of go-redis, recovered.
+type PanicError struct{ Value any }
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("global: the store's client panicked (connection dropped): %v", e.Value)
+}
+
+// recovered, deferred, turns a panic into *err and replaces the client.
+func (s *redisStore) recovered(err *error) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	s.panics.Add(1)
+	*err = &PanicError{v}
+	old := s.rdb
+	s.rdb = s.open()
+	clear(s.cmds)
+	func() {
+		defer func() { _ = recover() }()
+		old.Close()
+	}()
 }
 
 func (s *redisStore) ask(ctx context.Context, keys []string, args []askArgs, res []askResult) {
+	var err error
+	defer func() {
+		if err != nil {
+			for i := range res {
+				res[i] = askResult{err: err}
+			}
+		}
+	}()
+	defer s.recovered(&err)
 	pipe := s.rdb.Pipeline()
 	s.cmds = s.cmds[:0]
 	hash := script.Hash()
@@ -54,8 +97,21 @@ func (s *redisStore) ask(ctx context.Context, keys []string, args []askArgs, res
 	clear(s.cmds)
 }
 
-func (s *redisStore) loadScript(ctx context.Context) error { return script.Load(ctx, s.rdb).Err() }
+func (s *redisStore) loadScript(ctx context.Context) (err error) {
+	defer s.recovered(&err)
+	return script.Load(ctx, s.rdb).Err()
+}
 
-func (s *redisStore) ping(ctx context.Context) error { return s.rdb.Ping(ctx).Err() }
+func (s *redisStore) ping(ctx context.Context) (err error) {
+	defer s.recovered(&err)
+	return s.rdb.Ping(ctx).Err()
+}
 
-func (s *redisStore) close() error { return s.rdb.Close() }
+func (s *redisStore) close() (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{v}
+		}
+	}()
+	return s.rdb.Close()
+}
