@@ -120,6 +120,9 @@ func (p *Packet) decode4(b []byte, wire int) {
 	// Ports are read only from within the packet's stated length, never
 	// from link-layer padding or bytes past it.
 	p.ports(proto, b[ihl:min(len(b), end)], false)
+	if frag&0x2000 == 0 { // not a first fragment (MF)
+		p.reply(b[ihl:min(len(b), end)], ihl, false)
+	}
 }
 
 // IPv6 extension headers that Decode walks to find the transport header.
@@ -156,6 +159,7 @@ func (p *Packet) decode6(b []byte, wire int) {
 	cut := func() {
 		p.Proto, p.NoPorts = ProtoUnknown, true
 	}
+	fragmented := false // a fragment header: no Reply
 	for {
 		switch next {
 		case ipv6HopByHop, ipv6Routing, ipv6DestOpts:
@@ -190,6 +194,7 @@ func (p *Packet) decode6(b []byte, wire int) {
 			}
 			offset := binary.BigEndian.Uint16(rest[2:4]) >> 3
 			next, rest = rest[0], rest[8:]
+			fragmented = true
 			if offset != 0 {
 				// A later fragment's next header means nothing: the
 				// kernel reassembles by (source, destination, id) and
@@ -212,6 +217,34 @@ func (p *Packet) decode6(b []byte, wire int) {
 		return
 	}
 	p.ports(next, rest, true)
+	if !fragmented {
+		p.reply(rest, min(len(b), end)-len(rest), true)
+	}
+}
+
+// reply sets Reply for the transport header l4, at offset off of the IP
+// packet: a TCP segment whose real length (Length) ends with its header,
+// ACK or RST set and FIN not; an ICMP or ICMPv6 error.
+func (p *Packet) reply(l4 []byte, off int, v6 bool) {
+	const fin, syn, rst, ack = 0x01, 0x02, 0x04, 0x10
+	switch p.Proto {
+	case ProtoTCP:
+		if len(l4) < 20 {
+			return
+		}
+		doff, flags := int(l4[12]>>4)*4, l4[13]
+		p.Reply = doff >= 20 && p.Length-off == doff && flags&(ack|rst) != 0 && flags&fin == 0 &&
+			(flags&syn == 0 || flags&ack != 0)
+	case ProtoICMP:
+		if !v6 && len(l4) >= 4 {
+			t := l4[0]
+			p.Reply = t == 3 || t == 11 || t == 12
+		}
+	case ProtoICMPv6:
+		if v6 && len(l4) >= 4 {
+			p.Reply = l4[0] >= 1 && l4[0] <= 4
+		}
+	}
 }
 
 // ports reads the transport ports (or what stands in for them) of proto from

@@ -209,12 +209,90 @@ type KeyConfig struct {
 	// MarkMask is the part of the mark a ByMark mode keys by (0: all of
 	// it): with 0xff00, marks 0x1200 and 0x12ff are one flow.
 	MarkMask uint32
+	// NoOwner is what a ByUID or ByGID mode does with a packet whose
+	// owner is not known (Ownerless).
+	NoOwner NoOwner
+}
+
+// NoOwner is what a rule keyed by uid or gid does with the packets that
+// have no owner: the replies the kernel makes itself (a SYN-ACK, an RST,
+// the ACK of a TIME_WAIT socket, an ICMP error: no full socket, so NFQUEUE
+// gives no uid), and on INPUT or FORWARD every packet.
+type NoOwner uint8
+
+const (
+	// NoOwnerAcceptReplies (the default) accepts the kernel's replies
+	// (Packet.Reply: no payload, nothing a user's socket wrote, one per
+	// packet that came in) and limits every other ownerless packet as
+	// one flow, "no owner". A SYN flood's RSTs then cannot starve a
+	// server's SYN-ACKs, and no user's data gets around its limit.
+	NoOwnerAcceptReplies NoOwner = iota
+	// NoOwnerLimit limits every ownerless packet as one flow, "no
+	// owner", the replies too (the strictest: one user's limit for all
+	// that no user sent).
+	NoOwnerLimit
+	// NoOwnerAccept accepts every ownerless packet: the rule limits the
+	// packets of known owners only.
+	NoOwnerAccept
+	// NoOwnerKeyByDst limits ownerless packets as one flow per
+	// destination address (under the rule's destination prefixes), "no
+	// owner dst ADDR": a flood towards one peer cannot starve the others.
+	NoOwnerKeyByDst
+)
+
+var noOwnerNames = [...]string{NoOwnerAcceptReplies: "accept-replies", NoOwnerLimit: "limit", NoOwnerAccept: "accept", NoOwnerKeyByDst: "key-by-dst"}
+
+// NoOwnerNames are the names ParseNoOwner takes, the default first.
+func NoOwnerNames() []string { return noOwnerNames[:] }
+
+// ParseNoOwner parses a NoOwner's name ("accept-replies", "limit",
+// "accept", "key-by-dst").
+func ParseNoOwner(s string) (NoOwner, error) {
+	for i, n := range noOwnerNames {
+		if s == n {
+			return NoOwner(i), nil
+		}
+	}
+	return 0, fmt.Errorf("unknown value %q (want %s)", s, strings.Join(noOwnerNames[:], ", "))
+}
+
+func (n NoOwner) String() string {
+	if int(n) < len(noOwnerNames) {
+		return noOwnerNames[n]
+	}
+	return "NoOwner(" + strconv.Itoa(int(n)) + ")"
+}
+
+// Ownerless applies c.NoOwner to k, the "no owner" key (k.NoOwner) that
+// KeyTo and SetOwner made of p: it reports whether p is accepted without
+// a limit, and with NoOwnerKeyByDst rewrites k to the flow of p's
+// destination. It does not allocate.
+func (c *KeyConfig) Ownerless(k *Key, p *Packet) (accept bool) {
+	switch c.NoOwner {
+	case NoOwnerAcceptReplies:
+		return p.Reply
+	case NoOwnerAccept:
+		return true
+	case NoOwnerKeyByDst:
+		k.Mode = c.Mode.By() | Dst
+		k.Src, k.SrcPort, k.DstPort, k.Proto = [16]byte{}, 0, 0, 0
+		k.Dst, k.Family = p.Dst, 4
+		dp := c.DstPrefix4
+		if p.Class == IPv6 {
+			k.Family, dp = 6, c.DstPrefix6
+		}
+		mask(&k.Dst, dp, k.Family)
+	}
+	return false
 }
 
 // Validate reports a prefix length out of range.
 func (c *KeyConfig) Validate() error {
 	if !c.Mode.valid() {
 		return fmt.Errorf("unknown key mode %d", c.Mode)
+	}
+	if c.NoOwner != 0 && (int(c.NoOwner) >= len(noOwnerNames) || (c.Mode.By() != ByUID && c.Mode.By() != ByGID)) {
+		return fmt.Errorf("no-owner %v needs a uid or gid key, not %v", c.NoOwner, c.Mode)
 	}
 	if c.MarkMask != 0 && c.Mode.By() != ByMark {
 		return fmt.Errorf("a mark mask needs a mark key (key = \"mark\", \"mark+dst\", ...), not %v", c.Mode)

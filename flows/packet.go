@@ -78,6 +78,15 @@ type Packet struct {
 	// for other ICMP messages SrcPort holds type<<8|code and DstPort is 0.
 	// Zero for every other protocol and for non-first fragments.
 	SrcPort, DstPort uint16
+	// Reply is true for what a kernel sends itself in answer to a packet
+	// that came in, and nothing else can be told from the packet: a TCP
+	// segment without payload with ACK or RST set and no FIN (a SYN-ACK,
+	// an RST, a bare ACK), or an ICMP or ICMPv6 error (destination
+	// unreachable, time exceeded, parameter problem, packet too big), not
+	// a fragment. It carries no data a socket wrote; what a rule keyed by
+	// uid or gid does with it when it has no owner is the rule's no-owner
+	// (KeyConfig.NoOwner).
+	Reply bool
 	// Length is the packet's real length, never the number of bytes
 	// captured: its IP header's (IPv4 total length, or IPv6 payload length
 	// + 40) when that is set and agrees with the length the source knows

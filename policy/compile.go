@@ -115,6 +115,13 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 	return c, nil
 }
 
+// noOwnerBut qualifies ownerWarning's "one flow" for each no-owner.
+var noOwnerBut = map[flows.NoOwner]string{
+	flows.NoOwnerAcceptReplies: ", but for the replies the kernel makes itself, which pass (no-owner = \"accept-replies\")",
+	flows.NoOwnerAccept:        ", except that no-owner = \"accept\" lets them all through",
+	flows.NoOwnerKeyByDst:      ", one flow per destination address with no-owner = \"key-by-dst\"",
+}
+
 // ownerWarning says what a rule keyed or matched by the packets' owner
 // (uid or gid) does with packets that have none, or "".
 func ownerWarning(s *ruleSpec) string {
@@ -134,7 +141,7 @@ func ownerWarning(s *ruleSpec) string {
 	case len(fields) > 0:
 		return fmt.Sprintf("rule %q: %s: only packets a local socket sends (the OUTPUT chain) have an owner; forwarded and incoming packets, replies the kernel makes itself and replayed captures never match (packetshaper check warns when the divert rules feed it from INPUT or FORWARD only)", s.rule.Name, strings.Join(fields, " and "))
 	case keyed:
-		return fmt.Sprintf("rule %q: key %s: only packets a local socket sends (the OUTPUT chain) have an owner; the others (forwarded, incoming, replies the kernel makes itself, replayed captures) share one flow, \"no owner\", limited as one user (packetshaper check warns when the divert rules feed it from INPUT or FORWARD only)", s.rule.Name, s.rule.Limit.Key.Mode)
+		return fmt.Sprintf("rule %q: key %s: only packets a local socket sends (the OUTPUT chain) have an owner; the others (forwarded, incoming, replies the kernel makes itself, replayed captures) share one flow, \"no owner\", limited as one user%s (packetshaper check warns when the divert rules feed it from INPUT or FORWARD only)", s.rule.Name, s.rule.Limit.Key.Mode, noOwnerBut[s.rule.Limit.Key.NoOwner])
 	}
 	return ""
 }

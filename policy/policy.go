@@ -71,6 +71,11 @@ type Rule struct {
 	// KeyMarkMask is the part of the mark a mark key keys by ("0xff00";
 	// default all of it). Only with a mark key.
 	KeyMarkMask string
+	// NoOwner is what a uid or gid key does with packets that have no
+	// owner: "accept-replies" (the default: the kernel's own replies pass,
+	// the rest is one flow, "no owner"), "limit", "accept" or
+	// "key-by-dst" (flows.NoOwner). Only with a uid or gid key.
+	NoOwner string
 	// Prefix lengths flows are keyed by (defaults 32 and 128).
 	SrcPrefix4 *int
 	DstPrefix4 *int

@@ -20,6 +20,7 @@ const (
 	DefaultMode     = "enforce"
 	DefaultOnExceed = "drop"
 	DefaultKey      = "5tuple"
+	DefaultNoOwner  = "accept-replies"
 	DefaultAlgo     = "token-bucket"
 	// ShapeAlgo is the name of the token bucket that shapes: algo =
 	// "leaky-bucket" is algo = "token-bucket" with shape = true.
@@ -261,6 +262,16 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 			bad("key", "%w", err)
 		}
 	}
+	if r.NoOwner != "" {
+		m, err := flows.ParseMode(cmpOr(r.Key, DefaultKey))
+		_, perr := flows.ParseNoOwner(r.NoOwner)
+		switch {
+		case perr != nil:
+			bad("no-owner", "%w", perr)
+		case err == nil && m.By() != flows.ByUID && m.By() != flows.ByGID:
+			bad("no-owner", "needs a uid or gid key (key = \"uid\", \"gid\", or one of them joined to src, dst or src-dst), not key = %q", cmpOr(r.Key, DefaultKey))
+		}
+	}
 	if r.KeyMarkMask != "" {
 		m, err := flows.ParseMode(r.Key)
 		switch _, perr := parseMarkMask(r.KeyMarkMask); {
@@ -430,6 +441,9 @@ func (d *Rule) config() shaper.Config {
 	if d.KeyMarkMask != "" {
 		c.Key.MarkMask, _ = parseMarkMask(d.KeyMarkMask)
 	}
+	if by := c.Key.Mode.By(); by == flows.ByUID || by == flows.ByGID {
+		c.Key.NoOwner, _ = flows.ParseNoOwner(cmpOr(d.NoOwner, DefaultNoOwner))
+	}
 	c.MaxFlows = *d.MaxFlows
 	c.FlowTimeout = int64(d.FlowTimeout)
 	if d.Scope == "global" {
@@ -533,6 +547,9 @@ func (r Rule) WithDefaults() Rule {
 	}
 	if d.OnExceed == "" {
 		d.OnExceed = DefaultOnExceed
+	}
+	if m, err := flows.ParseMode(cmpOr(d.Key, DefaultKey)); err == nil && d.NoOwner == "" && (m.By() == flows.ByUID || m.By() == flows.ByGID) {
+		d.NoOwner = DefaultNoOwner
 	}
 	if d.Burst == nil {
 		var c shaper.Config

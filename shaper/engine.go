@@ -366,6 +366,14 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	if rs.owned && m != nil {
 		rs.key.SetOwner(&d.Key, m.Mark, m.UID, m.GID, m.HasOwner)
 	}
+	if d.Key.NoOwner && rs.key.Ownerless(&d.Key, p) {
+		// The rule's no-owner lets it through (the kernel's reply, or
+		// no-owner = "accept"): no flow, the rule's accepted.
+		d.Verdict, d.Key = Accept, flows.Key{}
+		rs.stats.Accepted++
+		e.stats.Accepted++
+		return
+	}
 	cost := int64(1)
 	if rs.bytes {
 		cost = int64(p.Length) // the real length: flows.Packet.DecodeLen

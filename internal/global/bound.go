@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"time"
 )
 
@@ -84,7 +85,7 @@ type respBounds struct {
 type respGuard struct {
 	net.Conn
 	b   respBounds
-	err error
+	err atomic.Pointer[ReplyError] // set once a reply is refused
 
 	st       uint8 // stType, stLine, stBulk
 	typ      byte
@@ -107,12 +108,12 @@ const (
 func newRespGuard(c net.Conn, b respBounds) *respGuard { return &respGuard{Conn: c, b: b} }
 
 func (g *respGuard) Read(p []byte) (int, error) {
-	if g.err != nil {
-		return 0, g.err
+	if e := g.err.Load(); e != nil {
+		return 0, e
 	}
 	n, err := g.Conn.Read(p)
 	if e := g.scan(p[:n]); e != nil {
-		g.err = e
+		g.err.Store(e)
 		g.Conn.Close()
 		return 0, e
 	}
@@ -122,14 +123,14 @@ func (g *respGuard) Read(p []byte) (int, error) {
 // Write fails once a reply was refused: the connection is closed, and
 // whatever go-redis does with it next fails at once.
 func (g *respGuard) Write(p []byte) (int, error) {
-	if g.err != nil {
-		return 0, g.err
+	if e := g.err.Load(); e != nil {
+		return 0, e
 	}
 	return g.Conn.Write(p)
 }
 
 // scan follows the stream through p.
-func (g *respGuard) scan(p []byte) error {
+func (g *respGuard) scan(p []byte) *ReplyError {
 	for len(p) > 0 {
 		switch g.st {
 		case stBulk:
@@ -175,7 +176,7 @@ func (g *respGuard) scan(p []byte) error {
 }
 
 // lineEnd acts on a reply's first line, read whole.
-func (g *respGuard) lineEnd() error {
+func (g *respGuard) lineEnd() *ReplyError {
 	if g.typ != '$' && g.typ != '*' {
 		g.done()
 		return nil
