@@ -9,24 +9,25 @@ import (
 
 // leaseScript hands one host a lease of one flow key's budget. It runs on
 // the store, atomically, on the store's clock (TIME): the hosts' clocks
-// never enter the budget, only their own durations. One key per flow key,
-// a hash:
+// never enter the budget, only their own durations. Per flow key, a hash
+// (KEYS[1]):
 //
 //	tk, ts      token bucket: tokens (may be below 0: credit charged) and the
 //	            time of the last refill, µs
+//	q           token bucket: the last slot given in the queue of visits, µs
 //	w, c        fixed window: the window's index and what it has handed out
-//	a:ID        per host: the store time of its last ask, µs
+//	G, tG       every host's grants, decayed, and when (the shares' total)
 //	g:ID        per host: its grants, decayed (for its share)
-//	s:ID        per host: when it was last granted less than it asked
 //
-// A host that has not asked for longer than the horizon holds nothing (its
-// leases expired before that on its own clock) and is forgotten. The hosts
-// that asked within the horizon (at most maxhosts others) share the slack:
-// a host's cap is max(mincap, slack / hosts), and it is granted no more
-// than its cap minus what it holds. (A host keeps what it was granted under an earlier, larger
-// cap until its next ask: while hosts arrive, together they may hold more
-// than the slack, for at most a lease's life; refusing the newcomers
-// instead would starve them until the first one spent its lease.)
+// and a sorted set (KEYS[2], KEY:h, the same slot): the hosts, scored by
+// the store time of their last asks. No ask reads more than a bounded
+// number of entries: the hosts are counted with ZCOUNT over the horizon
+// (at most maxhosts others), at most 8 hosts whose time is more than the
+// horizon away are dropped per ask (with their g: fields), and only this
+// host's fields of the hash are read (HMGET). A host's cap is max(mincap,
+// slack / hosts), and it is granted no more than its cap minus what it
+// holds. (A host keeps what it was granted under an earlier, larger cap
+// until its next ask.)
 //
 // The store may be written by others than packetshaper (see the package
 // documentation, "A store written by others"): the script reads every field
@@ -37,31 +38,29 @@ import (
 // key exists or this host held a lease of it within the horizon (the key
 // cannot have expired: it was flushed, deleted or lost). A time ahead of
 // the store's clock is its now (no refill until then; a window more than
-// one ahead is spent). A debt is kept, but never beyond what every host's
-// credit can make. Host fields are read only while the hash holds no more
-// than 8 + 3 × maxhosts fields (more: the others are fakes and are
-// dropped, the budget's state and this host's kept); a host field whose
-// time is not a time or more than the horizon away from now is dropped;
-// decayed grants are kept between 0 and size + 2 × rate × decay.
+// one ahead is spent); a slot further ahead than the hosts' queue can be
+// is clamped to it. A hash of more than 16 + maxhosts fields, or a hosts
+// set of more than maxhosts + 64 members, holds fakes and is dropped (the
+// budget's state and this host's written again). Decayed grants are kept
+// between 0 and size + 2 × rate × decay.
 //
-// KEYS[1]: the key. ARGV: algorithm (0 token bucket, 1 fixed window), rate
-// (cost units per second), burst (token bucket) or limit per window (fixed
-// window), window (µs), slack (cost units), mincap (cost units), host id,
-// held (what the host holds now, >= 0), charge (credit it spent, taken from
-// the budget whatever it holds), want, horizon (µs), decay (µs, the shares'
-// time constant), known (1 if this host had a reply for the key within the
-// horizon), maxhosts (the most other hosts counted).
+// KEYS: the key, its hosts set. ARGV: algorithm (0 token bucket, 1 fixed
+// window), rate (cost units per second), burst (token bucket) or limit per
+// window (fixed window), window (µs), slack (cost units), mincap (cost
+// units), host id, held (what the host holds now, >= 0), charge (credit it
+// spent, taken from the budget whatever it holds), want, horizon (µs),
+// decay (µs, the shares' time constant), known (1 if this host had a reply
+// for the key within the horizon), maxhosts (the most other hosts counted).
 //
 // Returns {granted, hosts, cap, wait µs, window left µs, own share ×1000,
 // all shares ×1000}: wait is how long the host should wait before asking
 // again when the bucket cannot serve its ask again: with a token bucket
-// until its ask may have refilled, in turn with the other hosts that went
-// short lately (short hosts × ask / rate, less what the bucket holds: hosts
-// that all go short take turns, each getting about its ask, so the asks per
-// second do not grow with the packets), at most half the time until the
-// bucket would be full (so that a late ask loses no tokens); with a fixed
-// window that ran out, its end. window left is the time to
-// the end of the fixed window the grant belongs to.
+// until its slot in the key's queue of visits (after the last slot given
+// by the time the bucket takes to refill what this host took, or its ask
+// if nothing, at most half a bucket: the hosts come back one after
+// another, each finding about its ask, so the asks per second do not grow
+// with the packets); with a fixed window that ran out, its end. window
+// left is the time to the end of the fixed window the grant belongs to.
 const leaseScript = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
