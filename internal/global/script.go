@@ -201,8 +201,9 @@ if algo == 0 then
   -- (a slot further ahead than any the hosts counted can have been
   -- given is forged)
   q = math.min(q, now + n * size / rate * 1e6)
-  if g < ask or tk < ask then
-    -- The bucket cannot serve this ask again: the host's next visit
+  if g < ask or tk < ask or q > now then
+    -- The bucket cannot serve this ask again (or others are queued for
+    -- what it holds): the host's next visit
     -- gets a slot in the key's queue of visits (q, the last slot given),
     -- after the one before by the time the bucket takes to refill what
     -- it took, or if nothing its ask, at most half a bucket (a visit
