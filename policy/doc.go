@@ -46,6 +46,7 @@
 //	[redis]
 //	addrs = ["10.0.0.5:6379"]     # one server or primary; several with cluster = true
 //	timeout = "20ms"              # default
+//	refresh-interval = "1s"       # default: a hot key costs about hosts ÷ this asks/s
 //	key-prefix = "packetshaper:"  # default
 //	# password-file = "/etc/packetshaper/redis.pw"
 //	# username = "packetshaper"   # an ACL user (see docs/global-limits.md, the ACL)

@@ -90,7 +90,7 @@ func dump(rs []Rule) string {
 // table, inline and dotted.
 func TestParseGlobal(t *testing.T) {
 	want := &Redis{Addrs: []string{"10.0.0.5:7000", "[fd00::5]:7001"}, Cluster: ptr(true), PasswordFile: "/etc/ps/redis.pw",
-		Timeout: Duration(50 * time.Millisecond), KeyPrefix: ptr("ps:")}
+		Timeout: Duration(50 * time.Millisecond), RefreshInterval: Duration(250 * time.Millisecond), KeyPrefix: ptr("ps:")}
 	rules := `
 [[rule]]
 name = "g"
@@ -111,9 +111,9 @@ pps = 5
 scope = "local"
 `
 	for _, redis := range []string{
-		"[redis]\naddrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\ncluster = true\npassword-file = \"/etc/ps/redis.pw\"\ntimeout = \"50ms\"\nkey-prefix = \"ps:\"\n",
-		"redis = { addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"], cluster = true, password-file = \"/etc/ps/redis.pw\", timeout = \"50ms\", key-prefix = \"ps:\" }\n",
-		"redis.addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\nredis.cluster = true\nredis.password-file = \"/etc/ps/redis.pw\"\nredis.timeout = \"50ms\"\nredis.key-prefix = \"ps:\"\n",
+		"[redis]\naddrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\ncluster = true\npassword-file = \"/etc/ps/redis.pw\"\ntimeout = \"50ms\"\nrefresh-interval = \"250ms\"\nkey-prefix = \"ps:\"\n",
+		"redis = { addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"], cluster = true, password-file = \"/etc/ps/redis.pw\", timeout = \"50ms\", refresh-interval = \"250ms\", key-prefix = \"ps:\" }\n",
+		"redis.addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\nredis.cluster = true\nredis.password-file = \"/etc/ps/redis.pw\"\nredis.timeout = \"50ms\"\nredis.refresh-interval = \"250ms\"\nredis.key-prefix = \"ps:\"\n",
 	} {
 		f, err := Parse("p.toml", []byte(redis+rules))
 		if err != nil {
@@ -161,7 +161,7 @@ scope = "local"
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Redis{Addrs: []string{"r:6379"}, Cluster: ptr(false), Timeout: DefaultRedisTimeout, KeyPrefix: ptr(DefaultKeyPrefix)}
+	d := &Redis{Addrs: []string{"r:6379"}, Cluster: ptr(false), Timeout: DefaultRedisTimeout, RefreshInterval: DefaultRefreshInterval, KeyPrefix: ptr(DefaultKeyPrefix)}
 	if !reflect.DeepEqual(c.Redis(), d) {
 		t.Errorf("Redis with defaults = %+v, want %+v", c.Redis(), d)
 	}

@@ -133,6 +133,11 @@ type Redis struct {
 	// Timeout bounds each request to the store (default 20ms); a store
 	// slower than that for longer than a short grace is taken as gone.
 	Timeout Duration
+	// RefreshInterval is how often a host asks for a key above its
+	// limit (default 1s): the hosts hold at most rate × max(this,
+	// global-slack × 1 s) of a key (the bound's slack), and a hot key
+	// costs about hosts ÷ this asks a second.
+	RefreshInterval Duration
 	// KeyPrefix starts every key packetshaper writes (default
 	// "packetshaper:").
 	KeyPrefix *string

@@ -160,6 +160,7 @@ var schema = []field{
 	{table: tRedis, name: "cluster", inRedis: func(r *Redis) any { return &r.Cluster }, kind: kBool, def: "false", help: "addrs are Redis Cluster nodes."},
 	{table: tRedis, name: "password-file", inRedis: func(r *Redis) any { return &r.PasswordFile }, kind: kString, flag: "redis-password-file", help: "A file holding the password (AUTH), read when packetshaper starts."},
 	{table: tRedis, name: "timeout", inRedis: func(r *Redis) any { return &r.Timeout }, kind: kDuration, def: DefaultRedisTimeout.String(), help: "Bounds each request to the store (at most 10s); a store slower than that for longer than a short grace is taken as gone."},
+	{table: tRedis, name: "refresh-interval", inRedis: func(r *Redis) any { return &r.RefreshInterval }, kind: kDuration, def: DefaultRefreshInterval.String(), help: "How often a host asks for a key above its limit (10ms to 1m): the hosts hold at most rate × max(this, global-slack × 1s) of a key, and a hot key costs about hosts ÷ this asks a second."},
 	{table: tRedis, name: "key-prefix", inRedis: func(r *Redis) any { return &r.KeyPrefix }, kind: kString, def: DefaultKeyPrefix, help: "Starts every key packetshaper writes; no \"{\" or \"}\"."},
 	{table: tRedis, name: "username", inRedis: func(r *Redis) any { return &r.Username }, kind: kString, help: "The ACL user to AUTH as (with the password); none for the default user."},
 	{table: tRedis, name: "tls", inRedis: func(r *Redis) any { return &r.TLS }, kind: kBool, def: "false", help: "Every connection to the store uses TLS."},

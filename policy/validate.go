@@ -30,6 +30,9 @@ const (
 	DefaultGlobalSlack = shaper.DefaultGlobalSlack
 	// DefaultRedisTimeout bounds each request to the store.
 	DefaultRedisTimeout = Duration(20 * time.Millisecond)
+	// DefaultRefreshInterval is how often a host asks for a key above
+	// its limit (internal/global's DefaultInterval).
+	DefaultRefreshInterval = Duration(time.Second)
 	// MaxRedisTimeout is the largest timeout.
 	MaxRedisTimeout = Duration(10 * time.Second)
 	// DefaultKeyPrefix starts every key in the store.
@@ -502,6 +505,9 @@ func (f *File) checkRedis(errs *errList) {
 	if rd.Timeout > MaxRedisTimeout {
 		bad("redis.timeout", -1, "must be at most %v, not %v", MaxRedisTimeout, rd.Timeout)
 	}
+	if iv := rd.RefreshInterval; iv != 0 && (iv < Duration(10*time.Millisecond) || iv > Duration(time.Minute)) {
+		bad("redis.refresh-interval", -1, "must be from 10ms to 1m, not %v", iv)
+	}
 	if p := rd.KeyPrefix; p != nil && strings.ContainsAny(*p, "{}") {
 		bad("redis.key-prefix", -1, "must not hold \"{\" or \"}\": each key's hash tag is in braces")
 	}
@@ -532,6 +538,9 @@ func (rd *Redis) WithDefaults() *Redis {
 	}
 	if d.Timeout == 0 {
 		d.Timeout = DefaultRedisTimeout
+	}
+	if d.RefreshInterval == 0 {
+		d.RefreshInterval = DefaultRefreshInterval
 	}
 	if d.KeyPrefix == nil {
 		d.KeyPrefix = ptr(DefaultKeyPrefix)

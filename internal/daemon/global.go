@@ -145,6 +145,7 @@ func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {
 	c, err := global.Open(global.Config{
 		Addrs: rd.Addrs, Cluster: *rd.Cluster, Username: rd.Username, Password: password, TLS: tlsConfig,
 		Timeout: time.Duration(rd.Timeout), KeyPrefix: *rd.KeyPrefix, Logger: log,
+		Interval: time.Duration(rd.RefreshInterval),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)

@@ -104,8 +104,8 @@ func BenchmarkDecideGlobalRedis(b *testing.B) {
 
 // BenchmarkRedisLoad measures the store's load: one host with K active
 // keys of a global rule (100 packets/s per key, burst 100, global-slack
-// 0.1), each offered 5 packets/s (under the limit: each key asks about once
-// per 2 s, the lease's target hold), for 5 s after 2 s of warm-up. It reports the commands per
+// 0.1), each offered 5 packets/s (under the limit: each key asks about
+// twice per refresh interval, the lease's target hold being half of it), for 5 s after 2 s of warm-up. It reports the commands per
 // second the store received from the host (one per ask), those it ran with
 // the scripts' own calls, the accepted packets per second and the commands
 // per accepted packet. Run once (-benchtime 1x):

@@ -26,6 +26,7 @@ const (
 	DefaultLeaseLife = 4 * time.Second
 	DefaultGrace     = 100 * time.Millisecond
 	DefaultProbe     = 200 * time.Millisecond
+	DefaultInterval  = time.Second
 )
 
 // Config says how to reach the store and how the refresher runs. The zero
@@ -67,6 +68,14 @@ type Config struct {
 	// again (DefaultProbe).
 	Poll, Sweep, LeaseLife, Grace, Probe time.Duration
 
+	// Interval is the refresh interval (DefaultInterval): a host's cap of
+	// a key is what its share of the rate makes in an Interval, so that a
+	// key above its limit costs about one ask per host and Interval,
+	// whatever the slack and the traffic. The hosts together hold at most
+	// rate × max(Interval, global-slack × 1 s) of a key: the bound's
+	// slack. Less, a tighter bound and more asks.
+	Interval time.Duration
+
 	// unbounded: go-redis's own dialer, no reply bounds (bound.go); only
 	// the tests of the panic recovery set it.
 	unbounded bool
@@ -82,7 +91,7 @@ type Client struct {
 	log   *slog.Logger
 	host  string
 
-	timeout, poll, sweep, life, grace, probe int64 // ns
+	timeout, poll, sweep, life, grace, probe, interval int64 // ns
 
 	mu    sync.Mutex
 	rules []*Rule
@@ -185,21 +194,22 @@ func Open(cfg Config) (*Client, error) {
 // it; the unit tests call step themselves, on a fake clock).
 func newClient(cfg Config, st store) (*Client, error) {
 	c := &Client{
-		st:      st,
-		cfg:     cfg,
-		clock:   cfg.Clock,
-		log:     cfg.Logger,
-		host:    cfg.HostID,
-		timeout: durOr(cfg.Timeout, DefaultTimeout),
-		poll:    durOr(cfg.Poll, DefaultPoll),
-		sweep:   durOr(cfg.Sweep, DefaultSweep),
-		life:    durOr(cfg.LeaseLife, DefaultLeaseLife),
-		grace:   durOr(cfg.Grace, DefaultGrace),
-		probe:   durOr(cfg.Probe, DefaultProbe),
-		stop:    make(chan struct{}),
-		done:    make(chan struct{}),
-		wake:    make(chan struct{}, 1),
-		rng:     mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 7)),
+		st:       st,
+		cfg:      cfg,
+		clock:    cfg.Clock,
+		log:      cfg.Logger,
+		host:     cfg.HostID,
+		timeout:  durOr(cfg.Timeout, DefaultTimeout),
+		poll:     durOr(cfg.Poll, DefaultPoll),
+		sweep:    durOr(cfg.Sweep, DefaultSweep),
+		life:     durOr(cfg.LeaseLife, DefaultLeaseLife),
+		grace:    durOr(cfg.Grace, DefaultGrace),
+		probe:    durOr(cfg.Probe, DefaultProbe),
+		interval: durOr(cfg.Interval, DefaultInterval),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		rng:      mrand.New(mrand.NewPCG(uint64(time.Now().UnixNano()), 7)),
 	}
 	if c.log == nil {
 		c.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -496,11 +506,9 @@ func (c *Client) lead() int64 {
 	return max(3*c.poll, 2*c.poll+int64(4*c.rtt))
 }
 
-// jitter shortens d by up to 20 %, so that hosts told to wait alike do not
-// all come back at once; never longer (a wait ends before the bucket would
-// be full).
+// jitter shortens d by up to 10 %.
 func (c *Client) jitter(d int64) int64 {
-	return d - int64(float64(d)*0.2*c.rng.Float64())
+	return d - int64(float64(d)*0.1*c.rng.Float64())
 }
 
 // enterFallback makes every rule limit locally (see Rule.fallbackLimiter)

@@ -19,28 +19,26 @@
 //
 // # Lease sizing
 //
-// S = global-slack × rate × 1 s is what all hosts together may hold of one
-// key. The script counts the hosts that asked for the key within the
-// horizon (1.25 × the lease life) and gives each a cap of
-// H = max(S / hosts, one packet of any size), granting no host more than its
-// cap minus what it holds: once every host has asked with the same count,
-// all together hold at most max(S, hosts packets). A host keeps what it
-// was granted under an earlier, larger cap until its next ask (at most a
-// lease's life): while hosts arrive they may hold more (up to
-// S × (1 + 1/2 + … + 1/N) in the worst order), which is better than
-// starving the newcomers until the first host has spent its lease. A host
-// asks for about two seconds of its demand, at most its cap, when its lease
-// falls below the low-water mark (demand × a few poll intervals and round
-// trips) or a packet found it short, when it expires (a token bucket's
-// lease lives 4 s on the host's clock; a fixed window's ends with its
-// window, converted from the time left that the store reports) and, for a
-// key still active, before it expires. A host the store could not serve in
-// full waits, before asking again, until its ask may have refilled in turn
-// with the other hosts that went short (at most half the time until the
-// bucket would be full, so that a late ask loses no tokens): hosts that all
-// want more than there is take turns, each getting about its cap per ask,
-// and the asks per second stay about hosts / global-slack per saturated key
-// (up to twice that with a burst under 2 × S), whatever the packet rate.
+// S = rate × max(the refresh interval I (Config.Interval, 1 s), global-slack
+// × 1 s) is what all hosts together may hold of one key (for a fixed
+// window, I is at most the window). The script counts the hosts that asked
+// for the key within the horizon (1.25 × the lease life) with ZCOUNT on a
+// sorted set beside the key's hash (KEY:h, the same slot; at most maxHosts,
+// expired ones dropped 8 an ask: each ask is O(log hosts), no field per
+// host read) and gives each a cap of H = max(S / hosts, one packet of any
+// size), granting no host more than its cap minus what it holds. A host
+// keeps what it was granted under an earlier, larger cap until its next
+// ask (at most a lease's life). A host asks for half an interval of its
+// demand, at most its cap, when its lease falls below the low-water mark or
+// a packet found it short, when it expires (a token bucket's lease lives
+// 4 s on the host's clock; a fixed window's ends with its window) and, for
+// a key still active, before it expires. A host the store could not serve
+// again gets a slot in the key's queue of visits (the field q: each slot
+// after the last by the refill of what the host took, at most half a
+// bucket) and asks at it while the key is active: the hosts of a key above
+// its limit come back one after another, each finding about its cap, so
+// that the asks per second are about hosts / I per key (2 × rate / burst
+// when more), whatever the slack and the packets.
 //
 // # The bound
 //
@@ -82,10 +80,10 @@
 // now; a debt is cut to what the hosts' credit can make. A key that a host
 // held a lease of within the horizon and finds gone (a FLUSHALL, a DEL, a
 // restart without persistence: the key's TTL outlives the horizon, so it
-// cannot have expired) restarts empty too. Host fields are counted at most
-// maxHosts (256) times, expire after the horizon, and a hash with more
-// fields than 256 hosts write loses all but the budget's state and the
-// asker's at its next ask, without being read.
+// cannot have expired) restarts empty too. Hosts are counted at most
+// maxHosts (16 384) times, expire after the horizon, and a hosts set or a
+// hash with more entries than maxHosts hosts write is dropped (but for the
+// budget's state and the asker's) at the next ask, without being read.
 //
 // So under a writer that may flush or delete keys at any time, the bound
 // above holds with ΣH ≤ N × S (the hosts are counted again as they ask)
@@ -96,9 +94,8 @@
 // as it would without the writer. Under a writer that rewrites fields with
 // values packetshaper cannot have written (a huge, NaN or infinite token
 // count, NaN, infinite, negative or future times, a negative count, 5000
-// fake hosts) the bound holds as well, and the real hosts keep their fair
-// share of the rate: a fake host shrinks the caps (at most to S / 257),
-// never the budget. A writer that writes values packetshaper could have
+// fake hosts) the bound holds as well: a fake host shrinks the caps (at
+// most to one packet), never the budget. A writer that writes values packetshaper could have
 // written (a full bucket's count, an old time, a window's count of 0) is
 // indistinguishable from the script: each such write may grant up to one
 // burst (or window's limit). Keep such writers out with a Redis ACL that

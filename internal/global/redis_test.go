@@ -93,7 +93,7 @@ func rawClient(t testing.TB, addr string) *redis.Client {
 // runScript runs the lease script once.
 func runScript(t testing.TB, c redis.Scripter, key string, a askArgs) reply {
 	t.Helper()
-	v, err := script.Run(context.Background(), c, []string{key}, a.argv()...).Result()
+	v, err := script.Run(context.Background(), c, scriptKeys(key), a.argv()...).Result()
 	if err != nil {
 		t.Fatalf("lease script: %v", err)
 	}

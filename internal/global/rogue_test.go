@@ -167,54 +167,70 @@ func TestScriptRogueWindow(t *testing.T) {
 	}
 }
 
-// TestScriptFakeHosts: host fields written by another are counted at most
-// maxHosts times, dropped when their time is not one or is more than the
-// horizon away, and a hash with more fields than maxHosts hosts write
-// loses its fake hosts at the next ask (the bucket's state kept): 5000
-// fake hosts neither shrink a real host's cap nor make the script read
-// them again.
+// TestScriptFakeHosts: hosts written by another (members of the key's
+// hosts set, with their g: fields in the hash): fresh ones are counted, at
+// most maxHosts, shrinking the caps (never below one packet) but never the
+// budget; ones whose time is more than the horizon away (past or ahead)
+// are not counted and are dropped, 8 an ask; more entries than maxHosts
+// hosts write (in the set or the hash) are dropped at the next ask (the
+// bucket's state kept), never read: the ask costs the same whatever was
+// written.
 func TestScriptFakeHosts(t *testing.T) {
 	s := testutil.StartRedis(t)
 	c := rawClient(t, s.Addr())
 	ctx := context.Background()
 	key := "t:{fake}"
-	fake := func(n int, at func(now int64, i int) any) {
+	hz := scriptKeys(key)[1]
+	fake := func(n int, at func(now int64, i int) float64, fields bool) {
 		t.Helper()
-		c.Del(ctx, key)
+		c.Del(ctx, scriptKeys(key)...)
 		now := storeNow(t, c)
 		c.HSet(ctx, key, "tk", 20, "ts", now)
+		var zs []redis.Z
 		var args []any
 		for i := range n {
 			id := "f" + strconv.Itoa(i)
-			args = append(args, "a:"+id, at(now, i), "g:"+id, "1e300", "s:"+id, now)
-			if len(args) >= 3000 || i == n-1 {
-				if err := c.HSet(ctx, key, args...).Err(); err != nil {
+			zs = append(zs, redis.Z{Score: at(now, i), Member: id})
+			args = append(args, "g:"+id, "1e300")
+			if len(zs) >= 1000 || i == n-1 {
+				if err := c.ZAdd(ctx, hz, zs...).Err(); err != nil {
 					t.Fatal(err)
 				}
-				args = args[:0]
+				if fields {
+					if err := c.HSet(ctx, key, args...).Err(); err != nil {
+						t.Fatal(err)
+					}
+				}
+				zs, args = zs[:0], args[:0]
 			}
 		}
 	}
+	fresh := func(now int64, _ int) float64 { return float64(now) }
 	for _, tc := range []struct {
 		name      string
 		n         int
-		at        func(now int64, i int) any
+		at        func(now int64, i int) float64
+		fields    bool // their g: fields in the hash too
 		maxHosts  int64
 		hosts     int64 // counted, with the asker
 		granted   int64
+		maxZ      int64 // entries left in the hosts set
 		maxFields int64
 	}{
-		{"5000 fresh", 5000, func(now int64, _ int) any { return now }, 0, 1, 10, 5},
-		{"5000 expired", 5000, func(now int64, _ int) any { return now - 10_000_000 }, 0, 1, 10, 5},
-		{"200 far ahead", 200, func(now int64, _ int) any { return now + 3600_000_000 }, 0, 1, 10, 5},
-		{"200 not times", 200, func(_ int64, i int) any { return []string{"nan", "inf", "-5", "x"}[i%4] }, 0, 1, 10, 5},
-		// Within the limit (8 + 3 × 8 fields), fresh: counted, at most
-		// maxHosts.
-		{"8 fresh, 8 counted", 8, func(now int64, _ int) any { return now }, 8, 9, 1, 8 + 3*9},
-		{"10 fresh, 8 counted", 10, func(now int64, _ int) any { return now }, 8, 9, 1, 8 + 3*11},
+		// 5000 fresh fakes: counted (5001 hosts), the cap one packet.
+		{"5000 fresh", 5000, fresh, true, 0, 5001, 1, 5001, 6 + 5000},
+		{"5000 expired", 5000, func(now int64, _ int) float64 { return float64(now - 10_000_000) }, false, 0, 1, 10, 5001 - 8, 6},
+		{"200 far ahead", 200, func(now int64, _ int) float64 { return float64(now + 3600_000_000) }, false, 0, 1, 10, 201 - 8, 6},
+		{"200 infinite", 200, func(_ int64, i int) float64 { return []float64{math.Inf(1), math.Inf(-1)}[i%2] }, false, 0, 1, 10, 201 - 16, 6},
+		// Within maxHosts + 64 entries, fresh: counted, at most maxHosts.
+		{"8 fresh, 8 counted", 8, fresh, false, 8, 9, 1, 9, 6},
+		{"40 fresh, 8 counted", 40, fresh, false, 8, 9, 1, 41, 6},
+		// More: a flood, dropped (the asker alone, its whole cap).
+		{"100 fresh, a flood", 100, fresh, false, 8, 1, 10, 1, 6},
+		{"5000 fields, a flood", 5000, func(now int64, _ int) float64 { return float64(now - 10_000_000) }, true, 8, 1, 10, 1, 8},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			fake(tc.n, tc.at)
+			fake(tc.n, tc.at, tc.fields)
 			a := tb("a", 0, 0, 10)
 			a.maxHosts = tc.maxHosts
 			r := runScript(t, c, key, a)
@@ -223,6 +239,9 @@ func TestScriptFakeHosts(t *testing.T) {
 			}
 			if r.total > 1e9 {
 				t.Errorf("shares total %.0f: a fake host's grants not bounded", r.total)
+			}
+			if n := c.ZCard(ctx, hz).Val(); n > tc.maxZ {
+				t.Errorf("%d hosts left in the set, want at most %d", n, tc.maxZ)
 			}
 			if n := c.HLen(ctx, key).Val(); n > tc.maxFields {
 				t.Errorf("%d fields left, want at most %d", n, tc.maxFields)
@@ -269,24 +288,36 @@ func TestRogueWriter(t *testing.T) {
 		{"ts nan", hset(val("ts"), val("nan")), 200 * time.Millisecond},
 		{"ts negative", hset(val("ts"), val("-1e18")), 200 * time.Millisecond},
 		{"ts future", hset(val("ts"), func(now int64) any { return now + 3600_000_000 }), 200 * time.Millisecond},
-		{"5000 fake hosts", func(key string) {
+		// More fake hosts than maxHosts + 64 in the key's set (with
+		// their fields): dropped at the next ask, never counted. (Fewer
+		// are counted, up to maxHosts: they shrink the caps, to one
+		// packet at worst, never the budget; see RELIABILITY.md.)
+		{"20000 fake hosts", func(key string) {
 			now := storeNow(t, rc)
 			var args []any
-			for i := range 5000 {
+			var zs []redis.Z
+			for i := range maxHosts + 4000 {
 				id := "fake" + strconv.Itoa(i)
-				args = append(args, "a:"+id, now, "g:"+id, 1000, "s:"+id, now)
-				if len(args) >= 3000 {
+				args = append(args, "g:"+id, 1000)
+				zs = append(zs, redis.Z{Score: float64(now), Member: id})
+				if len(zs) >= 2000 {
 					rc.HSet(ctx, key, args...)
-					args = args[:0]
+					rc.ZAdd(ctx, scriptKeys(key)[1], zs...)
+					args, zs = args[:0], zs[:0]
 				}
 			}
+			rc.HSet(ctx, key, args...)
+			rc.ZAdd(ctx, scriptKeys(key)[1], zs...)
 		}, 500 * time.Millisecond},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rc.FlushAll(ctx)
 			var hosts []*host
 			for range 3 {
-				hosts = append(hosts, newHost(t, Config{Addrs: []string{s.Addr()}, KeyPrefix: "t:"}, limit))
+				// (a refresh interval of the slack, 0.1 s: the hosts
+				// visit the bucket every 0.1 s, and a write that
+				// empties it loses at most that refill)
+				hosts = append(hosts, newHost(t, Config{Addrs: []string{s.Addr()}, KeyPrefix: "t:", Interval: 100 * time.Millisecond}, limit))
 			}
 			keys := []flows.Key{key(1)}
 			runCtx, cancel := context.WithCancel(ctx)
@@ -301,7 +332,7 @@ func TestRogueWriter(t *testing.T) {
 			// number of times.
 			var name string
 			for deadline := time.Now().Add(5 * time.Second); name == ""; time.Sleep(10 * time.Millisecond) {
-				if ks := rc.Keys(ctx, "t:*").Val(); len(ks) == 1 {
+				if ks := rc.Keys(ctx, "t:*}").Val(); len(ks) == 1 {
 					name = ks[0]
 				} else if time.Now().After(deadline) {
 					cancel()
@@ -311,7 +342,7 @@ func TestRogueWriter(t *testing.T) {
 			}
 			time.Sleep(300 * time.Millisecond)
 			writes := 0
-			// Up to 6 writes (3 of the 5000 fake hosts) in 1.2 s: each
+			// Up to 6 writes (3 of the 20 000 fake hosts) in 1.2 s: each
 			// write is one chance to break the bound; more of the same
 			// show nothing new.
 			for end := time.Now().Add(1200 * time.Millisecond); time.Now().Before(end) && writes < 6; writes++ {

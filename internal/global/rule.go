@@ -27,10 +27,6 @@ type RuleConfig struct {
 
 // Tuning of the leases (see the package documentation).
 const (
-	// targetHold is how long a lease should last at a key's demand: a
-	// host asks for demand × targetHold, at most its cap. A light key
-	// asks about once per targetHold.
-	targetHold = 2.0 // s
 	// tau is the time constant of a key's demand estimate.
 	tau = 0.5 // s
 	// decay is the time constant of the grant shares the store keeps.
@@ -92,6 +88,7 @@ type entry struct {
 	lastActive   int64   // last time demand was seen
 	low          int64   // the lease's low-water mark
 	nextAsk      int64   // no ask before (after a short grant, a failure)
+	slot         bool    // nextAsk is a slot the store gave: ask then while active
 	dueAt        int64   // in the due heap for this time (0: not)
 	cap, hosts   int64   // from the last reply
 	own, total   float64 // grant shares from the last reply
@@ -136,7 +133,16 @@ func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 	if slack == 0 {
 		slack = shaper.DefaultGlobalSlack
 	}
-	r.slack = slack * lc.Rate
+	// What all hosts may hold: an Interval of the rate (a key above its
+	// limit then costs about one ask per host and Interval), or more
+	// with a larger global-slack.
+	// (A fixed window's hosts ask once a window at least: no more than
+	// a window's.)
+	iv := float64(c.interval) / 1e9
+	if lc.Algorithm == shaper.FixedWindow {
+		iv = min(iv, float64(lc.Window)/1e9)
+	}
+	r.slack = max(slack, iv) * lc.Rate
 	// A host may always hold one packet of any size: with a bit rate,
 	// the largest IP packet (as the local default burst), so that no
 	// packet is too large ever to pass.
@@ -182,7 +188,7 @@ func (r *Rule) Lease(k *flows.Key) *shaper.Lease {
 		return nil
 	}
 	now := r.c.clock()
-	e := &entry{r: r, k: *k, key: r.c.cfg.KeyPrefix + "{" + r.name + "|" + r.kc.Format(*k) + "}",
+	e := &entry{r: r, k: *k, key: r.storeKey(k),
 		born: now, seen: now, lastActive: now}
 	e.l = shaper.NewLease(r.q, e)
 	r.m[*k] = e
@@ -190,6 +196,11 @@ func (r *Rule) Lease(k *flows.Key) *shaper.Lease {
 	r.fresh = append(r.fresh, e)
 	r.c.signal() // its first ask now, not at the next sweep
 	return e.l
+}
+
+// storeKey is the name of k's hash in the store.
+func (r *Rule) storeKey(k *flows.Key) string {
+	return r.c.cfg.KeyPrefix + "{" + r.name + "|" + r.kc.Format(*k) + "}"
 }
 
 // Close stops keeping the rule's leases and retires them: engines that
@@ -290,14 +301,17 @@ func (e *entry) est(now int64) float64 {
 	return d
 }
 
-// target is what e's lease should hold after an ask: a targetHold of its
-// demand, at least one packet, at most its cap.
+// target is what e's lease should hold after an ask: half a refresh
+// interval of its demand (a host under its share asks about twice an
+// interval, and holds little of what others could use), at least one
+// packet, at most its cap (a host above its share asks about once an
+// interval, at its slot).
 func (r *Rule) target(e *entry, now int64) int64 {
 	limit := max(r.slack, r.mincap)
 	if e.cap > 0 {
 		limit = float64(e.cap)
 	}
-	return int64(min(max(e.est(now)*targetHold, r.mincap), limit))
+	return int64(min(max(e.est(now)*float64(r.c.interval)/2e9, r.mincap), limit))
 }
 
 // consider looks at e and adds it to batch if it should ask now, or puts
@@ -321,7 +335,7 @@ func (r *Rule) consider(e *entry, now int64, batch []*entry) []*entry {
 	// Ask when the lease holds credit to charge, is new, has expired or
 	// runs low, or when a packet found it short (with a bit rate a packet
 	// may cost more than the low-water mark).
-	need := t < 0 || fresh || active && (until == 0 || t < e.low || unmet > 0)
+	need := t < 0 || fresh || active && (until == 0 || t < e.low || unmet > 0 || e.slot && now >= e.nextAsk)
 	renew := !need && !r.fixedWindow && until != 0 && until-now < r.c.life/4 && active
 	if !need && !renew {
 		return batch
@@ -352,9 +366,17 @@ func (r *Rule) apply(e *entry, rep reply, now int64) {
 	e.cap, e.hosts, e.own, e.total, e.replied = rep.cap, rep.hosts, rep.own, rep.total, now
 	e.low = max(1, int64(e.est(now)*float64(r.c.lead())/1e9))
 	e.l.SetLow(e.low)
-	e.nextAsk = 0
-	if rep.waitUs > 0 {
-		e.nextAsk = now + r.c.jitter(rep.waitUs*1000)
+	e.nextAsk, e.slot = 0, false
+	if rep.waitUs > 0 && !r.fixedWindow {
+		// Its slot in the key's queue of visits: it asks then if the
+		// key is still active, to take the refill kept for it (up to
+		// 10 % early: the turns do not keep one order, so that what a
+		// writer that empties the bucket at a period takes does not
+		// fall on one host's turn every time).
+		e.nextAsk, e.slot = now+r.c.jitter(rep.waitUs*1000), true
+		r.schedule(e, e.nextAsk)
+	} else if rep.waitUs > 0 {
+		e.nextAsk = now + rep.waitUs*1000
 		if rep.granted < e.want {
 			r.schedule(e, e.nextAsk)
 		}

@@ -9,24 +9,25 @@ import (
 
 // leaseScript hands one host a lease of one flow key's budget. It runs on
 // the store, atomically, on the store's clock (TIME): the hosts' clocks
-// never enter the budget, only their own durations. One key per flow key,
-// a hash:
+// never enter the budget, only their own durations. Per flow key, a hash
+// (KEYS[1]):
 //
 //	tk, ts      token bucket: tokens (may be below 0: credit charged) and the
 //	            time of the last refill, µs
+//	q           token bucket: the last slot given in the queue of visits, µs
 //	w, c        fixed window: the window's index and what it has handed out
-//	a:ID        per host: the store time of its last ask, µs
+//	G, tG       every host's grants, decayed, and when (the shares' total)
 //	g:ID        per host: its grants, decayed (for its share)
-//	s:ID        per host: when it was last granted less than it asked
 //
-// A host that has not asked for longer than the horizon holds nothing (its
-// leases expired before that on its own clock) and is forgotten. The hosts
-// that asked within the horizon (at most maxhosts others) share the slack:
-// a host's cap is max(mincap, slack / hosts), and it is granted no more
-// than its cap minus what it holds. (A host keeps what it was granted under an earlier, larger
-// cap until its next ask: while hosts arrive, together they may hold more
-// than the slack, for at most a lease's life; refusing the newcomers
-// instead would starve them until the first one spent its lease.)
+// and a sorted set (KEYS[2], KEY:h, the same slot): the hosts, scored by
+// the store time of their last asks. No ask reads more than a bounded
+// number of entries: the hosts are counted with ZCOUNT over the horizon
+// (at most maxhosts others), at most 8 hosts whose time is more than the
+// horizon away are dropped per ask (with their g: fields), and only this
+// host's fields of the hash are read (HMGET). A host's cap is max(mincap,
+// slack / hosts), and it is granted no more than its cap minus what it
+// holds. (A host keeps what it was granted under an earlier, larger cap
+// until its next ask.)
 //
 // The store may be written by others than packetshaper (see the package
 // documentation, "A store written by others"): the script reads every field
@@ -37,31 +38,29 @@ import (
 // key exists or this host held a lease of it within the horizon (the key
 // cannot have expired: it was flushed, deleted or lost). A time ahead of
 // the store's clock is its now (no refill until then; a window more than
-// one ahead is spent). A debt is kept, but never beyond what every host's
-// credit can make. Host fields are read only while the hash holds no more
-// than 8 + 3 × maxhosts fields (more: the others are fakes and are
-// dropped, the budget's state and this host's kept); a host field whose
-// time is not a time or more than the horizon away from now is dropped;
-// decayed grants are kept between 0 and size + 2 × rate × decay.
+// one ahead is spent); a slot further ahead than the hosts' queue can be
+// is clamped to it. A hash of more than 16 + maxhosts fields, or a hosts
+// set of more than maxhosts + 64 members, holds fakes and is dropped (the
+// budget's state and this host's written again). Decayed grants are kept
+// between 0 and size + 2 × rate × decay.
 //
-// KEYS[1]: the key. ARGV: algorithm (0 token bucket, 1 fixed window), rate
-// (cost units per second), burst (token bucket) or limit per window (fixed
-// window), window (µs), slack (cost units), mincap (cost units), host id,
-// held (what the host holds now, >= 0), charge (credit it spent, taken from
-// the budget whatever it holds), want, horizon (µs), decay (µs, the shares'
-// time constant), known (1 if this host had a reply for the key within the
-// horizon), maxhosts (the most other hosts counted).
+// KEYS: the key, its hosts set. ARGV: algorithm (0 token bucket, 1 fixed
+// window), rate (cost units per second), burst (token bucket) or limit per
+// window (fixed window), window (µs), slack (cost units), mincap (cost
+// units), host id, held (what the host holds now, >= 0), charge (credit it
+// spent, taken from the budget whatever it holds), want, horizon (µs),
+// decay (µs, the shares' time constant), known (1 if this host had a reply
+// for the key within the horizon), maxhosts (the most other hosts counted).
 //
 // Returns {granted, hosts, cap, wait µs, window left µs, own share ×1000,
 // all shares ×1000}: wait is how long the host should wait before asking
 // again when the bucket cannot serve its ask again: with a token bucket
-// until its ask may have refilled, in turn with the other hosts that went
-// short lately (short hosts × ask / rate, less what the bucket holds: hosts
-// that all go short take turns, each getting about its ask, so the asks per
-// second do not grow with the packets), at most half the time until the
-// bucket would be full (so that a late ask loses no tokens); with a fixed
-// window that ran out, its end. window left is the time to
-// the end of the fixed window the grant belongs to.
+// until its slot in the key's queue of visits (after the last slot given
+// by the time the bucket takes to refill what this host took, or its ask
+// if nothing, at most half a bucket: the hosts come back one after
+// another, each finding about its ask, so the asks per second do not grow
+// with the packets); with a fixed window that ran out, its end. window
+// left is the time to the end of the fixed window the grant belongs to.
 const leaseScript = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -105,27 +104,25 @@ local function grants(s)
   if x == nil or x < 0 then return 0 end
   return math.min(x, gmax)
 end
-local function hdel(list)
-  for i = 1, #list, 900 do
-    redis.call('HDEL', KEYS[1], unpack(list, i, math.min(i + 899, #list)))
-  end
-end
 
+-- The key's hash: the budget's state, G and tG (every host's grants,
+-- decayed, and when), and one field per host, g:ID (its grants,
+-- decayed). KEYS[2], a sorted set: the hosts by the store time of their
+-- last ask. Nothing here
+-- reads more than a bounded number of entries: the hosts are counted with
+-- ZCOUNT, the expired ones dropped at most 8 at a time.
+local hz = KEYS[2]
 local len = redis.call('HLEN', KEYS[1])
 local exists = len > 0
 local f = {}
-if len > 8 + 3 * maxhosts then
-  -- More fields than maxhosts hosts write: fake ones. Keep the budget's
-  -- state and this host's fields, drop the rest (real hosts are counted
-  -- again at their next asks); never read them all.
-  local names = {'tk', 'ts', 'w', 'c', 'a:' .. me, 'g:' .. me, 's:' .. me}
-  local v = redis.call('HMGET', KEYS[1], unpack(names))
-  for i = 1, #names do if v[i] then f[names[i]] = v[i] end end
-  redis.call('DEL', KEYS[1])
-else
-  local h = redis.call('HGETALL', KEYS[1])
-  for i = 1, #h, 2 do f[h[i]] = h[i + 1] end
-end
+local names = {'tk', 'ts', 'w', 'c', 'q', 'G', 'tG', 'g:' .. me}
+local v = redis.call('HMGET', KEYS[1], unpack(names))
+for i = 1, #names do if v[i] then f[names[i]] = v[i] end end
+-- More entries than maxhosts hosts write: fake ones. Drop them (the
+-- budget's state and this host's are written again below; real hosts are
+-- counted again at their next asks).
+if len > 16 + maxhosts then redis.call('DEL', KEYS[1]) end
+if redis.call('ZCARD', hz) > maxhosts + 64 then redis.call('DEL', hz) end
 -- A key gone (a FLUSHALL, a DEL, a store that lost it) while this host
 -- held a lease of it within the horizon, or an existing key that lacks
 -- its state, restarts empty: only a key no one used for its TTL is new.
@@ -149,29 +146,29 @@ if algo == 1 then
   end
 end
 
-local others, total, short = 0, 0, 0
-local gone = {}
-for k, v in pairs(f) do
-  if string.sub(k, 1, 2) == 'a:' then
-    local id = string.sub(k, 3)
+-- Hosts that have not asked within the horizon (or whose time is further
+-- ahead: forged), at most 8 of each per ask, are forgotten.
+local lo, hi = now - horizon, now + horizon
+local function drop(ids)
+  for i = 1, #ids do
+    local id = ids[i]
     if id ~= me then
-      local at = fin(v)
-      if at == nil or at < 0 or now - at > horizon or at - now > horizon then
-        gone[#gone + 1] = k
-        gone[#gone + 1] = 'g:' .. id
-        gone[#gone + 1] = 's:' .. id
-      elseif others < maxhosts then
-        others = others + 1
-        total = total + grants(f['g:' .. id]) * math.exp(-math.max(now - at, 0) / decay)
-        if (time(f['s:' .. id]) or 0) > now - horizon / 2 then short = short + 1 end
-      end
+      redis.call('ZREM', hz, id)
+      redis.call('HDEL', KEYS[1], 'g:' .. id)
     end
   end
 end
-hdel(gone)
-local n = 1 + others
-local myat = time(f['a:' .. me]) or now
+drop(redis.call('ZRANGEBYSCORE', hz, '-inf', '(' .. int(lo), 'LIMIT', 0, 8))
+drop(redis.call('ZRANGEBYSCORE', hz, '(' .. int(hi), '+inf', 'LIMIT', 0, 8))
+
+local myat = time(redis.call('ZSCORE', hz, me)) or now
+redis.call('ZADD', hz, int(now), me)
+local n = math.max(1, math.min(redis.call('ZCOUNT', hz, int(lo), int(hi)), maxhosts + 1))
 local mine = grants(f['g:' .. me]) * math.exp(-(now - myat) / decay)
+local total = fin(f.G)
+if total == nil or total < 0 then total = 0 end
+total = math.min(total, gmax * (maxhosts + 1)) * math.exp(-(now - (time(f.tG) or now)) / decay)
+total = math.max(total, mine)
 
 local cap = math.max(mincap, slack / n)
 local room = cap - held
@@ -199,16 +196,34 @@ if algo == 0 then
   tk = tk - charge
   g = math.floor(math.min(ask, math.max(tk, 0)))
   tk = tk - g
-  if g < ask then short = short + 1 end
-  if g < ask or tk < ask then
-    -- the bucket cannot serve this ask again: come back when it may,
-    -- taking turns with the hosts that went short too, but well before
-    -- it would be full (half way: late asks lose no tokens)
-    wait = (math.max(short, 1) * ask - math.max(tk, 0)) / rate * 1e6
-    local full = (size - tk) / rate * 1e6 / 2
-    if wait > full then wait = full end
+  local q = fin(f.q)
+  if q == nil or q < now then q = now end
+  -- (a slot further ahead than any the hosts counted can have been
+  -- given is forged)
+  q = math.min(q, now + n * size / rate * 1e6)
+  if g < ask or tk < ask or q > now then
+    -- The bucket cannot serve this ask again (or others are queued for
+    -- what it holds): the host's next visit
+    -- gets a slot in the key's queue of visits (q, the last slot given),
+    -- after the one before by the time the bucket takes to refill what
+    -- it took, or if nothing its ask, at most half a bucket (a visit
+    -- late by up to that loses no refill).
+    -- The hosts come back one after another, each finding about its
+    -- ask: a key above its limit costs about rate / ask visits a
+    -- second, whatever the packets.
+    local need = ask
+    if g > 0 then need = g end -- (what it takes at a visit)
+    need = math.min(need, size / 2)
+    local slot
+    if q > now then
+      slot = q + need / rate * 1e6
+    else
+      slot = now + math.max(need - tk, 0) / rate * 1e6
+    end
+    wait = slot - now
+    q = slot
   end
-  state = {'tk', num(tk), 'ts', int(ts)}
+  state = {'tk', num(tk), 'ts', int(ts), 'q', int(q)}
   ttl = (size - tk) / rate * 1e6
 else
   left = (cw + 1) * win - now
@@ -216,16 +231,16 @@ else
   g = math.floor(math.min(ask, math.max(size - c, 0)))
   c = c + g
   if g < ask then wait = left end
-  state = {'w', int(cw), 'c', num(c)}
+  state = {'w', int(cw), 'c', num(c), 'q', int(now)}
   ttl = left
 end
 mine = mine + g
-total = total + mine
-local s = 0
-if g < ask then s = now end
-redis.call('HSET', KEYS[1], state[1], state[2], state[3], state[4],
-  'a:' .. me, int(now), 'g:' .. me, num(mine), 's:' .. me, int(s))
-redis.call('PEXPIRE', KEYS[1], math.ceil((ttl + horizon) / 1000) + 1000)
+total = total + g
+redis.call('HSET', KEYS[1], state[1], state[2], state[3], state[4], state[5], state[6],
+  'g:' .. me, num(mine), 'G', num(total), 'tG', int(now))
+local ms = math.ceil((ttl + horizon) / 1000) + 1000
+redis.call('PEXPIRE', KEYS[1], ms)
+redis.call('PEXPIRE', hz, ms)
 return {g, n, math.floor(cap), math.floor(wait), math.floor(left), math.floor(mine * 1000), math.floor(total * 1000)}
 `
 
@@ -247,7 +262,7 @@ type askArgs struct {
 // maxHosts is the most hosts besides the asker that the script counts for
 // one key (and so the least cap is slack / (maxHosts + 1)); a key's hash
 // with more fields than that many hosts write is taken as tampered with.
-const maxHosts = 256
+const maxHosts = 16384
 
 func (a *askArgs) argv() []any {
 	algo := 0

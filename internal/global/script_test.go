@@ -39,13 +39,33 @@ func TestScriptTokenBucket(t *testing.T) {
 	// Having spent them: 10 more, and the bucket is empty: come back
 	// when 10 have refilled (0.1 s).
 	step(3, tb("a", 0, 0, 10), func(r reply) bool { return r.granted == 10 && r.waitUs > 90_000 && r.waitUs <= 100_000 })
-	// Empty: nothing, and a wait for its ask to refill: 10 / 100 s.
-	r := step(4, tb("a", 0, 0, 10), func(r reply) bool { return r.granted <= 1 && r.waitUs > 90_000 && r.waitUs <= 100_000 })
-	// An ask of the whole burst waits at most half the time to a full
-	// bucket (0.2 s / 2), though its ask refills in 0.2 s.
-	x := tb("a", 0, 0, 20)
-	x.slack = 20
-	step(41, x, func(r reply) bool { return r.granted <= 1 && r.waitUs > 90_000 && r.waitUs <= 100_000 })
+	// Empty, and no visit queued (a host asks again only at its slot:
+	// the test's ask is early): nothing, and a wait for its ask to
+	// refill: 10 / 100 s.
+	// (Half a token short, so that a slow step refills none.)
+	c.HDel(context.Background(), key, "q")
+	c.HSet(context.Background(), key, "tk", -0.5, "ts", storeNow(t, c))
+	r := step(4, tb("a", 0, 0, 10), func(r reply) bool { return r.granted == 0 && r.waitUs > 90_000 && r.waitUs <= 105_000 })
+	// An ask of more than the burst waits the time to half a bucket
+	// (0.1 s, and the half token short), no longer (a late visit would
+	// lose refill), though its ask refills in 0.3 s.
+	c.HDel(context.Background(), key, "q")
+	x := tb("a", 0, 0, 30)
+	x.slack = 30
+	step(41, x, func(r reply) bool { return r.granted <= 1 && r.waitUs > 90_000 && r.waitUs <= 110_000 }) // (10 + 0.5) / 100 s
+	// Visits queue: with the slot of x's ask 0.1 s ahead, b's short ask
+	// of 10 comes 0.1 s after it, and c's 0.1 s after b's.
+	y := tb("b", 0, 0, 10)
+	y.slack = 30 // (its cap 15 of 2 hosts, c's 10 of 3)
+	rb := step(42, y, func(r reply) bool { return r.granted <= 1 && r.waitUs > 180_000 && r.waitUs <= 210_000 })
+	y.host = "c"
+	step(43, y, func(r reply) bool {
+		return r.granted <= 1 && r.waitUs > rb.waitUs+90_000 && r.waitUs <= rb.waitUs+100_000
+	})
+	// (a alone again, its bucket empty, no visit queued)
+	c.HDel(context.Background(), key, "q", "g:b", "g:c")
+	c.Del(context.Background(), scriptKeys(key)[1])
+	c.HSet(context.Background(), key, "tk", 0)
 	// 60 ms at 100/s: 6 more (5, 6 or 7 with the scheduler's slack).
 	time.Sleep(60 * time.Millisecond)
 	step(5, tb("a", 0, 0, 10), func(r reply) bool { return r.granted >= 5 && r.granted <= 8 })
@@ -55,11 +75,11 @@ func TestScriptTokenBucket(t *testing.T) {
 	if tk > -25 || tk < -35 {
 		t.Fatalf("tokens after a charge of 30 = %.2f, want about -30", tk)
 	}
-	// The wait never runs past half the time to a full bucket: (20 −
-	// tk) / 100 / 2 s.
+	// The wait never runs past the time to a full bucket: (20 − tk) /
+	// 100 s.
 	r = step(7, tb("a", 0, 0, 10), func(r reply) bool { return r.granted == 0 })
-	if half := int64((20 - tk) / 100 * 1e6 / 2); r.waitUs > half+10_000 {
-		t.Errorf("wait %dµs past half the time to a full bucket (%dµs)", r.waitUs, half)
+	if full := int64((20 - tk) / 100 * 1e6); r.waitUs > full+10_000 {
+		t.Errorf("wait %dµs past the time to a full bucket (%dµs)", r.waitUs, full)
 	}
 	// The bucket never holds more than its burst, however long it rests:
 	// a TTL brings a forgotten key back full.
@@ -114,8 +134,8 @@ func TestScriptHosts(t *testing.T) {
 	if r := ask("a", 0, 10); r.hosts != 1 || r.granted != 10 {
 		t.Errorf("after the horizon: %s, want 1 host, 10 granted", fmtReply(r))
 	}
-	if n := len(c.HKeys(context.Background(), key).Val()); n != 5 { // tk ts a: g: s:
-		t.Errorf("%d fields left, want 5 (a's and the bucket's): %v", n, c.HKeys(context.Background(), key).Val())
+	if n := len(c.HKeys(context.Background(), key).Val()); n != 6 { // tk ts q G tG g:a
+		t.Errorf("%d fields left, want 6 (a's and the bucket's): %v", n, c.HKeys(context.Background(), key).Val())
 	}
 }
 

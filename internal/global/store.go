@@ -83,7 +83,7 @@ func (s *redisStore) ask(ctx context.Context, keys []string, args []askArgs, res
 	s.cmds = s.cmds[:0]
 	hash := script.Hash()
 	for i := range keys {
-		s.cmds = append(s.cmds, pipe.EvalSha(ctx, hash, keys[i:i+1], args[i].argv()...))
+		s.cmds = append(s.cmds, pipe.EvalSha(ctx, hash, scriptKeys(keys[i]), args[i].argv()...))
 	}
 	_, _ = pipe.Exec(ctx)
 	for i, cmd := range s.cmds {
@@ -96,6 +96,10 @@ func (s *redisStore) ask(ctx context.Context, keys []string, args []askArgs, res
 	}
 	clear(s.cmds)
 }
+
+// scriptKeys are the keys of one ask of key k (its KEYS): the hash and the
+// sorted set of its hosts, in one slot (the hash tag of k).
+func scriptKeys(k string) []string { return []string{k, k + ":h"} }
 
 func (s *redisStore) loadScript(ctx context.Context) (err error) {
 	defer s.recovered(&err)
