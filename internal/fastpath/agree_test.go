@@ -281,10 +281,14 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 	var d shaper.Decision
 	for i := range frames {
 		fr := &frames[i]
+		fi := fragOf(fr.ip)
+		var pending int64
+		if fi.kind == firstFrag {
+			pending = p.kernelPending(t, fi)
+		}
 		ret, mark, iif := run(t, p, fr, times[i])
 		ok := false
 		res.n++
-		fi := fragOf(fr.ip)
 		if fi.kind != notFrag {
 			res.frags++
 		}
@@ -302,7 +306,12 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 		switch fi.kind {
 		case laterFrag:
 			first, found := fm.m[fi.key]
-			if !found || mark&s.PuntMark != 0 && ret == tcOK && len(fm.m) >= fragEntries {
+			if found && mark == fr.mark|s.PuntMark && ret == tcOK && !p.kernelFirst(t, fi) {
+				// The program's LRU map evicted the first fragment.
+				delete(fm.m, fi.key)
+				found = false
+			}
+			if !found {
 				// Before its first fragment (or evicted from the
 				// program's map, which the mirror cannot tell):
 				// user space, no rule, no bucket.
@@ -320,7 +329,8 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 				meta.Cost.Need = shaper.NeedOver
 			}
 		case firstFrag:
-			meta.Cost = shaper.Cost{Set: true, Packets: 1, Bytes: fi.charge}
+			// Charged with its later fragments seen before it.
+			meta.Cost = shaper.Cost{Set: true, Packets: 1, Bytes: fi.charge + pending}
 		default:
 			if c, gso := gsoCost(fr); gso {
 				res.gso++
@@ -370,7 +380,13 @@ func ext6(ip []byte) bool {
 	if len(ip) < 40 || ip[0]>>4 != 6 {
 		return false
 	}
-	next, rest := ip[6], ip[40:]
+	// The chain within the payload length, as the program walks it (a
+	// chain past it is cut, decided in the kernel).
+	end := len(ip)
+	if plen := int(binary.BigEndian.Uint16(ip[4:])); plen != 0 {
+		end = min(end, 40+plen)
+	}
+	next, rest := ip[6], ip[40:end]
 	for i := 0; ; i++ {
 		switch next {
 		case 0, 43, 44, 60, 51:

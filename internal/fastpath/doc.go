@@ -12,8 +12,12 @@
 // key ever has a bucket on both paths. Each rule gets one Reason line: the
 // basis of `check`'s "which rules run where".
 //
-// The program decodes Ethernet + IPv4/IPv6 (up to 32 IPv6 extension
-// headers) and the transport ports as package flows does, keys flows as
+// The program decodes IPv4/IPv6 (up to 32 IPv6 extension headers) behind
+// an Ethernet header, or at offset 0 on an L3 device (two entry points:
+// Program.ProgFor picks one by the link type), and the transport ports as
+// package flows does; it charges a GSO/GRO packet its segments, and decides
+// a datagram's later fragments as its first fragment (bpf/frag.h); it keys
+// flows as
 // flows.KeyConfig does (a rule's identity in the key survives a reload that
 // keeps the rule, wherever it moves), and keeps each limit rule's flows in
 // an LRU map of the rule's max-flows, behind a map of new flows of the same

@@ -111,7 +111,8 @@ type fastpathFragVal struct {
 	Mark    uint32
 	Ifindex uint32
 	Ok      uint32
-	Pad     uint32
+	First   uint32
+	Pending int64
 }
 
 type fastpathKeyMode uint32
@@ -216,6 +217,7 @@ const (
 	fastpathMapDstCidrs        = "dst_cidrs"
 	fastpathMapFlows           = "flows"
 	fastpathMapFlowsNew        = "flows_new"
+	fastpathMapFragScratch     = "frag_scratch"
 	fastpathMapFrags           = "frags"
 	fastpathMapRules           = "rules"
 	fastpathMapScratch         = "scratch"
@@ -283,15 +285,16 @@ type fastpathProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type fastpathMapSpecs struct {
-	Config   *ebpf.MapSpec `ebpf:"config"`
-	Counters *ebpf.MapSpec `ebpf:"counters"`
-	DstCidrs *ebpf.MapSpec `ebpf:"dst_cidrs"`
-	Flows    *ebpf.MapSpec `ebpf:"flows"`
-	FlowsNew *ebpf.MapSpec `ebpf:"flows_new"`
-	Frags    *ebpf.MapSpec `ebpf:"frags"`
-	Rules    *ebpf.MapSpec `ebpf:"rules"`
-	Scratch  *ebpf.MapSpec `ebpf:"scratch"`
-	SrcCidrs *ebpf.MapSpec `ebpf:"src_cidrs"`
+	Config      *ebpf.MapSpec `ebpf:"config"`
+	Counters    *ebpf.MapSpec `ebpf:"counters"`
+	DstCidrs    *ebpf.MapSpec `ebpf:"dst_cidrs"`
+	Flows       *ebpf.MapSpec `ebpf:"flows"`
+	FlowsNew    *ebpf.MapSpec `ebpf:"flows_new"`
+	FragScratch *ebpf.MapSpec `ebpf:"frag_scratch"`
+	Frags       *ebpf.MapSpec `ebpf:"frags"`
+	Rules       *ebpf.MapSpec `ebpf:"rules"`
+	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
+	SrcCidrs    *ebpf.MapSpec `ebpf:"src_cidrs"`
 }
 
 // fastpathVariableSpecs contains global variables before they are loaded into the kernel.
@@ -329,15 +332,16 @@ func (o *fastpathObjects) Close() error {
 //
 // It can be passed to loadFastpathObjects or ebpf.CollectionSpec.LoadAndAssign.
 type fastpathMaps struct {
-	Config   *ebpf.Map `ebpf:"config"`
-	Counters *ebpf.Map `ebpf:"counters"`
-	DstCidrs *ebpf.Map `ebpf:"dst_cidrs"`
-	Flows    *ebpf.Map `ebpf:"flows"`
-	FlowsNew *ebpf.Map `ebpf:"flows_new"`
-	Frags    *ebpf.Map `ebpf:"frags"`
-	Rules    *ebpf.Map `ebpf:"rules"`
-	Scratch  *ebpf.Map `ebpf:"scratch"`
-	SrcCidrs *ebpf.Map `ebpf:"src_cidrs"`
+	Config      *ebpf.Map `ebpf:"config"`
+	Counters    *ebpf.Map `ebpf:"counters"`
+	DstCidrs    *ebpf.Map `ebpf:"dst_cidrs"`
+	Flows       *ebpf.Map `ebpf:"flows"`
+	FlowsNew    *ebpf.Map `ebpf:"flows_new"`
+	FragScratch *ebpf.Map `ebpf:"frag_scratch"`
+	Frags       *ebpf.Map `ebpf:"frags"`
+	Rules       *ebpf.Map `ebpf:"rules"`
+	Scratch     *ebpf.Map `ebpf:"scratch"`
+	SrcCidrs    *ebpf.Map `ebpf:"src_cidrs"`
 }
 
 func (m *fastpathMaps) Close() error {
@@ -347,6 +351,7 @@ func (m *fastpathMaps) Close() error {
 		m.DstCidrs,
 		m.Flows,
 		m.FlowsNew,
+		m.FragScratch,
 		m.Frags,
 		m.Rules,
 		m.Scratch,

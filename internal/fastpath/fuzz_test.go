@@ -48,7 +48,8 @@ func v6ext(hdrs []byte, off uint16) []byte {
 // forward by the input's step) and fails on a disagreement as TestAgreement
 // counts them. The seeds (run by go test) cover IPv6 extension header
 // chains (walked, cut, longer than the program walks), fragments of both
-// families, ICMP and ports cut short.
+// families alone and in sequences (first fragment first, and last), ICMP
+// and ports cut short.
 //
 //	go test -run '^$' -fuzz FuzzAgreement -fuzztime 60s ./internal/fastpath
 func FuzzAgreement(f *testing.F) {
@@ -70,6 +71,13 @@ func FuzzAgreement(f *testing.F) {
 	tiny := build(flowDesc{a("10.1.0.1"), a("10.8.0.1"), 6, 40000, 5000}, 100)[14:36]
 	binary.BigEndian.PutUint16(tiny[2:], 22)
 	seeds = append(seeds, frag4, tiny)
+	// Fragment sequences (the program keeps the first fragments it saw
+	// across inputs, as the mirror does): in order, and a later fragment
+	// before its first, of both families.
+	seeds = append(seeds, datagram("10.1.0.1", "10.8.0.1", 40000, 5000, 2000, 900, 7)...)
+	seeds = append(seeds, datagram("fd00:1::1", "fd00:2::1", 4000, 5050, 2000, 900, 8)...)
+	rev := datagram("10.1.0.2", "10.8.0.1", 40000, 6000, 1200, 900, 9)
+	seeds = append(seeds, rev[1], rev[0])
 	for _, s := range seeds {
 		f.Add(s, uint32(1e6), uint32(0))
 	}

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: (MIT OR GPL-2.0)
 // Packet decoding: struct pkt, read_ports, decode (from the network header
 // at a link type's offset: ETH_HLEN, or 0 on an L3 device), and the cost of
-// a GSO/GRO packet: its segments (gso_cost).
+// a GSO/GRO packet: its segments (fastpath_gso).
 
 #ifndef FASTPATH_DECODE_H
 #define FASTPATH_DECODE_H
@@ -192,7 +192,7 @@ static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const
 	return -1;
 }
 
-// gso_cost sets what a GSO/GRO packet (gso_size set) costs: under a packet
+// fastpath_gso sets what a GSO/GRO packet (gso_size set) costs: under a packet
 // rate its segments, skb->gso_segs or, when the sender left it 0 (a virtio
 // header), the count from its length and gso_size; under a byte rate the IP
 // lengths of those segments together, as the queue path charges them (nfq
@@ -201,8 +201,14 @@ static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const
 // H bytes (IP, extension headers and the transport header; at least
 // L - segs x gso_size, which covers tunnel headers the program does not
 // walk).
-static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, const __u32 l3, __u32 gso_size)
+//
+// A global function, verified once apart and called for GSO packets only:
+// inlined, its paths multiplied the rest of the program's past the
+// verifier's million instructions.
+__attribute__((noinline)) int fastpath_gso(struct __sk_buff *skb, struct pkt *p, __u32 l3, __u32 gso_size)
 {
+	if (!p || !gso_size)
+		return 0;
 	__s64 hdr = p->l4off;
 	if (p->proto == 17 || p->proto == 136) {
 		hdr += 8;
@@ -217,7 +223,7 @@ static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, const
 	if (segs <= 0)
 		segs = (__s64)((__u64)(p->length - hdr + gso_size - 1) / gso_size);
 	if (segs <= 1)
-		return;
+		return 0;
 	if (segs > 65535)
 		segs = 65535;
 	__s64 least = p->length - segs * (__s64)gso_size;
@@ -226,6 +232,7 @@ static __always_inline void gso_cost(struct __sk_buff *skb, struct pkt *p, const
 	p->gso = 1;
 	p->segs = segs;
 	p->length += (segs - 1) * hdr;
+	return 0;
 }
 
 // decode fills p from the packet whose IP header is at l3 (ETH_HLEN on an
@@ -239,7 +246,7 @@ static __always_inline int decode(struct __sk_buff *skb, struct pkt *p, const __
 		return d;
 	__u32 gso_size = skb->gso_size;
 	if (gso_size)
-		gso_cost(skb, p, l3, gso_size);
+		fastpath_gso(skb, p, l3, gso_size);
 	return d;
 }
 

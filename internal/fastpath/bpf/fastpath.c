@@ -34,15 +34,13 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 		return TC_ACT_OK;
 	}
 	// Fragments are decided as their first fragment (frag.h).
-	struct frag_val *fv = 0;
-	int need = p.gso ? NEED_CAP : NEED_ALL;
-	__u32 mark = skb->mark, ifindex = skb->ingress_ifindex;
+	struct frag_io fio = {.need = p.gso ? NEED_CAP : NEED_ALL, .mark = skb->mark, .ifindex = skb->ingress_ifindex, .punt_mark = cfg->punt_mark};
 	if (p.frag | p.first) {
-		int v = frag_resolve(skb, cfg->punt_mark, &p, &fv, &need, &mark, &ifindex);
+		int v = fastpath_frag(skb, &p, &fio);
 		if (v >= 0)
 			return v;
 	}
-	struct match_ctx mc = {.p = &p, .cand = match_candidates(cfg, &p), .mark = mark, .ifindex = ifindex};
+	struct match_ctx mc = {.p = &p, .cand = match_candidates(cfg, &p), .mark = fio.mark, .ifindex = fio.ifindex};
 	__s32 found = match_first(&mc, cfg->nrules);
 	struct rule_entry *r = 0;
 	__u32 ri = 0;
@@ -79,7 +77,7 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 	flow_key_of(r, &p, key);
 	__s64 now = cfg->now ? (__s64)cfg->now : (__s64)bpf_ktime_get_boot_ns() + cfg->offset;
 	__s64 cost = r->bytes ? p.length : p.segs;
-	int ok = flow_verdict(ri, key, now, cost, need);
+	int ok = flow_verdict(ri, key, now, cost, fio.need);
 	if (ok < 0) {
 		// No flow map, no room, or the state's lock not had: user
 		// space decides.
@@ -87,8 +85,8 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 		skb->mark |= cfg->punt_mark;
 		return TC_ACT_OK;
 	}
-	if (fv)
-		fv->ok = ok;
+	if (p.first)
+		fastpath_frag_ok(&p, ok);
 	if (ok) {
 		cs->c[C_ACCEPTED]++;
 		return TC_ACT_OK;

@@ -21,7 +21,10 @@
 // its first fragment, the map's LRU evicted the entry, the first fragment
 // went to user space) goes to user space: punt mark, never another rule or
 // bucket; the kernel's reassembly puts it with its first fragment, whose
-// verdict the datagram then has.
+// verdict the datagram then has. Its data is kept in the entry (pending)
+// and charged with the first fragment when that comes, so that sending a
+// datagram's fragments in reverse order costs its flow what sending them
+// in order does.
 
 #ifndef FASTPATH_FRAG_H
 #define FASTPATH_FRAG_H
@@ -31,6 +34,9 @@
 #include "maps.h"
 
 #define FRAG_ENTRIES 8192
+// The most pending data a first fragment is charged (a datagram is at most
+// 64 KiB; more is later fragments sent again).
+#define PENDING_MAX (1 << 20)
 
 struct frag_key {
 	__u32 src[4], dst[4];
@@ -42,7 +48,8 @@ struct frag_val {
 	struct pkt p;       // the first fragment's headers
 	__u32 mark, ifindex; // what it was matched with
 	__u32 ok;           // its limit accepted it (limit rules only)
-	__u32 _pad;
+	__u32 first;        // the first fragment was seen (else only pending)
+	__s64 pending;      // data of later fragments before the first
 };
 
 struct {
@@ -51,6 +58,15 @@ struct {
 	__type(key, struct frag_key);
 	__type(value, struct frag_val);
 } frags SEC(".maps");
+
+// A CPU's scratch entry to insert from (a frag_val on the stack would take
+// fastpath_frag's frame, beside the entry point's, past the 512 bytes).
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct frag_val);
+} frag_scratch SEC(".maps");
 
 static __always_inline void frag_key_of(struct pkt *p, struct frag_key *k)
 {
@@ -61,26 +77,54 @@ static __always_inline void frag_key_of(struct pkt *p, struct frag_key *k)
 	k->proto = p->family == 4 ? p->proto : 0;
 }
 
-// frag_resolve is called for a first or a later fragment (p->first or
-// p->frag) before it is matched. A first fragment is recorded (*fv: its
-// entry, for the limit's verdict); a later one takes its first fragment's
-// headers into p (its own cost kept), with *mark and *ifindex to match with
-// and *need for the limit. It returns -1 to go on deciding, or the tc
-// verdict of a later fragment that goes to user space.
-static __always_inline int frag_resolve(struct __sk_buff *skb, __u32 punt_mark, struct pkt *p,
-					struct frag_val **fv, int *need, __u32 *mark, __u32 *ifindex)
+// frag_io is fastpath_frag's in and out: the limit's need, the mark and
+// input interface to match with, and the punt mark.
+struct frag_io {
+	__u32 need, mark, ifindex, punt_mark;
+};
+
+// fastpath_frag is called for a first or a later fragment (p->first or
+// p->frag) before it is matched. A first fragment is recorded (its limit's
+// verdict later, fastpath_frag_ok); a later one takes its first fragment's
+// headers into p (its own cost kept), with io's mark and ifindex to match
+// with and io's need for the limit. It returns -1 to go on deciding, or the
+// tc verdict of a later fragment that goes to user space. A global
+// function, as fastpath_decode: verified once, apart, in its own stack
+// frame.
+__attribute__((noinline)) int fastpath_frag(struct __sk_buff *skb, struct pkt *p, struct frag_io *io)
 {
+	if (!p || !io)
+		return -1;
 	struct frag_key k = {};
 	frag_key_of(p, &k);
+	__u32 zero = 0;
+	struct frag_val *nv = bpf_map_lookup_elem(&frag_scratch, &zero);
+	if (!nv)
+		return -1;
+	__builtin_memset(nv, 0, sizeof(*nv));
+	struct frag_val *v = bpf_map_lookup_elem(&frags, &k);
 	if (!p->frag) {
-		struct frag_val v = {.p = *p, .mark = *mark, .ifindex = *ifindex, .ok = 1};
-		bpf_map_update_elem(&frags, &k, &v, BPF_ANY);
-		*fv = bpf_map_lookup_elem(&frags, &k);
+		__s64 pending = v && !v->first ? v->pending : 0;
+		nv->p = *p;
+		nv->mark = io->mark;
+		nv->ifindex = io->ifindex;
+		nv->ok = 1;
+		nv->first = 1;
+		bpf_map_update_elem(&frags, &k, nv, BPF_ANY);
+		if (pending > PENDING_MAX)
+			pending = PENDING_MAX; // duplicates: no datagram is larger
+		if (pending > 0)
+			p->length += pending;
 		return -1;
 	}
-	struct frag_val *v = bpf_map_lookup_elem(&frags, &k);
-	if (!v) {
-		skb->mark |= punt_mark;
+	if (!v || !v->first) {
+		if (v) {
+			__sync_fetch_and_add(&v->pending, p->length);
+		} else {
+			nv->pending = p->length;
+			bpf_map_update_elem(&frags, &k, nv, BPF_NOEXIST);
+		}
+		skb->mark |= io->punt_mark;
 		count2(MAX_RULES, C_PACKETS, C_PUNTED);
 		return TC_ACT_OK;
 	}
@@ -90,10 +134,23 @@ static __always_inline int frag_resolve(struct __sk_buff *skb, __u32 punt_mark, 
 	p->segs = 0; // the datagram is one packet, counted at its first fragment
 	p->first = 0;
 	p->gso = 0;
-	*mark = v->mark;
-	*ifindex = v->ifindex;
-	*need = v->ok ? NEED_NONE : NEED_OVER;
+	io->mark = v->mark;
+	io->ifindex = v->ifindex;
+	io->need = v->ok ? NEED_NONE : NEED_OVER;
 	return -1;
+}
+
+// fastpath_frag_ok records the limit's verdict of the first fragment p.
+__attribute__((noinline)) int fastpath_frag_ok(struct pkt *p, __u32 ok)
+{
+	if (!p)
+		return 0;
+	struct frag_key k = {};
+	frag_key_of(p, &k);
+	struct frag_val *v = bpf_map_lookup_elem(&frags, &k);
+	if (v && v->first)
+		v->ok = ok;
+	return 0;
 }
 
 #endif
