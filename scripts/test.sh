@@ -69,7 +69,7 @@ export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 # clang llvm libbpf-dev: bpf2go's clang and llvm-strip and <bpf/bpf_helpers.h>
 # (<linux/*.h> is libc6-dev's linux-libc-dev): TestGeneratedUpToDate
 # regenerates the fast path's object and fails on drift (it skips without clang).
-need=(iproute2 iptables nftables man-db iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 iperf3 systemd systemd-container procps git chromium fonts-dejavu-core redis-server redis-tools clang llvm libbpf-dev)
+need=(iproute2 iptables nftables man-db iputils-ping tcpdump netcat-openbsd kmod ca-certificates gcc libc6-dev hping3 iperf3 systemd systemd-container procps git chromium fonts-dejavu-core redis-server redis-tools clang llvm libbpf-dev bpftool jq)
 if [ "$(id -u)" = 0 ]; then
 	missing=()
 	for p in "${need[@]}"; do

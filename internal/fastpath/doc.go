@@ -20,7 +20,7 @@
 // flows as
 // flows.KeyConfig does (a rule's identity in the key survives a reload that
 // keeps the rule, wherever it moves), and keeps each limit rule's flows in
-// an LRU map of the rule's max-flows, behind a map of new flows a tenth its
+// an LRU map of the rule's max-flows, behind a map of new flows of the same
 // size (at least 128) that a flow's first packet enters and its second
 // leaves for the main map with its state, so that one-packet flows (a
 // spoofed flood) evict only each other, as S3-FIFO's small queue does in

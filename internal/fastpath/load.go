@@ -214,15 +214,19 @@ func (p *Program) fill(s Spec, old *Program) error {
 	return p.objs.Config.Put(uint32(0), &p.cfg)
 }
 
-// newFlowsShare: a limit rule's map of new flows (flows_new) holds a tenth
-// of its max-flows, and at least minNewFlows.
-const (
-	newFlowsShare = 10
-	minNewFlows   = 128
-)
+// minNewFlows is the least a limit rule's map of new flows holds.
+const minNewFlows = 128
 
-// newFlows is the size of the map of new flows of a rule of max-flows n.
-func newFlows(n int) int { return max(n/newFlowsShare, minNewFlows) }
+// newFlows is the size of the map of new flows (flows_new) of a rule of
+// max-flows n: n, as the map of flows. A flow moves to the map of flows at
+// its second packet only if that map of new flows still holds it then, so
+// that it must hold as many flows as may start between a flow's first two
+// packets: a tenth of max-flows never let 1 000 flows sent round robin
+// through a 3 024-flow rule move (each of their packets found a fresh
+// bucket; TestNewFlowsRoundRobin). At n, without a flood a flow keeps its
+// state as long as in one LRU map of n; under a flood of one-packet flows
+// the map of flows keeps its own.
+func newFlows(n int) int { return max(n, minNewFlows) }
 
 // flowMapSize is the size of a limit rule's flow map held by the outer map
 // named outer (flows: max-flows n; flows_new: newFlows(n)), for the loader

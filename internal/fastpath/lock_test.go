@@ -3,6 +3,7 @@
 package fastpath
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"runtime"
 	"sync"
@@ -116,5 +117,40 @@ func TestNewFlowsMoveAndEviction(t *testing.T) {
 	step("and the next", tcShot, 1, 0)
 	if n, err := p.FlowCount(0); err != nil || n != 1 {
 		t.Errorf("FlowCount %d %v, want 1", n, err)
+	}
+}
+
+// TestNewFlowsRoundRobin: flows sent round robin, more of them than a
+// tenth of the rule's max-flows, still move to the map of flows at their
+// second packet and share one bucket each: at a fixed time (no refill), a
+// bucket of 1 accepts 1 of each flow's 3 packets. (With a map of new flows
+// of a tenth of max-flows, each packet found its flow evicted from it and
+// started afresh: 3 of 3.)
+func TestNewFlowsRoundRobin(t *testing.T) {
+	const flows, maxFlows = 500, 1000 // half: an LRU map evicts before it is full
+	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(1.0), Key: "5tuple", MaxFlows: ptr(maxFlows)}}}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := needKernel(t, s)
+	if err := p.SetNow(1_700_000_000_000_000_000); err != nil {
+		t.Fatal(err)
+	}
+	fr := build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
+	accepted := 0
+	for range 3 {
+		for i := range flows {
+			binary.BigEndian.PutUint16(fr[14+20:], uint16(10000+i))
+			ret, err := p.Prog().Run(&ebpf.RunOptions{Data: fr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ret == tcOK {
+				accepted++
+			}
+		}
+	}
+	if accepted != flows {
+		t.Errorf("%d flows round robin, 3 packets each, bucket 1: %d accepted, want %d", flows, accepted, flows)
 	}
 }

@@ -39,7 +39,7 @@ struct {
 // flows holds, for each limit rule, an LRU map of its flows of the rule's
 // own max-flows (the loader makes them; the kernel's check of an inner
 // hash map does not compare sizes), so that a rule's flood evicts only that
-// rule's flows; flows_new, a smaller LRU map (a tenth) where a flow's first
+// rule's flows; flows_new, an LRU map of the same size where a flow's first
 // packet puts it, the flow moving to flows with its state at its second
 // (flowstate.h), as S3-FIFO's small queue does in user space: flows that
 // send one packet (a spoofed flood) evict each other there, never a flow
