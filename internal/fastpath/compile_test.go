@@ -58,7 +58,7 @@ func TestCompileSplit(t *testing.T) {
 			{Name: "ku", PPS: pf(10), Key: "uid"},
 			{Name: "km", PPS: pf(10), Key: "mark+src"},
 		}, nil, []string{"u owner", "u owner", "u owner part", "u owner part"}},
-		{"mark note; none for IPv6 (the program walks every extension-header chain)", []policy.Rule{
+		{"mark and ipv6 notes", []policy.Rule{
 			lim("m", &policy.Match{Mark: "0x1/0x1", Family: "ipv4"}),
 			lim("v6", &policy.Match{Src: []string{"fd00::/8"}}),
 		}, nil, []string{"k before netfilter", "k token-bucket"}},
