@@ -67,18 +67,6 @@ func evMustRun(t *testing.T, sh *proc) {
 	}
 }
 
-// evOpen skips t, a test of a way around a limit that no branch closes yet
-// (it fails: why says with what figure and what the fix must do), unless
-// PACKETSHAPER_TEST_OPEN=1: the suite stays green while the row is open,
-// and the test runs as soon as it is asked to. Remove the call with the
-// fix.
-func evOpen(t *testing.T, why string) {
-	t.Helper()
-	if os.Getenv("PACKETSHAPER_TEST_OPEN") != "1" {
-		t.Skip("issue 26, still open: " + why + " (PACKETSHAPER_TEST_OPEN=1 runs it)")
-	}
-}
-
 // evCheckBar fails t unless got is at most over × want and at least under ×
 // want (the bar of the issue above, not starved below), and logs the
 // ratio either way; want is an ideal limiter's figure unless what says
@@ -526,7 +514,7 @@ func evFragmentsOneFlow(t *testing.T, family string) {
 // TestFastpathFragmentsMixIPv6: one IPv6 5-tuple mixing plain datagrams
 // (1 000 bytes) and fragmented ones (2 900), 100/s each, with datagrams
 // behind 33 Destination Options headers (1 100 bytes, 100/s: past the
-// program's walk of 32, punted to user space), for 4 s, through 1mbit:
+// program's unrolled walk of 32, walked on by bpf_loop), for 4 s, through 1mbit:
 // the bytes delivered are at most 1.05× an ideal byte bucket over every
 // packet of the flow, each costing its whole IP length, and at least
 // 0.90×. On 427b78a: 2.39–2.41× (the issue: 2.51×; three buckets: the flow's, the address pair's
@@ -534,7 +522,6 @@ func evFragmentsOneFlow(t *testing.T, family string) {
 func TestFastpathFragmentsMixIPv6(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	evOpen(t, "1.99× with fp-decode's fragment map (2.39× before): the datagrams behind more than 32 extension headers still go to a user-space bucket of their own; the program must walk such chains (bpf_loop) or decide them with the flow's kernel bucket")
 	tp := newTopo(t)
 	const nExt, extSize = 33, 1100
 	sizes := []int{1000, 2900}

@@ -3,6 +3,7 @@
 package fastpath
 
 import (
+	"bytes"
 	"net/netip"
 	"testing"
 
@@ -11,12 +12,16 @@ import (
 )
 
 // benchFrames are 64-byte UDP packets of flows of the mixed policy's
-// token-bucket rule ("udp-tb") and of its last rule ("rest").
+// token-bucket rule ("udp-tb") and of its last rule ("rest"), and IPv6 UDP
+// packets behind 32 destination-options headers (ext32: the program's loop
+// alone) and 300 (ext300: the rest by bpf_loop, fastpath_ext6).
 func benchFrames() map[string][]byte {
 	a := netip.MustParseAddr
 	return map[string][]byte{
-		"tb":   build(flowDesc{a("10.1.0.1"), a("10.8.0.1"), 17, 40000, 5000}, 50),
-		"rest": build(flowDesc{a("10.6.0.1"), a("10.7.0.1"), 17, 3000, 3001}, 50),
+		"tb":     build(flowDesc{a("10.1.0.1"), a("10.8.0.1"), 17, 40000, 5000}, 50),
+		"rest":   build(flowDesc{a("10.6.0.1"), a("10.7.0.1"), 17, 3000, 3001}, 50),
+		"ext32":  ethFrame(v6ext(bytes.Repeat([]byte{60}, maxExt), 0), 0).b,
+		"ext300": ethFrame(v6ext(bytes.Repeat([]byte{60}, 300), 0), 0).b,
 	}
 }
 

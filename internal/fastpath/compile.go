@@ -15,7 +15,7 @@ const (
 	MaxRules  = 64
 	maxRanges = 4
 	maxIfs    = 4
-	maxExt    = 32 // IPv6 extension headers walked (bpf/common.h MAX_EXT)
+	maxExt    = 32 // IPv6 extension headers walked before bpf_loop walks the rest (bpf/common.h MAX_EXT)
 )
 
 // DefaultPuntMark is the skb->mark bit the program sets on packets for user
@@ -167,9 +167,6 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 		if !kernel {
 			e.Action = Punt
 		} else if e.Action == Limit {
-			if e.Family != 4 && !allFamily(e.Src, 4) && !allFamily(e.Dst, 4) {
-				why += fmt.Sprintf("; IPv6 packets with more than %d extension headers go to user space, where their keys have buckets of their own", maxExt)
-			}
 			if e.HasMark {
 				why += "; match.mark is read at tc ingress, before netfilter's rules set marks"
 			}
@@ -178,18 +175,6 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 		reasons = append(reasons, Reason{r.Name, kernel, why})
 	}
 	return spec, reasons, nil
-}
-
-func allFamily(ps []netip.Prefix, fam int) bool {
-	if len(ps) == 0 {
-		return false
-	}
-	for _, p := range ps {
-		if (fam == 4) != p.Addr().Is4() {
-			return false
-		}
-	}
-	return true
 }
 
 // limitEntry fills e's limiter from r's Config: shaper's own Limiter's

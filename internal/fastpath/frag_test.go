@@ -126,11 +126,10 @@ func fragOf(ip []byte) fragInfo {
 	copy(fi.key.src[:], ip[8:24])
 	copy(fi.key.dst[:], ip[24:40])
 	next, off := ip[6], 40
-	i := 0
-	for ; i < maxExt; i++ {
-		if !isExt(next) {
-			break
-		}
+	// The whole chain, as flows' decode6 walks it: decode.h walks MAX_EXT
+	// headers and the rest with bpf_loop (fastpath_ext6), as long as the
+	// bytes last.
+	for isExt(next) {
 		if off+8 > end {
 			return fi // cut
 		}
@@ -158,10 +157,6 @@ func fragOf(ip []byte) fragInfo {
 			return fi
 		}
 		next, off = e[0], off+n
-	}
-	if i == maxExt && isExt(next) {
-		fi.ok = false // over the walk: user space
-		return fi
 	}
 	fi.proto, fi.l4off = next, off
 	return fi
@@ -275,6 +270,49 @@ func fragment(ip []byte, mtu int, id uint32) [][]byte {
 	return out
 }
 
+// withChain puts a chain of n extension headers (hop-by-hop, routing,
+// destination options of 8 or 16 bytes, AH of 16; an atomic fragment
+// header now and then) between the IPv6 packet ip's header and what follows
+// it.
+func withChain(ip []byte, n int, r *rand.Rand) []byte {
+	var chain []byte
+	next := ip[6]
+	types := []byte{0, 43, 60, 51, 44}
+	hdrs := make([]byte, n)
+	for i := range hdrs {
+		hdrs[i] = types[r.IntN(len(types))]
+		if hdrs[i] == 44 && r.IntN(4) != 0 {
+			hdrs[i] = 60
+		}
+	}
+	for i, t := range hdrs {
+		nx := next
+		if i+1 < n {
+			nx = hdrs[i+1]
+		}
+		h := make([]byte, 8)
+		switch {
+		case t == 51:
+			h = make([]byte, 16)
+			h[1] = 2 // (2 + 2) x 4 bytes
+		case t == 44:
+			binary.BigEndian.PutUint32(h[4:], r.Uint32()) // offset 0, no more fragments
+		case r.IntN(8) == 0:
+			h = make([]byte, 16)
+			h[1] = 1 // (1 + 1) x 8 bytes
+		}
+		h[0] = nx
+		chain = append(chain, h...)
+	}
+	b := make([]byte, 0, len(ip)+len(chain))
+	b = append(b, ip[:40]...)
+	b = append(b, chain...)
+	b = append(b, ip[40:]...)
+	b[6] = hdrs[0]
+	binary.BigEndian.PutUint16(b[4:], uint16(len(b)-40))
+	return b
+}
+
 // ethFrame puts an IP packet behind an Ethernet header of its version's
 // ethertype.
 func ethFrame(ip []byte, mark uint32) frame {
@@ -332,6 +370,14 @@ func fragTraffic(n int, seed uint64) ([]frame, []int64) {
 				id++
 			}
 			out = fragment(ip, 200+r.IntN(1300), id)
+			if f.src.Is6() && r.IntN(6) == 0 {
+				// Behind a chain longer than the program's first
+				// walk (MAX_EXT), the fragment header last.
+				hdrs, seed := 33+r.IntN(60), r.Uint64()
+				for i := range out {
+					out[i] = withChain(out[i], hdrs, rand.New(rand.NewPCG(seed, 3)))
+				}
+			}
 			switch {
 			case len(out) > 1 && r.IntN(15) == 0:
 				out[0], out[1] = out[1], out[0] // a later fragment first

@@ -47,9 +47,9 @@ func v6ext(hdrs []byte, off uint16) []byte {
 // (the mixed policy; one program and engine for the whole run, time going
 // forward by the input's step) and fails on a disagreement as TestAgreement
 // counts them. The seeds (run by go test) cover IPv6 extension header
-// chains (walked, cut, longer than the program walks), fragments of both
-// families alone and in sequences (first fragment first, and last), ICMP
-// and ports cut short.
+// chains (walked, cut, longer than the first walk: 33 to 300 headers),
+// fragments of both families alone and in sequences (first fragment first,
+// and last), ICMP and ports cut short.
 //
 //	go test -run '^$' -fuzz FuzzAgreement -fuzztime 60s ./internal/fastpath
 func FuzzAgreement(f *testing.F) {
@@ -63,8 +63,12 @@ func FuzzAgreement(f *testing.F) {
 		v6ext([]byte{44}, 0),
 		v6ext([]byte{44}, 5),
 		v6ext(bytes.Repeat([]byte{60}, maxExt), 0),
-		v6ext(bytes.Repeat([]byte{60}, maxExt+1), 0), // over the walk: user space
-		v6ext([]byte{0, 43, 60}, 0)[:60],             // chain cut
+		v6ext(bytes.Repeat([]byte{60}, maxExt+1), 0), // past the first walk: bpf_loop
+		v6ext(bytes.Repeat([]byte{0, 43, 60}, 100), 0),
+		v6ext(append(bytes.Repeat([]byte{60}, 40), 44), 0),
+		v6ext(append(bytes.Repeat([]byte{60}, 40), 44), 5),
+		v6ext(bytes.Repeat([]byte{60}, 300), 0)[:2000], // cut past the first walk
+		v6ext([]byte{0, 43, 60}, 0)[:60],               // chain cut
 	}
 	frag4 := build(flowDesc{a("10.1.0.1"), a("10.8.0.1"), 17, 40000, 5000}, 100)[14:]
 	binary.BigEndian.PutUint16(frag4[6:], 100)

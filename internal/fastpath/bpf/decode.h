@@ -68,8 +68,115 @@ static __always_inline void read_ports(struct __sk_buff *skb, struct pkt *p, __u
 	}
 }
 
+static __always_inline int is_ext6(__u8 next)
+{
+	return next == 0 || next == 43 || next == 60 || next == 51 || next == 44;
+}
+
+// A chain walked past MAX_EXT headers: bpf_loop's state (ext_step).
+struct ext_walk {
+	struct __sk_buff *skb;
+	struct pkt *p;
+	__u32 l3, off, end;
+	__u8 next;
+	__u8 done; // decided: cut, or a later fragment
+};
+
+// EXT_LOOPS: the most headers bpf_loop walks (its own limit, BPF_MAX_LOOPS):
+// every header is at least 8 bytes, so a chain in a packet under 64 MiB
+// ends (or is cut) within it.
+#define EXT_LOOPS (1U << 23)
+
+// ext_step is bpf_loop's body: one extension header at w->off, as an
+// iteration of decode_ip's walk; 1 stops (the chain ended, or decided).
+static long ext_step(__u32 i, void *data)
+{
+	struct ext_walk *w = data;
+	struct pkt *p = w->p;
+	__u8 next = w->next;
+	__u8 e[8];
+	__u32 n;
+	if (!p || !is_ext6(next))
+		return 1;
+	if (w->off + 8 > w->end || bpf_skb_load_bytes(w->skb, w->l3 + w->off, e, 8) < 0) {
+		p->proto = 255;
+		p->noports = 1;
+		w->done = 1;
+		return 1;
+	}
+	if (next == 44) {
+		__u16 fo = (__u16)e[2] << 8 | e[3];
+		w->next = e[0];
+		w->off += 8;
+		__builtin_memcpy(&p->frag_id, &e[4], 4);
+		if (fo >> 3) {
+			p->proto = 255;
+			p->frag = 1;
+			p->noports = 1;
+			p->length = p->length > w->off ? p->length - w->off : 0;
+			w->done = 1;
+			return 1;
+		}
+		if (fo & 1 && !p->first) {
+			p->first = 1;
+			p->length -= 8;
+		}
+		return 0;
+	}
+	n = next == 51 ? ((__u32)e[1] + 2) * 4 : ((__u32)e[1] + 1) * 8;
+	if (w->off + n > w->end) {
+		p->proto = 255;
+		p->noports = 1;
+		w->done = 1;
+		return 1;
+	}
+	w->next = e[0];
+	w->off += n;
+	return 0;
+}
+
+// fastpath_ext6 walks the rest of a chain longer than MAX_EXT headers, from
+// the header next at off, as flows' decode6 does (for as long as the bytes
+// last), and reads the ports after it: decode_ip's result, 1 decoded (0,
+// user space, only for a chain bpf_loop cannot reach the end of). at is
+// next << 8 | l3 (a global function takes at most five arguments; l3 is
+// ETH_HLEN or 0).
+//
+// A global function, verified once apart and called only past MAX_EXT
+// headers: an ordinary packet costs nothing more, and the walk's states do
+// not multiply the rest of the program's.
+__attribute__((noinline)) int fastpath_ext6(struct __sk_buff *skb, struct pkt *p, __u32 at, __u32 off, __u32 end)
+{
+	if (!p)
+		return 0;
+	__u32 l3 = at & 0xff;
+	__u8 next = at >> 8;
+	struct ext_walk w = {
+		.skb = skb,
+		.p = p,
+		.l3 = l3,
+		.off = off,
+		.end = end,
+		.next = next,
+	};
+	__u32 loops = end > off ? (end - off) / 8 + 1 : 1;
+	if (loops > EXT_LOOPS)
+		loops = EXT_LOOPS;
+	bpf_loop(loops, ext_step, &w, 0);
+	if (w.done)
+		return 1;
+	if (is_ext6(w.next))
+		return 0;
+	p->proto = w.next;
+	p->l4off = w.off & 0xffff;
+	if (w.next == 59)
+		return 1;
+	read_ports(skb, p, l3 + w.off, l3 + end, 1);
+	return 1;
+}
+
 // decode_ip fills p from the packet's IP header at l3: 1 decoded, 0 for
-// user space (malformed, IPv6 extension headers), -1 not IP.
+// user space (malformed), -1 not IP.
 static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
 {
 	__u32 wire = skb->len > l3 ? skb->len - l3 : 0;
@@ -133,8 +240,8 @@ static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const
 		__builtin_memcpy(p->dst, &h[24], 16);
 		if (end > wire)
 			end = wire;
-		// The extension headers, as flows' decode6 walks them: at most
-		// MAX_EXT here; a longer chain goes to user space.
+		// The extension headers, as flows' decode6 walks them: MAX_EXT
+		// here; the rest of a longer chain in fastpath_ext6.
 		__u32 off = 40;
 		int i;
 		for (i = 0; i < MAX_EXT; i++) {
@@ -179,8 +286,8 @@ static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const
 			next = e[0];
 			off += n;
 		}
-		if (i == MAX_EXT && (next == 0 || next == 43 || next == 60 || next == 51 || next == 44))
-			return 0; // a longer chain: user space walks it
+		if (i == MAX_EXT && is_ext6(next))
+			return fastpath_ext6(skb, p, (__u32)next << 8 | l3, off, end);
 		p->proto = next;
 		off &= 0xffff;
 		p->l4off = off;
@@ -236,8 +343,8 @@ __attribute__((noinline)) int fastpath_gso(struct __sk_buff *skb, struct pkt *p,
 }
 
 // decode fills p from the packet whose IP header is at l3 (ETH_HLEN on an
-// Ethernet link, 0 on an L3 one): 1 decoded, 0 for user space (malformed,
-// IPv6 extension headers), -1 not IP.
+// Ethernet link, 0 on an L3 one): 1 decoded, 0 for user space (malformed),
+// -1 not IP.
 static __always_inline int decode(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
 {
 	p->segs = 1;
