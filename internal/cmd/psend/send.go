@@ -256,9 +256,7 @@ func runSend(ctx context.Context, args []string) (any, error) {
 	if sizes != nil {
 		payload = make([]byte, slices.Max(sizes))
 	}
-	for i := range payload {
-		payload[i] = byte(i*7 + 1)
-	}
+	fillPayload(payload)
 	targets := make([][]target, o.flows)
 	for i := range conns {
 		la := &net.UDPAddr{Port: o.sport + i}
@@ -306,12 +304,7 @@ func runSend(ctx context.Context, args []string) (any, error) {
 			targets[i] = append(targets[i], target{write: write, segs: uint64(o.gso), rc: rc, buf: p, sa: sa})
 		}
 	}
-	res := &SendResult{}
-	for _, d := range dsts {
-		res.Dsts = append(res.Dsts, d.String())
-	}
-	sendLoop(ctx, o, targets, res)
-	return res, nil
+	return runTargets(ctx, o, dsts, targets, &SendResult{}), nil
 }
 
 // sendLoop sends targets[flow][destination] as o says and fills res.
@@ -499,4 +492,43 @@ func unpaced(ctx context.Context, o *sendOpts, targets [][]target, end time.Time
 			return
 		}
 	}
+}
+
+// fillPayload fills the payload every sender sends: byte i is i*7+1.
+func fillPayload(p []byte) {
+	for i := range p {
+		p[i] = byte(i*7 + 1)
+	}
+}
+
+// runTargets sends to targets as o says (sendLoop), into res, and returns
+// res with its destinations named.
+func runTargets(ctx context.Context, o *sendOpts, dsts []netip.AddrPort, targets [][]target, res *SendResult) *SendResult {
+	for _, d := range dsts {
+		res.Dsts = append(res.Dsts, d.String())
+	}
+	sendLoop(ctx, o, targets, res)
+	return res
+}
+
+// packetTargets is, for each of o's flows, a target per destination that
+// writes the whole packet build makes for it (from source src(d), the flow's
+// source port, o's payload) with write: the senders of whole IP packets
+// (send6hbh, sendtun).
+func packetTargets(o *sendOpts, dsts []netip.AddrPort, src func(netip.AddrPort) (netip.Addr, error),
+	build func(src netip.Addr, d netip.AddrPort, sport uint16, payload []byte) []byte, write func([]byte) error) ([][]target, error) {
+	payload := make([]byte, o.size)
+	fillPayload(payload)
+	targets := make([][]target, o.flows)
+	for _, d := range dsts {
+		s, err := src(d)
+		if err != nil {
+			return nil, err
+		}
+		for f := range targets {
+			buf := build(s, d, uint16(o.sport+f), payload)
+			targets[f] = append(targets[f], target{write: func() error { return write(buf) }, buf: buf})
+		}
+	}
+	return targets, nil
 }

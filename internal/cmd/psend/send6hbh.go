@@ -75,29 +75,17 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 	}
 	defer ps.close()
 
-	payload := make([]byte, o.size)
-	for i := range payload {
-		payload[i] = byte(i*7 + 1)
-	}
-	targets := make([][]target, o.flows)
-	for _, d := range dsts {
-		src := srcIP
-		if !src.IsValid() {
-			if src, err = routeSource(d); err != nil {
-				return nil, err
-			}
+	src := func(d netip.AddrPort) (netip.Addr, error) {
+		if srcIP.IsValid() {
+			return srcIP, nil
 		}
-		for f := range targets {
-			buf := hbhZeroPacket(src, d, uint16(o.sport+f), payload)
-			targets[f] = append(targets[f], target{write: func() error { return ps.send(buf) }, buf: buf})
-		}
+		return routeSource(d)
 	}
-	res := &SendResult{}
-	for _, d := range dsts {
-		res.Dsts = append(res.Dsts, d.String())
+	targets, err := packetTargets(o, dsts, src, hbhZeroPacket, ps.send)
+	if err != nil {
+		return nil, err
 	}
-	sendLoop(ctx, o, targets, res)
-	return res, nil
+	return runTargets(ctx, o, dsts, targets, &SendResult{}), nil
 }
 
 // hbhZeroPacket is a whole IPv6 packet from src to dst: payload length 0,

@@ -76,9 +76,7 @@ func runSend6x(ctx context.Context, args []string) (any, error) {
 	}
 
 	payload := make([]byte, o.size)
-	for i := range payload {
-		payload[i] = byte(i*7 + 1)
-	}
+	fillPayload(payload)
 	// One raw socket per destination, bound to the source address the
 	// checksum covers.
 	var conns []*net.IPConn
@@ -113,12 +111,7 @@ func runSend6x(ctx context.Context, args []string) (any, error) {
 			})
 		}
 	}
-	res := &SendResult{DstOpts: *nopts, DstOptLen: hlen, ExtBytes: *nopts * hlen}
-	for _, d := range dsts {
-		res.Dsts = append(res.Dsts, d.String())
-	}
-	sendLoop(ctx, o, targets, res)
-	return res, nil
+	return runTargets(ctx, o, dsts, targets, &SendResult{DstOpts: *nopts, DstOptLen: hlen, ExtBytes: *nopts * hlen}), nil
 }
 
 // routeSource is the source address the kernel picks for d (connecting a

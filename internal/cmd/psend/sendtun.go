@@ -57,23 +57,11 @@ func runSendTun(ctx context.Context, args []string) (any, error) {
 		return nil, fmt.Errorf("tun device %s (needs root): %w", *dev, err)
 	}
 	defer tun.close()
-	payload := make([]byte, o.size)
-	for i := range payload {
-		payload[i] = byte(i*7 + 1)
+	targets, err := packetTargets(o, dsts, func(netip.AddrPort) (netip.Addr, error) { return src, nil }, ipv4UDPPacket, tun.write)
+	if err != nil {
+		return nil, err
 	}
-	targets := make([][]target, o.flows)
-	for _, d := range dsts {
-		for f := range targets {
-			buf := ipv4UDPPacket(src, d, uint16(o.sport+f), payload)
-			targets[f] = append(targets[f], target{write: func() error { return tun.write(buf) }, buf: buf})
-		}
-	}
-	res := &SendResult{}
-	for _, d := range dsts {
-		res.Dsts = append(res.Dsts, d.String())
-	}
-	sendLoop(ctx, o, targets, res)
-	return res, nil
+	return runTargets(ctx, o, dsts, targets, &SendResult{}), nil
 }
 
 // ipv4UDPPacket is a whole IPv4 packet from src:sport to dst: TTL 64, DF
