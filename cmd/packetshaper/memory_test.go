@@ -27,9 +27,12 @@ const (
 	// command line, measured with /usr/bin/time -f %M on --version and on
 	// a small replay: 15.1-15.5 MiB before, 16.1-16.2 MiB after), then
 	// top, divert and owner keys: this test's --max-flows 1000 run measured
-	// 17.2 MiB, at the old bound of 17 MiB. It is the part that does not
-	// grow with flows; replayRSSPerFlow is what the test holds to.
-	replayRSSFixed = 18 << 20
+	// 17.2 MiB, at the old bound of 17 MiB; then the match fields, replay's
+	// connection tracker and the fast path's tc attach (vishvananda/netlink
+	// linked in): 17.6-18.4 MiB in four runs, over the bound of 18 MiB. It
+	// is the part that does not grow with flows; replayRSSPerFlow is what
+	// the test holds to.
+	replayRSSFixed = 20 << 20
 )
 
 // memFlows is how many distinct flows the memory test's capture holds:
