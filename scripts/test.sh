@@ -139,7 +139,7 @@ done
 RACELESS='github.com/packetshaper/packetshaper/cmd/packetshaper ^(TestReplayMemory|TestReplayCraftedMemory)$
 github.com/packetshaper/packetshaper/replay ^(TestConstantMemory|TestHugeLengthsBounded|TestHeldBytesBounded)$
 github.com/packetshaper/packetshaper/internal/global ^TestLeasesThreeHosts$
-github.com/packetshaper/packetshaper/internal/fastpath ^TestFlood$'
+github.com/packetshaper/packetshaper/internal/fastpath ^(TestFlood|TestFloodPausingFlows)$'
 # plain: the packages the unit stage runs whole: all but the race stage's
 # when that stage runs too.
 plain=("${units[@]}")
