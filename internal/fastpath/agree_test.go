@@ -404,3 +404,24 @@ func checkCounters(t *testing.T, p *Program, s *Spec, eng *shaper.Engine) {
 		}
 	}
 }
+
+// bothPaths compiles f for both paths: the kernel's Spec and loaded
+// program (needKernel: it skips without root), and the Go engine of the
+// same policy, as the agreement, flow listing and flood tests compare them.
+func bothPaths(t *testing.T, f *policy.File) (Spec, *Program, *shaper.Engine) {
+	t.Helper()
+	s, _, err := Compile(f, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := needKernel(t, s)
+	c, err := f.Compile(policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := shaper.NewPolicy(c.Policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, p, eng
+}

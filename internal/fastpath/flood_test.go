@@ -82,19 +82,7 @@ func runFlood(t *testing.T, rate, burst int64, tol float64, wantAgree bool, legi
 	f := &policy.File{Rules: []policy.Rule{
 		{Name: "per-src", PPS: ptr(float64(rate)), Burst: ptr(float64(burst)), Key: "src", MaxFlows: ptr(maxFlows)},
 	}}
-	s, _, err := Compile(f, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(c.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, p, eng := bothPaths(t, f)
 	start := int64(1_700_000_000_000_000_000)
 	span := int64(seconds * time.Second)
 	floodGap := span / flood

@@ -21,19 +21,7 @@ import (
 // it.
 func TestFlowsListing(t *testing.T) {
 	f := mixed()
-	s, _, err := Compile(f, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(c.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, p, eng := bothPaths(t, f)
 	frames, times := traffic(5000, 11)
 	want := map[int]map[flows.Key]bool{}
 	var d shaper.Decision

@@ -413,19 +413,7 @@ func fragTraffic(n int, seed uint64) ([]frame, []int64) {
 // kernel, later fragments without their first sent to user space, drops.
 func TestAgreementFragments(t *testing.T) {
 	f := mixed()
-	s, _, err := Compile(f, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(c.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, p, eng := bothPaths(t, f)
 	frames, times := fragTraffic(20000, 11)
 	fm := newFragMirror()
 	res := compare(t, p, &s, eng, frames, times, fm)
@@ -487,19 +475,7 @@ func l3Traffic(n int, seed uint64) ([]frame, []int64) {
 // reads the same frames at offset 14, as garbage (see TestL3Garbage).
 func TestAgreementL3(t *testing.T) {
 	f := mixed()
-	s, _, err := Compile(f, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(c.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, p, eng := bothPaths(t, f)
 	frames, times := l3Traffic(10000, 5)
 	res := compare(t, p, &s, eng, frames, times, nil)
 	t.Log(res)
