@@ -126,7 +126,11 @@ func TestStartupFlowsShadowNoFlags(t *testing.T) {
 	if !strings.Contains(table, "SHADOW_DROPPED") || !strings.Contains(table, "trial") {
 		t.Errorf("flows table:\n%s", table)
 	}
-	// status, without flags: the rules' counters say the same.
+	// status, without flags: the rules' counters say the same. status
+	// reads the snapshot the queues publish every 100 ms and when idle
+	// (internal/daemon's snapEvery), so it may lag the live listing by a
+	// snapshot: it is read again until its packets are the listing's, for
+	// at most 5 s, and then must agree in every counter.
 	var st struct {
 		Rules []struct {
 			Name          string `json:"name"`
@@ -135,8 +139,21 @@ func TestStartupFlowsShadowNoFlags(t *testing.T) {
 			ShadowDropped uint64 `json:"shadow_dropped"`
 		} `json:"rules"`
 	}
-	if err := json.Unmarshal([]byte(ctl("status", "--json")), &st); err != nil {
-		t.Fatalf("status --json: %v", err)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		st.Rules = nil
+		if err := json.Unmarshal([]byte(ctl("status", "--json")), &st); err != nil {
+			t.Fatalf("status --json: %v", err)
+		}
+		caught := len(st.Rules) == 2
+		for _, r := range st.Rules {
+			caught = caught && r.Packets == flows[r.Name].Packets
+		}
+		if caught || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(st.Rules) != 2 {
+		t.Errorf("status lists %d rules, want 2", len(st.Rules))
 	}
 	for _, r := range st.Rules {
 		f := flows[r.Name]
