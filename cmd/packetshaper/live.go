@@ -255,7 +255,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	}
 	cfg.Fastpath.Attach = attach
 	if err := daemon.Check(&cfg, comp); err != nil {
-		return usage("%v", err)
+		return usage("%s", daemonError(err))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -263,12 +263,32 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	if err := daemon.Run(ctx, cfg, src, comp, hup); err != nil {
 		var ue daemon.UsageError
 		if errors.As(err, &ue) {
-			return usage("%v", err)
+			return usage("%s", daemonError(err))
 		}
-		fmt.Fprintln(stderr, "packetshaper:", oneLine(err.Error()))
+		fmt.Fprintln(stderr, "packetshaper:", daemonError(err))
 		return 1
 	}
 	return 0
+}
+
+// daemonFlags is the flag that configures each part of the daemon, which
+// its errors name (daemon.PartError).
+var daemonFlags = map[daemon.Part]string{
+	daemon.PartFastpath: "--fastpath", daemon.PartFastpathRequired: "--fastpath-required",
+	daemon.PartOffload: "--offload", daemon.PartRealtime: "--rt-priority",
+	daemon.PartMetrics: "--metrics-addr", daemon.PartControl: "--control-socket",
+}
+
+// daemonError is err on one line, the flag of the part that failed in
+// place of the part's name.
+func daemonError(err error) string {
+	var pe *daemon.PartError
+	if errors.As(err, &pe) {
+		if f, ok := daemonFlags[pe.Part]; ok {
+			return f + ": " + oneLine(pe.Err.Error())
+		}
+	}
+	return oneLine(err.Error())
 }
 
 // crashOnFault makes a runtime fault of the live shaper (a panic nothing

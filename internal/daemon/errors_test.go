@@ -33,7 +33,7 @@ func TestControlSocketErrorTyped(t *testing.T) {
 	if !errors.As(err, &le) || le.Path != file || !errors.Is(err, control.ErrNotSocket) {
 		t.Fatalf("listenControl over a file: %#v, want a *control.ListenError for %s matching ErrNotSocket", err, file)
 	}
-	if want := "--control-socket: " + file + ": exists and is not a socket"; err.Error() != want {
+	if want := "control socket: " + file + ": exists and is not a socket"; err.Error() != want {
 		t.Errorf("error %q, want %q", err, want)
 	}
 	ln, err = listenControl(&Config{ControlSocket: file, ControlSocketOptional: true}, log)

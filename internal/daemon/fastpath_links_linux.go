@@ -79,11 +79,7 @@ func (fp *fastPath) checkLinks() {
 			fp.log.Warn("fast path: interface gone: attached again when it comes back", "iface", fl.name)
 			continue
 		}
-		prog, err := fp.progAt(fp.prog, idx)
-		var l *fastpath.Link
-		if err == nil {
-			l, err = fastpath.Attach(prog, idx, fp.mode)
-		}
+		l, err := fastpath.AttachTo(fp.attachable(fp.prog), idx, fp.mode)
 		if err != nil {
 			fl.ifindex, fl.state = 0, "attach failed: "+oneLine(err.Error())
 			if fl.failedAt != idx {

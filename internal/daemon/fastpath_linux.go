@@ -11,8 +11,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/cilium/ebpf"
-
 	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
@@ -44,7 +42,7 @@ type fastPath struct {
 	// again one whose interface came back.
 	links []*fpLink
 	prog  *fastpath.Program // nil in the fallback
-	all   *ebpf.Program     // the punt-everything program of the fallback
+	all   *fastpath.PuntAll // the punt-everything program of the fallback
 	index map[string]int    // kernel rule name → index in prog
 	// carry: the counts of programs replaced by reloads, by rule name.
 	carry map[string]fastpath.Counters
@@ -70,7 +68,7 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 	for i, name := range fc.Ifaces {
 		ifc, err := net.InterfaceByName(name)
 		if err != nil {
-			return nil, UsageError{fmt.Errorf("--fastpath: interface %q: %w", name, err)}
+			return nil, UsageError{&PartError{PartFastpath, fmt.Errorf("interface %q: %w", name, err)}}
 		}
 		idx[i] = ifc.Index
 	}
@@ -96,25 +94,20 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 	fp.prog, fp.mapBytes, err = load(spec, nil)
 	if err != nil {
 		if fc.Required {
-			return nil, fmt.Errorf("--fastpath-required: %s", oneLine(err.Error()))
+			return nil, &PartError{PartFastpathRequired, errors.New(oneLine(err.Error()))}
 		}
 		log.Warn("fast path off, the whole policy runs through NFQUEUE: " + oneLine(err.Error()))
-		if fp.all, err = fastpath.LoadPuntAll(spec.PuntMark); err != nil {
-			return nil, fmt.Errorf("--fastpath: %w", err)
+		if fp.all, err = fastpath.NewPuntAll(spec.PuntMark); err != nil {
+			return nil, &PartError{PartFastpath, err}
 		}
 	} else {
 		fp.index = kernelRules(spec)
 	}
 	for i, name := range fc.Ifaces {
-		prog, err := fp.progAt(fp.prog, idx[i])
+		l, err := fastpath.AttachTo(fp.attachable(fp.prog), idx[i], mode)
 		if err != nil {
 			fp.close()
-			return nil, fmt.Errorf("--fastpath: %s", oneLine(err.Error()))
-		}
-		l, err := fastpath.Attach(prog, idx[i], mode)
-		if err != nil {
-			fp.close()
-			return nil, fmt.Errorf("--fastpath: %s: %s", name, oneLine(err.Error()))
+			return nil, &PartError{PartFastpath, fmt.Errorf("%s: %s", name, oneLine(err.Error()))}
 		}
 		if l.Fallback != "" {
 			log.Warn("fast path: the kernel has no tcx, attached by tc (clsact + cls_bpf: a SIGKILL leaves the filter until the next start)", "iface", name, "tcx", l.Fallback)
@@ -130,16 +123,14 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 	return fp, nil
 }
 
-// progAt is the program of p to attach at ifindex: the entry point for
-// the interface's link type (ProgFor: Ethernet or L3 frames; an error for
-// a link type the program cannot decode), or the punt-everything program
-// when p is nil (the fallback, which reads no header). The one place that
-// picks it.
-func (fp *fastPath) progAt(p *fastpath.Program, ifindex int) (*ebpf.Program, error) {
+// attachable is what to attach: p, or the punt-everything program when p
+// is nil (the fallback). The one place that picks it (fastpath.AttachTo
+// picks p's entry point for the interface's link type).
+func (fp *fastPath) attachable(p *fastpath.Program) fastpath.Attachable {
 	if p == nil {
-		return fp.all, nil
+		return fp.all
 	}
-	return p.ProgFor(ifindex)
+	return p
 }
 
 // load loads the program of spec (fastpath.Reload) if its maps fit in
@@ -268,19 +259,13 @@ func (fp *fastPath) commit(n *fpNext) error {
 		if fl.l == nil {
 			continue
 		}
-		prog, err := fp.progAt(n.prog, fl.ifindex)
-		if err == nil {
-			err = fl.l.Update(prog)
-		}
-		if err != nil {
+		if err := fl.l.UpdateTo(n.prog); err != nil {
 			if fastpath.Gone(err) {
 				continue
 			}
 			for _, fl := range fp.links[:k] {
 				if fl.l != nil {
-					if old, err := fp.progAt(fp.prog, fl.ifindex); err == nil {
-						fl.l.Update(old)
-					}
+					fl.l.UpdateTo(fp.prog)
 				}
 			}
 			n.prog.Close()

@@ -16,7 +16,7 @@ func startFastpath(_ any, fc FastpathConfig, _ *policy.Compiled) (*fastPath, err
 	if len(fc.Ifaces) == 0 {
 		return nil, nil
 	}
-	return nil, errors.New("--fastpath: eBPF needs Linux")
+	return nil, &PartError{PartFastpath, errors.New("eBPF needs Linux")}
 }
 func (fp *fastPath) puntMark() uint32               { return 0 }
 func (fp *fastPath) counts(string) (fastRule, bool) { return fastRule{}, false }

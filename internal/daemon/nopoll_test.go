@@ -51,10 +51,10 @@ func TestNoSleepInDaemon(t *testing.T) {
 func TestReloadWaitsForSwap(t *testing.T) {
 	pol := compilePolicy(t, mqPolicy)
 	ws, _ := newMQWorkers(t, mqPolicy)
-	engs := engines(ws)
+	sh := ws[0].shared
 	reload := func() <-chan struct{} {
 		t.Helper()
-		_, ch, err := engs[0].install(func(base *shaper.Engine) (*shaper.Engine, []string, error) { return base.Reload(pol) })
+		_, ch, err := sh.install(func(base *shaper.Engine) (*shaper.Engine, []string, error) { return base.Reload(pol) })
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +71,7 @@ func TestReloadWaitsForSwap(t *testing.T) {
 	first := reload()
 	second := reload() // before any queue swapped the first in
 	done := make(chan struct{})
-	go waitSwapped(engs, []<-chan struct{}{first}, time.Hour, func() { close(done) })
+	go waitSwapped(sh, first, time.Hour, func() { close(done) })
 	if closed(first) || closed(second) || closed(done) {
 		t.Fatal("released before any swap")
 	}
@@ -88,7 +88,7 @@ func TestReloadWaitsForSwap(t *testing.T) {
 	// A reload no queue swaps in: released when the queues stop.
 	third := reload()
 	done2 := make(chan struct{})
-	go waitSwapped(engs, []<-chan struct{}{third}, time.Hour, func() { close(done2) })
+	go waitSwapped(sh, third, time.Hour, func() { close(done2) })
 	if closed(done2) {
 		t.Fatal("released before the queues stopped")
 	}

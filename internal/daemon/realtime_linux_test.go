@@ -90,7 +90,7 @@ func TestRealtimePriority(t *testing.T) {
 	err := Run(context.Background(), Config{Queues: []uint16{queue}, RealtimePriority: MaxRealtimePriority + 1, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		testSource{}, compileFile(t, "[[rule]]\nname = \"all\"\nmatch = { proto = [\"udp\"] }\npps = 10\nburst = 1\n"), nil)
 	var ue UsageError
-	if !errors.As(err, &ue) || err.Error() != "--rt-priority 100 out of range (1..99, or 0 for none)" {
+	if !errors.As(err, &ue) || err.Error() != "real-time priority: 100 out of range (1..99, or 0 for none)" {
 		t.Errorf("Run with priority 100: %v, want that UsageError", err)
 	}
 	netnstest.NewNetns(t, queue)

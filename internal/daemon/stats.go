@@ -33,17 +33,42 @@ var lineOrder = func() []int {
 }()
 
 // statsAttrs are the stats line's attributes: every counter with a Key,
-// merged over the queues and engines, with all, or only those not 0.
+// merged over the queues, with all, or only those not 0; then the seconds,
+// the packets per queue, and each rule's counters.
 func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 	sc := d.scrape()
+	attrs := d.totalAttrs(sc, all)
+	attrs = append(attrs, "secs", fmt.Sprintf("%.3f", elapsed.Seconds()))
+	if len(sc.queues) > 1 {
+		var b strings.Builder
+		for i := range sc.queues {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, "%s:%d", sc.qlabels[i], sc.queues[i].Packets)
+		}
+		attrs = append(attrs, "per_queue", b.String())
+	}
+	if rules := ruleAttrs(sc, all); len(rules) > 0 {
+		attrs = append(attrs, slog.Group("rule", rules...))
+	}
+	return attrs
+}
+
+// addAttr appends c's key and value v to attrs, unless v is 0 and the line
+// leaves it out (not all, or c omits its zero).
+func addAttr(attrs []any, c *counter, v float64, all bool) []any {
+	if v == 0 && (!all || c.omitZero) {
+		return attrs
+	}
+	return append(attrs, c.Key, c.fmtValue(v))
+}
+
+// totalAttrs are the counters of the whole daemon, in the line's order:
+// each merged over its sources (summed, the largest, or the total's).
+func (d *state) totalAttrs(sc *scrape, all bool) []any {
 	tot := d.totalSample(sc)
 	var attrs []any
-	add := func(attrs []any, c *counter, v float64) []any {
-		if v == 0 && (!all || c.omitZero) {
-			return attrs
-		}
-		return append(attrs, c.Key, c.fmtValue(v))
-	}
 	for _, i := range lineOrder {
 		c := &counters[i]
 		if c.Key == "" || c.from == fromRule || c.from == fromGlobalRule || (c.Scope == scopeLatency && !d.cfg.Queue.Latency) {
@@ -64,22 +89,16 @@ func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 			})
 		}
 		if seen {
-			attrs = add(attrs, c, v)
+			attrs = addAttr(attrs, c, v, all)
 		}
 	}
-	attrs = append(attrs, "secs", fmt.Sprintf("%.3f", elapsed.Seconds()))
-	if len(sc.queues) > 1 {
-		var b strings.Builder
-		for i := range sc.queues {
-			if i > 0 {
-				b.WriteByte(',')
-			}
-			fmt.Fprintf(&b, "%s:%d", sc.qlabels[i], sc.queues[i].Packets)
-		}
-		attrs = append(attrs, "per_queue", b.String())
-	}
-	// The rules, by name (every engine has the same), summed over the
-	// engines (one, serving every queue).
+	return attrs
+}
+
+// ruleAttrs are the rules' groups, by name, in the policy's order: each
+// rule's counters (with a global rule's), and its path if the kernel runs
+// it.
+func ruleAttrs(sc *scrape, all bool) []any {
 	var names []string
 	byName := map[string][]*src{}
 	kernel := map[string]bool{}
@@ -106,10 +125,10 @@ func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 				for _, x := range byName[n] {
 					v += c.get(x)
 				}
-				fields = add(fields, c, v)
+				fields = addAttr(fields, c, v, all)
 			case fromGlobalRule:
 				if global {
-					fields = add(fields, c, c.get(&src{g: &g}))
+					fields = addAttr(fields, c, c.get(&src{g: &g}), all)
 				}
 			}
 		}
@@ -120,10 +139,7 @@ func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 			rules = append(rules, slog.Group(n, fields...))
 		}
 	}
-	if len(rules) > 0 {
-		attrs = append(attrs, slog.Group("rule", rules...))
-	}
-	return attrs
+	return rules
 }
 
 // totalSample is the queues' counters that do not add up: fail-open over

@@ -66,14 +66,56 @@ func Attach(prog *ebpf.Program, ifindex int, mode AttachMode) (*Link, error) {
 	return nil, fmt.Errorf("attach mode %q: want tcx, tc or auto", mode)
 }
 
-// Attach attaches p at ingress of ifindex by Attach, in auto mode (for
-// tests; the daemon picks the program in its fastPath.progAt).
-func (p *Program) Attach(ifindex int) (*Link, error) {
-	prog, err := p.ProgFor(ifindex)
+// Attachable is what AttachTo attaches and Link.UpdateTo swaps in: a
+// loaded Program (its entry point for the interface's link type, ProgFor)
+// or the punt-everything program (PuntAll). The one place that picks the
+// eBPF program for an interface: its users never hold one.
+type Attachable interface {
+	progFor(ifindex int) (*ebpf.Program, error)
+}
+
+func (p *Program) progFor(ifindex int) (*ebpf.Program, error) { return p.ProgFor(ifindex) }
+
+// PuntAll is the punt-everything program (LoadPuntAll), attachable at any
+// interface: it reads no header.
+type PuntAll struct{ prog *ebpf.Program }
+
+// NewPuntAll loads the punt-everything program for mark.
+func NewPuntAll(mark uint32) (*PuntAll, error) {
+	p, err := LoadPuntAll(mark)
 	if err != nil {
 		return nil, err
 	}
-	return Attach(prog, ifindex, AttachAuto)
+	return &PuntAll{prog: p}, nil
+}
+
+func (p *PuntAll) progFor(int) (*ebpf.Program, error) { return p.prog, nil }
+
+// Close frees the program (a link holding it keeps it until it goes).
+func (p *PuntAll) Close() error { return p.prog.Close() }
+
+// AttachTo attaches a's program for the interface ifindex at its ingress,
+// by mode (Attach).
+func AttachTo(a Attachable, ifindex int, mode AttachMode) (*Link, error) {
+	prog, err := a.progFor(ifindex)
+	if err != nil {
+		return nil, err
+	}
+	return Attach(prog, ifindex, mode)
+}
+
+// UpdateTo swaps a's program for the link's interface in (Update).
+func (l *Link) UpdateTo(a Attachable) error {
+	prog, err := a.progFor(l.Ifindex)
+	if err != nil {
+		return err
+	}
+	return l.Update(prog)
+}
+
+// Attach attaches p at ingress of ifindex by AttachTo, in auto mode.
+func (p *Program) Attach(ifindex int) (*Link, error) {
+	return AttachTo(p, ifindex, AttachAuto)
 }
 
 // clsact is the clsact qdisc of ifindex.
