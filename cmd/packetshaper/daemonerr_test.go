@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/packetshaper/packetshaper/internal/daemon"
@@ -24,5 +26,16 @@ func TestDaemonErrorFlags(t *testing.T) {
 	}
 	if got, want := daemonError(errors.New("a\nb")), "a b"; got != want {
 		t.Errorf("daemonError of a plain error = %q, want %q", got, want)
+	}
+}
+
+// TestFastpathAttachModeError: a mode --fastpath-attach does not take is
+// one line naming the flag (fastpath.ParseAttachMode names the mode only).
+func TestFastpathAttachModeError(t *testing.T) {
+	var out, errb bytes.Buffer
+	code := run([]string{"--pps", "10", "--fastpath-attach", "x"}, &out, &errb)
+	want := "packetshaper: --fastpath-attach: attach mode \"x\" is not one of auto, tcx, tc"
+	if msg := errb.String(); code != 2 || !strings.HasPrefix(msg, want) || strings.Count(msg, "\n") != 1 {
+		t.Errorf("--fastpath-attach x: %d, %q; want 2 and one line starting %q", code, msg, want)
 	}
 }

@@ -248,7 +248,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	}
 	attach, err := fastpath.ParseAttachMode(f.fastAttach)
 	if err != nil {
-		return usage("%v", err)
+		return usage("--fastpath-attach: %v", err)
 	}
 	if attach != fastpath.AttachAuto && len(f.fastpath) == 0 {
 		return usage("--fastpath-attach needs --fastpath IFACE")

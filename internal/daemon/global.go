@@ -21,8 +21,7 @@ import (
 // leases (global.Rule), across reloads: a global rule that a reload keeps
 // keeps its leases, as a local rule keeps its flows.
 type globals struct {
-	log     *slog.Logger
-	engines int // engines deciding packets, each with its own table
+	log *slog.Logger
 
 	mu     sync.Mutex
 	client *global.Client
@@ -38,8 +37,10 @@ type ruleIdent struct {
 	limit       shaper.Config
 }
 
-func newGlobals(log *slog.Logger, engines int) *globals {
-	return &globals{log: log, engines: engines, rules: map[ruleIdent]*global.Rule{}, byName: map[string]*global.Rule{}}
+// newGlobals holds the global rules of the daemon's one engine: a rule's
+// leases are for as many keys as its flow table holds.
+func newGlobals(log *slog.Logger) *globals {
+	return &globals{log: log, rules: map[ruleIdent]*global.Rule{}, byName: map[string]*global.Rule{}}
 }
 
 // prepare opens the store connection that comp needs (a new one when its
@@ -93,7 +94,7 @@ func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy
 				maxFlows = flows.DefaultMaxFlows
 			}
 			var err error
-			if gr, err = client.NewRule(global.RuleConfig{Name: r.Name, Limit: r.Limit, MaxKeys: maxFlows * g.engines}); err != nil {
+			if gr, err = client.NewRule(global.RuleConfig{Name: r.Name, Limit: r.Limit, MaxKeys: maxFlows}); err != nil {
 				return fail(fmt.Errorf("rule %s: %w", r.Name, err))
 			}
 			made = append(made, gr)

@@ -41,7 +41,7 @@ func TestGlobalsAcrossReloads(t *testing.T) {
 	const redisA = "[redis]\naddrs = [\"127.0.0.1:1\"]\n"
 	const redisB = "[redis]\naddrs = [\"127.0.0.1:2\"]\n"
 	const rules = "[[rule]]\nname = \"a\"\npps = 10\nscope = \"global\"\n\n[[rule]]\nname = \"b\"\npps = %s\nscope = \"global\"\n\n[[rule]]\nname = \"l\"\npps = 1\n"
-	gl := newGlobals(slog.New(slog.NewTextHandler(io.Discard, nil)), 2)
+	gl := newGlobals(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer gl.close()
 	prep := func(text string) (shaper.Policy, func()) {
 		t.Helper()
@@ -97,7 +97,7 @@ func TestGlobalsPasswordFile(t *testing.T) {
 	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gl := newGlobals(slog.New(slog.NewTextHandler(io.Discard, nil)), 1)
+	gl := newGlobals(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer gl.close()
 	text := "[redis]\naddrs = [\"127.0.0.1:1\"]\npassword-file = %q\n[[rule]]\nname = \"a\"\npps = 10\nscope = \"global\"\n"
 	c := compile(t, strings.Replace(text, "%q", `"`+pw+`"`, 1))

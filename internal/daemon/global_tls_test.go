@@ -32,7 +32,7 @@ func TestGlobalsTLS(t *testing.T) {
 	}{{"its CA", certs.CA, true}, {"another CA", other.CA, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			var log testutil.SyncBuffer
-			gl := newGlobals(slog.New(slog.NewTextHandler(&log, nil)), 1)
+			gl := newGlobals(slog.New(slog.NewTextHandler(&log, nil)))
 			defer gl.close()
 			c := compile(t, text(tc.ca))
 			p, done, err := gl.prepare(c.Policy(), c)

@@ -16,6 +16,31 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
+// nfqQueue is what the daemon needs of an nfq.Queue (tests use fakes).
+type nfqQueue interface {
+	Run(ctx context.Context, fn nfq.Handler) error
+	Close() error
+	Stats() nfq.Stats
+	KernelStats() (nfq.KernelStats, error)
+	PortID() uint32
+	Latency() nfq.LatencyStats
+	LatencyHistogram(bounds []time.Duration) nfq.LatencyHistogram
+	LateHistogram(bounds []time.Duration) nfq.LatencyHistogram
+	Wake()
+	HoldRoom() int
+	HoldStats() nfq.HoldStats
+}
+
+var _ nfqQueue = (*nfq.Queue)(nil)
+
+// failOpen is what the daemon needs of the failopen.Monitor.
+type failOpen interface {
+	Stats(queue uint16) failopen.FailOpenStats
+	Total() failopen.FailOpenStats
+}
+
+var _ failOpen = (*failopen.Monitor)(nil)
+
 // daemon is one run of the shaper, a small lifecycle: open makes its parts
 // in order (the global rules' store, the engine, the queues, the fast
 // path, the fail-open monitor, the offload, the metrics endpoint, the
@@ -98,7 +123,7 @@ func (d *daemon) close() {
 // spreads a key's packets over the queues (--queue-balance hashes
 // addresses and protocol), and the key has one bucket.
 func (d *daemon) openEngine() error {
-	d.gl = newGlobals(d.log, 1)
+	d.gl = newGlobals(d.log)
 	d.onClose(d.gl.close)
 	pol, _, err := d.gl.prepare(d.cfg.policy(d.comp), d.comp)
 	if err != nil {

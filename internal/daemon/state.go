@@ -8,37 +8,11 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/internal/control"
-	"github.com/packetshaper/packetshaper/internal/failopen"
 	"github.com/packetshaper/packetshaper/internal/offload"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
-
-// nfqQueue is what the daemon needs of an nfq.Queue (tests use fakes).
-type nfqQueue interface {
-	Run(ctx context.Context, fn nfq.Handler) error
-	Close() error
-	Stats() nfq.Stats
-	KernelStats() (nfq.KernelStats, error)
-	PortID() uint32
-	Latency() nfq.LatencyStats
-	LatencyHistogram(bounds []time.Duration) nfq.LatencyHistogram
-	LateHistogram(bounds []time.Duration) nfq.LatencyHistogram
-	Wake()
-	HoldRoom() int
-	HoldStats() nfq.HoldStats
-}
-
-var _ nfqQueue = (*nfq.Queue)(nil)
-
-// failOpen is what the daemon needs of the failopen.Monitor.
-type failOpen interface {
-	Stats(queue uint16) failopen.FailOpenStats
-	Total() failopen.FailOpenStats
-}
-
-var _ failOpen = (*failopen.Monitor)(nil)
 
 // state is the running daemon as the stats log, the metrics and the
 // control socket see it: everything here is safe to read from any

@@ -26,7 +26,8 @@ const (
 // AttachModes are the modes --fastpath-attach takes.
 var AttachModes = []AttachMode{AttachAuto, AttachTCX, AttachTC}
 
-// ParseAttachMode parses --fastpath-attach's value.
+// ParseAttachMode parses an attach mode's name (--fastpath-attach's
+// value); its error names the mode, the command its flag.
 func ParseAttachMode(s string) (AttachMode, error) {
 	for _, m := range AttachModes {
 		if string(m) == s {
@@ -37,5 +38,5 @@ func ParseAttachMode(s string) (AttachMode, error) {
 	for i, m := range AttachModes {
 		names[i] = string(m)
 	}
-	return "", fmt.Errorf("--fastpath-attach: %q is not one of %s", s, strings.Join(names, ", "))
+	return "", fmt.Errorf("attach mode %q is not one of %s", s, strings.Join(names, ", "))
 }
