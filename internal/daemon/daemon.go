@@ -112,13 +112,19 @@ const (
 // Parts are every Part, for the command's table of their flags.
 var Parts = []Part{PartFastpath, PartFastpathRequired, PartOffload, PartRealtime, PartMetrics, PartControl}
 
-// PartError is an error of one part of the daemon: "PART: ERR".
+// PartError is an error of one part of the daemon: "PART: ERR", or ERR
+// alone when it starts with the part's name already.
 type PartError struct {
 	Part Part
 	Err  error
 }
 
-func (e *PartError) Error() string { return string(e.Part) + ": " + e.Err.Error() }
+func (e *PartError) Error() string {
+	if m := e.Err.Error(); strings.HasPrefix(m, string(e.Part)) {
+		return m
+	}
+	return string(e.Part) + ": " + e.Err.Error()
+}
 func (e *PartError) Unwrap() error { return e.Err }
 
 // Check reports whether c's policy can run with cfg: an engine can be made

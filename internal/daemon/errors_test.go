@@ -63,3 +63,23 @@ func TestStoreErrorTyped(t *testing.T) {
 		t.Errorf("error %q, want %q", err, want)
 	}
 }
+
+// TestPartErrorNamesPart: a PartError says its part once, before an error
+// that does not name it, and unwraps to it.
+func TestPartErrorNamesPart(t *testing.T) {
+	inner := errors.New("listen tcp: address nonsense: missing port")
+	for _, c := range []struct {
+		err  *PartError
+		want string
+	}{
+		{&PartError{PartMetrics, inner}, "metrics endpoint: listen tcp: address nonsense: missing port"},
+		{&PartError{PartRealtime, errors.New("real-time priority 1: permission denied")}, "real-time priority 1: permission denied"},
+	} {
+		if got := c.err.Error(); got != c.want {
+			t.Errorf("%#v: %q, want %q", c.err, got, c.want)
+		}
+	}
+	if !errors.Is(&PartError{PartMetrics, inner}, inner) {
+		t.Error("PartError does not unwrap to its error")
+	}
+}
