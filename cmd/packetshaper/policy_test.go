@@ -176,6 +176,18 @@ func TestOffloadRefusesMetaRules(t *testing.T) {
 	}
 }
 
+// TestOffloadRefusesFastpath: --offload with --fastpath is a usage error of
+// one line, before anything is opened: where the fast path runs it holds its
+// rules' flows in the kernel itself (docs/architecture.md's decision).
+func TestOffloadRefusesFastpath(t *testing.T) {
+	pol := writeFile(t, "p.toml", "[[rule]]\nname = \"rest\"\npps = 10\n")
+	var out, errb bytes.Buffer
+	code := run([]string{"--policy", pol, "--offload", "--fastpath", "lo"}, &out, &errb)
+	if msg := errb.String(); code != 2 || !strings.Contains(msg, "--offload: not with the fast path") || strings.Count(msg, "\n") != 1 {
+		t.Errorf("--offload with --fastpath: %d, %q", code, msg)
+	}
+}
+
 // TestCheck: check prints a good file as understood, every default filled
 // in, in a form that parses back to the same policy; a bad file gives
 // exit 2 and one line naming the file, line and column.

@@ -7,6 +7,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -133,8 +134,18 @@ func Check(cfg *Config, c *policy.Compiled) error {
 	if _, err := shaper.NewPolicy(cfg.policy(c)); err != nil {
 		return UsageError{err}
 	}
+	if cfg.Offload && len(cfg.Fastpath.Ifaces) > 0 {
+		return UsageError{&PartError{PartOffload, errOffloadFastpath}}
+	}
 	return offloadable(cfg.Offload, c)
 }
+
+// errOffloadFastpath: the offload and the fast path are not combined. Where
+// the fast path runs it holds its rules' flows in the kernel from their
+// first packet, and its divert rule queues only what it punts; the
+// offload's nft sets would need a second queue rule of their own beside it
+// (docs/architecture.md, "The nft offload beside the fast path").
+var errOffloadFastpath = errors.New("not with the fast path, which holds its rules' flows in the kernel itself; the offload serves hosts where the fast path cannot run")
 
 // policy is c's engine policy with the daemon's settings beside the rules.
 func (cfg *Config) policy(c *policy.Compiled) shaper.Policy {
