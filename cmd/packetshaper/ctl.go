@@ -2,17 +2,12 @@ package main
 
 import (
 	"bufio"
-	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"text/tabwriter"
-	"time"
 
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/daemon"
@@ -168,8 +163,7 @@ func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer)
 	out := bufio.NewWriterSize(stdout, 64<<10)
 	defer out.Flush()
 	var print func(*control.Flow) error
-	var tw *tabwriter.Writer
-	header := func() {}
+	var table *control.FlowTable
 	if c.json {
 		var line []byte
 		print = func(f *control.Flow) error {
@@ -178,21 +172,8 @@ func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer)
 			return err
 		}
 	} else {
-		tw = tabwriter.NewWriter(out, 0, 8, 2, ' ', 0)
-		// The header with the first line, or at the end: not before an
-		// error.
-		header = sync.OnceFunc(func() {
-			fmt.Fprintln(tw, "QUEUE\tRULE\tKEY\tPACKETS\tACCEPTED\tDROPPED\tSHADOW_DROPPED\tMARKED\tLEFT\tIDLE\tPATH")
-		})
-		print = func(f *control.Flow) error {
-			header()
-			idle := fmtSecs(f.IdleSecs)
-			if f.Expired {
-				idle += " (expired)"
-			}
-			_, err := fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", f.Queue, f.Rule, f.Key, f.Packets, f.Accepted, f.Dropped, f.ShadowDropped, f.Marked, fmtLeft(f.Left, f.Unit), idle, pathOf(f.Path))
-			return err
-		}
+		table = control.NewFlowTable(out)
+		print = table.Write
 	}
 	// The server orders --top; a whole listing is ordered here (the
 	// client, not the shaper, holds the flows for that).
@@ -202,14 +183,14 @@ func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer)
 		emit = func(f *control.Flow) error { all = append(all, *f); return nil }
 	}
 	if _, err := control.ListFlows(path, req, emit); err != nil {
-		if tw != nil {
-			tw.Flush() // the flows received, if any
+		if table != nil {
+			table.Partial() // the flows received, if any
 		}
 		out.Flush()
 		return fail(1, "%s", oneLine(err.Error()))
 	}
 	if all != nil {
-		first := flowOrder(sort)
+		first := control.FlowOrder(sort)
 		slices.SortFunc(all, func(a, b control.Flow) int { return first(&a, &b) })
 		for i := range all {
 			if err := print(&all[i]); err != nil {
@@ -217,49 +198,13 @@ func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer)
 			}
 		}
 	}
-	if tw != nil {
-		header()
-		tw.Flush()
+	if table != nil {
+		table.Flush()
 	}
 	if err := out.Flush(); err != nil {
 		return fail(1, "%v", err)
 	}
 	return 0
-}
-
-// flowOrder is the order of --sort (as the server's for --top).
-func flowOrder(sort string) func(a, b *control.Flow) int {
-	tie := func(a, b *control.Flow) int {
-		return cmp.Or(cmp.Compare(a.Queue, b.Queue), cmp.Compare(a.Rule, b.Rule), cmp.Compare(a.Key, b.Key))
-	}
-	if sort == control.SortPackets {
-		return func(a, b *control.Flow) int {
-			return cmp.Or(cmp.Compare(b.Packets, a.Packets), cmp.Compare(b.Dropped, a.Dropped), tie(a, b))
-		}
-	}
-	return func(a, b *control.Flow) int {
-		return cmp.Or(cmp.Compare(b.Dropped, a.Dropped), cmp.Compare(b.Packets, a.Packets), tie(a, b))
-	}
-}
-
-// fmtLeft shows what is left: "3.50" packets, "1500 B".
-func fmtLeft(v float64, unit string) string {
-	if unit == "bytes" {
-		return fmt.Sprintf("%.0f B", v)
-	}
-	return fmt.Sprintf("%.2f", v)
-}
-
-// fmtSecs shows a time in seconds as a duration: "1.2s", "3m4s".
-func fmtSecs(s float64) string {
-	d := time.Duration(s * 1e9)
-	switch {
-	case d < time.Second:
-		return d.Round(time.Millisecond).String()
-	case d < time.Minute:
-		return d.Round(100 * time.Millisecond).String()
-	}
-	return d.Round(time.Second).String()
 }
 
 // newStatusCmd is "packetshaper status".
@@ -295,112 +240,12 @@ func runStatus(c *ctlFlags, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// printStatus writes st as a table, its rule columns the daemon's
+// counters'.
 func printStatus(w io.Writer, st *control.Status) {
-	offload := "off"
-	if st.Offload {
-		offload = "on"
+	var cols []control.RuleColumn
+	for _, c := range daemon.StatusRuleColumns() {
+		cols = append(cols, control.RuleColumn{Header: c.Header, Get: c.Get})
 	}
-	fmt.Fprintf(w, "packetshaper %s, pid %d, up %s (since %s)\n", st.Version, st.PID, fmtSecs(st.UptimeSecs), st.Started.Format(time.RFC3339))
-	fmt.Fprintf(w, "policy: %s; %s; offload %s\n", st.Policy, st.Mode, offload)
-	r := st.Reloads
-	switch l := r.Last; {
-	case l == nil:
-		fmt.Fprintf(w, "reloads: none\n")
-	case l.OK:
-		fmt.Fprintf(w, "reloads: %d ok, %d failed; last at %s, ok, kept state: %s\n", r.OK, r.Failed, l.Time.Format(time.RFC3339), orNone(strings.Join(l.KeptState, ",")))
-	default:
-		fmt.Fprintf(w, "reloads: %d ok, %d failed; last at %s failed: %s\n", r.OK, r.Failed, l.Time.Format(time.RFC3339), l.Error)
-	}
-	for _, f := range st.Fastpath {
-		at := ""
-		if f.Attach != "" {
-			at = fmt.Sprintf(" (%s, ifindex %d)", f.Attach, f.Ifindex)
-		}
-		fmt.Fprintf(w, "fast path at %s: %s%s; attached again %d times\n", f.Interface, f.State, at, f.Reattached)
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "QUEUE\tBOUND\tQUEUED\tFILL\tPACKETS\tACCEPTED\tDROPPED\tFAILOPEN_PASSED\tFLOWS")
-	for _, q := range st.Queues {
-		bound := "no"
-		if q.Bound {
-			bound = "yes"
-		}
-		fo := fmt.Sprint(q.FailOpenPassed)
-		if !q.FailOpenExact && q.FailOpenPassed > 0 {
-			fo = "~" + fo
-		}
-		if q.FailOpenActive {
-			fo += " (full now)"
-		}
-		fmt.Fprintf(tw, "%d\t%s\t%d/%d\t%.0f%%\t%d\t%d\t%d\t%s\t%d\n", q.Queue, bound, q.Queued, q.MaxLen, 100*q.Fill, q.Packets, q.Accepted, q.Dropped, fo, q.Flows)
-	}
-	tw.Flush()
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	// The counter columns are the daemon's (daemon.StatusRuleColumns):
-	// PACKETS, ACCEPTED, DROPPED, SHADOW (shadow-dropped), MARKED, ...
-	cols := daemon.StatusRuleColumns()
-	fmt.Fprint(tw, "RULE\tLIMIT")
-	for _, c := range cols {
-		fmt.Fprint(tw, "\t", c.Header)
-	}
-	fmt.Fprintln(tw, "\tPATH")
-	for _, r := range st.Rules {
-		fmt.Fprintf(tw, "%s\t%s", r.Name, describeLimit(&r))
-		for _, c := range cols {
-			fmt.Fprintf(tw, "\t%d", c.Get(&r))
-		}
-		fmt.Fprintf(tw, "\t%s\n", pathOf(r.Path))
-	}
-	tw.Flush()
-}
-
-// pathOf is where a rule or flow runs: "kernel" (--fastpath) or "queue"
-// (also for a shaper too old to say).
-func pathOf(p string) string {
-	if p == "" {
-		return "queue"
-	}
-	return p
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
-}
-
-// describeLimit sums up a rule: "token-bucket 100 packets/s burst 5,
-// polices, key 5tuple", "token-bucket 20 Mbit/s burst 250000 bytes, shapes
-// (max-delay 50ms), key src", "accept".
-func describeLimit(r *control.Rule) string {
-	if r.Action != "limit" {
-		return r.Action
-	}
-	s := r.Algorithm + " " + r.RateText()
-	if r.Burst > 0 {
-		if r.Unit == "bytes" {
-			s += fmt.Sprintf(" burst %s bytes", strconv.FormatFloat(r.Burst, 'f', -1, 64))
-		} else {
-			s += fmt.Sprintf(" burst %g", r.Burst)
-		}
-	} else {
-		s += fmt.Sprintf(" window %gs", r.WindowSecs)
-	}
-	switch {
-	case r.Shape:
-		s += fmt.Sprintf(", shapes (max-delay %v)", time.Duration(r.MaxDelaySecs*1e9))
-	case !r.Shadow && !r.MarkExceeded:
-		s += ", polices"
-	}
-	s += ", key " + r.Key
-	if r.Shadow {
-		s += ", shadow"
-	}
-	if r.MarkExceeded {
-		s += ", marks over the limit"
-	}
-	return s
+	control.WriteStatus(w, st, cols)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/packetshaper/packetshaper/internal/daemon"
 	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/internal/offload"
+	"github.com/packetshaper/packetshaper/internal/term"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/spf13/cobra"
@@ -201,7 +202,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	var log *slog.Logger
 	switch f.logFormat {
 	case "text":
-		log = slog.New(slog.NewTextHandler(logWriter(stderr), nil))
+		log = slog.New(slog.NewTextHandler(term.LogWriter(stderr), nil))
 	case "json":
 		log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/packetshaper/packetshaper/internal/suggest"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -94,7 +95,7 @@ func newRootCmd(c *cli) *cobra.Command {
 			return nil
 		}
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			return &usageError{fmt.Sprintf("unknown command %q%s%s", args[0], didYouMean(s, ""), seeHelp(cmd))}
+			return &usageError{fmt.Sprintf("unknown command %q%s%s", args[0], suggest.DidYouMean(s, ""), seeHelp(cmd))}
 		}
 		return &usageError{fmt.Sprintf("unexpected argument %q: not a command%s", args[0], seeHelp(cmd))}
 	}
@@ -131,7 +132,7 @@ func (c *cli) flagParseError(cmd *cobra.Command, err error) error {
 			}
 			msg = fmt.Sprintf("unknown flag -%s (long flags take two dashes)", name)
 		}
-		msg += didYouMean(suggestFlags(cmd, name), "--")
+		msg += suggest.DidYouMean(suggestFlags(cmd, name), "--")
 	}
 	return &usageError{msg + seeHelp(cmd)}
 }
@@ -141,77 +142,18 @@ func seeHelp(cmd *cobra.Command) string {
 	return " (see '" + cmd.CommandPath() + " --help')"
 }
 
-// didYouMean is ", did you mean X?" (or "X or Y") for suggestions.
-func didYouMean(s []string, prefix string) string {
-	if len(s) == 0 {
-		return ""
-	}
-	for i := range s {
-		s[i] = "'" + prefix + s[i] + "'"
-	}
-	return "; did you mean " + strings.Join(s, " or ") + "?"
-}
-
-// suggestFlags are cmd's flags within edit distance 2 of name, or that
-// start with it (at most 3, nearest first).
+// suggestFlags are cmd's visible flags near name (suggest.Near).
 func suggestFlags(cmd *cobra.Command, name string) []string {
-	if name == "" {
-		return nil
-	}
-	type cand struct {
-		name string
-		d    int
-	}
-	if f := cmd.Flags().Lookup(name); f != nil && !f.Hidden {
+	if f := cmd.Flags().Lookup(name); name != "" && f != nil && !f.Hidden {
 		return []string{name}
 	}
-	var cs []cand
+	var names []string
 	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Hidden {
-			return
-		}
-		d := editDistance(strings.ToLower(name), f.Name)
-		if d <= 2 || len(name) > 2 && strings.HasPrefix(f.Name, name) {
-			cs = append(cs, cand{f.Name, d})
+		if !f.Hidden {
+			names = append(names, f.Name)
 		}
 	})
-	// Stable: nearest first, then name order (VisitAll's).
-	for i := 1; i < len(cs); i++ {
-		for j := i; j > 0 && cs[j].d < cs[j-1].d; j-- {
-			cs[j], cs[j-1] = cs[j-1], cs[j]
-		}
-	}
-	var out []string
-	for i := 0; i < len(cs) && i < 3; i++ {
-		out = append(out, cs[i].name)
-	}
-	return out
-}
-
-// editDistance is the Damerau-Levenshtein (optimal string alignment)
-// distance: a swap of two neighbours ("burts") is one edit.
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
+	return suggest.Near(name, names)
 }
 
 // Flag groups: a flag's group is its "group" annotation; help lists the

@@ -307,16 +307,7 @@ type topFlows struct {
 }
 
 func newTop(n int, sort string) *topFlows {
-	t := &topFlows{n: n}
-	if sort == SortPackets {
-		t.first = func(a, b *Flow) int {
-			return cmp.Or(cmp.Compare(b.Packets, a.Packets), cmp.Compare(b.Dropped, a.Dropped), tie(a, b))
-		}
-	} else {
-		t.first = func(a, b *Flow) int {
-			return cmp.Or(cmp.Compare(b.Dropped, a.Dropped), cmp.Compare(b.Packets, a.Packets), tie(a, b))
-		}
-	}
+	t := &topFlows{n: n, first: FlowOrder(sort)}
 	t.h = heap.New(func(a, b **Flow) bool { return t.first(*a, *b) > 0 }, 0) // the last at the root
 	return t
 }

@@ -1,25 +1,28 @@
-package main
+package replay
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"runtime/debug"
 	"strconv"
 
 	"github.com/packetshaper/packetshaper/internal/countname"
 )
 
-// replay's --json objects. Their keys are their members' (below), in
-// order: a counter's name (shadow_dropped, shape_overflow, no_ports) is
-// countname's, the one the daemon's stats line and metrics use, not a
-// struct tag of its own (a tag cannot take a constant). Written as
-// encoding/json would write the same struct with those tags (the replay
-// goldens hold the bytes); read back by the tests.
+// replay's --json objects (packetshaper replay --json, written by
+// WriteJSON). Their keys are their members' (below), in order: a
+// counter's name is countname's, the one the daemon's stats line and
+// metrics use, not a struct tag of its own (a tag cannot take a
+// constant). Written as encoding/json would write the same struct with
+// those tags (the replay goldens hold the bytes); read back by the tests.
 
-// jsonReport is --json's object. Field order is fixed, and nothing in it
+// JSONReport is --json's object. Field order is fixed, and nothing in it
 // depends on the wall clock: the same command on the same files prints the
 // same bytes.
-type jsonReport struct {
+type JSONReport struct {
 	Packets  uint64
 	Accepted uint64
 	Dropped  uint64
@@ -43,16 +46,16 @@ type jsonReport struct {
 	FirstNs    int64
 	LastNs     int64
 	DurationNs int64
-	Rules      []jsonRule
+	Rules      []JSONRule
 	// GlobalAsLocal names the global rules, which replay runs as local
 	// ones (a capture holds one host's view).
 	GlobalAsLocal []string
-	// PerFlow is written by writeJSON after the rest, one flow at a
+	// PerFlow is written by WriteJSON after the rest, one flow at a
 	// time; here for readers of the report (tests).
-	PerFlow []jsonFlow
+	PerFlow []JSONFlow
 }
 
-func (r *jsonReport) members() []member {
+func (r *JSONReport) members() []member {
 	return []member{
 		{"packets", &r.Packets, false}, {"accepted", &r.Accepted, false}, {"dropped", &r.Dropped, false},
 		{"delayed", &r.Delayed, false}, {countname.ShapeOverflow, &r.ShapeOverflow, false},
@@ -67,11 +70,12 @@ func (r *jsonReport) members() []member {
 	}
 }
 
-func (r jsonReport) MarshalJSON() ([]byte, error) { return marshalMembers(r.members()) }
+func (r JSONReport) MarshalJSON() ([]byte, error) { return marshalMembers(r.members()) }
 
-func (r *jsonReport) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, r.members()) }
+func (r *JSONReport) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, r.members()) }
 
-type jsonRule struct {
+// JSONRule is a rule of JSONReport's rules, counted as Replayer.Rules.
+type JSONRule struct {
 	Name          string
 	Packets       uint64
 	Accepted      uint64
@@ -84,7 +88,7 @@ type jsonRule struct {
 	Evictions     uint64
 }
 
-func (r *jsonRule) members() []member {
+func (r *JSONRule) members() []member {
 	return []member{
 		{"name", &r.Name, false}, {"packets", &r.Packets, false}, {"accepted", &r.Accepted, false}, {"dropped", &r.Dropped, false},
 		{countname.ShadowDropped, &r.ShadowDropped, false}, {"marked", &r.Marked, false},
@@ -93,15 +97,15 @@ func (r *jsonRule) members() []member {
 	}
 }
 
-func (r jsonRule) MarshalJSON() ([]byte, error) { return marshalMembers(r.members()) }
+func (r JSONRule) MarshalJSON() ([]byte, error) { return marshalMembers(r.members()) }
 
-func (r *jsonRule) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, r.members()) }
+func (r *JSONRule) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, r.members()) }
 
-// jsonFlow is a flow of per_flow, counted as its rule's counters count:
+// JSONFlow is a flow of per_flow, counted as its rule's counters count:
 // the packets over a shadow rule's limit are accepted and shadow_dropped,
 // those over a marking rule's accepted and marked; packets = accepted +
 // dropped.
-type jsonFlow struct {
+type JSONFlow struct {
 	Rule          string
 	Flow          string
 	Packets       uint64
@@ -111,7 +115,7 @@ type jsonFlow struct {
 	Marked        uint64
 }
 
-func (f *jsonFlow) members() []member {
+func (f *JSONFlow) members() []member {
 	return []member{
 		{"rule", &f.Rule, false}, {"flow", &f.Flow, false},
 		{"packets", &f.Packets, false}, {"accepted", &f.Accepted, false}, {"dropped", &f.Dropped, false},
@@ -119,9 +123,9 @@ func (f *jsonFlow) members() []member {
 	}
 }
 
-func (f jsonFlow) MarshalJSON() ([]byte, error) { return marshalMembers(f.members()) }
+func (f JSONFlow) MarshalJSON() ([]byte, error) { return marshalMembers(f.members()) }
 
-func (f *jsonFlow) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, f.members()) }
+func (f *JSONFlow) UnmarshalJSON(b []byte) error { return unmarshalMembers(b, f.members()) }
 
 // member is a member of a JSON object: its key, a pointer to its value,
 // and whether it is left out (an empty omitempty member).
@@ -141,7 +145,7 @@ func marshalMembers(ms []member) ([]byte, error) {
 // writes a struct, without HTML escaping ("udp a:1 > b:2"): compact with
 // indent "", else as an Encoder with SetIndent(prefix, indent) writes it
 // (without the final newline). A plain string or an integer does not
-// allocate: writeJSON writes a million flows this way.
+// allocate: WriteJSON writes a million flows this way.
 func appendMembers(b []byte, ms []member, prefix, indent string) ([]byte, error) {
 	b = append(b, '{')
 	n := 0
@@ -217,4 +221,73 @@ func unmarshalMembers(data []byte, ms []member) error {
 		}
 	}
 	return nil
+}
+
+// WriteJSON writes what r replayed as --json's object (JSONReport),
+// asLocal naming the global rules replayed as local ones. per_flow is
+// streamed last, one flow at a time.
+func (r *Replayer) WriteJSON(w io.Writer, asLocal []string) error {
+	s := r.Summary()
+	rep := JSONReport{
+		Packets: s.Packets, Accepted: s.Accepted, Dropped: s.Dropped,
+		Delayed: s.Delayed, ShapeOverflow: s.ShapeOverflow,
+		DelayP50Ns: s.Delays.P50, DelayP99Ns: s.Delays.P99, DelayMaxNs: s.Delays.Max,
+		Malformed: s.Malformed,
+		NoPorts:   s.NoPorts, Unmatched: s.Unmatched, NonIP: s.NonIP,
+		Flows: s.Flows, FlowsSeen: s.FlowsSeen, Evictions: s.Evictions, Expired: s.Expired,
+		FirstNs: s.First, LastNs: s.Last, DurationNs: int64(s.Duration()),
+		Rules: []JSONRule{}, GlobalAsLocal: asLocal,
+	}
+	rules := r.Rules()
+	for _, ru := range rules {
+		rep.Rules = append(rep.Rules, JSONRule{Name: ru.Name, Packets: ru.Packets, Accepted: ru.Accepted, Dropped: ru.Dropped,
+			ShadowDropped: ru.ShadowDropped, Marked: ru.Marked, Delayed: ru.Delayed, ShapeOverflow: ru.ShapeOverflow,
+			Flows: ru.Flows, Evictions: ru.Evictions})
+	}
+	// Everything but per_flow, which is streamed after it: a million
+	// flows never make a million strings at once. Naming each flow makes
+	// garbage, which the collector would let grow as large as the live
+	// heap (the tables) before collecting: collect early meanwhile.
+	defer debug.SetGCPercent(debug.SetGCPercent(10))
+	var head bytes.Buffer
+	enc := json.NewEncoder(&head)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // "udp a:1 > b:2", not "\u003e"
+	if err := enc.Encode(rep); err != nil {
+		return err
+	}
+	bw := bufio.NewWriterSize(w, 64<<10)
+	bw.Write(bytes.TrimSuffix(head.Bytes(), []byte("\n}\n")))
+	bw.WriteString(",\n  \"per_flow\": [")
+	// Each flow is written in place: jf's members (its keys, pointers to
+	// its fields) made once, no encoder's reflection.
+	var jf JSONFlow
+	members := jf.members()
+	var one []byte
+	n := 0
+	var err error
+	r.EachFlow(func(f FlowSummary) {
+		if err != nil {
+			return
+		}
+		jf = JSONFlow{Rule: rules[f.Rule].Name, Flow: f.Flow, Packets: f.Packets, Accepted: f.Accepted, Dropped: f.Dropped,
+			ShadowDropped: f.ShadowDropped, Marked: f.Marked}
+		if one, err = appendMembers(one[:0], members, "    ", "  "); err != nil {
+			return
+		}
+		if n > 0 {
+			bw.WriteByte(',')
+		}
+		bw.WriteString("\n    ")
+		bw.Write(one)
+		n++
+	})
+	if err != nil {
+		return err
+	}
+	if n > 0 {
+		bw.WriteString("\n  ")
+	}
+	bw.WriteString("]\n}\n")
+	return bw.Flush()
 }
