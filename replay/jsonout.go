@@ -57,12 +57,12 @@ type JSONReport struct {
 
 func (r *JSONReport) members() []member {
 	return []member{
-		{"packets", &r.Packets, false}, {"accepted", &r.Accepted, false}, {"dropped", &r.Dropped, false},
-		{"delayed", &r.Delayed, false}, {countname.ShapeOverflow, &r.ShapeOverflow, false},
-		{"delay_p50_ns", &r.DelayP50Ns, false}, {"delay_p99_ns", &r.DelayP99Ns, false}, {"delay_max_ns", &r.DelayMaxNs, false},
-		{"malformed", &r.Malformed, false}, {countname.NoPorts, &r.NoPorts, false}, {"unmatched", &r.Unmatched, false},
-		{"non_ip", &r.NonIP, false}, {"flows", &r.Flows, false}, {"flows_seen", &r.FlowsSeen, false},
-		{"evictions", &r.Evictions, false}, {"expired", &r.Expired, false},
+		{countname.Packets, &r.Packets, false}, {countname.Accepted, &r.Accepted, false}, {countname.Dropped, &r.Dropped, false},
+		{countname.Delayed, &r.Delayed, false}, {countname.ShapeOverflow, &r.ShapeOverflow, false},
+		{countname.DelayP50Ns, &r.DelayP50Ns, false}, {countname.DelayP99Ns, &r.DelayP99Ns, false}, {countname.DelayMaxNs, &r.DelayMaxNs, false},
+		{countname.Malformed, &r.Malformed, false}, {countname.NoPorts, &r.NoPorts, false}, {countname.Unmatched, &r.Unmatched, false},
+		{countname.NonIP, &r.NonIP, false}, {countname.Flows, &r.Flows, false}, {countname.FlowsSeen, &r.FlowsSeen, false},
+		{countname.Evictions, &r.Evictions, false}, {countname.Expired, &r.Expired, false},
 		{"first_ns", &r.FirstNs, false}, {"last_ns", &r.LastNs, false}, {"duration_ns", &r.DurationNs, false},
 		{"rules", &r.Rules, false},
 		{"global_as_local", &r.GlobalAsLocal, len(r.GlobalAsLocal) == 0},
@@ -90,10 +90,10 @@ type JSONRule struct {
 
 func (r *JSONRule) members() []member {
 	return []member{
-		{"name", &r.Name, false}, {"packets", &r.Packets, false}, {"accepted", &r.Accepted, false}, {"dropped", &r.Dropped, false},
-		{countname.ShadowDropped, &r.ShadowDropped, false}, {"marked", &r.Marked, false},
-		{"delayed", &r.Delayed, false}, {countname.ShapeOverflow, &r.ShapeOverflow, false},
-		{"flows", &r.Flows, false}, {"evictions", &r.Evictions, false},
+		{"name", &r.Name, false}, {countname.Packets, &r.Packets, false}, {countname.Accepted, &r.Accepted, false}, {countname.Dropped, &r.Dropped, false},
+		{countname.ShadowDropped, &r.ShadowDropped, false}, {countname.Marked, &r.Marked, false},
+		{countname.Delayed, &r.Delayed, false}, {countname.ShapeOverflow, &r.ShapeOverflow, false},
+		{countname.Flows, &r.Flows, false}, {countname.Evictions, &r.Evictions, false},
 	}
 }
 
@@ -118,8 +118,8 @@ type JSONFlow struct {
 func (f *JSONFlow) members() []member {
 	return []member{
 		{"rule", &f.Rule, false}, {"flow", &f.Flow, false},
-		{"packets", &f.Packets, false}, {"accepted", &f.Accepted, false}, {"dropped", &f.Dropped, false},
-		{countname.ShadowDropped, &f.ShadowDropped, false}, {"marked", &f.Marked, false},
+		{countname.Packets, &f.Packets, false}, {countname.Accepted, &f.Accepted, false}, {countname.Dropped, &f.Dropped, false},
+		{countname.ShadowDropped, &f.ShadowDropped, false}, {countname.Marked, &f.Marked, false},
 	}
 }
 

@@ -18,33 +18,6 @@ import (
 // The commands that ask a running shaper through its control socket
 // (package internal/control): flows and status.
 
-const flowsUsage = `Lists the flows of the running packetshaper, like /proc/net/ipt_hashlimit/NAME:
-queue, rule, flow key, packets, accepted, dropped, shadow-dropped and marked
-(packets over a shadow or marking rule's limit: accepted, not dropped; as the
-rule's counters in status count them), what is left (tokens of a
-token bucket, or of a window's limit, in packets or bytes) and the time since
-its last packet ("expired": idle past the rule's flow timeout, so its next
-packet starts afresh). Most drops first by default. A listing is copied out
-between batches of packets without stopping them; it is not a snapshot:
-flows that come or go meanwhile may or may not appear.
-
-It talks to the shaper's control socket (root only): --control-socket PATH,
-or the default one of --queue (as the shaper was started with); with
-neither, the one shaper running with a default control socket, whatever its
---queue (several: they are listed, choose one).`
-
-const statusUsage = `Shows the running packetshaper: version, uptime, policy file and last reload;
-each queue, bound or not, with the kernel queue's fill, packets decided and
-fail-open passes; each rule with its limiter and counters (summed over the
-queues): packets, accepted, dropped, SHADOW (what a shadow rule would have
-dropped), MARKED (over the limit, accepted with a new mark), flows,
-evictions.
-
-It talks to the shaper's control socket (root only): --control-socket PATH,
-or the default one of --queue (as the shaper was started with); with
-neither, the one shaper running with a default control socket, whatever its
---queue (several: they are listed, choose one).`
-
 // ctlFlags are the flags that find the control socket.
 type ctlFlags struct {
 	queue, socket string
@@ -109,9 +82,11 @@ func queueArg(qs []uint16) string {
 }
 
 // newCtlCmd is a command that asks the running shaper: its control
-// socket's flags, then define's. run gets the parsed flags.
-func newCtlCmd(c *cli, use, short, long string, define func(*pflag.FlagSet), run func(*ctlFlags) int) *cobra.Command {
-	cmd := &cobra.Command{Use: use, Short: short, Long: long, Args: noArgs}
+// socket's flags, then define's; its long help is help/NAME.txt. run gets
+// the parsed flags.
+func newCtlCmd(c *cli, use, short string, define func(*pflag.FlagSet), run func(*ctlFlags) int) *cobra.Command {
+	cmd := &cobra.Command{Use: use, Short: short, Args: noArgs}
+	cmd.Long = help(cmd.Name())
 	cf := addCtlFlags(cmd.Flags())
 	if define != nil {
 		define(cmd.Flags())
@@ -128,7 +103,7 @@ func newFlowsCmd(c *cli) *cobra.Command {
 	var rule, sort string
 	var top int
 	return newCtlCmd(c, "flows [--rule R] [--top N] [--sort drops|packets|none] [--json] [--queue N|N-M | --control-socket PATH]",
-		"list the running shaper's flows (root)", flowsUsage,
+		"list the running shaper's flows (root)",
 		func(fs *pflag.FlagSet) {
 			fs.StringVar(&rule, "rule", "", "only the flows of rule `R`")
 			fs.IntVar(&top, "top", 0, "only the first `N` flows in --sort's order (0: all)")
@@ -210,7 +185,7 @@ func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer)
 // newStatusCmd is "packetshaper status".
 func newStatusCmd(c *cli) *cobra.Command {
 	return newCtlCmd(c, "status [--json] [--queue N|N-M | --control-socket PATH]",
-		"show the running shaper's queues and rules (root)", statusUsage, nil,
+		"show the running shaper's queues and rules (root)", nil,
 		func(cf *ctlFlags) int { return runStatus(cf, c.stdout, c.stderr) })
 }
 

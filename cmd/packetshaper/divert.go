@@ -10,24 +10,13 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// divertLong is "packetshaper divert --help"'s text.
-const divertLong = `Prints the divert rules the rule file's matches need: one line per rule, the
-options of packetshaper-rules (scripts/rules.sh) add besides --queue and
---chain ("--family both --proto udp --dport 53"). They are the fewest rules,
-by family, protocol and port ranges, whose packets include every packet a
-rule of the file matches (addresses, interfaces and marks are left to the
-rules' matches: a diverted packet no rule matches is accepted). Accept
-rules need none: their packets pass whether diverted or not. A rule whose
-match.queue names none of --queue's queues is left out, with a warning.
-packetshaper-rules add --queue N --policy FILE installs them.`
-
 // newDivertCmd is "packetshaper divert".
 func newDivertCmd(c *cli) *cobra.Command {
 	var pol, queue string
 	cmd := &cobra.Command{
 		Use:     "divert --policy FILE [--queue N|N-M]",
 		Short:   "print the divert rules (packetshaper-rules options) a rule file needs",
-		Long:    divertLong,
+		Long:    help("divert"),
 		Example: "  packetshaper divert --policy /etc/packetshaper/policy.toml\n  sudo packetshaper-rules add --queue 0 --policy /etc/packetshaper/policy.toml",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {

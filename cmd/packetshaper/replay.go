@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-
+	"github.com/packetshaper/packetshaper/internal/clihelp"
 	"github.com/packetshaper/packetshaper/internal/report"
 	"github.com/packetshaper/packetshaper/internal/term"
 	"github.com/packetshaper/packetshaper/nfq"
@@ -18,42 +18,6 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
-
-const replayUsage = `Replays pcap/pcapng captures (gzip-compressed or not) through the shaper,
-with each packet's capture timestamp as the clock: the what-if report of a
-policy on a capture before it is deployed. Several files are replayed in
-the order given through one engine, each with its own clock (its first
-packet just after the previous file's last), or with --concatenate as one
-capture, their timestamps one clock. Capture time going back by more than
---max-backward or forward by more than --max-gap between two packets is
-warned on stderr (the first 5, then a count). Prints a summary with a per-rule table, or with --json one
-JSON object: packets, accepted, dropped, delayed and shape_overflow (shaping
-rules: packets accepted later, packets their full queue dropped),
-delay_p50_ns/delay_p99_ns/delay_max_ns (how long the delayed ones waited),
-malformed (invalid IP header),
-no_ports (ports unreadable: limited by address and protocol), unmatched (no
-rule matched: accepted), non_ip (ARP, LLDP, ...: accepted, not limited), flows
-(in the flow tables at the end), flows_seen (table insertions), evictions,
-expired, first_ns/last_ns/duration_ns (capture time), rules (per rule, in
-policy order: name, packets, accepted, dropped, shadow_dropped, marked,
-delayed, shape_overflow, flows, evictions) and per_flow (with the rule of each flow). per_flow lists the flows
-still in the tables at the end: evicted or expired flows count in the totals
-only, so memory stays bounded by the tables, not by the capture. In a pcapng
-capture, the interface a packet was captured on stands for both its iif and
-its oif.
-
-Shaping rules hold packets as live does: at most --max-held at once (and at
-most 32 MiB of them); a packet a shaping rule would delay beyond that is
-dropped, uncharged (shape_overflow), so replay passes what live would.
-
---report FILE also writes one self-contained HTML page (no script, nothing
-fetched): packets offered, accepted and dropped per second over capture
-time, in total and per rule (shadow drops, marks), unmatched and non-IP
-traffic, the top flows by drops, the policy and the captures. It holds no
-wall-clock time: the same replay writes the same bytes.
-
-On a damaged capture, what was read before the damage is reported, then a
-one-line error names the file, the packet and the problem; exit status 1.`
 
 // replayFlags are replay's own flags.
 type replayFlags struct {
@@ -71,7 +35,7 @@ func newReplayCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay [--policy FILE | limiter flags] [flags] FILE...",
 		Short: "replay pcap/pcapng captures offline through the shaper (FILE \"-\": standard input)",
-		Long:  replayUsage,
+		Long:  help("replay"),
 		Example: `  packetshaper replay --pps 100 --burst 10 capture.pcap
   packetshaper replay --policy policy.toml --report report.html --json capture.pcapng.gz`,
 	}
@@ -89,7 +53,7 @@ func newReplayCmd(c *cli) *cobra.Command {
 	fs.BoolVar(&rf.concatenate, "concatenate", false, "several FILEs are one capture, their timestamps one clock (the parts of one ring-buffer capture); without it each file keeps its own clock, its first packet just after the previous file's last")
 	fs.DurationVar(&rf.maxBackward, "max-backward", replay.DefaultMaxBackward, "warn when capture time goes back by more than `D` between two packets (0: never)")
 	fs.DurationVar(&rf.maxGap, "max-gap", replay.DefaultMaxGap, "warn when capture time jumps forward by more than `D` between two packets (0: never)")
-	addGroup(cmd.Flags(), "", fs)
+	clihelp.AddGroup(cmd.Flags(), "", fs)
 	pf := addPolicyFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return c.exit(runReplay(cmd.Flags(), pf, rf, args, c.stdout, c.stderr))

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/packetshaper/packetshaper/internal/clihelp"
 	"github.com/packetshaper/packetshaper/internal/suggest"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -99,10 +100,7 @@ func newRootCmd(c *cli) *cobra.Command {
 		}
 		return &usageError{fmt.Sprintf("unexpected argument %q: not a command%s", args[0], seeHelp(cmd))}
 	}
-	cobra.AddTemplateFunc("flagGroups", flagGroups)
-	cobra.AddTemplateFunc("sentence", sentence)
-	root.SetUsageTemplate(usageTemplate)
-	root.SetHelpTemplate(helpTemplate)
+	clihelp.Templates(root)
 	for _, sub := range subcommands {
 		root.AddCommand(sub(c))
 	}
@@ -132,7 +130,7 @@ func (c *cli) flagParseError(cmd *cobra.Command, err error) error {
 			}
 			msg = fmt.Sprintf("unknown flag -%s (long flags take two dashes)", name)
 		}
-		msg += suggest.DidYouMean(suggestFlags(cmd, name), "--")
+		msg += suggest.DidYouMean(clihelp.SuggestFlags(cmd, name), "--")
 	}
 	return &usageError{msg + seeHelp(cmd)}
 }
@@ -140,107 +138,6 @@ func (c *cli) flagParseError(cmd *cobra.Command, err error) error {
 // seeHelp is where a usage error points to.
 func seeHelp(cmd *cobra.Command) string {
 	return " (see '" + cmd.CommandPath() + " --help')"
-}
-
-// suggestFlags are cmd's visible flags near name (suggest.Near).
-func suggestFlags(cmd *cobra.Command, name string) []string {
-	if f := cmd.Flags().Lookup(name); name != "" && f != nil && !f.Hidden {
-		return []string{name}
-	}
-	var names []string
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if !f.Hidden {
-			names = append(names, f.Name)
-		}
-	})
-	return suggest.Near(name, names)
-}
-
-// Flag groups: a flag's group is its "group" annotation; help lists the
-// groups in this order, each under its title.
-var flagGroupTitles = []struct{ id, title string }{
-	{"", "Flags"},
-	{groupPolicy, "Policy flags"},
-	{groupLimiter, "Limiter flags (one rule matching every packet, without --policy)"},
-}
-
-const (
-	groupPolicy  = "policy"
-	groupLimiter = "limiter"
-)
-
-// addGroup adds src's flags to dst in group.
-func addGroup(dst *pflag.FlagSet, group string, src *pflag.FlagSet) {
-	src.VisitAll(func(f *pflag.Flag) {
-		if f.Annotations == nil {
-			f.Annotations = map[string][]string{}
-		}
-		f.Annotations["group"] = []string{group}
-		dst.AddFlag(f)
-	})
-}
-
-// flagGroups is the "Flags:" part of a command's help, group by group.
-func flagGroups(cmd *cobra.Command) string {
-	var b strings.Builder
-	for _, g := range flagGroupTitles {
-		fs := pflag.NewFlagSet(g.id, pflag.ContinueOnError)
-		cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
-			if gs := f.Annotations["group"]; len(gs) == 1 && gs[0] == g.id || len(gs) == 0 && g.id == "" {
-				fs.AddFlag(f)
-			}
-		})
-		if !fs.HasAvailableFlags() {
-			continue
-		}
-		fmt.Fprintf(&b, "\n\n%s:\n%s", g.title, strings.TrimRight(fs.FlagUsages(), " \n"))
-	}
-	return b.String()
-}
-
-// usageHead is the usage lines of a command's help and usage.
-const usageHead = `Usage:{{if .Runnable}}
-  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
-  {{.CommandPath}} [command]{{end}}`
-
-// helpTemplate is every command's --help: the usage lines, what the
-// command does in one sentence (its Short), the examples, commands and
-// flags, then the long description.
-const helpTemplate = usageHead + `
-
-{{sentence .Short}}` + usageRest + `{{with .Long}}
-Description:
-{{.}}
-{{end}}`
-
-// usageTemplate is cobra's, with the flags in their groups.
-const usageTemplate = usageHead + usageRest
-
-// usageRest is the usage after its first lines.
-const usageRest = `{{if .HasExample}}
-
-Examples:
-{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
-
-Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
-  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}{{flagGroups .}}{{end}}{{if .HasAvailableInheritedFlags}}
-
-Global Flags:
-{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
-
-Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
-`
-
-// sentence makes a command's Short a sentence: "Replay pcap ... input)."
-func sentence(s string) string {
-	if s == "" {
-		return ""
-	}
-	s = strings.ToUpper(s[:1]) + s[1:]
-	if !strings.HasSuffix(s, ".") {
-		s += "."
-	}
-	return s
 }
 
 // noArgs is Args for commands without arguments.

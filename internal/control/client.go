@@ -108,7 +108,7 @@ func (e *ServerError) Error() string { return e.Msg }
 // GetStatus asks the shaper behind the control socket at path for its
 // status.
 func GetStatus(path string) (*Status, error) {
-	c, r, err := dial(path, Request{Cmd: "status"})
+	c, r, err := dial(path, Request{Cmd: CmdStatus})
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func GetStatus(path string) (*Status, error) {
 // or until fn returns an error, which it returns. The Flow is fn's only
 // during the call.
 func ListFlows(path string, req Request, fn func(*Flow) error) (*End, error) {
-	req.Cmd = "flows"
+	req.Cmd = CmdFlows
 	if err := req.check(); err != nil {
 		return nil, err
 	}

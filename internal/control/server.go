@@ -229,7 +229,7 @@ func serveConn(ctx context.Context, c net.Conn, h Handler) error {
 	if err := req.check(); err != nil {
 		return writeAnswer(c, answer{Error: ptr(err.Error())})
 	}
-	if req.Cmd == "status" {
+	if req.Cmd == CmdStatus {
 		s := h.Status()
 		return writeAnswer(c, answer{Status: &s})
 	}

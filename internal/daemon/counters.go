@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/countname"
 	"github.com/packetshaper/packetshaper/internal/failopen"
@@ -24,6 +26,16 @@ import (
 // control.Rule. The engine's own counters (shaper.Stats, shaper.RuleStats)
 // stay plain structs filled on the hot path; these getters read the
 // snapshots of them.
+
+// namespace is the metrics' prefix: every family is
+// packetshaper_[SUBSYSTEM_]NAME.
+const namespace = "packetshaper"
+
+// metric is the family name of name (with a subsystem, "rule", or ""):
+// prometheus.BuildFQName(namespace, sub, name). A counter's family is its
+// countname's name where the two agree ("packets" gives
+// packetshaper_packets_total).
+func metric(sub, name string) string { return prometheus.BuildFQName(namespace, sub, name) }
 
 // kind is a counter's type.
 type kind uint8
@@ -151,92 +163,92 @@ func ns(v int64) float64 { return float64(v) / 1e9 }
 // counters are all the counters, in the stats line's order.
 var counters = []counter{
 	// Queue.
-	{Key: "packets", Metric: "packetshaper_packets_total", Help: "Packets decided.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.Packets, Metric: metric("", countname.Packets+"_total"), Help: "Packets decided.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.Packets) }, queueField: func(q *control.Queue) *uint64 { return &q.Packets }},
-	{Key: "accepted", Metric: "packetshaper_accepted_total", Help: "Packets accepted.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.Accepted, Metric: metric("", countname.Accepted+"_total"), Help: "Packets accepted.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.Accepted) }, queueField: func(q *control.Queue) *uint64 { return &q.Accepted }},
-	{Key: "dropped", Metric: "packetshaper_dropped_total", Help: "Packets dropped.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.Dropped, Metric: metric("", countname.Dropped+"_total"), Help: "Packets dropped.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.Dropped) }, queueField: func(q *control.Queue) *uint64 { return &q.Dropped }},
 	// Engine.
-	{Key: "malformed", Metric: "packetshaper_malformed_total", Help: "Packets whose IP header is invalid.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
+	{Key: countname.Malformed, Metric: metric("", countname.Malformed+"_total"), Help: "Packets whose IP header is invalid.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Malformed) }, queueField: func(q *control.Queue) *uint64 { return &q.Malformed }},
-	{Key: countname.NoPorts, Metric: "packetshaper_" + countname.NoPorts + "_total", Help: "Packets whose ports could not be read, limited by address and protocol.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
+	{Key: countname.NoPorts, Metric: metric("", countname.NoPorts+"_total"), Help: "Packets whose ports could not be read, limited by address and protocol.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.NoPorts) }},
-	{Key: "unmatched", Metric: "packetshaper_unmatched_total", Help: "Packets no rule matched (accepted).", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
+	{Key: countname.Unmatched, Metric: metric("", countname.Unmatched+"_total"), Help: "Packets no rule matched (accepted).", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Unmatched) }, queueField: func(q *control.Queue) *uint64 { return &q.Unmatched }},
-	{Key: "flows", Metric: "packetshaper_flows", Help: "Flows in the flow tables (with --fastpath, the kernel's flow maps' too).", Kind: kGauge, Scope: scopeEngine, from: fromEngine,
+	{Key: countname.Flows, Metric: metric("", countname.Flows), Help: "Flows in the flow tables (with --fastpath, the kernel's flow maps' too).", Kind: kGauge, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Flows) }, queueField: func(q *control.Queue) *uint64 { return &q.Flows }},
-	{Key: "evictions", Metric: "packetshaper_flow_evictions_total", Help: "Flows evicted from a full table (with --fastpath, the kernel's too: an upper bound).", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
+	{Key: countname.Evictions, Metric: metric("", "flow_evictions_total"), Help: "Flows evicted from a full table (with --fastpath, the kernel's too: an upper bound).", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Evictions) }},
-	{Key: "expired", Metric: "packetshaper_flow_expirations_total", Help: "Flows forgotten after their idle timeout.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
+	{Key: countname.Expired, Metric: metric("", "flow_expirations_total"), Help: "Flows forgotten after their idle timeout.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Expired) }},
-	{Metric: "packetshaper_offload_reports_total", Help: "Flows reported for offload by the engine.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
+	{Metric: metric("", "offload_reports_total"), Help: "Flows reported for offload by the engine.", Kind: kCounter, Scope: scopeEngine, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Offloads) }},
 	// The kernel's view of the queue, and the socket.
-	{Key: "queued", Metric: "packetshaper_queue_packets", Help: "Packets the kernel holds in the queue waiting for a verdict (queued).", Kind: kGauge, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.Queued, Metric: metric("", "queue_packets"), Help: "Packets the kernel holds in the queue waiting for a verdict (queued).", Kind: kGauge, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.kernel.QueueTotal) }, queueField: func(q *control.Queue) *uint64 { return &q.Queued }},
-	{Key: "queue_drops", Metric: "packetshaper_queue_drops_total", Help: "Packets the kernel dropped because the queue was full (fail-closed; queue_drops).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.QueueDrops, Metric: metric("", countname.QueueDrops+"_total"), Help: "Packets the kernel dropped because the queue was full (fail-closed; queue_drops).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.kernel.QueueDropped) }, queueField: func(q *control.Queue) *uint64 { return &q.QueueDrops }},
-	{Key: "socket_drops", Metric: "packetshaper_socket_drops_total", Help: "Packets the kernel could not send to the socket (socket_drops).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.SocketDrops, Metric: metric("", countname.SocketDrops+"_total"), Help: "Packets the kernel could not send to the socket (socket_drops).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.kernel.UserDropped) }, queueField: func(q *control.Queue) *uint64 { return &q.SocketDrops }},
-	{Key: "lost", Metric: "packetshaper_lost_total", Help: "Packets queued by the kernel that never reached packetshaper (socket buffer full).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.Lost, Metric: metric("", countname.Lost+"_total"), Help: "Packets queued by the kernel that never reached packetshaper (socket buffer full).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.Lost) }, queueField: func(q *control.Queue) *uint64 { return &q.Lost }},
-	{Key: "enobufs", Metric: "packetshaper_enobufs_total", Help: "Socket receive buffer overruns.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.Enobufs, Metric: metric("", countname.Enobufs+"_total"), Help: "Socket receive buffer overruns.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.ENOBUFS) }},
-	{Key: "stop_accepted", Metric: "packetshaper_stop_accepted_total", Help: "Packets still queued when the queue stopped, past the drain deadline, accepted at once by one batch verdict (their marks unchanged).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.StopAccepted, Metric: metric("", countname.StopAccepted+"_total"), Help: "Packets still queued when the queue stopped, past the drain deadline, accepted at once by one batch verdict (their marks unchanged).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.StopAccepted) }},
-	{Key: "errors", Metric: "packetshaper_errors_total", Help: "Receive and verdict errors.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.Errors, Metric: metric("", countname.Errors+"_total"), Help: "Receive and verdict errors.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.Errors) }, queueField: func(q *control.Queue) *uint64 { return &q.Errors }},
-	{Key: "batches", Metric: "packetshaper_batches_total", Help: "Batches of packets decided.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.Batches, Metric: metric("", countname.Batches+"_total"), Help: "Batches of packets decided.", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.Batches) }},
-	{Key: "verdict_msgs", Metric: "packetshaper_verdict_messages_total", Help: "Verdict messages sent (one per run of equal verdicts in a batch).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
+	{Key: countname.VerdictMsgs, Metric: metric("", "verdict_messages_total"), Help: "Verdict messages sent (one per run of equal verdicts in a batch).", Kind: kCounter, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.VerdictMsgs) }},
-	{Metric: "packetshaper_queue_bound", Help: "1 if the kernel lists the queue as bound to packetshaper's socket.", Kind: kFlag, Scope: scopeQueue, from: fromQueue,
+	{Metric: metric("", "queue_bound"), Help: "1 if the kernel lists the queue as bound to packetshaper's socket.", Kind: kFlag, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return b2f(s.q.bound) }},
-	{Metric: "packetshaper_queue_max_packets", Help: "The queue's length: beyond it packets pass without a verdict (fail-open) or are dropped (fail-closed).", Kind: kGauge, Scope: scopeQueue, from: fromQueue,
+	{Metric: metric("", "queue_max_packets"), Help: "The queue's length: beyond it packets pass without a verdict (fail-open) or are dropped (fail-closed).", Kind: kGauge, Scope: scopeQueue, from: fromQueue,
 		get: func(s *src) float64 { return float64(s.q.maxLen) }},
 	// Fail-open.
-	{Key: failopen.KeySecs, Metric: "packetshaper_failopen_seconds_total", Help: "Time the queue was full, to within 0.1 s.", Kind: kCounter, Scope: scopeFailOpen, from: fromQueue, fmt: fSecs, merge: mTotal,
+	{Key: failopen.KeySecs, Metric: metric("", "failopen_seconds_total"), Help: "Time the queue was full, to within 0.1 s.", Kind: kCounter, Scope: scopeFailOpen, from: fromQueue, fmt: fSecs, merge: mTotal,
 		get: func(s *src) float64 { return s.q.failOpen.Secs }},
-	{Key: failopen.KeyPassed, Metric: "packetshaper_" + failopen.KeyPassed + "_total", Help: "Packets the kernel let through without a verdict (fail-open): the queue was full, or the socket's receive buffer was (lost).", Kind: kCounter, Scope: scopeFailOpen, from: fromQueue, merge: mTotal,
+	{Key: failopen.KeyPassed, Metric: metric("", failopen.KeyPassed+"_total"), Help: "Packets the kernel let through without a verdict (fail-open): the queue was full, or the socket's receive buffer was (lost).", Kind: kCounter, Scope: scopeFailOpen, from: fromQueue, merge: mTotal,
 		get: func(s *src) float64 { return u(s.q.failOpen.Passed) }, queueField: func(q *control.Queue) *uint64 { return &q.FailOpenPassed }},
-	{Key: failopen.KeyExact, Metric: "packetshaper_" + failopen.KeyExact, Help: "1 if failopen_passed is exact (from the queueing rules' counters), 0 if estimated from the arrival rate.", Kind: kFlag, Scope: scopeFailOpen, from: fromQueue, fmt: fBool, merge: mTotal,
+	{Key: failopen.KeyExact, Metric: metric("", failopen.KeyExact), Help: "1 if failopen_passed is exact (from the queueing rules' counters), 0 if estimated from the arrival rate.", Kind: kFlag, Scope: scopeFailOpen, from: fromQueue, fmt: fBool, merge: mTotal,
 		get: func(s *src) float64 { return b2f(s.q.failOpen.Exact) }},
-	{Metric: "packetshaper_failopen_active", Help: "1 while the queue is full.", Kind: kFlag, Scope: scopeFailOpen, from: fromQueue,
+	{Metric: metric("", "failopen_active"), Help: "1 while the queue is full.", Kind: kFlag, Scope: scopeFailOpen, from: fromQueue,
 		get: func(s *src) float64 { return b2f(s.q.failOpen.Active) }},
 	// Offload (with --offload).
-	{Key: "offloaded", Metric: "packetshaper_offloaded_total", Help: "Flows put in the kernel offload sets.", Kind: kCounter, Scope: scopeOffload, from: fromOffload,
+	{Key: countname.Offloaded, Metric: metric("", countname.Offloaded+"_total"), Help: "Flows put in the kernel offload sets.", Kind: kCounter, Scope: scopeOffload, from: fromOffload,
 		get: func(s *src) float64 { return u(s.off.offloaded) }},
-	{Key: "offload_active", Metric: "packetshaper_offload_active", Help: "Offloaded flows not yet expired.", Kind: kGauge, Scope: scopeOffload, from: fromOffload,
+	{Key: countname.OffloadActive, Metric: metric("", countname.OffloadActive), Help: "Offloaded flows not yet expired.", Kind: kGauge, Scope: scopeOffload, from: fromOffload,
 		get: func(s *src) float64 { return u(s.off.active) }},
-	{Key: "offload_kernel_drops", Metric: "packetshaper_offload_kernel_drops_total", Help: "Packets the kernel offload rules dropped (all processes using the table).", Kind: kCounter, Scope: scopeOffload, from: fromOffload,
+	{Key: countname.OffloadKernelDrops, Metric: metric("", countname.OffloadKernelDrops+"_total"), Help: "Packets the kernel offload rules dropped (all processes using the table).", Kind: kCounter, Scope: scopeOffload, from: fromOffload,
 		get: func(s *src) float64 { return u(s.off.kernelDrops) }},
-	{Key: "offload_lost", Metric: "packetshaper_offload_lost_total", Help: "Flows to offload that found the offloader's buffer or set share full.", Kind: kCounter, Scope: scopeOffload, from: fromOffload,
+	{Key: countname.OffloadLost, Metric: metric("", countname.OffloadLost+"_total"), Help: "Flows to offload that found the offloader's buffer or set share full.", Kind: kCounter, Scope: scopeOffload, from: fromOffload,
 		get: func(s *src) float64 { return u(s.off.lost) }},
-	{Key: "offload_errors", Metric: "packetshaper_offload_errors_total", Help: "Failed offload requests.", Kind: kCounter, Scope: scopeOffload, from: fromOffload,
+	{Key: countname.OffloadErrors, Metric: metric("", countname.OffloadErrors+"_total"), Help: "Failed offload requests.", Kind: kCounter, Scope: scopeOffload, from: fromOffload,
 		get: func(s *src) float64 { return u(s.off.errors) }},
 	// Shaping.
-	{Key: "held", Metric: "packetshaper_held", Help: "Packets held in the kernel's queue for a later verdict (shaping).", Kind: kGauge, Scope: scopeShaping, from: fromQueue,
+	{Key: countname.Held, Metric: metric("", countname.Held), Help: "Packets held in the kernel's queue for a later verdict (shaping).", Kind: kGauge, Scope: scopeShaping, from: fromQueue,
 		get: func(s *src) float64 { return u(s.q.hold.Held) }},
-	{Key: "held_peak", Metric: "packetshaper_held_peak", Help: "The most packets held at once since start.", Kind: kGauge, Scope: scopeShaping, from: fromQueue, merge: mMax,
+	{Key: countname.HeldPeak, Metric: metric("", countname.HeldPeak), Help: "The most packets held at once since start.", Kind: kGauge, Scope: scopeShaping, from: fromQueue, merge: mMax,
 		get: func(s *src) float64 { return u(s.q.hold.Peak) }},
-	{Key: "max_held", Metric: "packetshaper_held_max", Help: "The most packets the queue may hold at once (--max-held).", Kind: kGauge, Scope: scopeShaping, from: fromQueue,
+	{Key: "max_held", Metric: metric("", "held_max"), Help: "The most packets the queue may hold at once (--max-held).", Kind: kGauge, Scope: scopeShaping, from: fromQueue,
 		get: func(s *src) float64 { return float64(s.q.hold.MaxHeld) }},
-	{Key: "delayed", Metric: "packetshaper_delayed_total", Help: "Packets shaping rules accepted later than they arrived.", Kind: kCounter, Scope: scopeShaping, from: fromEngine,
+	{Key: countname.Delayed, Metric: metric("", countname.Delayed+"_total"), Help: "Packets shaping rules accepted later than they arrived.", Kind: kCounter, Scope: scopeShaping, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.Delayed) }},
-	{Key: countname.ShapeOverflow, Metric: "packetshaper_" + countname.ShapeOverflow + "_total", Help: "Packets shaping rules dropped: their queue was full (max-delay) or --max-held packets were held.", Kind: kCounter, Scope: scopeShaping, from: fromEngine,
+	{Key: countname.ShapeOverflow, Metric: metric("", countname.ShapeOverflow+"_total"), Help: "Packets shaping rules dropped: their queue was full (max-delay) or --max-held packets were held.", Kind: kCounter, Scope: scopeShaping, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.ShapeOverflow) }},
 	{Key: "delay_p50_us", Help: "The median delay shaping rules gave packets (the worst engine's).", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros, merge: mMax,
 		get: func(s *src) float64 { return ns(s.e.delays.P50) }},
 	{Key: "delay_p99_us", Help: "The 99th percentile of the delays shaping rules gave packets (the worst engine's).", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros, merge: mMax,
 		get: func(s *src) float64 { return ns(s.e.delays.P99) }},
-	{Key: "delay_max_us", Metric: "packetshaper_shape_delay_max_seconds", Help: "The longest delay a shaping rule gave a packet.", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros, merge: mMax,
+	{Key: countname.DelayMaxUs, Metric: metric("", "shape_delay_max_seconds"), Help: "The longest delay a shaping rule gave a packet.", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros, merge: mMax,
 		get: func(s *src) float64 { return ns(s.e.delays.Max) }},
 	{Key: "late_p50_us", Help: "The median lateness of held packets' verdicts after their departure time (the worst queue's).", Kind: kGauge, Scope: scopeShaping, from: fromQueue, fmt: fMicros, merge: mTotal,
 		get: func(s *src) float64 { return secs(s.q.hold.Late.P50) }},
 	{Key: "late_p99_us", Help: "The 99th percentile of the lateness of held packets' verdicts (the worst queue's).", Kind: kGauge, Scope: scopeShaping, from: fromQueue, fmt: fMicros, merge: mTotal,
 		get: func(s *src) float64 { return secs(s.q.hold.Late.P99) }},
-	{Key: "late_max_us", Metric: "packetshaper_release_late_max_seconds", Help: "The latest a held packet got its verdict after its departure time.", Kind: kGauge, Scope: scopeShaping, from: fromQueue, fmt: fMicros, merge: mTotal,
+	{Key: countname.LateMaxUs, Metric: metric("", "release_late_max_seconds"), Help: "The latest a held packet got its verdict after its departure time.", Kind: kGauge, Scope: scopeShaping, from: fromQueue, fmt: fMicros, merge: mTotal,
 		get: func(s *src) float64 { return secs(s.q.hold.Late.Max) }},
 	// Verdict latency (with --latency; the metric is a histogram: distributions).
 	{Key: "lat_count", Help: "Packets whose verdict latency was measured.", Kind: kCounter, Scope: scopeLatency, from: fromQueue,
@@ -248,49 +260,49 @@ var counters = []counter{
 	{Key: "lat_max_us", Help: "The longest verdict latency (the worst queue's).", Kind: kGauge, Scope: scopeLatency, from: fromQueue, fmt: fMicros, merge: mTotal,
 		get: func(s *src) float64 { return secs(s.q.latency.Max) }},
 	// The global rules' store.
-	{Key: "redis_commands", Metric: "packetshaper_redis_commands_total", Help: "Requests sent to the global rules' store (one per ask, SCRIPT LOAD, PING).", Kind: kCounter, Scope: scopeGlobal, from: fromStore,
+	{Key: countname.RedisCommands, Metric: metric("", countname.RedisCommands+"_total"), Help: "Requests sent to the global rules' store (one per ask, SCRIPT LOAD, PING).", Kind: kCounter, Scope: scopeGlobal, from: fromStore,
 		get: func(s *src) float64 { return u(s.gs.Commands) }},
-	{Key: "redis_errors", Metric: "packetshaper_redis_errors_total", Help: "Requests to the store that failed or timed out.", Kind: kCounter, Scope: scopeGlobal, from: fromStore,
+	{Key: countname.RedisErrors, Metric: metric("", countname.RedisErrors+"_total"), Help: "Requests to the store that failed or timed out.", Kind: kCounter, Scope: scopeGlobal, from: fromStore,
 		get: func(s *src) float64 { return u(s.gs.Errors) }},
 	// Rules.
-	{Key: "packets", Metric: "packetshaper_rule_packets_total", Help: "Packets a rule decided.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "PACKETS",
+	{Key: countname.Packets, Metric: metric("rule", countname.Packets+"_total"), Help: "Packets a rule decided.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "PACKETS",
 		get: func(s *src) float64 { return u(s.r.Packets) }, ruleField: func(r *control.Rule) *uint64 { return &r.Packets }},
-	{Key: "accepted", Metric: "packetshaper_rule_accepted_total", Help: "Packets a rule accepted.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "ACCEPTED",
+	{Key: countname.Accepted, Metric: metric("rule", countname.Accepted+"_total"), Help: "Packets a rule accepted.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "ACCEPTED",
 		get: func(s *src) float64 { return u(s.r.Accepted) }, ruleField: func(r *control.Rule) *uint64 { return &r.Accepted }},
-	{Key: "dropped", Metric: "packetshaper_rule_dropped_total", Help: "Packets a rule dropped.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "DROPPED",
+	{Key: countname.Dropped, Metric: metric("rule", countname.Dropped+"_total"), Help: "Packets a rule dropped.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "DROPPED",
 		get: func(s *src) float64 { return u(s.r.Dropped) }, ruleField: func(r *control.Rule) *uint64 { return &r.Dropped }},
-	{Key: countname.ShadowDropped, Metric: "packetshaper_rule_" + countname.ShadowDropped + "_total", Help: "Packets a shadow rule accepted that it would have dropped.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "SHADOW",
+	{Key: countname.ShadowDropped, Metric: metric("rule", countname.ShadowDropped+"_total"), Help: "Packets a shadow rule accepted that it would have dropped.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "SHADOW",
 		get: func(s *src) float64 { return u(s.r.ShadowDropped) }, ruleField: func(r *control.Rule) *uint64 { return &r.ShadowDropped }},
-	{Key: "marked", Metric: "packetshaper_rule_marked_total", Help: "Packets over a rule's limit accepted with a new mark.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "MARKED",
+	{Key: countname.Marked, Metric: metric("rule", countname.Marked+"_total"), Help: "Packets over a rule's limit accepted with a new mark.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "MARKED",
 		get: func(s *src) float64 { return u(s.r.Marked) }, ruleField: func(r *control.Rule) *uint64 { return &r.Marked }},
-	{Key: "flows", Metric: "packetshaper_rule_flows", Help: "Flows in a rule's table (path kernel: in its flow map, counted every second, less often for big maps).", Kind: kGauge, Scope: scopeRule, from: fromRule, Column: "FLOWS",
+	{Key: countname.Flows, Metric: metric("rule", countname.Flows), Help: "Flows in a rule's table (path kernel: in its flow map, counted every second, less often for big maps).", Kind: kGauge, Scope: scopeRule, from: fromRule, Column: "FLOWS",
 		get: func(s *src) float64 { return u(s.r.Flows) }, ruleField: func(r *control.Rule) *uint64 { return &r.Flows }},
-	{Key: "evictions", Metric: "packetshaper_rule_flow_evictions_total", Help: "Flows evicted from a rule's full table (path kernel: an upper bound, the flows inserted less those present).", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "EVICTIONS",
+	{Key: countname.Evictions, Metric: metric("rule", "flow_evictions_total"), Help: "Flows evicted from a rule's full table (path kernel: an upper bound, the flows inserted less those present).", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "EVICTIONS",
 		get: func(s *src) float64 { return u(s.r.Evictions) }, ruleField: func(r *control.Rule) *uint64 { return &r.Evictions }},
-	{Key: "expired", Metric: "packetshaper_rule_flow_expirations_total", Help: "Flows of a rule forgotten after their idle timeout.", Kind: kCounter, Scope: scopeRule, from: fromRule,
+	{Key: countname.Expired, Metric: metric("rule", "flow_expirations_total"), Help: "Flows of a rule forgotten after their idle timeout.", Kind: kCounter, Scope: scopeRule, from: fromRule,
 		get: func(s *src) float64 { return u(s.r.Expired) }, ruleField: func(r *control.Rule) *uint64 { return &r.Expired }},
-	{Key: "delayed", Metric: "packetshaper_rule_delayed_total", Help: "Packets a shaping rule accepted later than they arrived.", Kind: kCounter, Scope: scopeRule, from: fromRule,
+	{Key: countname.Delayed, Metric: metric("rule", countname.Delayed+"_total"), Help: "Packets a shaping rule accepted later than they arrived.", Kind: kCounter, Scope: scopeRule, from: fromRule,
 		get: func(s *src) float64 { return u(s.r.Delayed) }},
-	{Key: countname.ShapeOverflow, Metric: "packetshaper_rule_" + countname.ShapeOverflow + "_total", Help: "Packets a shaping rule dropped because its queue was full.", Kind: kCounter, Scope: scopeRule, from: fromRule,
+	{Key: countname.ShapeOverflow, Metric: metric("rule", countname.ShapeOverflow+"_total"), Help: "Packets a shaping rule dropped because its queue was full.", Kind: kCounter, Scope: scopeRule, from: fromRule,
 		get: func(s *src) float64 { return u(s.r.ShapeOverflow) }},
-	{Key: "fallback_packets", Metric: "packetshaper_rule_fallback_packets_total", Help: "Packets of a global rule decided by its local fallback limit (the store unreachable).", Kind: kCounter, Scope: scopeRule, from: fromRule, globalOnly: true,
+	{Key: countname.FallbackPackets, Metric: metric("rule", countname.FallbackPackets+"_total"), Help: "Packets of a global rule decided by its local fallback limit (the store unreachable).", Kind: kCounter, Scope: scopeRule, from: fromRule, globalOnly: true,
 		get: func(s *src) float64 { return u(s.r.Fallback) }},
 	// Global rules' lease state.
-	{Key: "global_mode", Metric: "packetshaper_rule_global_fallback", Help: "1 while a global rule limits locally (its store unreachable), 0 on leases.", Kind: kFlag, Scope: scopeRule, from: fromGlobalRule, fmt: fMode,
+	{Key: countname.GlobalMode, Metric: metric("rule", "global_fallback"), Help: "1 while a global rule limits locally (its store unreachable), 0 on leases.", Kind: kFlag, Scope: scopeRule, from: fromGlobalRule, fmt: fMode,
 		get: func(s *src) float64 { return b2f(s.g.Fallback) }},
-	{Key: "fallback_rate", Metric: "packetshaper_rule_global_fallback_rate", Help: "A global rule's local limit in fallback (packets or bytes per second), 0 on leases.", Kind: kGauge, Scope: scopeRule, from: fromGlobalRule, fmt: fRate, omitZero: true,
+	{Key: countname.FallbackRate, Metric: metric("rule", "global_fallback_rate"), Help: "A global rule's local limit in fallback (packets or bytes per second), 0 on leases.", Kind: kGauge, Scope: scopeRule, from: fromGlobalRule, fmt: fRate, omitZero: true,
 		get: func(s *src) float64 { return s.g.FallbackRate }},
-	{Key: "global_keys", Metric: "packetshaper_rule_global_keys", Help: "Keys of a global rule with a lease on this host.", Kind: kGauge, Scope: scopeRule, from: fromGlobalRule,
+	{Key: countname.GlobalKeys, Metric: metric("rule", countname.GlobalKeys), Help: "Keys of a global rule with a lease on this host.", Kind: kGauge, Scope: scopeRule, from: fromGlobalRule,
 		get: func(s *src) float64 { return float64(s.g.Keys) }},
-	{Key: "global_asks", Metric: "packetshaper_rule_global_asks_total", Help: "Lease asks sent to the store (one command each).", Kind: kCounter, Scope: scopeRule, from: fromGlobalRule,
+	{Key: countname.GlobalAsks, Metric: metric("rule", countname.GlobalAsks+"_total"), Help: "Lease asks sent to the store (one command each).", Kind: kCounter, Scope: scopeRule, from: fromGlobalRule,
 		get: func(s *src) float64 { return u(s.g.Asks) }},
-	{Key: "global_granted", Metric: "packetshaper_rule_global_granted_total", Help: "Tokens (packets or bytes) the store granted to this host.", Kind: kCounter, Scope: scopeRule, from: fromGlobalRule,
+	{Key: countname.GlobalGranted, Metric: metric("rule", countname.GlobalGranted+"_total"), Help: "Tokens (packets or bytes) the store granted to this host.", Kind: kCounter, Scope: scopeRule, from: fromGlobalRule,
 		get: func(s *src) float64 { return u(s.g.Granted) }},
-	{Key: "redis_errors", Metric: "packetshaper_rule_redis_errors_total", Help: "Lease asks that failed or timed out.", Kind: kCounter, Scope: scopeRule, from: fromGlobalRule,
+	{Key: countname.RedisErrors, Metric: metric("rule", countname.RedisErrors+"_total"), Help: "Lease asks that failed or timed out.", Kind: kCounter, Scope: scopeRule, from: fromGlobalRule,
 		get: func(s *src) float64 { return u(s.g.Errors) }},
-	{Key: "global_share", Metric: "packetshaper_rule_global_share", Help: "This host's recent share of a global rule's grants.", Kind: kGauge, Scope: scopeRule, from: fromGlobalRule, fmt: fRatio,
+	{Key: countname.GlobalShare, Metric: metric("rule", countname.GlobalShare), Help: "This host's recent share of a global rule's grants.", Kind: kGauge, Scope: scopeRule, from: fromGlobalRule, fmt: fRatio,
 		get: func(s *src) float64 { return s.g.Share }},
-	{Key: "global_hosts", Metric: "packetshaper_rule_global_hosts", Help: "The most hosts seen asking for one key of a global rule.", Kind: kGauge, Scope: scopeRule, from: fromGlobalRule,
+	{Key: countname.GlobalHosts, Metric: metric("rule", countname.GlobalHosts), Help: "The most hosts seen asking for one key of a global rule.", Kind: kGauge, Scope: scopeRule, from: fromGlobalRule,
 		get: func(s *src) float64 { return float64(s.g.Hosts) }},
 }
 
@@ -314,11 +326,11 @@ type histogram struct {
 
 // distributions are the histogram families.
 var distributions = []distribution{
-	{Metric: "packetshaper_verdict_latency_seconds", Help: "Time from a packet entering the network stack to its verdict (with --latency; kept to 1 µs below 1 ms, to 1/16 above).",
+	{Metric: metric("", "verdict_latency_seconds"), Help: "Time from a packet entering the network stack to its verdict (with --latency; kept to 1 µs below 1 ms, to 1/16 above).",
 		Scope: scopeLatency, from: fromQueue, latency: true, get: func(s *src) histogram { return s.q.latencyHist }},
-	{Metric: "packetshaper_shape_delay_seconds", Help: "Delays shaping rules gave packets (from arrival to departure time).",
+	{Metric: metric("", "shape_delay_seconds"), Help: "Delays shaping rules gave packets (from arrival to departure time).",
 		Scope: scopeShaping, from: fromEngine, get: func(s *src) histogram { return cumulative(s.e.delayHist, delayBounds) }},
-	{Metric: "packetshaper_release_late_seconds", Help: "How late held packets got their verdicts after their departure time.",
+	{Metric: metric("", "release_late_seconds"), Help: "How late held packets got their verdicts after their departure time.",
 		Scope: scopeShaping, from: fromQueue, get: func(s *src) histogram { return s.q.lateHist }},
 }
 

@@ -37,6 +37,7 @@ var layers = map[string][]string{
 	"internal/timing":    {},
 	"internal/suggest":   {},
 	"internal/term":      {},
+	"internal/clihelp":   {"internal/suggest"},
 
 	// What the running shaper is made of.
 	"internal/failopen": {"nfq"},
