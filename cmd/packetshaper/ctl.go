@@ -1,13 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
-	"path/filepath"
-	"slices"
-	"strings"
 
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/daemon"
@@ -37,10 +33,7 @@ func addCtlFlags(fs *pflag.FlagSet) *ctlFlags {
 // ctlDir is where path looks for running shapers (tests change it).
 var ctlDir = control.DefaultDir
 
-// path is the socket to ask: --control-socket's, or --queue's default
-// one; with neither flag, the one shaper running with a default socket in
-// ctlDir (whatever its --queue), or queue 0's when none is. Several are an
-// error that lists them, one a line.
+// path is the socket to ask (control.Choose in ctlDir).
 func (c *ctlFlags) path() (string, error) {
 	if c.socket != "" {
 		return c.socket, nil
@@ -49,28 +42,7 @@ func (c *ctlFlags) path() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	deflt := filepath.Join(ctlDir, filepath.Base(control.DefaultPath(queueArg(qs))))
-	if c.explicit {
-		return deflt, nil
-	}
-	running, err := control.Running(ctlDir)
-	if err != nil {
-		return "", fmt.Errorf("looking for running shapers: %w", err)
-	}
-	switch len(running) {
-	case 0:
-		return deflt, nil
-	case 1:
-		return running[0], nil
-	}
-	return "", &severalErr{running}
-}
-
-// severalErr is path's error when several shapers are running.
-type severalErr struct{ paths []string }
-
-func (e *severalErr) Error() string {
-	return fmt.Sprintf("%d shapers are running; choose one with --queue N|N-M or --control-socket PATH:\n%s", len(e.paths), strings.Join(e.paths, "\n"))
+	return control.Choose(ctlDir, queueArg(qs), c.explicit)
 }
 
 // queueArg formats queue numbers as --queue takes them.
@@ -135,46 +107,10 @@ func runFlows(c *ctlFlags, rule, sort string, top int, stdout, stderr io.Writer)
 	if top > 0 {
 		req.Sort = sort
 	}
-	out := bufio.NewWriterSize(stdout, 64<<10)
-	defer out.Flush()
-	var print func(*control.Flow) error
-	var table *control.FlowTable
-	if c.json {
-		var line []byte
-		print = func(f *control.Flow) error {
-			line = append(f.AppendJSON(line[:0]), '\n')
-			_, err := out.Write(line)
-			return err
-		}
-	} else {
-		table = control.NewFlowTable(out)
-		print = table.Write
-	}
-	// The server orders --top; a whole listing is ordered here (the
-	// client, not the shaper, holds the flows for that).
-	var all []control.Flow
-	emit := print
-	if top == 0 && sort != "none" {
-		emit = func(f *control.Flow) error { all = append(all, *f); return nil }
-	}
-	if _, err := control.ListFlows(path, req, emit); err != nil {
-		if table != nil {
-			table.Partial() // the flows received, if any
-		}
-		out.Flush()
+	out := control.NewFlowWriter(stdout, c.json)
+	if _, err := control.ListSorted(path, req, sort, out.Write); err != nil {
+		out.Partial() // the flows received, if any
 		return fail(1, "%s", oneLine(err.Error()))
-	}
-	if all != nil {
-		first := control.FlowOrder(sort)
-		slices.SortFunc(all, func(a, b control.Flow) int { return first(&a, &b) })
-		for i := range all {
-			if err := print(&all[i]); err != nil {
-				return fail(1, "%v", err)
-			}
-		}
-	}
-	if table != nil {
-		table.Flush()
 	}
 	if err := out.Flush(); err != nil {
 		return fail(1, "%v", err)

@@ -15,9 +15,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"runtime/debug"
 
+	"github.com/packetshaper/packetshaper/internal/buildinfo"
+	"github.com/packetshaper/packetshaper/internal/clihelp"
 	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/spf13/cobra"
@@ -42,59 +43,14 @@ var (
 // and the Go version.
 func versionLine() string {
 	bi, _ := debug.ReadBuildInfo()
-	return versionOf(version, commit, bi)
-}
-
-// stamped resolves the stamps v and c with the build info bi (nil: none):
-// the version ("" if none), the commit ("" if none) and whether go build
-// found the tree modified.
-func stamped(v, c string, bi *debug.BuildInfo) (string, string, bool) {
-	dirty := false
-	if bi == nil {
-		return v, c, false
-	}
-	if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	if c == "" {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				c = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-	}
-	return v, c, dirty && c != ""
+	return buildinfo.Line(version, commit, bi)
 }
 
 // buildVersion is the version alone, "dev" when none is stamped (status,
 // packetshaper_build_info).
 func buildVersion() string {
 	bi, _ := debug.ReadBuildInfo()
-	if v, _, _ := stamped(version, commit, bi); v != "" {
-		return v
-	}
-	return "dev"
-}
-
-// versionOf is versionLine for the stamps v and c and the build info bi
-// (nil: none). A build with neither says how to stamp one.
-func versionOf(v, c string, bi *debug.BuildInfo) string {
-	v, c, dirty := stamped(v, c, bi)
-	switch {
-	case v == "" && c == "":
-		return fmt.Sprintf("packetshaper dev (no version stamped: scripts/package.sh stamps one, or go build -ldflags \"-X main.version=V -X main.commit=$(git rev-parse HEAD)\"; %s)", runtime.Version())
-	case v == "":
-		v = "dev"
-	case c == "":
-		c = "unknown"
-	}
-	if dirty {
-		c += "-dirty"
-	}
-	return fmt.Sprintf("packetshaper %s (commit %s, %s)", v, c, runtime.Version())
+	return buildinfo.Version(version, commit, bi)
 }
 
 func main() {
@@ -127,7 +83,7 @@ Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
 		Example: "  packetshaper check /etc/packetshaper/policy.toml",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return &usageError{fmt.Sprintf("want one FILE, not %d arguments%s", len(args), seeHelp(cmd))}
+				return &usageError{fmt.Sprintf("want one FILE, not %d arguments%s", len(args), clihelp.SeeHelp(cmd))}
 			}
 			return nil
 		},

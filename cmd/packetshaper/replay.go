@@ -2,9 +2,9 @@ package main
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -118,26 +118,15 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 		return 2
 	}
 
-	// A file that cannot be opened at all is a usage error caught before
-	// anything is replayed or any output created (damage inside a capture
-	// is reported after the packets before it).
-	var inputs []os.FileInfo
+	// A capture that cannot be opened fails before anything is replayed.
+	sizes, inputs, err := replay.StatInputs(files)
+	if err != nil {
+		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
+		return 1
+	}
 	capFiles := make([]report.File, len(files))
 	for i, name := range files {
-		capFiles[i] = report.File{Name: name, Size: -1}
-		if name == "-" {
-			continue
-		}
-		f, err := os.Open(name)
-		if err != nil {
-			fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
-			return 1
-		}
-		if st, err := f.Stat(); err == nil {
-			inputs = append(inputs, st)
-			capFiles[i].Size = st.Size()
-		}
-		f.Close()
+		capFiles[i] = report.File{Name: name, Size: sizes[i]}
 	}
 	opts := replay.Options{
 		AcceptedNg: strings.HasSuffix(*writeAcc, ".pcapng"),
@@ -159,35 +148,20 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 	if *maxHeld == 0 {
 		opts.MaxHeld = -1 // none held
 	}
-	var outs []*os.File
 	var reportOut io.Writer
-	for _, o := range []struct {
-		flag, path string
-		dst        *io.Writer
-	}{
-		{"--verdicts", *verdicts, &opts.Verdicts},
-		{"--write-accepted", *writeAcc, &opts.Accepted},
-		{"--write-dropped", *writeDrop, &opts.Dropped},
-		{"--report", *reportPath, &reportOut},
-	} {
-		if o.path == "" {
-			continue
+	outs, err := replay.CreateOutputs([]replay.OutFile{
+		{Flag: "--verdicts", Path: *verdicts, Dst: &opts.Verdicts},
+		{Flag: "--write-accepted", Path: *writeAcc, Dst: &opts.Accepted},
+		{Flag: "--write-dropped", Path: *writeDrop, Dst: &opts.Dropped},
+		{Flag: "--report", Path: *reportPath, Dst: &reportOut},
+	}, inputs)
+	if err != nil {
+		fmt.Fprintln(stderr, "packetshaper replay:", err)
+		var ow *replay.OverwriteError
+		if errors.As(err, &ow) {
+			return 2
 		}
-		if st, err := os.Stat(o.path); err == nil {
-			for _, in := range inputs {
-				if os.SameFile(st, in) {
-					fmt.Fprintf(stderr, "packetshaper replay: %s %s is also a capture to replay: it would be overwritten\n", o.flag, o.path)
-					return 2
-				}
-			}
-		}
-		f, err := os.Create(o.path)
-		if err != nil {
-			fmt.Fprintf(stderr, "packetshaper replay: %s: %v\n", o.flag, err)
-			return 1
-		}
-		outs = append(outs, f)
-		*o.dst = f
+		return 1
 	}
 	start := time.Now()
 	var bar *term.Bar
@@ -218,7 +192,7 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 	var reportErr error
 	if reportOut != nil {
 		in := report.Input{
-			Args: settingArgs(fs, files), Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
+			Args: clihelp.SettingArgs(fs, outputFlags, files), Policy: polFile, PolicySource: src.Describe(), Files: capFiles,
 			Queue: uint16(*queue), Malformed: src.malformed, Top: *top,
 		}
 		if failed != nil {
@@ -269,24 +243,6 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 // outputFlags are replay's flags that choose outputs, not what is
 // replayed or how.
 var outputFlags = map[string]bool{"json": true, "verdicts": true, "write-accepted": true, "write-dropped": true, "report": true, "progress": true, "top": true}
-
-// settingArgs is the command line that replays what fs (parsed) replays,
-// outputs left out, flags in name order: the report's "command", the
-// same whatever the outputs' names.
-func settingArgs(fs *pflag.FlagSet, files []string) []string {
-	var args []string
-	fs.Visit(func(f *pflag.Flag) {
-		if outputFlags[f.Name] {
-			return
-		}
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
-			args = append(args, "--"+f.Name+"="+f.Value.String())
-			return
-		}
-		args = append(args, "--"+f.Name, f.Value.String())
-	})
-	return append(args, files...)
-}
 
 // markRules names the rules of f with a mark match.
 func markRules(f *policy.File) []string {

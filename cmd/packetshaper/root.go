@@ -4,12 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/packetshaper/packetshaper/internal/clihelp"
 	"github.com/packetshaper/packetshaper/internal/suggest"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
 // The command tree (github.com/spf13/cobra): the root command is the live
@@ -71,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !errors.As(err, &ue) {
 		// cobra's own usage errors (argument counts, an unknown
 		// help topic): one line as well.
-		ue = &usageError{oneLine(err.Error()) + seeHelp(cmd)}
+		ue = &usageError{oneLine(err.Error()) + clihelp.SeeHelp(cmd)}
 	}
 	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), ue.msg)
 	return 2
@@ -96,9 +94,9 @@ func newRootCmd(c *cli) *cobra.Command {
 			return nil
 		}
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			return &usageError{fmt.Sprintf("unknown command %q%s%s", args[0], suggest.DidYouMean(s, ""), seeHelp(cmd))}
+			return &usageError{fmt.Sprintf("unknown command %q%s%s", args[0], suggest.DidYouMean(s, ""), clihelp.SeeHelp(cmd))}
 		}
-		return &usageError{fmt.Sprintf("unexpected argument %q: not a command%s", args[0], seeHelp(cmd))}
+		return &usageError{fmt.Sprintf("unexpected argument %q: not a command%s", args[0], clihelp.SeeHelp(cmd))}
 	}
 	clihelp.Templates(root)
 	for _, sub := range subcommands {
@@ -110,40 +108,16 @@ func newRootCmd(c *cli) *cobra.Command {
 	return root
 }
 
-// flagParseError is every command's FlagErrorFunc: one line naming the flag,
-// with a did-you-mean over the command's flags, and where help is.
+// flagParseError is every command's FlagErrorFunc: one line naming the
+// flag, with a did-you-mean (clihelp.FlagError).
 func (c *cli) flagParseError(cmd *cobra.Command, err error) error {
-	msg := err.Error()
-	var notExist *pflag.NotExistError
-	if errors.As(err, &notExist) {
-		name := notExist.GetSpecifiedName()
-		if short := notExist.GetSpecifiedShortnames(); short != "" {
-			// -queue: a long flag with one dash (package flag took
-			// those). The argument as given: pflag names only what
-			// is left of it after known shorthands (-help: "elp").
-			name = short
-			for _, a := range c.args {
-				if len(a) > 2 && a[0] == '-' && a[1] != '-' && strings.HasSuffix(a, short) {
-					name, _, _ = strings.Cut(a[1:], "=")
-					break
-				}
-			}
-			msg = fmt.Sprintf("unknown flag -%s (long flags take two dashes)", name)
-		}
-		msg += suggest.DidYouMean(clihelp.SuggestFlags(cmd, name), "--")
-	}
-	return &usageError{msg + seeHelp(cmd)}
-}
-
-// seeHelp is where a usage error points to.
-func seeHelp(cmd *cobra.Command) string {
-	return " (see '" + cmd.CommandPath() + " --help')"
+	return &usageError{clihelp.FlagError(cmd, err, c.args)}
 }
 
 // noArgs is Args for commands without arguments.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return &usageError{fmt.Sprintf("unexpected argument %q%s", args[0], seeHelp(cmd))}
+		return &usageError{fmt.Sprintf("unexpected argument %q%s", args[0], clihelp.SeeHelp(cmd))}
 	}
 	return nil
 }

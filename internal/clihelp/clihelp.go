@@ -4,6 +4,7 @@
 package clihelp
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -127,4 +128,54 @@ func sentence(s string) string {
 		s += "."
 	}
 	return s
+}
+
+// FlagError is the one line of a flag error err of cmd (its FlagErrorFunc's),
+// args the command line: naming the flag, with a did-you-mean over the
+// command's flags, and where help is.
+func FlagError(cmd *cobra.Command, err error, args []string) string {
+	msg := err.Error()
+	var notExist *pflag.NotExistError
+	if errors.As(err, &notExist) {
+		name := notExist.GetSpecifiedName()
+		if short := notExist.GetSpecifiedShortnames(); short != "" {
+			// -queue: a long flag with one dash (package flag took
+			// those). The argument as given: pflag names only what
+			// is left of it after known shorthands (-help: "elp").
+			name = short
+			for _, a := range args {
+				if len(a) > 2 && a[0] == '-' && a[1] != '-' && strings.HasSuffix(a, short) {
+					name, _, _ = strings.Cut(a[1:], "=")
+					break
+				}
+			}
+			msg = fmt.Sprintf("unknown flag -%s (long flags take two dashes)", name)
+		}
+		msg += suggest.DidYouMean(SuggestFlags(cmd, name), "--")
+	}
+	return msg + SeeHelp(cmd)
+}
+
+// SeeHelp is where a usage error of cmd points to.
+func SeeHelp(cmd *cobra.Command) string {
+	return " (see '" + cmd.CommandPath() + " --help')"
+}
+
+// SettingArgs is the command line that does what fs (parsed) sets, the
+// flags named in outputs left out, flags in name order, then files:
+// replay's report shows it as its "command", the same whatever the
+// outputs' names.
+func SettingArgs(fs *pflag.FlagSet, outputs map[string]bool, files []string) []string {
+	var args []string
+	fs.Visit(func(f *pflag.Flag) {
+		if outputs[f.Name] {
+			return
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			args = append(args, "--"+f.Name+"="+f.Value.String())
+			return
+		}
+		args = append(args, "--"+f.Name, f.Value.String())
+	})
+	return append(args, files...)
 }

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"bufio"
 	"cmp"
 	"fmt"
 	"io"
@@ -28,6 +29,51 @@ func FlowOrder(sort string) func(a, b *Flow) int {
 	return func(a, b *Flow) int {
 		return cmp.Or(cmp.Compare(b.Dropped, a.Dropped), cmp.Compare(b.Packets, a.Packets), tie(a, b))
 	}
+}
+
+// FlowWriter writes flows as `packetshaper flows` prints them: one JSON
+// object a line (Flow.AppendJSON), or a FlowTable; buffered: call Flush.
+type FlowWriter struct {
+	out   *bufio.Writer
+	table *FlowTable // nil for JSON
+	line  []byte
+}
+
+// NewFlowWriter is a FlowWriter to w, of JSON lines if asJSON.
+func NewFlowWriter(w io.Writer, asJSON bool) *FlowWriter {
+	fw := &FlowWriter{out: bufio.NewWriterSize(w, 64<<10)}
+	if !asJSON {
+		fw.table = NewFlowTable(fw.out)
+	}
+	return fw
+}
+
+// Write writes one flow.
+func (fw *FlowWriter) Write(f *Flow) error {
+	if fw.table != nil {
+		return fw.table.Write(f)
+	}
+	fw.line = append(f.AppendJSON(fw.line[:0]), '\n')
+	_, err := fw.out.Write(fw.line)
+	return err
+}
+
+// Flush writes what is buffered, the table's header even if no flow was
+// written.
+func (fw *FlowWriter) Flush() error {
+	if fw.table != nil {
+		fw.table.Flush()
+	}
+	return fw.out.Flush()
+}
+
+// Partial writes the flows written, after an error: a table's header only
+// if a flow was.
+func (fw *FlowWriter) Partial() {
+	if fw.table != nil {
+		fw.table.Partial()
+	}
+	fw.out.Flush()
 }
 
 // FlowTable writes flows as `packetshaper flows` prints them: a table

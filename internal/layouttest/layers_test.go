@@ -38,6 +38,7 @@ var layers = map[string][]string{
 	"internal/suggest":   {},
 	"internal/term":      {},
 	"internal/clihelp":   {"internal/suggest"},
+	"internal/buildinfo": {},
 
 	// What the running shaper is made of.
 	"internal/failopen": {"nfq"},
