@@ -8,7 +8,9 @@
 // main only wires flags to packages: the live path is in live.go (package
 // daemon), replay in replay.go (package replay), the policy flags both share
 // in flags.go (package policy), flows and status in ctl.go (package
-// internal/control).
+// internal/control); help and usage are internal/clihelp's, the commands'
+// long help help/*.txt. What they print is the packages' (layouttest's
+// TestCmdIsWiring holds this package to 1 300 lines).
 package main
 
 import (
@@ -95,24 +97,6 @@ Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
 	return cmd
 }
 
-// fastpathKernel is check --fastpath's lines on the kernel: the Linux
-// release each attach mode needs, and the kernel memory the program's maps
-// would take for spec (over fastpath.MaxMapBytes, packetshaper --fastpath
-// refuses the program).
-func fastpathKernel(spec fastpath.Spec, stderr io.Writer) {
-	if s, err := fastpath.KernelNeeds(); err == nil {
-		fmt.Fprintln(stderr, "packetshaper check: fastpath kernel:", s)
-	}
-	b, err := fastpath.MapMemory(spec)
-	switch {
-	case err != nil:
-	case b > fastpath.MaxMapBytes:
-		fmt.Fprintf(stderr, "packetshaper check: fastpath kernel maps: %.1f MiB, over the %d MiB maximum: packetshaper --fastpath would refuse the program and run the whole policy through NFQUEUE (lower max-flows)\n", float64(b)/(1<<20), fastpath.MaxMapBytes>>20)
-	default:
-		fmt.Fprintf(stderr, "packetshaper check: fastpath kernel maps: %.1f MiB preallocated (at most %d MiB)\n", float64(b)/(1<<20), fastpath.MaxMapBytes>>20)
-	}
-}
-
 // runCheck is "packetshaper check FILE": it validates the rule file and
 // prints the policy as understood, every default filled in; exit status 0,
 // or 2 with the one-line error. fast: also the fast path's split, one
@@ -144,7 +128,9 @@ func runCheck(file string, fast bool, stdout, stderr io.Writer) int {
 			for _, r := range reasons {
 				fmt.Fprintln(stderr, "packetshaper check: fastpath:", r)
 			}
-			fastpathKernel(spec, stderr)
+			for _, l := range fastpath.CheckLines(spec) {
+				fmt.Fprintln(stderr, "packetshaper check:", l)
+			}
 		}
 	}
 	if err != nil {
