@@ -56,14 +56,19 @@ const (
 	// ShapeOverflow: packets a shaping rule dropped because its queue
 	// (max-delay) or the held packets (--max-held) were full.
 	ShapeOverflow = "shape_overflow"
-	// Held, HeldPeak: packets held for a later verdict now, and the most
-	// held at once. (Their bound, max_held, is the daemon's alone: its
-	// counters' table and its start line.)
+	// Held, HeldPeak, MaxHeld: packets held for a later verdict now, the
+	// most held at once, and the bound (--max-held).
 	Held     = "held"
 	HeldPeak = "held_peak"
-	// DelayMaxUs, LateMaxUs: the longest shaping delay and the latest
-	// release past a departure time, in µs (the stats line).
+	MaxHeld  = "max_held"
+	// The shaping delays' quantiles and the release lateness's (how late
+	// held packets got their verdicts past their departure time), in µs
+	// (the stats line).
+	DelayP50Us = "delay_p50_us"
+	DelayP99Us = "delay_p99_us"
 	DelayMaxUs = "delay_max_us"
+	LateP50Us  = "late_p50_us"
+	LateP99Us  = "late_p99_us"
 	LateMaxUs  = "late_max_us"
 	// DelayP50Ns, DelayP99Ns, DelayMaxNs: the delays' quantiles (replay).
 	DelayP50Ns = "delay_p50_ns"
@@ -89,6 +94,14 @@ const (
 	// Batches, VerdictMsgs: batch verdicts sent, verdict messages sent.
 	Batches     = "batches"
 	VerdictMsgs = "verdict_msgs"
+)
+
+// --latency: the verdicts timed, and their latency's quantiles in µs.
+const (
+	LatCount = "lat_count"
+	LatP50Us = "lat_p50_us"
+	LatP99Us = "lat_p99_us"
+	LatMaxUs = "lat_max_us"
 )
 
 // --offload.
