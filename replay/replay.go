@@ -29,6 +29,7 @@ import (
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/countname"
 	"github.com/packetshaper/packetshaper/internal/heap"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -187,10 +188,10 @@ func New(eng *shaper.Engine, o Options) *Replayer {
 		r.verdicts = bufio.NewWriterSize(o.Verdicts, 64<<10)
 	}
 	if o.Accepted != nil {
-		r.acc.init(o.Accepted, "accepted", o.AcceptedNg)
+		r.acc.init(o.Accepted, countname.Accepted, o.AcceptedNg)
 	}
 	if o.Dropped != nil {
-		r.drp.init(o.Dropped, "dropped", o.DroppedNg)
+		r.drp.init(o.Dropped, countname.Dropped, o.DroppedNg)
 	}
 	return r
 }

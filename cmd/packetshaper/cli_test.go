@@ -154,15 +154,3 @@ func TestExitStatus(t *testing.T) {
 		}
 	}
 }
-
-// TestEditDistance: a swap is one edit.
-func TestEditDistance(t *testing.T) {
-	for _, c := range []struct {
-		a, b string
-		d    int
-	}{{"burts", "burst", 1}, {"", "abc", 3}, {"queue", "queue", 0}, {"qeueu", "queue", 2}, {"pps", "top", 3}} {
-		if got := editDistance(c.a, c.b); got != c.d {
-			t.Errorf("editDistance(%q, %q) = %d, want %d", c.a, c.b, got, c.d)
-		}
-	}
-}

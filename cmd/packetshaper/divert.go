@@ -10,24 +10,13 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// divertLong is "packetshaper divert --help"'s text.
-const divertLong = `Prints the divert rules the rule file's matches need: one line per rule, the
-options of packetshaper-rules (scripts/rules.sh) add besides --queue and
---chain ("--family both --proto udp --dport 53"). They are the fewest rules,
-by family, protocol and port ranges, whose packets include every packet a
-rule of the file matches (addresses, interfaces and marks are left to the
-rules' matches: a diverted packet no rule matches is accepted). Accept
-rules need none: their packets pass whether diverted or not. A rule whose
-match.queue names none of --queue's queues is left out, with a warning.
-packetshaper-rules add --queue N --policy FILE installs them.`
-
 // newDivertCmd is "packetshaper divert".
 func newDivertCmd(c *cli) *cobra.Command {
 	var pol, queue string
 	cmd := &cobra.Command{
 		Use:     "divert --policy FILE [--queue N|N-M]",
 		Short:   "print the divert rules (packetshaper-rules options) a rule file needs",
-		Long:    divertLong,
+		Long:    help("divert"),
 		Example: "  packetshaper divert --policy /etc/packetshaper/policy.toml\n  sudo packetshaper-rules add --queue 0 --policy /etc/packetshaper/policy.toml",
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -77,53 +66,10 @@ func runDivert(pol, queue string, stdout, stderr io.Writer) int {
 var divertDefault = divert.DefaultFile
 
 // divertWarnings writes check's warnings about the rules of f that no
-// divert rule can feed: those in force in this network namespace (rules.sh's
-// rules, by their comments) or, with none, those divertDefault's QUEUE and
-// RULES_OPTS would install. Nothing when neither is there.
+// divert rule can feed (divert.CheckWarnings, divertDefault the service's
+// settings).
 func divertWarnings(f *policy.File, stderr io.Writer) {
-	if rules, _ := divert.Needed(f, nil); divert.CtWarning(f, rules) != "" {
-		fmt.Fprintln(stderr, "packetshaper check: warning:", divert.CtWarning(f, rules))
-	}
-	ds, from := divert.InForce()
-	source := "by the rules in force (" + strings.Join(from, ", ") + ")"
-	if len(ds) == 0 {
-		queue, opts, ok, err := divert.ReadDefault(divertDefault)
-		if err != nil {
-			fmt.Fprintf(stderr, "packetshaper check: warning: %s: %v (divert rules not checked)\n", divertDefault, err)
-			return
-		}
-		if !ok {
-			return
-		}
-		d, pf, err := divert.FromOptions(queue, opts)
-		if err != nil {
-			fmt.Fprintf(stderr, "packetshaper check: warning: %s: RULES_OPTS: %v (divert rules not checked)\n", divertDefault, err)
-			return
-		}
-		source = fmt.Sprintf("by %s's RULES_OPTS (QUEUE=%s)", divertDefault, queue)
-		ds = []divert.Rule{d}
-		if pf != "" {
-			// The rules of that file, on QUEUE's queues.
-			pfile, err := policy.Load(pf)
-			if err != nil {
-				fmt.Fprintf(stderr, "packetshaper check: warning: %s: RULES_OPTS --policy: %s (divert rules not checked)\n", divertDefault, oneLine(err.Error()))
-				return
-			}
-			var qs []uint16
-			for q := int(d.QueueLo); q <= int(d.QueueHi); q++ {
-				qs = append(qs, uint16(q))
-			}
-			ds, _ = divert.Needed(pfile, qs)
-			for i := range ds {
-				ds[i].QueueLo, ds[i].QueueHi, ds[i].Chain = d.QueueLo, d.QueueHi, d.Chain
-			}
-		}
-	}
-	for _, w := range divert.Unseen(f, ds) {
-		if w.Owner {
-			fmt.Fprintf(stderr, "packetshaper check: warning: %s (diverted %s)\n", w, source)
-			continue
-		}
-		fmt.Fprintf(stderr, "packetshaper check: warning: %s %s (packetshaper divert --policy FILE prints the divert rules the file needs)\n", w, source)
+	for _, w := range divert.CheckWarnings(f, divertDefault) {
+		fmt.Fprintln(stderr, "packetshaper check: warning:", w)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/cpuguy83/go-md2man/v2/md2man"
+	"github.com/packetshaper/packetshaper/internal/clihelp"
 	"github.com/spf13/cobra"
 	"github.com/spf13/cobra/doc"
 	"github.com/spf13/pflag"
@@ -176,19 +177,19 @@ func genCLIReference() []byte {
 		if c.Example != "" {
 			fmt.Fprintf(&b, "\n```\n%s\n```\n", strings.TrimRight(c.Example, "\n"))
 		}
-		for _, g := range flagGroupTitles {
+		for _, g := range clihelp.FlagGroups {
 			var rows []*pflag.Flag
 			c.LocalFlags().VisitAll(func(f *pflag.Flag) {
 				gs := f.Annotations["group"]
-				if !f.Hidden && (len(gs) == 1 && gs[0] == g.id || len(gs) == 0 && g.id == "") {
+				if !f.Hidden && (len(gs) == 1 && gs[0] == g.ID || len(gs) == 0 && g.ID == "") {
 					rows = append(rows, f)
 				}
 			})
 			if len(rows) == 0 {
 				continue
 			}
-			title := g.title
-			if g.id == "" {
+			title := g.Title
+			if g.ID == "" {
 				title = strings.TrimPrefix(c.CommandPath()+" ", "packetshaper ") + "flags"
 				if c == root {
 					title = "live flags"

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/packetshaper/packetshaper/internal/clihelp"
+	"github.com/packetshaper/packetshaper/internal/countname"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 	"github.com/spf13/pflag"
@@ -70,11 +72,12 @@ func addPolicyFlags(fs *pflag.FlagSet) *policyFlags {
 	p := &policyFlags{fs: fs, limiter: policy.DefineFlags(limiter)}
 	pol := pflag.NewFlagSet("", pflag.ContinueOnError)
 	pol.StringVar(&p.file, "policy", "", "read the rules from the TOML rule `FILE` (see docs/configuration.md) instead of the limiter flags; live: SIGHUP re-reads it")
-	pol.StringVar(&p.malformed, "malformed", "accept", "verdict for packets whose IP header is invalid (the kernel drops those anyway): accept or drop")
-	addGroup(fs, groupPolicy, pol)
+	// --malformed: the verdict of the packets counted malformed.
+	pol.StringVar(&p.malformed, countname.Malformed, "accept", "verdict for packets whose IP header is invalid (the kernel drops those anyway): accept or drop")
+	clihelp.AddGroup(fs, clihelp.GroupPolicy, pol)
 	lim := pflag.NewFlagSet("", pflag.ContinueOnError)
 	lim.AddGoFlagSet(limiter)
-	addGroup(fs, groupLimiter, lim)
+	clihelp.AddGroup(fs, clihelp.GroupLimiter, lim)
 	return p
 }
 

@@ -15,44 +15,17 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/packetshaper/packetshaper/internal/clihelp"
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/daemon"
 	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/internal/offload"
+	"github.com/packetshaper/packetshaper/internal/term"
 	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
-
-const liveUsage = `Shapes live traffic: every packet that an iptables or nft rule sends to
-NFQUEUE queue N (or N..M) gets ACCEPT or DROP from the first rule of the
-policy that matches it: a TOML rule file (--policy FILE, see
-docs/configuration.md), or one rule made of the limiter flags (--pps 100 limits every
-packet to 100 packets/s per 5-tuple). Needs root (CAP_NET_ADMIN). Always
-queue with bypass, so that traffic flows when packetshaper is not running,
-and with a conntrack match every packet passes, which keeps the kernel's
-defragmentation on so that a fragmented datagram is queued (and charged)
-whole: a port match alone never sees non-first fragments. Best, use
-scripts/rules.sh (packetshaper-rules), which writes exactly that:
-
-    iptables -I INPUT -p udp --dport 9000 -m conntrack --ctstate INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED -j NFQUEUE --queue-num 0 --queue-bypass
-    (--queue-balance 0:1 instead of --queue-num 0 with --queue 0-1; ip6tables alike)
-    nft add rule inet filter input udp dport 9000 ct state invalid,new,established,related,untracked queue num 0 bypass   # kernels with CONFIG_NFT_QUEUE
-
-A full queue accepts packets without asking (fail-open) unless --fail-closed;
-such packets are counted as failopen_passed in the stats and metrics.
-"packetshaper status" and "packetshaper flows" ask the running shaper through
-its control socket (--control-socket).
-Shaping (--shape, or shape = true in a rule) holds a packet over the rate in
-the kernel's queue until its departure time, at most --max-delay, and at most
---max-held packets per queue.
-SIGINT/SIGTERM: stop, answer every held packet (shaped ones: accepted at
-once), log the final stats, exit 0.
-SIGHUP: re-read --policy FILE. Rules whose name, match, key and limiter
-settings are unchanged keep their flows and limiter state (no fresh burst);
-changed and new rules start empty; the log says which rules kept state. A bad
-file changes nothing and logs one error. Without --policy, SIGHUP is ignored.`
 
 // liveFlags are the flags of the live shaper beside the policy flags.
 type liveFlags struct {
@@ -129,14 +102,14 @@ func newLiveCmd(c *cli) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "packetshaper [--queue N|N-M] [--policy FILE | limiter flags] [flags]",
 		Short: "per-flow packet shaper for Linux (NFQUEUE) and for captures",
-		Long:  liveUsage,
+		Long:  help("live"),
 		Example: `  sudo scripts/rules.sh add --queue 0 --proto udp --dport 9000
   sudo packetshaper --queue 0 --pps 100
   sudo packetshaper --queue 0-3 --policy /etc/packetshaper/policy.toml --metrics-addr 127.0.0.1:9464`,
 	}
 	live := pflag.NewFlagSet("live", pflag.ContinueOnError)
 	f := addLiveFlags(live)
-	addGroup(cmd.Flags(), "", live)
+	clihelp.AddGroup(cmd.Flags(), "", live)
 	pf := addPolicyFlags(cmd.Flags())
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return c.exit(runLive(cmd.Flags(), pf, f, c.stderr))
@@ -201,7 +174,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	var log *slog.Logger
 	switch f.logFormat {
 	case "text":
-		log = slog.New(slog.NewTextHandler(logWriter(stderr), nil))
+		log = slog.New(slog.NewTextHandler(term.LogWriter(stderr), nil))
 	case "json":
 		log = slog.New(slog.NewJSONHandler(stderr, nil))
 	default:

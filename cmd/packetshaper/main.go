@@ -8,16 +8,19 @@
 // main only wires flags to packages: the live path is in live.go (package
 // daemon), replay in replay.go (package replay), the policy flags both share
 // in flags.go (package policy), flows and status in ctl.go (package
-// internal/control).
+// internal/control); help and usage are internal/clihelp's, the commands'
+// long help help/*.txt. What they print is the packages' (layouttest's
+// TestCmdIsWiring holds this package to 1 300 lines).
 package main
 
 import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"runtime/debug"
 
+	"github.com/packetshaper/packetshaper/internal/buildinfo"
+	"github.com/packetshaper/packetshaper/internal/clihelp"
 	"github.com/packetshaper/packetshaper/internal/fastpath"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/spf13/cobra"
@@ -42,59 +45,14 @@ var (
 // and the Go version.
 func versionLine() string {
 	bi, _ := debug.ReadBuildInfo()
-	return versionOf(version, commit, bi)
-}
-
-// stamped resolves the stamps v and c with the build info bi (nil: none):
-// the version ("" if none), the commit ("" if none) and whether go build
-// found the tree modified.
-func stamped(v, c string, bi *debug.BuildInfo) (string, string, bool) {
-	dirty := false
-	if bi == nil {
-		return v, c, false
-	}
-	if v == "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		v = bi.Main.Version
-	}
-	if c == "" {
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				c = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-	}
-	return v, c, dirty && c != ""
+	return buildinfo.Line(version, commit, bi)
 }
 
 // buildVersion is the version alone, "dev" when none is stamped (status,
 // packetshaper_build_info).
 func buildVersion() string {
 	bi, _ := debug.ReadBuildInfo()
-	if v, _, _ := stamped(version, commit, bi); v != "" {
-		return v
-	}
-	return "dev"
-}
-
-// versionOf is versionLine for the stamps v and c and the build info bi
-// (nil: none). A build with neither says how to stamp one.
-func versionOf(v, c string, bi *debug.BuildInfo) string {
-	v, c, dirty := stamped(v, c, bi)
-	switch {
-	case v == "" && c == "":
-		return fmt.Sprintf("packetshaper dev (no version stamped: scripts/package.sh stamps one, or go build -ldflags \"-X main.version=V -X main.commit=$(git rev-parse HEAD)\"; %s)", runtime.Version())
-	case v == "":
-		v = "dev"
-	case c == "":
-		c = "unknown"
-	}
-	if dirty {
-		c += "-dirty"
-	}
-	return fmt.Sprintf("packetshaper %s (commit %s, %s)", v, c, runtime.Version())
+	return buildinfo.Version(version, commit, bi)
 }
 
 func main() {
@@ -127,7 +85,7 @@ Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
 		Example: "  packetshaper check /etc/packetshaper/policy.toml",
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 1 {
-				return &usageError{fmt.Sprintf("want one FILE, not %d arguments%s", len(args), seeHelp(cmd))}
+				return &usageError{fmt.Sprintf("want one FILE, not %d arguments%s", len(args), clihelp.SeeHelp(cmd))}
 			}
 			return nil
 		},
@@ -137,24 +95,6 @@ Exit status 0, or 2 with a one-line error naming FILE:LINE:COL.`,
 	}
 	cmd.Flags().BoolVar(&fast, "fastpath", false, "also say on stderr, one line per rule, whether it would run in the kernel (--fastpath) or in user space, and why")
 	return cmd
-}
-
-// fastpathKernel is check --fastpath's lines on the kernel: the Linux
-// release each attach mode needs, and the kernel memory the program's maps
-// would take for spec (over fastpath.MaxMapBytes, packetshaper --fastpath
-// refuses the program).
-func fastpathKernel(spec fastpath.Spec, stderr io.Writer) {
-	if s, err := fastpath.KernelNeeds(); err == nil {
-		fmt.Fprintln(stderr, "packetshaper check: fastpath kernel:", s)
-	}
-	b, err := fastpath.MapMemory(spec)
-	switch {
-	case err != nil:
-	case b > fastpath.MaxMapBytes:
-		fmt.Fprintf(stderr, "packetshaper check: fastpath kernel maps: %.1f MiB, over the %d MiB maximum: packetshaper --fastpath would refuse the program and run the whole policy through NFQUEUE (lower max-flows)\n", float64(b)/(1<<20), fastpath.MaxMapBytes>>20)
-	default:
-		fmt.Fprintf(stderr, "packetshaper check: fastpath kernel maps: %.1f MiB preallocated (at most %d MiB)\n", float64(b)/(1<<20), fastpath.MaxMapBytes>>20)
-	}
 }
 
 // runCheck is "packetshaper check FILE": it validates the rule file and
@@ -188,7 +128,9 @@ func runCheck(file string, fast bool, stdout, stderr io.Writer) int {
 			for _, r := range reasons {
 				fmt.Fprintln(stderr, "packetshaper check: fastpath:", r)
 			}
-			fastpathKernel(spec, stderr)
+			for _, l := range fastpath.CheckLines(spec) {
+				fmt.Fprintln(stderr, "packetshaper check:", l)
+			}
 		}
 	}
 	if err != nil {

@@ -10,11 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
-
-	"golang.org/x/sys/unix"
-
-	"github.com/packetshaper/packetshaper/replay"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/golden from the current output")
@@ -262,70 +257,5 @@ func TestBinary(t *testing.T) {
 	}
 	if msg := stderr.String(); strings.Count(msg, "\n") != 1 || !strings.Contains(msg, "truncated.pcap: packet 11: truncated") {
 		t.Errorf("stderr %q, want one line naming file, packet 11 and the problem", msg)
-	}
-}
-
-// TestProgressBar: nothing during the first second, then a bar with the
-// fraction of the file read, cleared at the end.
-func TestProgressBar(t *testing.T) {
-	var buf bytes.Buffer
-	b := &progressBar{w: &buf, start: time.Now()}
-	b.update(replay.Progress{File: "f.pcap", Read: 50, Size: 100, Packets: 7})
-	if buf.Len() != 0 {
-		t.Errorf("drawn within the first second: %q", buf.String())
-	}
-	b.start = time.Now().Add(-2 * time.Second)
-	b.update(replay.Progress{File: "f.pcap", Read: 50, Size: 100, Packets: 65536})
-	if got := buf.String(); !strings.Contains(got, "[===============               ]  50% f.pcap: 65536 packets") {
-		t.Errorf("bar %q", got)
-	}
-	buf.Reset()
-	b.clear()
-	if buf.String() != "\r\x1b[K" {
-		t.Errorf("clear wrote %q", buf.String())
-	}
-}
-
-// TestIsTerminal: a pseudo-terminal is a terminal; a pipe, a file and
-// /dev/null are not.
-func TestIsTerminal(t *testing.T) {
-	ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
-	if err != nil {
-		t.Skipf("no pseudo-terminals here: %v", err)
-	}
-	defer ptmx.Close()
-	if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(ptmx.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pts, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pts.Close()
-	if !isTerminal(pts) {
-		t.Errorf("isTerminal(%s) = false", pts.Name())
-	}
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	defer w.Close()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devnull.Close()
-	for _, f := range []*os.File{w, devnull} {
-		if isTerminal(f) {
-			t.Errorf("isTerminal(%s) = true", f.Name())
-		}
-	}
-	if isTerminal(&bytes.Buffer{}) {
-		t.Errorf("isTerminal(bytes.Buffer) = true")
 	}
 }

@@ -4,10 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
+	"github.com/packetshaper/packetshaper/internal/clihelp"
+	"github.com/packetshaper/packetshaper/internal/suggest"
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 )
 
 // The command tree (github.com/spf13/cobra): the root command is the live
@@ -69,7 +69,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if !errors.As(err, &ue) {
 		// cobra's own usage errors (argument counts, an unknown
 		// help topic): one line as well.
-		ue = &usageError{oneLine(err.Error()) + seeHelp(cmd)}
+		ue = &usageError{oneLine(err.Error()) + clihelp.SeeHelp(cmd)}
 	}
 	fmt.Fprintf(stderr, "%s: %s\n", cmd.CommandPath(), ue.msg)
 	return 2
@@ -94,14 +94,11 @@ func newRootCmd(c *cli) *cobra.Command {
 			return nil
 		}
 		if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
-			return &usageError{fmt.Sprintf("unknown command %q%s%s", args[0], didYouMean(s, ""), seeHelp(cmd))}
+			return &usageError{fmt.Sprintf("unknown command %q%s%s", args[0], suggest.DidYouMean(s, ""), clihelp.SeeHelp(cmd))}
 		}
-		return &usageError{fmt.Sprintf("unexpected argument %q: not a command%s", args[0], seeHelp(cmd))}
+		return &usageError{fmt.Sprintf("unexpected argument %q: not a command%s", args[0], clihelp.SeeHelp(cmd))}
 	}
-	cobra.AddTemplateFunc("flagGroups", flagGroups)
-	cobra.AddTemplateFunc("sentence", sentence)
-	root.SetUsageTemplate(usageTemplate)
-	root.SetHelpTemplate(helpTemplate)
+	clihelp.Templates(root)
 	for _, sub := range subcommands {
 		root.AddCommand(sub(c))
 	}
@@ -111,200 +108,16 @@ func newRootCmd(c *cli) *cobra.Command {
 	return root
 }
 
-// flagParseError is every command's FlagErrorFunc: one line naming the flag,
-// with a did-you-mean over the command's flags, and where help is.
+// flagParseError is every command's FlagErrorFunc: one line naming the
+// flag, with a did-you-mean (clihelp.FlagError).
 func (c *cli) flagParseError(cmd *cobra.Command, err error) error {
-	msg := err.Error()
-	var notExist *pflag.NotExistError
-	if errors.As(err, &notExist) {
-		name := notExist.GetSpecifiedName()
-		if short := notExist.GetSpecifiedShortnames(); short != "" {
-			// -queue: a long flag with one dash (package flag took
-			// those). The argument as given: pflag names only what
-			// is left of it after known shorthands (-help: "elp").
-			name = short
-			for _, a := range c.args {
-				if len(a) > 2 && a[0] == '-' && a[1] != '-' && strings.HasSuffix(a, short) {
-					name, _, _ = strings.Cut(a[1:], "=")
-					break
-				}
-			}
-			msg = fmt.Sprintf("unknown flag -%s (long flags take two dashes)", name)
-		}
-		msg += didYouMean(suggestFlags(cmd, name), "--")
-	}
-	return &usageError{msg + seeHelp(cmd)}
-}
-
-// seeHelp is where a usage error points to.
-func seeHelp(cmd *cobra.Command) string {
-	return " (see '" + cmd.CommandPath() + " --help')"
-}
-
-// didYouMean is ", did you mean X?" (or "X or Y") for suggestions.
-func didYouMean(s []string, prefix string) string {
-	if len(s) == 0 {
-		return ""
-	}
-	for i := range s {
-		s[i] = "'" + prefix + s[i] + "'"
-	}
-	return "; did you mean " + strings.Join(s, " or ") + "?"
-}
-
-// suggestFlags are cmd's flags within edit distance 2 of name, or that
-// start with it (at most 3, nearest first).
-func suggestFlags(cmd *cobra.Command, name string) []string {
-	if name == "" {
-		return nil
-	}
-	type cand struct {
-		name string
-		d    int
-	}
-	if f := cmd.Flags().Lookup(name); f != nil && !f.Hidden {
-		return []string{name}
-	}
-	var cs []cand
-	cmd.Flags().VisitAll(func(f *pflag.Flag) {
-		if f.Hidden {
-			return
-		}
-		d := editDistance(strings.ToLower(name), f.Name)
-		if d <= 2 || len(name) > 2 && strings.HasPrefix(f.Name, name) {
-			cs = append(cs, cand{f.Name, d})
-		}
-	})
-	// Stable: nearest first, then name order (VisitAll's).
-	for i := 1; i < len(cs); i++ {
-		for j := i; j > 0 && cs[j].d < cs[j-1].d; j-- {
-			cs[j], cs[j-1] = cs[j-1], cs[j]
-		}
-	}
-	var out []string
-	for i := 0; i < len(cs) && i < 3; i++ {
-		out = append(out, cs[i].name)
-	}
-	return out
-}
-
-// editDistance is the Damerau-Levenshtein (optimal string alignment)
-// distance: a swap of two neighbours ("burts") is one edit.
-func editDistance(a, b string) int {
-	d := make([][]int, len(a)+1)
-	for i := range d {
-		d[i] = make([]int, len(b)+1)
-		d[i][0] = i
-	}
-	for j := range d[0] {
-		d[0][j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
-			}
-		}
-	}
-	return d[len(a)][len(b)]
-}
-
-// Flag groups: a flag's group is its "group" annotation; help lists the
-// groups in this order, each under its title.
-var flagGroupTitles = []struct{ id, title string }{
-	{"", "Flags"},
-	{groupPolicy, "Policy flags"},
-	{groupLimiter, "Limiter flags (one rule matching every packet, without --policy)"},
-}
-
-const (
-	groupPolicy  = "policy"
-	groupLimiter = "limiter"
-)
-
-// addGroup adds src's flags to dst in group.
-func addGroup(dst *pflag.FlagSet, group string, src *pflag.FlagSet) {
-	src.VisitAll(func(f *pflag.Flag) {
-		if f.Annotations == nil {
-			f.Annotations = map[string][]string{}
-		}
-		f.Annotations["group"] = []string{group}
-		dst.AddFlag(f)
-	})
-}
-
-// flagGroups is the "Flags:" part of a command's help, group by group.
-func flagGroups(cmd *cobra.Command) string {
-	var b strings.Builder
-	for _, g := range flagGroupTitles {
-		fs := pflag.NewFlagSet(g.id, pflag.ContinueOnError)
-		cmd.LocalFlags().VisitAll(func(f *pflag.Flag) {
-			if gs := f.Annotations["group"]; len(gs) == 1 && gs[0] == g.id || len(gs) == 0 && g.id == "" {
-				fs.AddFlag(f)
-			}
-		})
-		if !fs.HasAvailableFlags() {
-			continue
-		}
-		fmt.Fprintf(&b, "\n\n%s:\n%s", g.title, strings.TrimRight(fs.FlagUsages(), " \n"))
-	}
-	return b.String()
-}
-
-// usageHead is the usage lines of a command's help and usage.
-const usageHead = `Usage:{{if .Runnable}}
-  {{.UseLine}}{{end}}{{if .HasAvailableSubCommands}}
-  {{.CommandPath}} [command]{{end}}`
-
-// helpTemplate is every command's --help: the usage lines, what the
-// command does in one sentence (its Short), the examples, commands and
-// flags, then the long description.
-const helpTemplate = usageHead + `
-
-{{sentence .Short}}` + usageRest + `{{with .Long}}
-Description:
-{{.}}
-{{end}}`
-
-// usageTemplate is cobra's, with the flags in their groups.
-const usageTemplate = usageHead + usageRest
-
-// usageRest is the usage after its first lines.
-const usageRest = `{{if .HasExample}}
-
-Examples:
-{{.Example}}{{end}}{{if .HasAvailableSubCommands}}
-
-Commands:{{range .Commands}}{{if (or .IsAvailableCommand (eq .Name "help"))}}
-  {{rpad .Name .NamePadding }} {{.Short}}{{end}}{{end}}{{end}}{{if .HasAvailableLocalFlags}}{{flagGroups .}}{{end}}{{if .HasAvailableInheritedFlags}}
-
-Global Flags:
-{{.InheritedFlags.FlagUsages | trimTrailingWhitespaces}}{{end}}{{if .HasAvailableSubCommands}}
-
-Use "{{.CommandPath}} [command] --help" for more information about a command.{{end}}
-`
-
-// sentence makes a command's Short a sentence: "Replay pcap ... input)."
-func sentence(s string) string {
-	if s == "" {
-		return ""
-	}
-	s = strings.ToUpper(s[:1]) + s[1:]
-	if !strings.HasSuffix(s, ".") {
-		s += "."
-	}
-	return s
+	return &usageError{clihelp.FlagError(cmd, err, c.args)}
 }
 
 // noArgs is Args for commands without arguments.
 func noArgs(cmd *cobra.Command, args []string) error {
 	if len(args) > 0 {
-		return &usageError{fmt.Sprintf("unexpected argument %q%s", args[0], seeHelp(cmd))}
+		return &usageError{fmt.Sprintf("unexpected argument %q%s", args[0], clihelp.SeeHelp(cmd))}
 	}
 	return nil
 }

@@ -11,18 +11,6 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// topLong is "packetshaper top --help"'s text.
-const topLong = `A live view of the running packetshaper, like top: a header (queues,
-uptime, packets in, accepted, dropped and fail-open passes per second), each
-rule's rates, and the flows with the most drops (or packets) per second,
-refreshed every --interval. Rates are the counters' increase between two
-refreshes over the time between them. The flows considered are the shaper's
-first 1000 in the order of --sort by their counters since they started.
-Keys: q quit, s the next sort. Not on a terminal (or with --once), it prints
-one frame, an interval after the first reading, and exits.
-
-It talks to the shaper's control socket (root only) as flows and status do.`
-
 // newTopCmd is "packetshaper top".
 func newTopCmd(c *cli) *cobra.Command {
 	var sortBy, rule string
@@ -30,7 +18,7 @@ func newTopCmd(c *cli) *cobra.Command {
 	var rows int
 	var once bool
 	return newCtlCmd(c, "top [--interval D] [--sort drops|packets] [--rule R] [--rows N] [--once] [--json] [--queue N|N-M | --control-socket PATH]",
-		"a live view of the running shaper's rule and flow rates (root)", topLong,
+		"a live view of the running shaper's rule and flow rates (root)",
 		func(fs *pflag.FlagSet) {
 			fs.DurationVar(&interval, "interval", time.Second, "the time `D` between refreshes")
 			fs.StringVar(&sortBy, "sort", "drops", "the flows' first `ORDER`: drops (most dropped per second first) or packets")

@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"net"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -108,7 +109,7 @@ func (e *ServerError) Error() string { return e.Msg }
 // GetStatus asks the shaper behind the control socket at path for its
 // status.
 func GetStatus(path string) (*Status, error) {
-	c, r, err := dial(path, Request{Cmd: "status"})
+	c, r, err := dial(path, Request{Cmd: CmdStatus})
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +129,7 @@ func GetStatus(path string) (*Status, error) {
 // or until fn returns an error, which it returns. The Flow is fn's only
 // during the call.
 func ListFlows(path string, req Request, fn func(*Flow) error) (*End, error) {
-	req.Cmd = "flows"
+	req.Cmd = CmdFlows
 	if err := req.check(); err != nil {
 		return nil, err
 	}
@@ -172,4 +173,27 @@ func ListFlows(path string, req Request, fn func(*Flow) error) (*End, error) {
 			return nil, errors.New("flows: an answer line with neither a flow nor the end")
 		}
 	}
+}
+
+// ListSorted is ListFlows with the flows in the order sort (SortDrops,
+// SortPackets; "none": as received). The server orders a listing of
+// req.Top flows; a whole listing is ordered here, by the client, which
+// holds the flows for that (the shaper does not).
+func ListSorted(path string, req Request, sort string, fn func(*Flow) error) (*End, error) {
+	if req.Top > 0 || sort == "none" {
+		return ListFlows(path, req, fn)
+	}
+	var all []Flow
+	end, err := ListFlows(path, req, func(f *Flow) error { all = append(all, *f); return nil })
+	if err != nil {
+		return nil, err
+	}
+	first := FlowOrder(sort)
+	slices.SortFunc(all, func(a, b Flow) int { return first(&a, &b) })
+	for i := range all {
+		if err := fn(&all[i]); err != nil {
+			return end, err
+		}
+	}
+	return end, nil
 }

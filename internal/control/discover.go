@@ -2,6 +2,7 @@ package control
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"net"
 	"os"
@@ -73,4 +74,34 @@ func Running(dir string) ([]string, error) {
 	}
 	slices.Sort(live)
 	return live, nil
+}
+
+// Choose is the control socket to ask in dir for the queues (their
+// label, "0" or "20-23"): their default one if explicit (--queue given);
+// else the one shaper running with a default socket in dir (whatever its
+// queues, Running), or the queues' default one when none is. Several are
+// an error that lists them, one a line.
+func Choose(dir, queues string, explicit bool) (string, error) {
+	deflt := filepath.Join(dir, filepath.Base(DefaultPath(queues)))
+	if explicit {
+		return deflt, nil
+	}
+	running, err := Running(dir)
+	if err != nil {
+		return "", fmt.Errorf("looking for running shapers: %w", err)
+	}
+	switch len(running) {
+	case 0:
+		return deflt, nil
+	case 1:
+		return running[0], nil
+	}
+	return "", &severalErr{running}
+}
+
+// severalErr is Choose's error when several shapers are running.
+type severalErr struct{ paths []string }
+
+func (e *severalErr) Error() string {
+	return fmt.Sprintf("%d shapers are running; choose one with --queue N|N-M or --control-socket PATH:\n%s", len(e.paths), strings.Join(e.paths, "\n"))
 }

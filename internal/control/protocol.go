@@ -26,6 +26,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/countname"
 )
 
 // Request is a client's one request line.
@@ -42,16 +44,22 @@ type Request struct {
 }
 
 // Orders of a listing.
+// The commands.
 const (
-	SortDrops   = "drops"   // most packets dropped first, then most packets
-	SortPackets = "packets" // most packets first, then most dropped
+	CmdStatus = "status"
+	CmdFlows  = "flows"
+)
+
+const (
+	SortDrops   = "drops"           // most packets dropped first, then most packets
+	SortPackets = countname.Packets // most packets first, then most dropped
 )
 
 // check reports what is wrong with r.
 func (r *Request) check() error {
 	switch r.Cmd {
-	case "status":
-	case "flows":
+	case CmdStatus:
+	case CmdFlows:
 		if r.Top < 0 {
 			return fmt.Errorf("top must not be negative, not %d", r.Top)
 		}

@@ -229,7 +229,7 @@ func serveConn(ctx context.Context, c net.Conn, h Handler) error {
 	if err := req.check(); err != nil {
 		return writeAnswer(c, answer{Error: ptr(err.Error())})
 	}
-	if req.Cmd == "status" {
+	if req.Cmd == CmdStatus {
 		s := h.Status()
 		return writeAnswer(c, answer{Status: &s})
 	}
@@ -307,16 +307,7 @@ type topFlows struct {
 }
 
 func newTop(n int, sort string) *topFlows {
-	t := &topFlows{n: n}
-	if sort == SortPackets {
-		t.first = func(a, b *Flow) int {
-			return cmp.Or(cmp.Compare(b.Packets, a.Packets), cmp.Compare(b.Dropped, a.Dropped), tie(a, b))
-		}
-	} else {
-		t.first = func(a, b *Flow) int {
-			return cmp.Or(cmp.Compare(b.Dropped, a.Dropped), cmp.Compare(b.Packets, a.Packets), tie(a, b))
-		}
-	}
+	t := &topFlows{n: n, first: FlowOrder(sort)}
 	t.h = heap.New(func(a, b **Flow) bool { return t.first(*a, *b) > 0 }, 0) // the last at the root
 	return t
 }

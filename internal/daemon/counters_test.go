@@ -3,13 +3,8 @@ package daemon
 import (
 	"flag"
 	"fmt"
-	"go/ast"
-	"go/parser"
-	"go/token"
-	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/packetshaper/packetshaper/internal/control"
+	tu "github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/nfq"
 )
 
@@ -123,32 +119,7 @@ func names(l, name string) bool {
 // listing, control's JSON tags (which cannot take a constant;
 // control's TestTagsAreCountNames holds them to countname).
 func TestCounterNamesOnce(t *testing.T) {
-	var lits = map[string][]string{} // file: its string literals
-	err := filepath.WalkDir("../..", func(path string, de fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if de.IsDir() && (de.Name() == "testdata" || strings.HasPrefix(de.Name(), ".")) && path != "../.." {
-			return filepath.SkipDir
-		}
-		if de.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
-		f, err := parser.ParseFile(token.NewFileSet(), path, nil, parser.SkipObjectResolution)
-		if err != nil {
-			return err
-		}
-		ast.Inspect(f, func(n ast.Node) bool {
-			if l, ok := n.(*ast.BasicLit); ok && l.Kind == token.STRING {
-				lits[path] = append(lits[path], l.Value)
-			}
-			return true
-		})
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	lits := tu.Literals(t, "../..") // file: its string literals
 	for _, name := range []string{"shadow_dropped", "shape_overflow", "failopen_passed"} {
 		if !slices.ContainsFunc(counters, func(c counter) bool { return c.Key == name }) {
 			t.Errorf("no counter %s", name)

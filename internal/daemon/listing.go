@@ -9,6 +9,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/flows"
 	"github.com/packetshaper/packetshaper/internal/control"
+	"github.com/packetshaper/packetshaper/internal/countname"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -169,7 +170,7 @@ func unit(bytes bool) string {
 	if bytes {
 		return "bytes"
 	}
-	return "packets"
+	return countname.Packets
 }
 
 func errNoRule(name string) error { return fmt.Errorf("no rule %q in the policy", name) }

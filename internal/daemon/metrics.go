@@ -93,11 +93,11 @@ type daemonFamily struct {
 }
 
 var daemonFamilies = []daemonFamily{
-	{"packetshaper_reloads_total", "Policy reloads (SIGHUP), by result: ok, or failed (the previous policy kept).", kCounter, []string{"result"}},
-	{"packetshaper_last_reload_successful", "1 unless the last reload failed.", kFlag, nil},
-	{"packetshaper_last_reload_success_timestamp_seconds", "When the policy in force was loaded (start or last successful reload).", kGauge, nil},
-	{"packetshaper_build_info", "Always 1: the version of packetshaper and the Go it was built with.", kGauge, []string{"version", "goversion"}},
-	{"packetshaper_rule_info", "Always 1, per rule: its action, algorithm, whether it shapes (true: holds what exceeds the rate) or polices (false: drops it), and its rate as written (\"10 Mbit/s\", \"100 packets/s\").", kGauge, []string{"queue", "rule", "path", "action", "algorithm", "shape", "rate"}},
+	{metric("", "reloads_total"), "Policy reloads (SIGHUP), by result: ok, or failed (the previous policy kept).", kCounter, []string{"result"}},
+	{metric("", "last_reload_successful"), "1 unless the last reload failed.", kFlag, nil},
+	{metric("", "last_reload_success_timestamp_seconds"), "When the policy in force was loaded (start or last successful reload).", kGauge, nil},
+	{metric("", "build_info"), "Always 1: the version of packetshaper and the Go it was built with.", kGauge, []string{"version", "goversion"}},
+	{metric("", "rule_info"), "Always 1, per rule: its action, algorithm, whether it shapes (true: holds what exceeds the rate) or polices (false: drops it), and its rate as written (\"10 Mbit/s\", \"100 packets/s\").", kGauge, []string{"queue", "rule", "path", "action", "algorithm", "shape", "rate"}},
 }
 
 // collector is the daemon's prometheus.Collector: the counters, the

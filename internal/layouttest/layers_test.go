@@ -19,7 +19,7 @@ const module = "github.com/packetshaper/packetshaper"
 // package (its path in the module), the packages of ours its non-test
 // files may import. A package not in the table fails the test until it is
 // given a row: where a new package sits is a decision, written here. The
-// "leaf" helpers (internal/hist, heap, countname, timing) import nothing of
+// "leaf" helpers (internal/hist, heap, countname, timing, suggest, term) import nothing of
 // ours. cmd/ and the test helpers may import what they need, but nothing
 // imports cmd/ (TestLayers checks that for every package apart).
 var layers = map[string][]string{
@@ -28,13 +28,17 @@ var layers = map[string][]string{
 	"shaper": {"flows", "internal/hist"},
 	"nfq":    {"internal/hist"},
 	"policy": {"flows", "shaper"},
-	"replay": {"flows", "shaper", "internal/heap"},
+	"replay": {"flows", "shaper", "internal/heap", "internal/countname"},
 
 	// Leaf helpers.
 	"internal/hist":      {},
 	"internal/heap":      {},
 	"internal/countname": {},
 	"internal/timing":    {},
+	"internal/suggest":   {},
+	"internal/term":      {},
+	"internal/clihelp":   {"internal/suggest"},
+	"internal/buildinfo": {},
 
 	// What the running shaper is made of.
 	"internal/failopen": {"nfq"},

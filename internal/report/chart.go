@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/packetshaper/packetshaper/internal/countname"
 	"github.com/packetshaper/packetshaper/replay"
 )
 
@@ -78,9 +79,9 @@ func newChart(id, title string, tl *replay.Timeline, w, h int) *chart {
 // stacked adds the accepted area and, if over is not empty, the area of
 // kind k on top of it (the dropped packets: accepted + dropped = offered).
 func (c *chart) stacked(tl *replay.Timeline, rows []int, over string, k replay.Kind) {
-	c.specs = append(c.specs, spec{name: "accepted", class: "accepted", area: true, rows: rows, kind: accepted})
+	c.specs = append(c.specs, spec{name: countname.Accepted, class: countname.Accepted, area: true, rows: rows, kind: accepted})
 	if over != "" {
-		c.specs = append(c.specs, spec{name: over, class: "dropped", area: true, rows: rows, kind: k})
+		c.specs = append(c.specs, spec{name: over, class: countname.Dropped, area: true, rows: rows, kind: k})
 	}
 }
 

@@ -180,17 +180,17 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		p.Policy = b.String()
 	}
 	p.Totals = []kv{
-		{"packets", num(s.Packets)},
-		{"accepted", num(s.Accepted)},
-		{"dropped", num(s.Dropped) + pctOf(s.Dropped, s.Packets)},
-		{"malformed", num(s.Malformed)},
+		{countname.Packets, num(s.Packets)},
+		{countname.Accepted, num(s.Accepted)},
+		{countname.Dropped, num(s.Dropped) + pctOf(s.Dropped, s.Packets)},
+		{countname.Malformed, num(s.Malformed)},
 		{countname.NoPorts, num(s.NoPorts)},
-		{"unmatched", num(s.Unmatched)},
-		{"non_ip", num(s.NonIP)},
+		{countname.Unmatched, num(s.Unmatched)},
+		{countname.NonIP, num(s.NonIP)},
 		{"flows at the end", num(s.Flows)},
 		{"flows seen", num(s.FlowsSeen)},
 		{"evicted", num(s.Evictions)},
-		{"expired", num(s.Expired)},
+		{countname.Expired, num(s.Expired)},
 	}
 	if ct := r.Conntrack(); ct != nil {
 		// ct-state matches: what replay's tracker gave, and where the
@@ -207,15 +207,15 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		all[i] = i
 	}
 	p.Total = newChart("totals", "All traffic", tl, 960, 280)
-	p.Total.stacked(tl, all, "dropped", replay.Dropped)
+	p.Total.stacked(tl, all, countname.Dropped, replay.Dropped)
 	p.Total.line(tl, all, "offered", replay.Offered, "offered")
 	p.Total.line(tl, all, "shadow-dropped", replay.ShadowDropped, "shadow")
-	p.Total.line(tl, all, "marked", replay.Marked, "marked")
+	p.Total.line(tl, all, countname.Marked, replay.Marked, countname.Marked)
 	p.Total.finish(tl)
 
 	p.Other = newChart("other", "Traffic no rule limits", tl, 960, 200)
-	p.Other.line(tl, []int{n + replay.RowUnmatched}, "unmatched", replay.Offered, "unmatched")
-	p.Other.line(tl, []int{n + replay.RowMalformed}, "malformed", replay.Offered, "malformed")
+	p.Other.line(tl, []int{n + replay.RowUnmatched}, countname.Unmatched, replay.Offered, countname.Unmatched)
+	p.Other.line(tl, []int{n + replay.RowMalformed}, countname.Malformed, replay.Offered, countname.Malformed)
 	p.Other.line(tl, []int{n + replay.RowNonIP}, "non-IP", replay.Offered, "nonip")
 	p.Other.finish(tl)
 
@@ -235,15 +235,15 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		sec.Does = describe(er, pr)
 		c := newChart("rule:"+ru.Name, ru.Name, tl, 470, 190)
 		row := []int{i}
-		over, kind, class := "dropped", replay.Dropped, ""
+		over, kind, class := countname.Dropped, replay.Dropped, ""
 		switch {
 		case er.Action == shaper.ActionLimit && er.Shadow:
 			over, kind, class = "shadow-dropped", replay.ShadowDropped, "shadow"
 		case er.Action == shaper.ActionLimit && er.MarkExceeded:
-			over, kind, class = "marked", replay.Marked, "marked"
+			over, kind, class = countname.Marked, replay.Marked, countname.Marked
 		}
 		if class == "" {
-			c.stacked(tl, row, "dropped", replay.Dropped)
+			c.stacked(tl, row, countname.Dropped, replay.Dropped)
 		} else {
 			c.stacked(tl, row, "", 0)
 			c.line(tl, row, over, kind, class)
@@ -254,14 +254,14 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 		sec.PeakOff = rate(c.peak(tl, row, replay.Offered))
 		sec.PeakOver = rate(c.peak(tl, row, kind))
 		sec.Counts = []kv{
-			{"packets", num(ru.Packets)},
-			{"accepted", num(ru.Accepted)},
-			{"dropped", num(ru.Dropped) + pctOf(ru.Dropped, ru.Packets)},
+			{countname.Packets, num(ru.Packets)},
+			{countname.Accepted, num(ru.Accepted)},
+			{countname.Dropped, num(ru.Dropped) + pctOf(ru.Dropped, ru.Packets)},
 			{"shadow-dropped", num(ru.ShadowDropped)},
-			{"marked", num(ru.Marked)},
+			{countname.Marked, num(ru.Marked)},
 			{"peak offered", sec.PeakOff + "/s"},
 			{"peak " + over, sec.PeakOver + "/s"},
-			{"flows", fmt.Sprintf("%d at the end, %d evicted, %d expired", ru.Flows, ru.Evictions, ru.Expired)},
+			{countname.Flows, fmt.Sprintf("%d at the end, %d evicted, %d expired", ru.Flows, ru.Evictions, ru.Expired)},
 		}
 		p.Rules = append(p.Rules, sec)
 	}

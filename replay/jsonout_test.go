@@ -1,4 +1,4 @@
-package main
+package replay
 
 import (
 	"bytes"
@@ -68,13 +68,13 @@ func TestReplayJSONAsTagged(t *testing.T) {
 		}
 		return b.String()
 	}
-	full := jsonReport{1, 2, 3, 4, 5, -6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1 << 62,
-		[]jsonRule{{"a<&>\"\\\n\u2028é", 1, 2, 3, 4, 5, 6, 7, 8, 9}, {Name: "b"}},
+	full := JSONReport{1, 2, 3, 4, 5, -6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 1 << 62,
+		[]JSONRule{{"a<&>\"\\\n\u2028é", 1, 2, 3, 4, 5, 6, 7, 8, 9}, {Name: "b"}},
 		[]string{"g1", "g<2>"},
-		[]jsonFlow{{"a", "udp 10.0.0.1:5000 > 10.0.0.2:9000", 1, 2, 3, 4, 5}, {Rule: "b", Flow: "\xff"}}}
+		[]JSONFlow{{"a", "udp 10.0.0.1:5000 > 10.0.0.2:9000", 1, 2, 3, 4, 5}, {Rule: "b", Flow: "\xff"}}}
 	// tag is rep as the tagged struct (a conversion: the fields are the
 	// same but for their tags).
-	tag := func(rep jsonReport) taggedReport {
+	tag := func(rep JSONReport) taggedReport {
 		var out taggedReport
 		out.Packets, out.Accepted, out.Dropped, out.Delayed, out.ShapeOverflow = rep.Packets, rep.Accepted, rep.Dropped, rep.Delayed, rep.ShapeOverflow
 		out.DelayP50Ns, out.DelayP99Ns, out.DelayMaxNs = rep.DelayP50Ns, rep.DelayP99Ns, rep.DelayMaxNs
@@ -93,16 +93,16 @@ func TestReplayJSONAsTagged(t *testing.T) {
 		}
 		return out
 	}
-	for _, rep := range []jsonReport{full, {Rules: []jsonRule{}}, {}} {
-		if reflect.TypeFor[jsonReport]().NumField() != reflect.TypeFor[taggedReport]().NumField() {
-			t.Fatal("jsonReport's fields are not taggedReport's")
+	for _, rep := range []JSONReport{full, {Rules: []JSONRule{}}, {}} {
+		if reflect.TypeFor[JSONReport]().NumField() != reflect.TypeFor[taggedReport]().NumField() {
+			t.Fatal("JSONReport's fields are not taggedReport's")
 		}
 		got, want := encode(rep), encode(tag(rep))
 		if got != want {
 			t.Errorf("--json writes\n%s\nencoding/json with tags\n%s", got, want)
 		}
 		// Read back: the same values as the tagged struct reads.
-		var back jsonReport
+		var back JSONReport
 		var tback taggedReport
 		if err := json.Unmarshal([]byte(got), &back); err != nil {
 			t.Fatal(err)

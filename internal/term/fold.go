@@ -1,9 +1,16 @@
-package main
+// Package term writes for a terminal: whether stderr is one, a text log
+// wrapped at its width, a progress bar.
+//
+// It imports nothing of ours: any package may use it.
+package term
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
+	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -17,11 +24,11 @@ import (
 // foldIndent starts each continuation line of a wrapped log line.
 const foldIndent = "    "
 
-// logWriter is where the text log goes: stderr itself, or on a terminal a
+// LogWriter is where the text log goes: stderr itself, or on a terminal a
 // foldWriter at its width.
-func logWriter(stderr io.Writer) io.Writer {
+func LogWriter(stderr io.Writer) io.Writer {
 	f, ok := stderr.(*os.File)
-	if !ok || !isTerminal(stderr) {
+	if !ok || !IsTerminal(stderr) {
 		return stderr
 	}
 	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
@@ -83,4 +90,52 @@ func fold(dst, p []byte, width int) []byte {
 		dst = append(dst, '\n')
 	}
 	return dst
+}
+
+// IsTerminal reports whether w is a terminal (a file whose termios can be
+// read).
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// Bar draws a one-line progress bar on a terminal, once what it shows
+// has run for more than a second (packetshaper replay's). A nil Bar's
+// Clear does nothing.
+type Bar struct {
+	w     io.Writer
+	start time.Time
+	drawn bool
+}
+
+// NewBar is a Bar on w of a run started at start.
+func NewBar(w io.Writer, start time.Time) *Bar { return &Bar{w: w, start: start} }
+
+// Update draws the bar: file, the bytes of it read of size (0: unknown),
+// the packets so far.
+func (b *Bar) Update(file string, read, size int64, packets uint64) {
+	el := time.Since(b.start)
+	if el < time.Second {
+		return
+	}
+	const width = 30
+	line := fmt.Sprintf("\r%s: %d packets", file, packets)
+	if size > 0 {
+		frac := min(float64(read)/float64(size), 1)
+		n := int(frac * width)
+		line = fmt.Sprintf("\r[%s%s] %3.0f%% %s: %d packets", strings.Repeat("=", n), strings.Repeat(" ", width-n), frac*100, file, packets)
+	}
+	fmt.Fprint(b.w, line+"\x1b[K")
+	b.drawn = true
+}
+
+// Clear erases the bar, if drawn.
+func (b *Bar) Clear() {
+	if b != nil && b.drawn {
+		fmt.Fprint(b.w, "\r\x1b[K")
+	}
 }
