@@ -7,6 +7,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/daemon"
+	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 )
@@ -42,15 +43,7 @@ func (c *ctlFlags) path() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return control.Choose(ctlDir, queueArg(qs), c.explicit)
-}
-
-// queueArg formats queue numbers as --queue takes them.
-func queueArg(qs []uint16) string {
-	if len(qs) == 1 {
-		return fmt.Sprint(qs[0])
-	}
-	return fmt.Sprintf("%d-%d", qs[0], qs[len(qs)-1])
+	return control.Choose(ctlDir, nfq.FormatQueues(qs), c.explicit)
 }
 
 // newCtlCmd is a command that asks the running shaper: its control

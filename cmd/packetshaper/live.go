@@ -10,8 +10,6 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -74,25 +72,11 @@ func addLiveFlags(fs *pflag.FlagSet) *liveFlags {
 	return f
 }
 
-// parseQueues parses "N" or "N-M" into the queue numbers.
+// parseQueues is --queue's value (nfq.ParseQueues), its error naming the flag.
 func parseQueues(s string) ([]uint16, error) {
-	lo, hi, isRange := strings.Cut(s, "-")
-	a, err := strconv.ParseUint(lo, 10, 16)
+	qs, err := nfq.ParseQueues(s)
 	if err != nil {
-		return nil, fmt.Errorf("--queue: %q is not a queue number 0-65535 or a range N-M", s)
-	}
-	b := a
-	if isRange {
-		if b, err = strconv.ParseUint(hi, 10, 16); err != nil || b < a {
-			return nil, fmt.Errorf("--queue: %q is not a queue number 0-65535 or a range N-M with N <= M", s)
-		}
-	}
-	if b-a >= 64 {
-		return nil, fmt.Errorf("--queue: %q is %d queues; at most 64", s, b-a+1)
-	}
-	var qs []uint16
-	for q := a; q <= b; q++ {
-		qs = append(qs, uint16(q))
+		return nil, fmt.Errorf("--queue: %w", err)
 	}
 	return qs, nil
 }
@@ -190,7 +174,7 @@ func runLive(fs *pflag.FlagSet, pf *policyFlags, f *liveFlags, stderr io.Writer)
 	// A path given must work.
 	socket, socketOptional := f.controlSocket, !fs.Changed("control-socket")
 	if socketOptional {
-		socket = control.DefaultPath(queueArg(queues))
+		socket = control.DefaultPath(nfq.FormatQueues(queues))
 	}
 	cfg := daemon.Config{
 		Queues: queues,

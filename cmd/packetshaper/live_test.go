@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,31 +20,6 @@ import (
 	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/internal/timing"
 )
-
-func TestParseQueues(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want []uint16
-		err  bool
-	}{
-		{"0", []uint16{0}, false},
-		{"65535", []uint16{65535}, false},
-		{"2-4", []uint16{2, 3, 4}, false},
-		{"7-7", []uint16{7}, false},
-		{"", nil, true},
-		{"-1", nil, true},
-		{"65536", nil, true},
-		{"4-2", nil, true},
-		{"1-", nil, true},
-		{"0-64", nil, true}, // 65 queues
-		{"a", nil, true},
-	} {
-		got, err := parseQueues(tc.in)
-		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
-			t.Errorf("parseQueues(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.err)
-		}
-	}
-}
 
 func TestLiveUsageErrors(t *testing.T) {
 	for _, tc := range []struct {

@@ -168,14 +168,6 @@ func offloadable(offload bool, c *policy.Compiled) error {
 	return nil
 }
 
-// queueList formats queue numbers as the flag takes them: "0" or "0-3".
-func queueList(qs []uint16) string {
-	if len(qs) == 1 {
-		return fmt.Sprint(qs[0])
-	}
-	return fmt.Sprintf("%d-%d", qs[0], qs[len(qs)-1])
-}
-
 func ruleNames(e *shaper.Engine) string {
 	var names []string
 	for i := 0; i < e.NumRules(); i++ {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 )
 
@@ -67,7 +68,7 @@ func (d *daemon) logStart() {
 		mode = "fail-closed"
 	}
 	eng := d.ws[0].eng
-	d.log.Info("shaping", append([]any{"queues", queueList(d.cfg.Queues), "policy", d.src.Describe(),
+	d.log.Info("shaping", append([]any{"queues", nfq.FormatQueues(d.cfg.Queues), "policy", d.src.Describe(),
 		"rule_count", eng.NumRules(), "rules", ruleNames(eng),
 		"metrics", d.metricsAt, "control_socket", d.controlAt,
 		"queue_maxlen", d.cfg.Queue.MaxQueueLen, "copy_range", d.cfg.Queue.CopyRange, "mode", mode, "offload", d.cfg.Offload,

@@ -310,7 +310,7 @@ func (sh *shared) snapshot(now int64) {
 
 // label names the queues the engine serves, as the metrics' queue label
 // and the flag have them: "0", "20-23".
-func (sh *shared) label() string { return queueList(sh.queues) }
+func (sh *shared) label() string { return nfq.FormatQueues(sh.queues) }
 
 // engines returns the engines of ws, each once, in the order of their
 // first queue.
