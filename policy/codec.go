@@ -183,19 +183,23 @@ var codecs = [...]codec{
 			}
 			*p.(*[]int) = out
 		},
-		items: func(p any) []string {
-			l := *p.(*[]int)
-			items := make([]string, len(l))
-			for i, v := range l {
-				items[i] = strconv.Itoa(v)
-			}
-			return items
-		},
+		items: intItems,
+		text:  func(p any) string { return strings.Join(intItems(p), ",") },
 	},
 	kTable: {
 		want: "a table", doc: "table", takes: tableKinds,
 		given: func(p any) bool { return *p.(**Match) != nil },
 	},
+}
+
+// intItems are the items of a *[]int as TOML writes them.
+func intItems(p any) []string {
+	l := *p.(*[]int)
+	items := make([]string, len(l))
+	for i, v := range l {
+		items[i] = strconv.Itoa(v)
+	}
+	return items
 }
 
 // stringList is the codec of a list of strings, whose items may be of the

@@ -66,3 +66,25 @@ func defaultTOML(f *field) string {
 	c.set(p, f.def)
 	return c.format(p)
 }
+
+// TestCodecsComplete: every field's kind has what the field needs of it
+// (a default's set and show, a flag's text and parse, decode and format),
+// so that no nil function is found at run time.
+func TestCodecsComplete(t *testing.T) {
+	for i := range schema {
+		f := &schema[i]
+		c := f.kind.codec()
+		if c.want == "" || c.doc == "" || c.given == nil || len(c.takes) == 0 {
+			t.Errorf("%s: kind %d has no want, doc, given or TOML kinds", f.path(), f.kind)
+		}
+		if f.kind != kTable && (c.decode == nil || c.format == nil || c.list && c.items == nil) {
+			t.Errorf("%s: kind %d cannot decode or format", f.path(), f.kind)
+		}
+		if (f.def != nil || f.defFrom != nil) && (c.set == nil || c.show == nil) {
+			t.Errorf("%s: kind %d cannot set or show a default", f.path(), f.kind)
+		}
+		if f.flag != "" && (c.text == nil || c.parse == nil || c.flagType == "") {
+			t.Errorf("%s: kind %d cannot be a flag", f.path(), f.kind)
+		}
+	}
+}
