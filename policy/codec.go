@@ -38,6 +38,11 @@ type codec struct {
 	items  func(p any) []string
 	// show is a default (set's v) as the reference writes it.
 	show func(v any) string
+	// def is the kind's default, for a field without its own (nil: none).
+	def any
+	// check, if set, checks a given value on its own (Validate reports
+	// its error at the field).
+	check func(p any) error
 	// text and parse are a flag's String and Set.
 	text  func(p any) string
 	parse func(p any, s string) error
@@ -113,13 +118,7 @@ var codecs = [...]codec{
 		quote, func(s string) (string, error) { return s, nil }, func(s string) string { return s }),
 	kInt: optional("an integer", "integer", "int", intKinds,
 		func(v *unstable.Node) (int, error) { return tomlInt(v.Data) },
-		strconv.Itoa, func(s string) (int, error) {
-			n, err := strconv.Atoi(s)
-			if err != nil {
-				return 0, fmt.Errorf("bad integer %q", s)
-			}
-			return n, nil
-		}),
+		strconv.Itoa, parseInt),
 	kNumber: optional("a number", "number", "number", numKinds,
 		func(v *unstable.Node) (float64, error) {
 			if v.Kind == unstable.Integer {
@@ -166,6 +165,8 @@ var codecs = [...]codec{
 			return nil
 		},
 	},
+	kPrefix4:       prefixLen(32),
+	kPrefix6:       prefixLen(128),
 	kStrings:       stringList("a list of strings", "list of strings", strKinds),
 	kStringsOrInts: stringList("a list of strings or integers", "list of strings or integers", anyKinds),
 	kInts: {
@@ -190,6 +191,30 @@ var codecs = [...]codec{
 		want: "a table", doc: "table", takes: tableKinds,
 		given: func(p any) bool { return *p.(**Match) != nil },
 	},
+}
+
+// prefixLen is the codec of a prefix length of an address of bits bits:
+// an integer from 1 to bits, bits by default (the whole address).
+func prefixLen(bits int) codec {
+	c := optional("an integer", fmt.Sprintf("integer (1-%d)", bits), "int", intKinds,
+		func(v *unstable.Node) (int, error) { return tomlInt(v.Data) }, strconv.Itoa, parseInt)
+	c.def = bits
+	c.check = func(p any) error {
+		if v := **p.(**int); v < 1 || v > bits {
+			return fmt.Errorf("must be between 1 and %d, not %d", bits, v)
+		}
+		return nil
+	}
+	return c
+}
+
+// parseInt reads a flag's integer.
+func parseInt(s string) (int, error) {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("bad integer %q", s)
+	}
+	return n, nil
 }
 
 // intItems are the items of a *[]int as TOML writes them.

@@ -25,7 +25,7 @@ func TestDefaultsFromSchema(t *testing.T) {
 		}
 		c := f.kind.codec()
 		switch {
-		case f.def == nil && f.defFrom == nil:
+		case f.deflt() == nil && f.defFrom == nil:
 		case f.implicit:
 			if c.given(p) {
 				t.Errorf("%s: implicit default written: %s", f.path(), c.format(p))
@@ -63,7 +63,7 @@ func defaultTOML(f *field) string {
 		p = f.inRedis(&rd)
 	}
 	c := f.kind.codec()
-	c.set(p, f.def)
+	c.set(p, f.deflt())
 	return c.format(p)
 }
 
@@ -80,7 +80,7 @@ func TestCodecsComplete(t *testing.T) {
 		if f.kind != kTable && (c.decode == nil || c.format == nil || c.list && c.items == nil) {
 			t.Errorf("%s: kind %d cannot decode or format", f.path(), f.kind)
 		}
-		if (f.def != nil || f.defFrom != nil) && (c.set == nil || c.show == nil) {
+		if (f.deflt() != nil || f.defFrom != nil) && (c.set == nil || c.show == nil) {
 			t.Errorf("%s: kind %d cannot set or show a default", f.path(), f.kind)
 		}
 		if f.flag != "" && (c.text == nil || c.parse == nil || c.flagType == "") {

@@ -45,6 +45,8 @@ const (
 	kStringsOrInts
 	kInts
 	kDuration // a string time.ParseDuration reads
+	kPrefix4  // an IPv4 prefix length, 1-32 (default 32: the whole address)
+	kPrefix6  // an IPv6 prefix length, 1-128 (default 128)
 )
 
 // field declares one field of the rule file.
@@ -118,13 +120,13 @@ var schema = []field{
 		help: "With a uid or gid key, what packets without an owner get (replies the kernel makes itself: SYN-ACK, RST, the ACKs of closed connections, ICMP errors; on INPUT or FORWARD every packet): accept-replies (those replies pass, no payload and one per packet that came in; every other ownerless packet is one flow, \"no owner\"), limit (all of them one flow, \"no owner\", the replies too: a flood's RSTs then starve the host's handshakes), accept (all pass: the rule limits known owners only) or key-by-dst (one flow per destination address, \"no owner dst ADDR\")."},
 	{table: tRule, name: "key-mark-mask", inRule: func(r *Rule) any { return &r.KeyMarkMask }, kind: kString, def: "0xffffffff", implicit: true, limit: true, settings: []shaper.Setting{shaper.SettingMarkMask},
 		help: "With a mark key: the bits of the mark that make the flow (\"0xff00\": marks 0x1200 and 0x12ff are one flow)."},
-	{table: tRule, name: "src-prefix4", inRule: func(r *Rule) any { return &r.SrcPrefix4 }, kind: kInt, def: 32, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix4",
+	{table: tRule, name: "src-prefix4", inRule: func(r *Rule) any { return &r.SrcPrefix4 }, kind: kPrefix4, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix4",
 		help: "IPv4 source prefix length a flow is keyed by (24 = one limit per /24)."},
-	{table: tRule, name: "dst-prefix4", inRule: func(r *Rule) any { return &r.DstPrefix4 }, kind: kInt, def: 32, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix4",
+	{table: tRule, name: "dst-prefix4", inRule: func(r *Rule) any { return &r.DstPrefix4 }, kind: kPrefix4, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix4",
 		help: "IPv4 destination prefix length."},
-	{table: tRule, name: "src-prefix6", inRule: func(r *Rule) any { return &r.SrcPrefix6 }, kind: kInt, def: 128, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix6",
+	{table: tRule, name: "src-prefix6", inRule: func(r *Rule) any { return &r.SrcPrefix6 }, kind: kPrefix6, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix6",
 		help: "IPv6 source prefix length (64 = one limit per /64)."},
-	{table: tRule, name: "dst-prefix6", inRule: func(r *Rule) any { return &r.DstPrefix6 }, kind: kInt, def: 128, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix6",
+	{table: tRule, name: "dst-prefix6", inRule: func(r *Rule) any { return &r.DstPrefix6 }, kind: kPrefix6, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix6",
 		help: "IPv6 destination prefix length."},
 	{table: tRule, name: "symmetric", inRule: func(r *Rule) any { return &r.Symmetric }, kind: kBool, def: false, limit: true, settings: []shaper.Setting{shaper.SettingSymmetric}, flag: "symmetric",
 		help: "Count both directions of a conversation as one flow."},
@@ -247,13 +249,21 @@ func hasSetting(f *field, s shaper.Setting) bool {
 // or inRedis) is set (not its zero value).
 func (f *field) given(p any) bool { return f.kind.codec().given(p) }
 
+// deflt is f's default: its def, else its kind's (nil: none).
+func (f *field) deflt() any {
+	if f.def != nil {
+		return f.def
+	}
+	return f.kind.codec().def
+}
+
 // defaultDoc is f's default as the reference and the flags' help write
 // it ("" for none).
 func (f *field) defaultDoc() string {
-	if f.def == nil {
+	if f.deflt() == nil {
 		return f.defNote
 	}
-	return f.kind.codec().show(f.def) + f.defNote
+	return f.kind.codec().show(f.deflt()) + f.defNote
 }
 
 // Flag is the command-line flag that sets the field named path ("pps",
@@ -289,7 +299,7 @@ func KeySettings(k *flows.KeyConfig) []KeySetting {
 				out = append(out, KeySetting{f.name, fmt.Sprintf("%#x", k.MarkMask)})
 			}
 		case hasSetting(f, shaper.SettingPrefix):
-			if v := **f.inRule(&r).(**int); v > 0 && v != f.def {
+			if v := **f.inRule(&r).(**int); v > 0 && v != f.deflt() {
 				out = append(out, KeySetting{f.name, strconv.Itoa(v)})
 			}
 		case hasSetting(f, shaper.SettingSymmetric):

@@ -303,10 +303,12 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 		}
 	}
 	for i := range schema {
-		// A prefix length's default is the whole address: its largest.
-		if fd := &schema[i]; hasSetting(fd, shaper.SettingPrefix) {
-			if v, max := *fd.inRule(r).(**int), fd.def.(int); v != nil && (*v < 1 || *v > max) {
-				bad(fd.name, "must be between 1 and %d, not %d", max, *v)
+		// What a kind checks of a value alone (the prefix lengths).
+		if fd := &schema[i]; fd.table == tRule && fd.limit {
+			if p, c := fd.inRule(r), fd.kind.codec(); c.check != nil && c.given(p) {
+				if err := c.check(p); err != nil {
+					bad(fd.name, "%w", err)
+				}
 			}
 		}
 	}
@@ -573,7 +575,7 @@ func (f *field) fill(p any, d *Rule) {
 	if f.implicit || c.given(p) || f.defIf != nil && !f.defIf(d) {
 		return
 	}
-	v := f.def
+	v := f.deflt()
 	if f.defFrom != nil {
 		v = f.defFrom(d)
 	}
