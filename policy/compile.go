@@ -315,23 +315,8 @@ func (s *matchSpec) canonical() string {
 		if fd.table != tMatch {
 			continue
 		}
-		switch p := fd.inMatch(&m).(type) {
-		case *string:
-			if *p != "" {
-				parts = append(parts, fd.name+"="+*p)
-			}
-		case *[]string:
-			if *p != nil {
-				parts = append(parts, fd.name+"="+strings.Join(*p, ","))
-			}
-		case *[]int:
-			if *p != nil {
-				items := make([]string, len(*p))
-				for i, q := range *p {
-					items[i] = strconv.Itoa(q)
-				}
-				parts = append(parts, fd.name+"="+strings.Join(items, ","))
-			}
+		if p, c := fd.inMatch(&m), fd.kind.codec(); c.given(p) {
+			parts = append(parts, fd.name+"="+c.text(p))
 		}
 	}
 	return strings.Join(parts, " ")
