@@ -184,3 +184,43 @@ func BenchmarkLimiterAllow(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDecideTotal is BenchmarkDecide's engine without and with a
+// total (a token bucket all its flows charge) in the same run: issue 32's
+// bar is with ≤ 1.3 × without.
+//
+//	go test -run ^$ -bench DecideTotal -benchmem ./shaper
+func BenchmarkDecideTotal(b *testing.B) {
+	for _, n := range []int{1, 10_000} {
+		pkts := make([][]byte, n)
+		for i := range pkts {
+			pkts[i] = udp(i, uint16(i), 36)
+		}
+		for _, with := range []bool{false, true} {
+			p := Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1e6, Burst: 100, MaxFlows: n}}}}
+			name := "without"
+			if with {
+				name = "with"
+				p.Rules[0].Total = "t"
+				p.Totals = []Total{{Name: "t", Limit: TotalConfig{Rate: 1e9, Burst: 1000}}}
+			}
+			b.Run(fmt.Sprintf("%s/flows=%d", name, n), func(b *testing.B) {
+				e := mustPolicy(b, p)
+				now := t0
+				for _, p := range pkts {
+					e.Decide(p, now)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				i := 0
+				for b.Loop() {
+					now += 100
+					e.Decide(pkts[i], now)
+					if i++; i == n {
+						i = 0
+					}
+				}
+			})
+		}
+	}
+}
