@@ -35,6 +35,20 @@ func (f *File) Format(w io.Writer) error {
 			}
 		}
 	}
+	for i := range f.Totals {
+		t := f.Totals[i]
+		if t.Algo == "" {
+			t.Algo = DefaultAlgo
+		}
+		fmt.Fprintf(bw, "\n# A limit on what the rules that name it pass together.\n[[total]]\n")
+		for j := range schema {
+			if fd := &schema[j]; fd.table == tTotal {
+				if v, ok := formatValue(fd.inTotal(&t)); ok {
+					kv(fd.name, v, "")
+				}
+			}
+		}
+	}
 	for _, r := range f.Rules {
 		d := r.WithDefaults()
 		fmt.Fprintf(bw, "\n[[rule]]\n")

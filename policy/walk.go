@@ -46,6 +46,8 @@ type positions struct {
 	// redis is the [redis] table's place and fields ("redis.addrs"); nil
 	// if the file has none.
 	redis *rulePos
+	// totals are the [[total]] tables' places and fields ("total.pps").
+	totals []*rulePos
 }
 
 // redisAt is where the [redis] table's field (item j, or the value for
@@ -128,9 +130,10 @@ type walker struct {
 	ctx      int
 	// rules and redis are what the walk decodes; vals the problems
 	// with values of the right kind (decode).
-	rules []Rule
-	redis *Redis
-	vals  []*issue
+	rules  []Rule
+	redis  *Redis
+	totals []TotalDef
+	vals   []*issue
 }
 
 const (
@@ -138,6 +141,7 @@ const (
 	ctxRule
 	ctxMatch
 	ctxRedis
+	ctxTotal
 	ctxSkip
 )
 
@@ -161,7 +165,7 @@ func walk(name string, data []byte) (f *File, errs errList, err *Error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	f = &File{Name: name, Rules: w.rules, Redis: w.redis, pos: &w.ps}
+	f = &File{Name: name, Rules: w.rules, Redis: w.redis, Totals: w.totals, pos: &w.ps}
 	for i := range f.Rules {
 		if f.Rules[i].Match.empty() {
 			f.Rules[i].Match = nil
@@ -279,6 +283,8 @@ func (w *walker) arrayTable(e *unstable.Node) {
 	switch {
 	case ks[0].name == "redis":
 		w.report(ks[0].at, -1, "redis", "write [redis], not [[redis]]: there is one store")
+	case ks[0].name == "total":
+		w.totalTable(e, ks)
 	case ks[0].name != "rule":
 		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
 	case len(ks) == 1:
@@ -314,6 +320,8 @@ func (w *walker) table(e *unstable.Node) {
 		w.ps.redis = &rulePos{at: w.headerPos(e), fields: map[string]*fieldPos{}}
 		w.redis = &Redis{}
 		w.ctx = ctxRedis
+	case ks[0].name == "total":
+		w.report(ks[0].at, -1, "total", "write [[total]] for each total, not [total]")
 	case ks[0].name != "rule":
 		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
 	case len(ks) == 1:
@@ -375,6 +383,8 @@ func (w *walker) keyValue(e *unstable.Node) {
 		w.matchKV(w.cur(), ks, v)
 	case ctxRedis:
 		w.redisKV(ks, v)
+	case ctxTotal:
+		w.totalKV(ks, v)
 	}
 }
 
@@ -438,6 +448,10 @@ func (w *walker) rootRedis(ks []keyPart, v *unstable.Node) {
 func (w *walker) rootKV(ks []keyPart, v *unstable.Node) {
 	if ks[0].name == "redis" {
 		w.rootRedis(ks, v)
+		return
+	}
+	if ks[0].name == "total" {
+		w.report(ks[0].at, -1, "total", "write a [[total]] table for each total")
 		return
 	}
 	if ks[0].name != "rule" {
@@ -605,7 +619,7 @@ func (w *walker) dup(at pos, i int, field string, first *fieldPos) {
 func (w *walker) unknown(at pos, i int, field string, known []string) {
 	msg := "unknown field"
 	if i < 0 {
-		msg = "unknown field (a rule file holds [[rule]] tables and a [redis] table)"
+		msg = "unknown field (a rule file holds [[rule]] tables, [[total]] tables and a [redis] table)"
 	}
 	prefix, name := "", field
 	if i >= 0 && strings.HasPrefix(field, "match.") {
@@ -625,10 +639,14 @@ func (w *walker) unknown(at pos, i int, field string, known []string) {
 }
 
 // unknownRedis reports an unknown field of the [redis] table.
-func (w *walker) unknownRedis(k keyPart) {
+func (w *walker) unknownRedis(k keyPart) { w.unknownIn(k, "redis", redisFieldNames) }
+
+// unknownIn reports an unknown field of the table named table ("redis",
+// "total") whose fields are known.
+func (w *walker) unknownIn(k keyPart, table string, known []string) {
 	msg := "unknown field"
 	best, bestD := "", 3
-	for _, n := range redisFieldNames {
+	for _, n := range known {
 		if d := editDistance(k.name, n); d < bestD && d <= len(k.name)/2 {
 			best, bestD = n, d
 		}
@@ -636,7 +654,7 @@ func (w *walker) unknownRedis(k keyPart) {
 	if best != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", best)
 	}
-	w.report(k.at, -1, "redis."+keyText(k.name), "%s", msg)
+	w.report(k.at, -1, table+"."+keyText(k.name), "%s", msg)
 }
 
 // keyText writes a key as TOML would: bare if it can be, else quoted (so
