@@ -93,6 +93,16 @@ func (f *File) Format(w io.Writer) error {
 				kv(it.key, it.value(true), "")
 			}
 		}
+		if d.OwnTotal != nil && d.Action == DefaultAction {
+			bw.WriteString("\n[rule.total]\n")
+			for j := range schema {
+				if fd := &schema[j]; fd.table == tTotal {
+					if v, ok := formatValue(fd.inTotal(d.OwnTotal)); ok {
+						kv(fd.name, v, "")
+					}
+				}
+			}
+		}
 	}
 	return bw.Flush()
 }

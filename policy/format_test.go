@@ -176,6 +176,10 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(globalPolicy))
 	f.Add([]byte(ownerPolicy))
 	f.Add([]byte(totalPolicy))
+	f.Add([]byte(ownTotalPolicy))
+	for _, c := range ownTotalErrorCases {
+		f.Add([]byte(c.in))
+	}
 	for _, c := range totalErrorCases {
 		f.Add([]byte(c.in))
 	}

@@ -124,6 +124,9 @@ type Rule struct {
 	// flow's limit: a packet passes only if both allow it. Policing limit
 	// rules only (not shaping, not global).
 	Total string
+	// OwnTotal is the rule's own total, a [rule.total] table (total = {
+	// ... }): as a [[total]] only this rule charges. Not with Total.
+	OwnTotal *TotalDef
 }
 
 // Redis is the [redis] table: the store global rules share. Zero values

@@ -30,7 +30,7 @@ const (
 )
 
 // tableNames are the tables as the reference heads them.
-var tableNames = [...]string{tRule: "[[rule]]", tMatch: "[rule.match] (or match = { ... })", tRedis: "[redis]", tTotal: "[[total]]"}
+var tableNames = [...]string{tRule: "[[rule]]", tMatch: "[rule.match] (or match = { ... })", tRedis: "[redis]", tTotal: "[[total]] (or a rule's own: [rule.total], total = { ... }, without name)"}
 
 // kind is a field's TOML type.
 type kind int
@@ -140,7 +140,7 @@ var schema = []field{
 		help:    "Global rules: the fraction of the rate × 1 s that all hosts together may hold in leases of one key. More slack: fewer asks to the store, a looser bound.",
 		comment: func(*Rule) string { return "fraction of the rate × 1 s all hosts may hold in leases" }},
 	{table: tRule, name: "total", inRule: func(r *Rule) any { return &r.Total }, kind: kString, limit: true,
-		help: "The name of a [[total]] the rule's packets charge beside their flow's limit: a packet passes only if its flow and the total both allow it, and is charged to both only then; several rules may charge one total. Policing rules only: not with shape or scope = \"global\"; a rule with a total runs in user space, not in the kernel fast path."},
+		help: "The name of a [[total]] (or, as a table, the rule's own total: [rule.total] with the fields of [[total]] but name) the rule's packets charge beside their flow's limit: a packet passes only if its flow and the total both allow it, and is charged to both only then; several rules may charge one total. Policing rules only: not with shape or scope = \"global\"; a rule with a total runs in user space, not in the kernel fast path."},
 
 	{table: tMatch, name: "family", inMatch: func(m *Match) any { return &m.Family }, kind: kString, help: "ipv4 or ipv6."},
 	{table: tMatch, name: "src", inMatch: func(m *Match) any { return &m.Src }, kind: kStrings, help: "Source addresses or CIDRs, IPv4 or IPv6; an address without a length is one host."},

@@ -48,7 +48,7 @@ func (w *walker) totalKV(ks []keyPart, v *unstable.Node) {
 	fd := lookup(tTotal, k.name)
 	switch {
 	case fd == nil:
-		w.unknownIn(k, "total", totalFieldNames)
+		w.unknownIn(k, -1, "total", totalFieldNames)
 		return
 	case len(ks) > 1:
 		w.report(k.at, -1, field, "not a table")
@@ -105,36 +105,57 @@ func (f *File) checkTotals(specs []ruleSpec, errs *errList) []shaper.Total {
 			continue
 		}
 		seen[t.Name] = true
-		if c, ok := f.totalConfig(i, errs); ok {
+		bad := func(field, format string, args ...any) { errs.add(f.totalErr(i, field, format, args...)) }
+		if c, ok := totalConfig(t, bad); ok {
 			out = append(out, shaper.Total{Name: t.Name, Limit: c})
 		}
 	}
 	for i := range f.Rules {
 		r := &f.Rules[i]
-		if r.Total == "" || specs[i].rule.Action != shaper.ActionLimit {
+		if r.OwnTotal != nil && specs[i].rule.Action != shaper.ActionLimit && r.Action != "" {
+			errs.add(f.errAt(i, "total", -1, "not allowed on %s rule: only limit rules take it", article(r.Action)))
+		}
+		if r.Total == "" && r.OwnTotal == nil || specs[i].rule.Action != shaper.ActionLimit {
 			continue
 		}
+		name := r.Total
+		if r.OwnTotal != nil {
+			bad := func(field, format string, args ...any) {
+				at := "total"
+				if field != "" {
+					at += "." + field
+				}
+				errs.add(f.errAt(i, at, -1, format, args...))
+			}
+			c, ok := totalConfig(r.OwnTotal, bad)
+			if !ok {
+				continue
+			}
+			name = OwnTotalName(r.Name)
+			out = append(out, shaper.Total{Name: name, Limit: c})
+			seen[name] = true
+		}
 		switch {
-		case !seen[r.Total]:
+		case !seen[name]:
 			errs.add(f.errAt(i, "total", -1, "no [[total]] named %q", r.Total))
 		case specs[i].rule.Limit.Shape:
 			errs.add(f.errAt(i, "total", -1, "a shaping rule cannot charge a total yet (only policing rules: remove shape)"))
 		case r.Scope == "global":
 			errs.add(f.errAt(i, "total", -1, "a global rule cannot charge a total: its budget comes in leases from the store, which cannot be handed back when the total refuses a packet"))
 		}
-		specs[i].rule.Total = r.Total
+		specs[i].rule.Total = name
 	}
 	return out
 }
 
-// totalConfig checks total i's limit and returns it.
-func (f *File) totalConfig(i int, errs *errList) (shaper.TotalConfig, bool) {
-	t := &f.Totals[i]
+// totalConfig checks the limit of t and returns it; bad reports a
+// problem with one of its fields ("" for the table).
+func totalConfig(t *TotalDef, bad func(field, format string, args ...any)) (shaper.TotalConfig, bool) {
 	var c shaper.TotalConfig
 	rate := "pps"
 	switch {
 	case t.PPS != nil && t.Bitrate != "":
-		errs.add(f.totalErr(i, "bitrate", "pps and bitrate are exclusive: give one"))
+		bad("bitrate", "pps and bitrate are exclusive: give one")
 		return c, false
 	case t.PPS != nil:
 		c.Rate = *t.PPS
@@ -142,18 +163,18 @@ func (f *File) totalConfig(i int, errs *errList) (shaper.TotalConfig, bool) {
 		rate = "bitrate"
 		r, err := shaper.ParseBitrate(t.Bitrate)
 		if err != nil {
-			errs.add(f.totalErr(i, "bitrate", "%v", err))
+			bad("bitrate", "%v", err)
 			return c, false
 		}
 		c.Rate, c.Bytes = r, true
 	default:
-		errs.add(f.totalErr(i, "", "needs pps or bitrate"))
+		bad("", "needs pps or bitrate")
 		return c, false
 	}
 	if t.Algo != "" {
 		a, shape, err := parseAlgo(t.Algo)
 		if err != nil || shape {
-			errs.add(f.totalErr(i, "algo", "a total is token-bucket, fixed-window or sliding-window-counter, not %q", t.Algo))
+			bad("algo", "a total is token-bucket, fixed-window or sliding-window-counter, not %q", t.Algo)
 			return c, false
 		}
 		c.Algorithm = a
@@ -161,38 +182,140 @@ func (f *File) totalConfig(i int, errs *errList) (shaper.TotalConfig, bool) {
 	switch t.Scope {
 	case "", "local":
 	case "global":
-		errs.add(f.totalErr(i, "scope", "a global total (one cap for every host) is not supported yet: only local totals"))
+		bad("scope", "a global total (one cap for every host) is not supported yet: only local totals")
 		return c, false
 	default:
-		errs.add(f.totalErr(i, "scope", "unknown scope %q (want local)", t.Scope))
+		bad("scope", "unknown scope %q (want local)", t.Scope)
 		return c, false
 	}
 	if t.Burst != nil {
-		c.Burst = *t.Burst
+		if c.Burst = *t.Burst; !(c.Burst >= 1) {
+			bad("burst", "must be at least 1, not %v", c.Burst)
+			return c, false
+		}
 	}
 	c.Window = int64(t.Window)
 	if err := c.Check(); err != nil {
 		field := rate
 		var ce *shaper.ConfigError
 		if errors.As(err, &ce) {
-			field = f.totalField(i, ce.Settings, rate)
+			field = totalField(t, ce.Settings, rate)
 		}
-		errs.add(f.totalErr(i, field, "%v", err))
+		bad(field, "%v", err)
 		return c, false
 	}
 	return c, true
 }
 
-// totalField is the field of total i an engine error about settings is
-// reported at: the first setting's field the total gives, else its rate's.
-func (f *File) totalField(i int, settings []shaper.Setting, rate string) string {
+// totalField is the field of t an engine error about settings is reported
+// at: the first setting's field t gives, else its rate's.
+func totalField(t *TotalDef, settings []shaper.Setting, rate string) string {
 	for _, s := range settings {
 		for j := range schema {
 			fd := &schema[j]
-			if fd.table == tTotal && hasSetting(fd, s) && given(fd.inTotal(&f.Totals[i])) {
+			if fd.table == tTotal && hasSetting(fd, s) && given(fd.inTotal(t)) {
 				return fd.name
 			}
 		}
 	}
 	return rate
+}
+
+// OwnTotalName is the engine's name of rule name's own total ([rule.total]),
+// which no [[total]] can have (":" is not in a name).
+func OwnTotalName(rule string) string { return "rule:" + rule }
+
+// ruleTotalTable starts a [rule.total] table of rule i.
+func (w *walker) ruleTotalTable(i int, ks []keyPart) {
+	if len(ks) > 2 {
+		w.report(ks[2].at, i, "total."+ks[2].name, "not a table")
+		return
+	}
+	if w.startOwnTotal(i, ks[1].at, false) {
+		w.ctx = ctxRuleTotal
+	}
+}
+
+// startOwnTotal gives rule i its own total, written at at; dotted: by
+// total.KEY = ... keys, which may go on.
+func (w *walker) startOwnTotal(i int, at pos, dotted bool) bool {
+	r := w.ps.rules[i]
+	if f := r.fields["total"]; f != nil {
+		if dotted && r.fields["total."] != nil {
+			return true
+		}
+		w.dup(at, i, "total", f)
+		return false
+	}
+	r.fields["total"] = &fieldPos{key: at, val: at}
+	if dotted {
+		r.fields["total."] = r.fields["total"]
+	}
+	w.rules[i].OwnTotal = &TotalDef{}
+	return true
+}
+
+// ruleTotal handles total = { ... } and total.KEY = ... in rule i.
+func (w *walker) ruleTotal(i int, ks []keyPart, v *unstable.Node) {
+	if len(ks) > 1 {
+		if w.startOwnTotal(i, ks[0].at, true) {
+			w.ruleTotalKV(i, ks[1:], v)
+		}
+		return
+	}
+	if !w.startOwnTotal(i, ks[0].at, false) {
+		return
+	}
+	it := v.Children()
+	for it.Next() {
+		n := it.Node()
+		w.ruleTotalKV(i, w.keys(n), n.Value())
+	}
+}
+
+// ruleTotalKV checks a key of rule i's own total and decodes it.
+func (w *walker) ruleTotalKV(i int, ks []keyPart, v *unstable.Node) {
+	r := w.ps.rules[i]
+	k := ks[0]
+	field := "total." + k.name
+	fd := lookup(tTotal, k.name)
+	switch {
+	case fd == nil:
+		w.unknownIn(k, i, "total", totalFieldNames)
+		return
+	case k.name == "name":
+		w.report(k.at, i, field, "a rule's own total has no name: write a [[total]] to share one")
+		return
+	case len(ks) > 1:
+		w.report(k.at, i, field, "not a table")
+		return
+	}
+	if f := r.fields[field]; f != nil {
+		w.dup(k.at, i, field, f)
+		return
+	}
+	f := &fieldPos{key: k.at, val: w.nodePos(v)}
+	r.fields[field] = f
+	if w.check(i, field, fd.kind, v, f) {
+		w.decode(fd, fd.inTotal(w.rules[i].OwnTotal), v, i, field)
+	}
+}
+
+// unknownRedis reports an unknown field of the [redis] table.
+func (w *walker) unknownRedis(k keyPart) { w.unknownIn(k, -1, "redis", redisFieldNames) }
+
+// unknownIn reports an unknown field of the table named table ("redis",
+// "total") of rule i (-1: none) whose fields are known.
+func (w *walker) unknownIn(k keyPart, i int, table string, known []string) {
+	msg := "unknown field"
+	best, bestD := "", 3
+	for _, n := range known {
+		if d := editDistance(k.name, n); d < bestD && d <= len(k.name)/2 {
+			best, bestD = n, d
+		}
+	}
+	if best != "" {
+		msg += fmt.Sprintf(" (did you mean %q?)", best)
+	}
+	w.report(k.at, i, table+"."+keyText(k.name), "%s", msg)
 }

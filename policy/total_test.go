@@ -96,7 +96,7 @@ var totalErrorCases = []struct{ name, in, want string }{
 	{"both rates", "[[total]]\nname = \"up\"\npps = 1\nbitrate = \"1mbit\"\n[[rule]]\nname = \"r\"\npps = 1\n",
 		`p.toml:4:11: total.bitrate: total up: pps and bitrate are exclusive: give one`},
 	{"bad burst", "[[total]]\nname = \"up\"\npps = 1\nburst = 0.5\n[[rule]]\nname = \"r\"\npps = 1\n",
-		`p.toml:4:9: total.burst: total up: burst must be between 1 and 1e+09, not 0.5`},
+		`p.toml:4:9: total.burst: total up: must be at least 1, not 0.5`},
 	{"twice", "[[total]]\nname = \"up\"\npps = 1\n[[total]]\nname = \"up\"\npps = 2\n[[rule]]\nname = \"r\"\npps = 1\n",
 		`p.toml:5:8: total.name: total up: declared twice`},
 	{"no name", "[[total]]\npps = 1\n[[rule]]\nname = \"r\"\npps = 1\n",
@@ -118,6 +118,86 @@ func TestTotalErrors(t *testing.T) {
 		}
 		if err != nil && strings.Contains(err.Error(), "\n") {
 			t.Errorf("%s: more than one line: %q", c.name, err)
+		}
+	}
+}
+
+// ownTotalPolicy gives rules their own totals, in the three ways TOML
+// writes a table.
+const ownTotalPolicy = `
+[[rule]]
+name = "guest-hosts"
+key = "src"
+bitrate = "5mbit"
+total = { bitrate = "20mbit", burst = 100000 }
+
+[[rule]]
+name = "api"
+key = "src"
+pps = 100
+total.pps = 2000
+total.algo = "sliding-window-counter"
+
+[[rule]]
+name = "dns"
+match = { proto = ["udp"], dport = [53] }
+key = "src"
+pps = 10
+
+[rule.total]
+pps = 50
+`
+
+// TestOwnTotal: a [rule.total] table is a total that rule alone charges,
+// named after it.
+func TestOwnTotal(t *testing.T) {
+	f, err := Parse("p.toml", []byte(ownTotalPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := f.Compile(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.Policy()
+	want := []shaper.Total{
+		{Name: "rule:guest-hosts", Limit: shaper.TotalConfig{Rate: 20e6 / 8, Bytes: true, Burst: 100000}},
+		{Name: "rule:api", Limit: shaper.TotalConfig{Algorithm: shaper.SlidingWindowCounter, Rate: 2000}},
+		{Name: "rule:dns", Limit: shaper.TotalConfig{Rate: 50}},
+	}
+	if len(p.Totals) != len(want) {
+		t.Fatalf("totals %+v, want %+v", p.Totals, want)
+	}
+	for i := range want {
+		if p.Totals[i] != want[i] || p.Rules[i].Total != want[i].Name {
+			t.Errorf("total %d: %+v (rule's %q), want %+v", i, p.Totals[i], p.Rules[i].Total, want[i])
+		}
+	}
+	roundTrip(t, f)
+}
+
+var ownTotalErrorCases = []struct{ name, in, want string }{
+	{"both", "[[total]]\nname = \"up\"\npps = 9\n[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n[rule.total]\npps = 2\n",
+		`p.toml:8:7: rule "r": total: defined twice (first on line 7)`},
+	{"named", "[[rule]]\nname = \"r\"\npps = 1\ntotal = { name = \"x\", pps = 2 }\n",
+		`p.toml:4:11: rule "r": total.name: a rule's own total has no name: write a [[total]] to share one`},
+	{"typo", "[[rule]]\nname = \"r\"\npps = 1\ntotal.burts = 2\n",
+		`p.toml:4:7: rule "r": total.burts: unknown field (did you mean "burst"?)`},
+	{"no rate", "[[rule]]\nname = \"r\"\npps = 1\n[rule.total]\nburst = 2\n",
+		`p.toml:4:7: rule "r": total: needs pps or bitrate`},
+	{"bad burst", "[[rule]]\nname = \"r\"\npps = 1\n[rule.total]\npps = 2\nburst = 0\n",
+		`p.toml:6:9: rule "r": total.burst: must be at least 1, not 0`},
+	{"accept", "[[rule]]\nname = \"r\"\naction = \"accept\"\n[rule.total]\npps = 2\n",
+		`p.toml:4:7: rule "r": total: not allowed on an accept rule: only limit rules take it`},
+	{"shape", "[[rule]]\nname = \"r\"\npps = 1\nshape = true\n[rule.total]\npps = 2\n",
+		`p.toml:5:7: rule "r": total: a shaping rule cannot charge a total yet (only policing rules: remove shape)`},
+}
+
+func TestOwnTotalErrors(t *testing.T) {
+	for _, c := range ownTotalErrorCases {
+		_, err := Parse("p.toml", []byte(c.in))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
 		}
 	}
 }

@@ -142,6 +142,7 @@ const (
 	ctxMatch
 	ctxRedis
 	ctxTotal
+	ctxRuleTotal
 	ctxSkip
 )
 
@@ -348,6 +349,10 @@ func (w *walker) table(e *unstable.Node) {
 // [rule.match].
 func (w *walker) subTable(ks []keyPart) {
 	i := w.cur()
+	if ks[1].name == "total" {
+		w.ruleTotalTable(i, ks)
+		return
+	}
 	if ks[1].name == "match" {
 		if lookup(tMatch, ks[2].name) != nil {
 			w.report(ks[2].at, i, "match."+ks[2].name, "not a table")
@@ -385,6 +390,8 @@ func (w *walker) keyValue(e *unstable.Node) {
 		w.redisKV(ks, v)
 	case ctxTotal:
 		w.totalKV(ks, v)
+	case ctxRuleTotal:
+		w.ruleTotalKV(w.cur(), ks, v)
 	}
 }
 
@@ -517,6 +524,10 @@ func (w *walker) ruleKV(i int, ks []keyPart, v *unstable.Node) {
 		w.matchKV(i, ks[1:], v)
 		return
 	}
+	if k.name == "total" && (len(ks) > 1 || v.Kind == unstable.InlineTable) {
+		w.ruleTotal(i, ks, v)
+		return
+	}
 	fd := lookup(tRule, k.name)
 	if fd == nil {
 		w.unknown(k.at, i, k.name, ruleFieldNames)
@@ -636,25 +647,6 @@ func (w *walker) unknown(at pos, i int, field string, known []string) {
 		msg += fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	w.report(at, i, field, "%s", msg)
-}
-
-// unknownRedis reports an unknown field of the [redis] table.
-func (w *walker) unknownRedis(k keyPart) { w.unknownIn(k, "redis", redisFieldNames) }
-
-// unknownIn reports an unknown field of the table named table ("redis",
-// "total") whose fields are known.
-func (w *walker) unknownIn(k keyPart, table string, known []string) {
-	msg := "unknown field"
-	best, bestD := "", 3
-	for _, n := range known {
-		if d := editDistance(k.name, n); d < bestD && d <= len(k.name)/2 {
-			best, bestD = n, d
-		}
-	}
-	if best != "" {
-		msg += fmt.Sprintf(" (did you mean %q?)", best)
-	}
-	w.report(k.at, -1, table+"."+keyText(k.name), "%s", msg)
 }
 
 // keyText writes a key as TOML would: bare if it can be, else quoted (so
