@@ -13,6 +13,12 @@ import (
 	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
+// sentPkt is one packet psend sent: its time (ns) and its source's index.
+type sentPkt struct {
+	ns  int64
+	src int
+}
+
 // TestTotalPolicing is issue 32's policing bar: eight UDP sources (one
 // address each) send 200 packets/s each for 4 s through a rule of 100
 // packets/s per source (burst 5) that charges a total of 400 packets/s
@@ -71,11 +77,7 @@ total = "guests"
 	r := recvDone(rc, 35*time.Second)
 
 	// The packets at their send times, every source's, in order.
-	type pkt struct {
-		ns  int64
-		src int
-	}
-	var all []pkt
+	var all []sentPkt
 	first, last := int64(1<<62), int64(0)
 	for i := range srcIPs {
 		f, ok := sent[i].Flows[strconv.Itoa(21000+i)]
@@ -86,7 +88,7 @@ total = "guests"
 			t.Errorf("source %s sent %d packets, want %.0f −5 %%: the limits would not be tested", srcIPs[i], f.Sent, want)
 		}
 		for _, us := range f.TimesUs {
-			all = append(all, pkt{f.FirstNs + us*1000, i})
+			all = append(all, sentPkt{f.FirstNs + us*1000, i})
 		}
 		first, last = min(first, f.FirstNs), max(last, f.LastNs)
 	}

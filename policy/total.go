@@ -41,27 +41,35 @@ func (w *walker) totalTable(e *unstable.Node, ks []keyPart) {
 
 // totalKV checks a key of the current [[total]] table and decodes it.
 func (w *walker) totalKV(ks []keyPart, v *unstable.Node) {
-	i := len(w.totals) - 1
-	r := w.ps.totals[i]
+	n := len(w.totals) - 1
+	w.totalField(-1, w.ps.totals[n].fields, &w.totals[n], ks, v)
+}
+
+// totalField checks the key ks of a total (rule i's own, or a [[total]]'s
+// for i < 0) whose fields' places are in fields, and decodes it into t.
+func (w *walker) totalField(i int, fields map[string]*fieldPos, t *TotalDef, ks []keyPart, v *unstable.Node) {
 	k := ks[0]
 	field := "total." + k.name
 	fd := lookup(tTotal, k.name)
 	switch {
 	case fd == nil:
-		w.unknownIn(k, -1, "total", totalFieldNames)
+		w.unknownIn(k, i, "total", totalFieldNames)
+		return
+	case i >= 0 && k.name == "name":
+		w.report(k.at, i, field, "a rule's own total has no name: write a [[total]] to share one")
 		return
 	case len(ks) > 1:
-		w.report(k.at, -1, field, "not a table")
+		w.report(k.at, i, field, "not a table")
 		return
 	}
-	if f := r.fields[field]; f != nil {
-		w.dup(k.at, -1, field, f)
+	if f := fields[field]; f != nil {
+		w.dup(k.at, i, field, f)
 		return
 	}
 	f := &fieldPos{key: k.at, val: w.nodePos(v)}
-	r.fields[field] = f
-	if w.check(-1, field, fd.kind, v, f) {
-		w.decode(fd, fd.inTotal(&w.totals[i]), v, -1, field)
+	fields[field] = f
+	if w.check(i, field, fd.kind, v, f) {
+		w.decode(fd, fd.inTotal(t), v, i, field)
 	}
 }
 
@@ -263,42 +271,16 @@ func (w *walker) ruleTotal(i int, ks []keyPart, v *unstable.Node) {
 		}
 		return
 	}
-	if !w.startOwnTotal(i, ks[0].at, false) {
-		return
-	}
-	it := v.Children()
-	for it.Next() {
-		n := it.Node()
-		w.ruleTotalKV(i, w.keys(n), n.Value())
+	if w.startOwnTotal(i, ks[0].at, false) {
+		for it := v.Children(); it.Next(); {
+			w.ruleTotalKV(i, w.keys(it.Node()), it.Node().Value())
+		}
 	}
 }
 
 // ruleTotalKV checks a key of rule i's own total and decodes it.
 func (w *walker) ruleTotalKV(i int, ks []keyPart, v *unstable.Node) {
-	r := w.ps.rules[i]
-	k := ks[0]
-	field := "total." + k.name
-	fd := lookup(tTotal, k.name)
-	switch {
-	case fd == nil:
-		w.unknownIn(k, i, "total", totalFieldNames)
-		return
-	case k.name == "name":
-		w.report(k.at, i, field, "a rule's own total has no name: write a [[total]] to share one")
-		return
-	case len(ks) > 1:
-		w.report(k.at, i, field, "not a table")
-		return
-	}
-	if f := r.fields[field]; f != nil {
-		w.dup(k.at, i, field, f)
-		return
-	}
-	f := &fieldPos{key: k.at, val: w.nodePos(v)}
-	r.fields[field] = f
-	if w.check(i, field, fd.kind, v, f) {
-		w.decode(fd, fd.inTotal(w.rules[i].OwnTotal), v, i, field)
-	}
+	w.totalField(i, w.ps.rules[i].fields, w.rules[i].OwnTotal, ks, v)
 }
 
 // unknownRedis reports an unknown field of the [redis] table.

@@ -49,14 +49,7 @@ total = "api"
 // TestTotalCompile: the [[total]] tables become the engine's totals, the
 // rules name theirs, and Format writes a file that compiles the same.
 func TestTotalCompile(t *testing.T) {
-	f, err := Parse("p.toml", []byte(totalPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.Compile(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCompile(t, totalPolicy, Options{})
 	p := c.Policy()
 	want := []shaper.Total{
 		{Name: "guests", Limit: shaper.TotalConfig{Rate: 20e6 / 8, Bytes: true}},
@@ -73,7 +66,7 @@ func TestTotalCompile(t *testing.T) {
 	if _, err := shaper.NewPolicy(p); err != nil {
 		t.Errorf("the engine refused the compiled policy: %v", err)
 	}
-	roundTrip(t, f)
+	roundTrip(t, c.file)
 }
 
 var totalErrorCases = []struct{ name, in, want string }{
@@ -108,10 +101,10 @@ var totalErrorCases = []struct{ name, in, want string }{
 	{"[[total.x]]", "[[total.x]]\n", `p.toml:1:9: total.x: not a table`},
 }
 
-// TestTotalErrors: what check refuses about totals, each in one line
-// naming the field.
+// TestTotalErrors: what check refuses about totals, [[total]] tables and
+// a rule's own, each in one line naming the field.
 func TestTotalErrors(t *testing.T) {
-	for _, c := range totalErrorCases {
+	for _, c := range append(totalErrorCases, ownTotalErrorCases...) {
 		_, err := Parse("p.toml", []byte(c.in))
 		if err == nil || err.Error() != c.want {
 			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
@@ -151,14 +144,7 @@ pps = 50
 // TestOwnTotal: a [rule.total] table is a total that rule alone charges,
 // named after it.
 func TestOwnTotal(t *testing.T) {
-	f, err := Parse("p.toml", []byte(ownTotalPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.Compile(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCompile(t, ownTotalPolicy, Options{})
 	p := c.Policy()
 	want := []shaper.Total{
 		{Name: "rule:guest-hosts", Limit: shaper.TotalConfig{Rate: 20e6 / 8, Bytes: true, Burst: 100000}},
@@ -173,7 +159,7 @@ func TestOwnTotal(t *testing.T) {
 			t.Errorf("total %d: %+v (rule's %q), want %+v", i, p.Totals[i], p.Rules[i].Total, want[i])
 		}
 	}
-	roundTrip(t, f)
+	roundTrip(t, c.file)
 }
 
 var ownTotalErrorCases = []struct{ name, in, want string }{
@@ -191,13 +177,4 @@ var ownTotalErrorCases = []struct{ name, in, want string }{
 		`p.toml:4:7: rule "r": total: not allowed on an accept rule: only limit rules take it`},
 	{"shape", "[[rule]]\nname = \"r\"\npps = 1\nshape = true\n[rule.total]\npps = 2\n",
 		`p.toml:5:7: rule "r": total: a shaping rule cannot charge a total yet (only policing rules: remove shape)`},
-}
-
-func TestOwnTotalErrors(t *testing.T) {
-	for _, c := range ownTotalErrorCases {
-		_, err := Parse("p.toml", []byte(c.in))
-		if err == nil || err.Error() != c.want {
-			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
-		}
-	}
 }

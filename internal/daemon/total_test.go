@@ -4,16 +4,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/shaper"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
-// TestStatusTotals: status and the metrics show a total's counters: six
-// flows of a rule at 5 pps each charge a 4-packet total, summed over the
-// engines (one per queue here).
-func TestStatusTotals(t *testing.T) {
-	const text = `
+// totalsPolicy is a rule of 1 packet/s per flow charging a total of 4
+// packets at once.
+const totalsPolicy = `
 [[total]]
 name = "up"
 pps = 1
@@ -24,22 +20,14 @@ name = "r"
 pps = 1
 total = "up"
 `
+
+// TestStatusTotals: status and the metrics show a total's counters: six
+// flows of a rule at 5 pps each charge a 4-packet total, summed over the
+// engines (one per queue here).
+func TestStatusTotals(t *testing.T) {
 	var ws []*worker
-	for q := range 2 {
-		eng, err := shaper.NewPolicy(compilePolicy(t, text))
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := newWorker(uint16(3+q), eng)
-		fq := &fakeQueue{}
-		w.q, w.wake = fq, fq.Wake
-		var batch []nfq.Packet
-		for sp := range uint16(6) {
-			d := udp4(1000 + sp)
-			batch = append(batch, nfq.Packet{Data: d, Len: len(d)})
-		}
-		w.decide(batch, make([]nfq.Verdict, len(batch)), 1e18)
-		w.snapshot(1e18)
+	for q := range uint16(2) {
+		w, _, _ := decidedWorker(t, 3+q, totalsPolicy, []uint16{1000, 1001, 1002, 1003, 1004, 1005}, 1e18)
 		ws = append(ws, w)
 	}
 	d := &state{cfg: &Config{}, ws: ws, mon: fakeMonitor{}}
