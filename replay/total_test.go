@@ -97,8 +97,8 @@ func TestReplayTotal(t *testing.T) {
 			if agree*1000 < n*999 {
 				t.Errorf("%d of %d verdicts agree with the two-level model, under 99.9 %%", agree, n)
 			}
-			if s := eng.TotalStats(0); s.Packets != n || s.Dropped != uint64(overTotal) {
-				t.Errorf("total's counters %+v: want %d packets, %d dropped", s, n, overTotal)
+			if ts := r.Totals(); len(ts) != 1 || ts[0].Name != "all" || ts[0].Packets != n || ts[0].Dropped != uint64(overTotal) {
+				t.Errorf("replay's totals %+v: want all, %d packets, %d dropped", ts, n, overTotal)
 			}
 		})
 	}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -68,4 +70,21 @@ func TestStatusTotalsTable(t *testing.T) {
 		"guests token-bucket 400 packets/s burst 20 6400 1617 4000",
 		"rule:api fixed-window 20 Mbit/s window 0.1s 3 3 0",
 	})
+}
+
+// TestReplayTotalsSummary: replay's summary lists a rule's own total with
+// its counters: one source at 10/s with a total of 20/s, so the total
+// refuses only what passes the source's limit and overflows it.
+func TestReplayTotalsSummary(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "p.toml")
+	if err := os.WriteFile(pol, []byte("[[rule]]\nname = \"r\"\nkey = \"src\"\npps = 10\n[rule.total]\npps = 20\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if code := runReplayArgs([]string{"--policy", pol, filepath.Join(testdata, "multiflow-ns-be.pcap")}, &stdout, &stderr); code != 0 {
+		t.Fatalf("replay: exit %d\n%s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "  TOTAL                   PACKETS   ACCEPTED    DROPPED\n  rule:r                      555         35          4\n") {
+		t.Errorf("replay's summary has no totals table with rule:r 555 35 4:\n%s", stdout.String())
+	}
 }
