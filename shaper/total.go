@@ -139,6 +139,11 @@ func (e *Engine) buildTotals(p Policy, old *Engine) error {
 // limiter's refill on, which grants nothing). It reports whether the packet
 // passes and, if not, whether the total was what refused it.
 func allowTotal(t *totalState, rs *ruleState, f *flow, length int, m *Meta, now, cost int64, need Need) (ok, overTotal bool) {
+	if need == NeedOver {
+		// A later fragment of a datagram refused at its first: refused
+		// by that decision, not by the total now.
+		return false, false
+	}
 	t.stats.Packets++
 	tc := int64(1)
 	if t.bytes {

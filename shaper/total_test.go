@@ -278,3 +278,31 @@ func TestTotalNoAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestTotalCost: a packet whose cost is given (Meta.Cost: a GSO packet's
+// segments) costs a byte total its bytes and a packet flow its packets, and
+// a later fragment refused at its first (NeedOver) is refused without
+// meeting the total.
+func TestTotalCost(t *testing.T) {
+	e := mustPolicy(t, Policy{
+		Rules:  []Rule{{Name: "r", Limit: Config{Rate: 1e-3, Burst: 10}, Total: "t"}},
+		Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: 1e-3, Bytes: true, Burst: 10000}}},
+	})
+	var d Decision
+	m := &Meta{Cost: Cost{Set: true, Packets: 3, Bytes: 4000}}
+	for i, want := range []Verdict{Accept, Accept, Drop} {
+		e.DecidePacket(udp(1, 1, 8), m, t0, &d)
+		if d.Verdict != want || d.OverTotal != (want == Drop) {
+			t.Errorf("packet %d of 4000 bytes, 3 segments: %v (over total %v), want %v", i, d.Verdict, d.OverTotal, want)
+		}
+	}
+	fi, _ := e.AppendFlows(nil, 0, 0, 1<<20, t0)
+	if left := e.TotalLeft(0, t0); left != 2000 || len(fi) != 1 || fi[0].Left != 4 {
+		t.Errorf("left: total %v bytes (want 2000), flows %+v (want 4 packets)", left, fi)
+	}
+	m.Cost.Need = NeedOver
+	e.DecidePacket(udp(1, 1, 8), m, t0, &d)
+	if d.Verdict != Drop || d.OverTotal || e.TotalStats(0).Packets != 3 {
+		t.Errorf("NeedOver: %+v, total %+v", d, e.TotalStats(0))
+	}
+}
