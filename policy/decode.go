@@ -17,82 +17,15 @@ import (
 // are value issues, reported with Validate's (the first in the file wins).
 
 // decode stores v, of kind fd.kind, where p (from fd.inRule, inMatch or
-// inRedis) points. rule is the rule's index (-1 for [redis]) and path the
-// field as errors name it.
+// inRedis) points, by the kind's codec. rule is the rule's index (-1 for
+// [redis]) and path the field as errors name it.
 func (w *walker) decode(fd *field, p any, v *unstable.Node, rule int, path string) {
-	bad := func(at pos, format string, args ...any) {
-		w.vals = append(w.vals, &issue{at, rule, path, fmt.Sprintf(format, args...)})
-	}
-	at := w.nodePos(v)
-	switch p := p.(type) {
-	case *string:
-		*p = string(v.Data)
-		if *p == "" && !fd.required {
-			bad(at, "must not be empty")
+	fd.kind.codec().decode(p, v, func(n *unstable.Node, err error) {
+		if err == errEmpty && fd.required {
+			return // Validate says it is missing
 		}
-	case **string:
-		s := string(v.Data)
-		*p = &s
-	case *Duration:
-		d, err := parseDuration(string(v.Data))
-		if err != nil {
-			bad(at, "%v", err)
-		}
-		*p = Duration(d)
-	case **bool:
-		b := string(v.Data) == "true"
-		*p = &b
-	case **int:
-		n, err := tomlInt(v.Data)
-		if err != nil {
-			bad(at, "%v", err)
-		}
-		*p = &n
-	case **float64:
-		var x float64
-		var err error
-		if v.Kind == unstable.Integer {
-			var n int
-			n, err = tomlInt(v.Data)
-			x = float64(n)
-		} else {
-			x, err = tomlFloat(v.Data)
-		}
-		if err != nil {
-			bad(at, "%v", err)
-		}
-		*p = &x
-	case *[]string:
-		out := []string{}
-		it := v.Children()
-		for it.Next() {
-			c := it.Node()
-			if c.Kind == unstable.Integer {
-				n, err := tomlInt(c.Data)
-				if err != nil {
-					bad(w.nodePos(c), "%v", err)
-				}
-				out = append(out, strconv.Itoa(n))
-			} else {
-				out = append(out, string(c.Data))
-			}
-		}
-		*p = out
-	case *[]int:
-		out := []int{}
-		it := v.Children()
-		for it.Next() {
-			c := it.Node()
-			n, err := tomlInt(c.Data)
-			if err != nil {
-				bad(w.nodePos(c), "%v", err)
-			}
-			out = append(out, n)
-		}
-		*p = out
-	default:
-		panic("policy: schema field of an unknown type")
-	}
+		w.vals = append(w.vals, &issue{w.nodePos(n), rule, path, err.Error()})
+	})
 }
 
 // tomlInt parses a TOML integer the parser has checked the syntax of:

@@ -2,10 +2,7 @@ package policy
 
 import (
 	"flag"
-	"fmt"
 	"strconv"
-	"strings"
-	"time"
 )
 
 // Flags are the command line's limiter flags: one per schema field that
@@ -35,10 +32,10 @@ func DefineFlags(fs *flag.FlagSet) *Flags {
 			continue
 		}
 		help := f.help
-		if f.def != "" && f.flagSets == "" {
-			help += " (default " + f.def + ")"
+		if d := f.defaultDoc(); d != "" && f.flagSets == "" {
+			help += " (default " + d + ")"
 		}
-		fs.Var(&flagValue{p: p, sets: f.flagSets}, f.flag, help)
+		fs.Var(&flagValue{p: p, c: f.kind.codec(), sets: f.flagSets}, f.flag, help)
 	}
 	return fl
 }
@@ -51,7 +48,7 @@ func (fl *Flags) File() *File {
 	f.Rules[0].Name = "default"
 	rd := fl.redis
 	for i := range schema {
-		if fd := &schema[i]; fd.table == tRedis && given(fd.inRedis(&rd)) {
+		if fd := &schema[i]; fd.table == tRedis && fd.given(fd.inRedis(&rd)) {
 			cluster := len(rd.Addrs) > 1
 			rd.Cluster = &cluster
 			f.Redis = &rd
@@ -61,92 +58,40 @@ func (fl *Flags) File() *File {
 	return f
 }
 
-// flagValue sets a schema field from a flag.
+// flagValue sets a schema field from a flag, through its kind's codec.
 type flagValue struct {
 	p any
+	c *codec
 	// sets makes the flag a bool that sets the (string) field to it.
 	sets string
 }
 
-func (v *flagValue) IsBoolFlag() bool {
-	_, b := v.p.(**bool)
-	return b || v.sets != ""
-}
+func (v *flagValue) IsBoolFlag() bool { return v.c == &codecs[kBool] || v.sets != "" }
 
 func (v *flagValue) String() string {
 	if v == nil || v.p == nil {
 		return ""
 	}
-	switch p := v.p.(type) {
-	case *string:
-		if v.sets != "" && *p != "" {
+	if v.sets != "" {
+		if p := v.p.(*string); *p != "" {
 			return strconv.FormatBool(*p == v.sets)
 		}
-		return *p
-	case *Duration:
-		if *p == 0 {
-			return ""
-		}
-		return p.String()
-	case **float64:
-		if *p != nil {
-			return strconv.FormatFloat(**p, 'g', -1, 64)
-		}
-	case **int:
-		if *p != nil {
-			return strconv.Itoa(**p)
-		}
-	case **bool:
-		if *p != nil {
-			return strconv.FormatBool(**p)
-		}
-	case *[]string:
-		return strings.Join(*p, ",")
 	}
-	return ""
+	return v.c.text(v.p)
 }
 
 func (v *flagValue) Set(s string) error {
-	switch p := v.p.(type) {
-	case *string:
-		if v.sets != "" {
-			b, err := strconv.ParseBool(s)
-			if err != nil {
-				return err
-			}
-			*p = ""
-			if b {
-				*p = v.sets
-			}
-			return nil
-		}
-		*p = s
-	case *Duration:
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return fmt.Errorf("bad duration %q: want a number with a unit, such as \"1s\" or \"500ms\"", s)
-		}
-		*p = Duration(d)
-	case **float64:
-		x, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return fmt.Errorf("bad number %q", s)
-		}
-		*p = &x
-	case **int:
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return fmt.Errorf("bad integer %q", s)
-		}
-		*p = &n
-	case **bool:
-		b, err := strconv.ParseBool(s)
-		if err != nil {
-			return err
-		}
-		*p = &b
-	case *[]string:
-		*p = strings.Split(s, ",")
+	if v.sets == "" {
+		return v.c.parse(v.p, s)
+	}
+	b, err := strconv.ParseBool(s)
+	if err != nil {
+		return err
+	}
+	p := v.p.(*string)
+	*p = ""
+	if b {
+		*p = v.sets
 	}
 	return nil
 }
@@ -157,15 +102,5 @@ func (v *flagValue) Type() string {
 	if v.IsBoolFlag() {
 		return "bool"
 	}
-	switch v.p.(type) {
-	case *Duration:
-		return "duration"
-	case **float64:
-		return "number"
-	case **int:
-		return "int"
-	case *[]string:
-		return "strings"
-	}
-	return "string"
+	return v.c.flagType
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -29,7 +28,7 @@ func (f *File) Format(w io.Writer) error {
 		fmt.Fprintf(bw, "\n# The store the global rules share.\n[redis]\n")
 		for i := range schema {
 			if fd := &schema[i]; fd.table == tRedis {
-				if v, ok := formatValue(fd.inRedis(rd)); ok {
+				if v, ok := fd.formatValue(fd.inRedis(rd)); ok {
 					kv(fd.name, v, "")
 				}
 			}
@@ -43,7 +42,7 @@ func (f *File) Format(w io.Writer) error {
 		fmt.Fprintf(bw, "\n# A limit on what the rules that name it pass together.\n[[total]]\n")
 		for j := range schema {
 			if fd := &schema[j]; fd.table == tTotal {
-				if v, ok := formatValue(fd.inTotal(&t)); ok {
+				if v, ok := fd.formatValue(fd.inTotal(&t)); ok {
 					kv(fd.name, v, "")
 				}
 			}
@@ -79,7 +78,7 @@ func (f *File) Format(w io.Writer) error {
 				}
 				continue
 			}
-			if v, ok := formatValue(p); ok {
+			if v, ok := fd.formatValue(p); ok {
 				c := ""
 				if fd.comment != nil {
 					c = fd.comment(&d)
@@ -97,7 +96,7 @@ func (f *File) Format(w io.Writer) error {
 			bw.WriteString("\n[rule.total]\n")
 			for j := range schema {
 				if fd := &schema[j]; fd.table == tTotal {
-					if v, ok := formatValue(fd.inTotal(d.OwnTotal)); ok {
+					if v, ok := fd.formatValue(fd.inTotal(d.OwnTotal)); ok {
 						kv(fd.name, v, "")
 					}
 				}
@@ -107,39 +106,14 @@ func (f *File) Format(w io.Writer) error {
 	return bw.Flush()
 }
 
-// formatValue writes the field p points at (from the schema) as TOML, or
-// reports it is not set.
-func formatValue(p any) (string, bool) {
-	if !given(p) {
+// formatValue writes the field p points at (from f's inRule, inMatch or
+// inRedis) as TOML, or reports it is not set.
+func (f *field) formatValue(p any) (string, bool) {
+	c := f.kind.codec()
+	if !c.given(p) || c.format == nil {
 		return "", false
 	}
-	switch p := p.(type) {
-	case *string:
-		return quote(*p), true
-	case **string:
-		return quote(**p), true
-	case *Duration:
-		return quote(formatDuration(*p)), true
-	case **int:
-		return strconv.Itoa(**p), true
-	case **float64:
-		return formatNumber(**p), true
-	case **bool:
-		return strconv.FormatBool(**p), true
-	case *[]string:
-		items := make([]string, len(*p))
-		for i, v := range *p {
-			items[i] = quote(v)
-		}
-		return "[" + strings.Join(items, ", ") + "]", true
-	case *[]int:
-		items := make([]string, len(*p))
-		for i, v := range *p {
-			items[i] = strconv.Itoa(v)
-		}
-		return "[" + strings.Join(items, ", ") + "]", true
-	}
-	return "", false
+	return c.format(p), true
 }
 
 // burstComment is the unit of a rule's burst, or that its algorithm
@@ -196,23 +170,14 @@ func matchItems(m *Match) []matchItem {
 			continue
 		}
 		p := fd.inMatch(m)
-		if !given(p) {
+		if !fd.given(p) {
 			continue
 		}
 		it := matchItem{key: fd.name}
-		switch p := p.(type) {
-		case *string:
-			it.scalar = quote(*p)
-		case *[]string:
-			it.items = make([]string, len(*p))
-			for i, v := range *p {
-				it.items[i] = quote(v)
-			}
-		case *[]int:
-			it.items = make([]string, len(*p))
-			for i, v := range *p {
-				it.items[i] = strconv.Itoa(v)
-			}
+		if c := fd.kind.codec(); c.list {
+			it.items = c.items(p)
+		} else {
+			it.scalar = c.format(p)
 		}
 		out = append(out, it)
 	}

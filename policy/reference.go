@@ -28,8 +28,8 @@ func WriteReference(w io.Writer) error {
 				continue
 			}
 			def, flag := "—", "—"
-			if f.def != "" {
-				def = "`" + f.def + "`"
+			if d := f.defaultDoc(); d != "" {
+				def = "`" + d + "`"
 			}
 			if f.flag != "" {
 				flag = "`--" + f.flag + "`"
@@ -38,7 +38,7 @@ func WriteReference(w io.Writer) error {
 			if f.limit {
 				help = "(limit) " + help
 			}
-			fmt.Fprintf(bw, "| `%s` | %s | %s | %s | %s |\n", f.name, kindDoc[f.kind], def, flag, mdEscape(help))
+			fmt.Fprintf(bw, "| `%s` | %s | %s | %s | %s |\n", f.name, f.kind.codec().doc, def, flag, mdEscape(help))
 		}
 	}
 	return bw.Flush()

@@ -50,9 +50,9 @@ the limit fields (marked "limit") are refused on accept and drop rules.
 			}
 			fmt.Fprintf(bw, ".TP\n.B %s\n", roffEscape(f.name))
 			var meta []string
-			meta = append(meta, kindDoc[f.kind])
-			if f.def != "" {
-				meta = append(meta, "default "+f.def)
+			meta = append(meta, f.kind.codec().doc)
+			if d := f.defaultDoc(); d != "" {
+				meta = append(meta, "default "+d)
 			}
 			if f.flag != "" {
 				meta = append(meta, "flag --"+f.flag)

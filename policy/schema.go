@@ -36,7 +36,8 @@ var tableNames = [...]string{tRule: "[[rule]]", tMatch: "[rule.match] (or match 
 type kind int
 
 const (
-	kString kind = iota
+	kString    kind = iota
+	kOptString      // a string that may be given empty (**string)
 	kInt
 	kNumber // integer or float
 	kBool
@@ -47,26 +48,25 @@ const (
 	kDuration // a string time.ParseDuration reads
 )
 
-var kindWant = map[kind]string{
-	kString: "a string", kInt: "an integer", kNumber: "a number", kBool: "true or false",
-	kTable: "a table", kStrings: "a list of strings", kStringsOrInts: "a list of strings or integers",
-	kInts: "a list of integers", kDuration: "a string",
-}
-
-// kindDoc is a kind as the reference writes it.
-var kindDoc = map[kind]string{
-	kString: "string", kInt: "integer", kNumber: "number", kBool: "boolean", kTable: "table",
-	kStrings: "list of strings", kStringsOrInts: "list of strings or integers", kInts: "list of integers",
-	kDuration: "duration (string: \"50ms\", \"1m30s\")",
-}
-
 // field declares one field of the rule file.
 type field struct {
 	table table
 	name  string // as written in its table: "flow-timeout"
 	kind  kind
-	// def is the default as the reference states it ("" for none).
-	def string
+	// def is the default: a value of the kind's type (string, Duration,
+	// int, float64, bool; codec.set), or nil for none. WithDefaults fills
+	// it in where the field is left out, when defIf (nil: always) holds;
+	// defFrom, if set, computes it instead from the settings before the
+	// field in the schema (nil result: none applies).
+	def     any
+	defIf   func(d *Rule) bool
+	defFrom func(d *Rule) any
+	// defNote follows the default in the reference (or is all of it
+	// without def): when it applies, or how defFrom computes it.
+	defNote string
+	// implicit: leaving the field out means def, and WithDefaults leaves
+	// it out (check does not write it).
+	implicit bool
 	// limit marks the settings only limit rules take.
 	limit bool
 	// required: Validate reports the field missing (or empty).
@@ -104,39 +104,39 @@ var schema = []field{
 		help: "Per-flow limit: N packets per second; fractions allowed (pps 0.5 with window 10s is 5 per 10 s). A limit rule has pps or bitrate."},
 	{table: tRule, name: "bitrate", inRule: func(r *Rule) any { return &r.Bitrate }, kind: kString, limit: true, settings: []shaper.Setting{shaper.SettingRate}, flag: "bitrate",
 		help: "Per-flow limit: RATE in bits per second, tc-style: 500kbit, 10mbit, 1gbit (kbps/mbps are bytes per second, as in tc, and accepted with a warning); a packet costs its IP length. check prints it in bits (kbit, mbit, gbit) with its bits per second.", comment: bitrateComment},
-	{table: tRule, name: "burst", inRule: func(r *Rule) any { return &r.Burst }, kind: kNumber, def: "5 packets, or with bitrate max(65535 bytes, 0.1 s of rate)", limit: true, settings: []shaper.Setting{shaper.SettingBurst}, flag: "burst",
+	{table: tRule, name: "burst", inRule: func(r *Rule) any { return &r.Burst }, kind: kNumber, defFrom: defaultBurst, defNote: "5 packets, or with bitrate max(65535 bytes, 0.1 s of rate)", limit: true, settings: []shaper.Setting{shaper.SettingBurst}, flag: "burst",
 		help: "Token bucket capacity in packets (with bitrate: bytes).", comment: burstComment},
 	{table: tRule, name: "algo", inRule: func(r *Rule) any { return &r.Algo }, kind: kString, def: DefaultAlgo, limit: true, settings: []shaper.Setting{shaper.SettingAlgorithm}, flag: "algo",
 		help: "Limiter: token-bucket, fixed-window, sliding-window (exact log, packets only) or sliding-window-counter; or leaky-bucket, the token bucket shaping (shape)."},
-	{table: tRule, name: "shape", inRule: func(r *Rule) any { return &r.Shape }, kind: kBool, def: "false (true with algo leaky-bucket)", limit: true, settings: []shaper.Setting{shaper.SettingShape}, flag: "shape",
+	{table: tRule, name: "shape", inRule: func(r *Rule) any { return &r.Shape }, kind: kBool, def: false, defFrom: func(d *Rule) any { return d.Algo == ShapeAlgo }, defNote: " (true with algo leaky-bucket)", limit: true, settings: []shaper.Setting{shaper.SettingShape}, flag: "shape",
 		help: "Shape instead of police (token bucket only): hold a packet over the limit until the rate allows it, up to max-delay, and drop only what would wait longer."},
-	{table: tRule, name: "max-delay", inRule: func(r *Rule) any { return &r.MaxDelay }, kind: kDuration, def: DefaultMaxDelay.String(), limit: true, settings: []shaper.Setting{shaper.SettingMaxDelay}, flag: "max-delay",
+	{table: tRule, name: "max-delay", inRule: func(r *Rule) any { return &r.MaxDelay }, kind: kDuration, def: DefaultMaxDelay, defIf: func(d *Rule) bool { return *d.Shape }, limit: true, settings: []shaper.Setting{shaper.SettingMaxDelay}, flag: "max-delay",
 		help: "With shape: the longest a packet is held (at most 10s); the queue holds burst + rate × max-delay."},
-	{table: tRule, name: "window", inRule: func(r *Rule) any { return &r.Window }, kind: kDuration, def: Duration(shaper.DefaultWindow).String(), limit: true, settings: []shaper.Setting{shaper.SettingWindow}, flag: "window",
+	{table: tRule, name: "window", inRule: func(r *Rule) any { return &r.Window }, kind: kDuration, def: Duration(shaper.DefaultWindow), limit: true, settings: []shaper.Setting{shaper.SettingWindow}, flag: "window",
 		help: "Window length of the window algorithms (windows align to multiples of it since the Unix epoch).", comment: windowComment},
 	{table: tRule, name: "key", inRule: func(r *Rule) any { return &r.Key }, kind: kString, def: DefaultKey, limit: true, settings: []shaper.Setting{shaper.SettingKey}, flag: "key",
 		help: "What makes a flow: 5tuple, src, dst or src-dst (like hashlimit's --hashlimit-mode); uid or gid (of the local socket that sent the packet: packets without one share one flow, \"no owner\") or mark (key-mark-mask picks its bits); or one of these three joined to src, dst or src-dst: \"uid+dst\" is one flow per user per destination."},
-	{table: tRule, name: "no-owner", inRule: func(r *Rule) any { return &r.NoOwner }, kind: kString, def: DefaultNoOwner, limit: true,
+	{table: tRule, name: "no-owner", inRule: func(r *Rule) any { return &r.NoOwner }, kind: kString, def: DefaultNoOwner, defIf: ownerKey, limit: true,
 		help: "With a uid or gid key, what packets without an owner get (replies the kernel makes itself: SYN-ACK, RST, the ACKs of closed connections, ICMP errors; on INPUT or FORWARD every packet): accept-replies (those replies pass, no payload and one per packet that came in; every other ownerless packet is one flow, \"no owner\"), limit (all of them one flow, \"no owner\", the replies too: a flood's RSTs then starve the host's handshakes), accept (all pass: the rule limits known owners only) or key-by-dst (one flow per destination address, \"no owner dst ADDR\")."},
-	{table: tRule, name: "key-mark-mask", inRule: func(r *Rule) any { return &r.KeyMarkMask }, kind: kString, def: "0xffffffff", limit: true, settings: []shaper.Setting{shaper.SettingMarkMask},
+	{table: tRule, name: "key-mark-mask", inRule: func(r *Rule) any { return &r.KeyMarkMask }, kind: kString, def: "0xffffffff", implicit: true, limit: true, settings: []shaper.Setting{shaper.SettingMarkMask},
 		help: "With a mark key: the bits of the mark that make the flow (\"0xff00\": marks 0x1200 and 0x12ff are one flow)."},
-	{table: tRule, name: "src-prefix4", inRule: func(r *Rule) any { return &r.SrcPrefix4 }, kind: kInt, def: "32", limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix4",
+	{table: tRule, name: "src-prefix4", inRule: func(r *Rule) any { return &r.SrcPrefix4 }, kind: kInt, def: 32, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix4",
 		help: "IPv4 source prefix length a flow is keyed by (24 = one limit per /24)."},
-	{table: tRule, name: "dst-prefix4", inRule: func(r *Rule) any { return &r.DstPrefix4 }, kind: kInt, def: "32", limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix4",
+	{table: tRule, name: "dst-prefix4", inRule: func(r *Rule) any { return &r.DstPrefix4 }, kind: kInt, def: 32, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix4",
 		help: "IPv4 destination prefix length."},
-	{table: tRule, name: "src-prefix6", inRule: func(r *Rule) any { return &r.SrcPrefix6 }, kind: kInt, def: "128", limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix6",
+	{table: tRule, name: "src-prefix6", inRule: func(r *Rule) any { return &r.SrcPrefix6 }, kind: kInt, def: 128, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "src-prefix6",
 		help: "IPv6 source prefix length (64 = one limit per /64)."},
-	{table: tRule, name: "dst-prefix6", inRule: func(r *Rule) any { return &r.DstPrefix6 }, kind: kInt, def: "128", limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix6",
+	{table: tRule, name: "dst-prefix6", inRule: func(r *Rule) any { return &r.DstPrefix6 }, kind: kInt, def: 128, limit: true, settings: []shaper.Setting{shaper.SettingPrefix}, flag: "dst-prefix6",
 		help: "IPv6 destination prefix length."},
-	{table: tRule, name: "symmetric", inRule: func(r *Rule) any { return &r.Symmetric }, kind: kBool, def: "false", limit: true, settings: []shaper.Setting{shaper.SettingSymmetric}, flag: "symmetric",
+	{table: tRule, name: "symmetric", inRule: func(r *Rule) any { return &r.Symmetric }, kind: kBool, def: false, limit: true, settings: []shaper.Setting{shaper.SettingSymmetric}, flag: "symmetric",
 		help: "Count both directions of a conversation as one flow."},
-	{table: tRule, name: "max-flows", inRule: func(r *Rule) any { return &r.MaxFlows }, kind: kInt, def: "65536", limit: true, settings: []shaper.Setting{shaper.SettingMaxFlows}, flag: "max-flows",
+	{table: tRule, name: "max-flows", inRule: func(r *Rule) any { return &r.MaxFlows }, kind: kInt, def: flows.DefaultMaxFlows, limit: true, settings: []shaper.Setting{shaper.SettingMaxFlows}, flag: "max-flows",
 		help: "Flow table cap (about 180 bytes per flow); when full, a flow seen once is evicted before any that keeps sending."},
-	{table: tRule, name: "flow-timeout", inRule: func(r *Rule) any { return &r.FlowTimeout }, kind: kDuration, def: "1m, raised with a warning to what the limiter remembers of an idle flow when longer", limit: true, settings: []shaper.Setting{shaper.SettingFlowTimeout}, flag: "flow-timeout",
+	{table: tRule, name: "flow-timeout", inRule: func(r *Rule) any { return &r.FlowTimeout }, kind: kDuration, def: Duration(shaper.DefaultFlowTimeout), defNote: ", raised with a warning to what the limiter remembers of an idle flow when longer", limit: true, settings: []shaper.Setting{shaper.SettingFlowTimeout}, flag: "flow-timeout",
 		help: "Forget a flow after this long without packets. One given shorter than what the limiter remembers of an idle flow (burst / rate, the window, 2 windows for sliding-window-counter) is refused."},
 	{table: tRule, name: "scope", inRule: func(r *Rule) any { return &r.Scope }, kind: kString, def: DefaultScope, limit: true, settings: []shaper.Setting{shaper.SettingGlobal}, flag: "global", flagSets: "global",
 		help: "local (each host limits on its own) or global: one budget per flow key for every host running the rule, kept in the [redis] store and taken in leases (token-bucket and fixed-window only). The flag --global is scope = \"global\"."},
-	{table: tRule, name: "global-slack", inRule: func(r *Rule) any { return &r.GlobalSlack }, kind: kNumber, def: "0.01 (global rules)", limit: true, settings: []shaper.Setting{shaper.SettingGlobalSlack}, flag: "global-slack",
+	{table: tRule, name: "global-slack", inRule: func(r *Rule) any { return &r.GlobalSlack }, kind: kNumber, def: DefaultGlobalSlack, defIf: func(d *Rule) bool { return d.Scope == "global" }, defNote: " (global rules)", limit: true, settings: []shaper.Setting{shaper.SettingGlobalSlack}, flag: "global-slack",
 		help:    "Global rules: the fraction of the rate × 1 s that all hosts together may hold in leases of one key. More slack: fewer asks to the store, a looser bound.",
 		comment: func(*Rule) string { return "fraction of the rate × 1 s all hosts may hold in leases" }},
 	{table: tRule, name: "total", inRule: func(r *Rule) any { return &r.Total }, kind: kString, limit: true,
@@ -163,19 +163,19 @@ var schema = []field{
 	{table: tTotal, name: "name", inTotal: func(t *TotalDef) any { return &t.Name }, kind: kString, help: "Required, unique among the totals: letters, digits, \"_\", \".\" and \"-\"; rules name it in total."},
 	{table: tTotal, name: "pps", inTotal: func(t *TotalDef) any { return &t.PPS }, kind: kNumber, settings: []shaper.Setting{shaper.SettingRate}, help: "The total's limit: N packets per second over everything its rules pass together. A total has pps or bitrate."},
 	{table: tTotal, name: "bitrate", inTotal: func(t *TotalDef) any { return &t.Bitrate }, kind: kString, settings: []shaper.Setting{shaper.SettingRate}, help: "The total's limit in bits per second, as a rule's bitrate; a packet costs its IP length."},
-	{table: tTotal, name: "burst", inTotal: func(t *TotalDef) any { return &t.Burst }, kind: kNumber, def: "5 packets, or with bitrate max(65535 bytes, 0.1 s of rate)", settings: []shaper.Setting{shaper.SettingBurst}, help: "Token bucket capacity in packets (with bitrate: bytes)."},
+	{table: tTotal, name: "burst", inTotal: func(t *TotalDef) any { return &t.Burst }, kind: kNumber, defNote: "5 packets, or with bitrate max(65535 bytes, 0.1 s of rate)", settings: []shaper.Setting{shaper.SettingBurst}, help: "Token bucket capacity in packets (with bitrate: bytes)."},
 	{table: tTotal, name: "algo", inTotal: func(t *TotalDef) any { return &t.Algo }, kind: kString, def: DefaultAlgo, settings: []shaper.Setting{shaper.SettingAlgorithm}, help: "token-bucket, fixed-window or sliding-window-counter (not sliding-window, not leaky-bucket: a total polices)."},
-	{table: tTotal, name: "window", inTotal: func(t *TotalDef) any { return &t.Window }, kind: kDuration, def: Duration(shaper.DefaultWindow).String(), settings: []shaper.Setting{shaper.SettingWindow}, help: "Window length of the window algorithms."},
+	{table: tTotal, name: "window", inTotal: func(t *TotalDef) any { return &t.Window }, kind: kDuration, def: Duration(shaper.DefaultWindow), settings: []shaper.Setting{shaper.SettingWindow}, help: "Window length of the window algorithms."},
 	{table: tTotal, name: "scope", inTotal: func(t *TotalDef) any { return &t.Scope }, kind: kString, def: DefaultScope, help: "local only: a global total (one cap for the fleet) is refused for now."},
 
 	{table: tRedis, name: "addrs", inRedis: func(r *Redis) any { return &r.Addrs }, kind: kStrings, flag: "redis", help: "host:port addresses: one for a single server (or a Valkey/Redis primary), or with cluster the seeds of a Redis Cluster (flag: comma-separated)."},
-	{table: tRedis, name: "cluster", inRedis: func(r *Redis) any { return &r.Cluster }, kind: kBool, def: "false", help: "addrs are Redis Cluster nodes."},
+	{table: tRedis, name: "cluster", inRedis: func(r *Redis) any { return &r.Cluster }, kind: kBool, def: false, help: "addrs are Redis Cluster nodes."},
 	{table: tRedis, name: "password-file", inRedis: func(r *Redis) any { return &r.PasswordFile }, kind: kString, flag: "redis-password-file", help: "A file holding the password (AUTH), read when packetshaper starts."},
-	{table: tRedis, name: "timeout", inRedis: func(r *Redis) any { return &r.Timeout }, kind: kDuration, def: DefaultRedisTimeout.String(), help: "Bounds each request to the store (at most 10s); a store slower than that for longer than a short grace is taken as gone."},
-	{table: tRedis, name: "refresh-interval", inRedis: func(r *Redis) any { return &r.RefreshInterval }, kind: kDuration, def: DefaultRefreshInterval.String(), help: "How often a host asks for a key above its limit (10ms to 1m): the hosts hold at most rate × max(this, global-slack × 1s) of a key, and a hot key costs about hosts ÷ this asks a second."},
-	{table: tRedis, name: "key-prefix", inRedis: func(r *Redis) any { return &r.KeyPrefix }, kind: kString, def: DefaultKeyPrefix, help: "Starts every key packetshaper writes; no \"{\" or \"}\"."},
+	{table: tRedis, name: "timeout", inRedis: func(r *Redis) any { return &r.Timeout }, kind: kDuration, def: DefaultRedisTimeout, help: "Bounds each request to the store (at most 10s); a store slower than that for longer than a short grace is taken as gone."},
+	{table: tRedis, name: "refresh-interval", inRedis: func(r *Redis) any { return &r.RefreshInterval }, kind: kDuration, def: DefaultRefreshInterval, help: "How often a host asks for a key above its limit (10ms to 1m): the hosts hold at most rate × max(this, global-slack × 1s) of a key, and a hot key costs about hosts ÷ this asks a second."},
+	{table: tRedis, name: "key-prefix", inRedis: func(r *Redis) any { return &r.KeyPrefix }, kind: kOptString, def: DefaultKeyPrefix, help: "Starts every key packetshaper writes; no \"{\" or \"}\"."},
 	{table: tRedis, name: "username", inRedis: func(r *Redis) any { return &r.Username }, kind: kString, help: "The ACL user to AUTH as (with the password); none for the default user."},
-	{table: tRedis, name: "tls", inRedis: func(r *Redis) any { return &r.TLS }, kind: kBool, def: "false", help: "Every connection to the store uses TLS."},
+	{table: tRedis, name: "tls", inRedis: func(r *Redis) any { return &r.TLS }, kind: kBool, def: false, implicit: true, help: "Every connection to the store uses TLS."},
 	{table: tRedis, name: "ca-file", inRedis: func(r *Redis) any { return &r.CAFile }, kind: kString, help: "PEM certificates the server's must chain to (none: the system's)."},
 	{table: tRedis, name: "cert-file", inRedis: func(r *Redis) any { return &r.CertFile }, kind: kString, help: "A client certificate (PEM), with key-file."},
 	{table: tRedis, name: "key-file", inRedis: func(r *Redis) any { return &r.KeyFile }, kind: kString, help: "The client certificate's key (PEM), with cert-file."},
@@ -258,30 +258,17 @@ func hasSetting(f *field, s shaper.Setting) bool {
 	return false
 }
 
-// given reports whether the field a pointer from inRule, inMatch or inRedis
-// points at is set (not its zero value).
-func given(p any) bool {
-	switch p := p.(type) {
-	case *string:
-		return *p != ""
-	case *Duration:
-		return *p != 0
-	case **int:
-		return *p != nil
-	case **float64:
-		return *p != nil
-	case **bool:
-		return *p != nil
-	case **string:
-		return *p != nil
-	case *[]string:
-		return *p != nil
-	case *[]int:
-		return *p != nil
-	case **Match:
-		return *p != nil
+// given reports whether the field p points at (from f's inRule, inMatch
+// or inRedis) is set (not its zero value).
+func (f *field) given(p any) bool { return f.kind.codec().given(p) }
+
+// defaultDoc is f's default as the reference and the flags' help write
+// it ("" for none).
+func (f *field) defaultDoc() string {
+	if f.def == nil {
+		return f.defNote
 	}
-	panic("policy: schema field of an unknown type")
+	return f.kind.codec().show(f.def) + f.defNote
 }
 
 // Flag is the command-line flag that sets the field named path ("pps",
@@ -317,7 +304,7 @@ func KeySettings(k *flows.KeyConfig) []KeySetting {
 				out = append(out, KeySetting{f.name, fmt.Sprintf("%#x", k.MarkMask)})
 			}
 		case hasSetting(f, shaper.SettingPrefix):
-			if v := **f.inRule(&r).(**int); v > 0 && strconv.Itoa(v) != f.def {
+			if v := **f.inRule(&r).(**int); v > 0 && v != f.def {
 				out = append(out, KeySetting{f.name, strconv.Itoa(v)})
 			}
 		case hasSetting(f, shaper.SettingSymmetric):

@@ -221,7 +221,7 @@ func totalField(t *TotalDef, settings []shaper.Setting, rate string) string {
 	for _, s := range settings {
 		for j := range schema {
 			fd := &schema[j]
-			if fd.table == tTotal && hasSetting(fd, s) && given(fd.inTotal(t)) {
+			if fd.table == tTotal && hasSetting(fd, s) && fd.given(fd.inTotal(t)) {
 				return fd.name
 			}
 		}

@@ -170,7 +170,7 @@ func validName(s string) bool {
 func (r *Rule) given() []string {
 	var g []string
 	for i := range schema {
-		if f := &schema[i]; f.limit && given(f.inRule(r)) {
+		if f := &schema[i]; f.limit && f.given(f.inRule(r)) {
 			g = append(g, f.name)
 		}
 	}
@@ -303,18 +303,12 @@ func (f *File) checkLimit(i int, s *ruleSpec, errs *errList, checked map[shaper.
 			bad("key-mark-mask", "needs a mark key (key = \"mark\", or mark joined to src, dst or src-dst), not key = %q", cmpOr(r.Key, DefaultKey))
 		}
 	}
-	for _, p := range []struct {
-		name string
-		v    *int
-		max  int
-	}{
-		{"src-prefix4", r.SrcPrefix4, 32},
-		{"dst-prefix4", r.DstPrefix4, 32},
-		{"src-prefix6", r.SrcPrefix6, 128},
-		{"dst-prefix6", r.DstPrefix6, 128},
-	} {
-		if p.v != nil && (*p.v < 1 || *p.v > p.max) {
-			bad(p.name, "must be between 1 and %d, not %d", p.max, *p.v)
+	for i := range schema {
+		// A prefix length's default is the whole address: its largest.
+		if fd := &schema[i]; hasSetting(fd, shaper.SettingPrefix) {
+			if v, max := *fd.inRule(r).(**int), fd.def.(int); v != nil && (*v < 1 || *v > max) {
+				bad(fd.name, "must be between 1 and %d, not %d", max, *v)
+			}
 		}
 	}
 	if r.MaxFlows != nil {
@@ -526,115 +520,89 @@ func checkHostPort(a string) error {
 	return nil
 }
 
-// WithDefaults returns rd with every setting it leaves out filled in: cluster
-// false, timeout DefaultRedisTimeout, key-prefix DefaultKeyPrefix (tls
-// stays unset when not given: false). nil stays nil.
+// WithDefaults returns rd with every setting it leaves out filled in with
+// its schema default (tls and its files stay unset when not given: off).
+// nil stays nil.
 func (rd *Redis) WithDefaults() *Redis {
 	if rd == nil {
 		return nil
 	}
 	d := *rd
-	if d.Cluster == nil {
-		d.Cluster = ptr(false)
-	}
-	if d.Timeout == 0 {
-		d.Timeout = DefaultRedisTimeout
-	}
-	if d.RefreshInterval == 0 {
-		d.RefreshInterval = DefaultRefreshInterval
-	}
-	if d.KeyPrefix == nil {
-		d.KeyPrefix = ptr(DefaultKeyPrefix)
+	for i := range schema {
+		if f := &schema[i]; f.table == tRedis {
+			f.fill(f.inRedis(&d), nil)
+		}
 	}
 	return &d
 }
 
 // WithDefaults returns r with every setting it leaves out filled in with
-// its default, as Compile uses it and Format writes it: the action; and for
-// a limit rule the mode, on-exceed, burst (from the rate: 5 packets, or
-// max(65535 bytes, 0.1 s of rate), at most shaper.MaxBurst), algo, shape
-// (true for algo "leaky-bucket"), max-delay (a shaping rule's), window,
-// key, the four prefix lengths, symmetric, max-flows, flow-timeout (60 s,
-// or what the limiter remembers of an idle flow if longer: see
-// shaper.LimiterConfig.Memory), scope and, for a global rule,
-// global-slack. An
+// its default from the schema, as Compile uses it and Format writes it: the
+// action, and for a limit rule its limit settings (each field's def,
+// defIf and defFrom say which and when: burst from the rate, max-delay
+// for a shaping rule, no-owner for a uid or gid key, global-slack for a
+// global rule). A flow-timeout left out is then raised to what the
+// limiter remembers of an idle flow if that is longer (see
+// shaper.LimiterConfig.Memory). A bitrate is written canonically, and an
 // empty Match becomes nil. Settings given are kept as they are.
 func (r Rule) WithDefaults() Rule {
 	d := r
 	if d.Match.empty() {
 		d.Match = nil
 	}
-	if d.Action == "" {
-		d.Action = DefaultAction
+	for i := range schema {
+		if f := &schema[i]; f.table == tRule && !(f.limit && d.Action != DefaultAction) {
+			f.fill(f.inRule(&d), &d)
+		}
 	}
-	if d.Action != "limit" {
+	if d.Action != DefaultAction {
 		return d
-	}
-	if d.Mode == "" {
-		d.Mode = DefaultMode
-	}
-	if d.OnExceed == "" {
-		d.OnExceed = DefaultOnExceed
 	}
 	if d.Bitrate != "" {
 		d.Bitrate = canonicalBitrate(d.Bitrate)
-	}
-	if m, err := flows.ParseMode(cmpOr(d.Key, DefaultKey)); err == nil && d.NoOwner == "" && (m.By() == flows.ByUID || m.By() == flows.ByGID) {
-		d.NoOwner = DefaultNoOwner
-	}
-	if d.Burst == nil {
-		var c shaper.Config
-		if d.PPS != nil {
-			c.Rate = *d.PPS
-		} else if v, err := shaper.ParseBitrate(d.Bitrate); err == nil {
-			c.Rate, c.Bytes = v, true
-		}
-		if c.Rate > 0 {
-			d.Burst = ptr(c.LimiterConfig().Burst)
-		}
-	}
-	if d.Algo == "" {
-		d.Algo = DefaultAlgo
-	}
-	if d.Shape == nil {
-		d.Shape = ptr(d.Algo == ShapeAlgo)
-	}
-	if *d.Shape && d.MaxDelay == 0 {
-		d.MaxDelay = DefaultMaxDelay
-	}
-	if d.Window == 0 {
-		d.Window = Duration(shaper.DefaultWindow)
-	}
-	if d.Key == "" {
-		d.Key = DefaultKey
-	}
-	for _, p := range []struct {
-		v   **int
-		def int
-	}{{&d.SrcPrefix4, 32}, {&d.DstPrefix4, 32}, {&d.SrcPrefix6, 128}, {&d.DstPrefix6, 128}} {
-		if *p.v == nil {
-			*p.v = ptr(p.def)
-		}
-	}
-	if d.Symmetric == nil {
-		d.Symmetric = ptr(false)
-	}
-	if d.MaxFlows == nil {
-		d.MaxFlows = ptr(flows.DefaultMaxFlows)
-	}
-	if d.FlowTimeout == 0 {
-		d.FlowTimeout = Duration(shaper.DefaultFlowTimeout)
-	}
-	if d.Scope == "" {
-		d.Scope = DefaultScope
-	}
-	if d.Scope == "global" && d.GlobalSlack == nil {
-		d.GlobalSlack = ptr(DefaultGlobalSlack)
 	}
 	if r.FlowTimeout == 0 && d.Burst != nil { // else the rate is bad: no limiter
 		d.FlowTimeout = max(d.FlowTimeout, minFlowTimeout(d.memory()))
 	}
 	return d
+}
+
+// fill sets the field p points at to f's default if it is not given (d:
+// the rule being filled in, nil for [redis]).
+func (f *field) fill(p any, d *Rule) {
+	c := f.kind.codec()
+	if f.implicit || c.given(p) || f.defIf != nil && !f.defIf(d) {
+		return
+	}
+	v := f.def
+	if f.defFrom != nil {
+		v = f.defFrom(d)
+	}
+	if v != nil {
+		c.set(p, v)
+	}
+}
+
+// defaultBurst is the burst of a rule without one: from its rate (5
+// packets, or max(65535 bytes, 0.1 s of rate), at most shaper.MaxBurst);
+// nil for a rate that is bad.
+func defaultBurst(d *Rule) any {
+	var c shaper.Config
+	if d.PPS != nil {
+		c.Rate = *d.PPS
+	} else if v, err := shaper.ParseBitrate(d.Bitrate); err == nil {
+		c.Rate, c.Bytes = v, true
+	}
+	if c.Rate > 0 {
+		return c.LimiterConfig().Burst
+	}
+	return nil
+}
+
+// ownerKey reports whether d's key (given or default) is by uid or gid.
+func ownerKey(d *Rule) bool {
+	m, err := flows.ParseMode(d.Key)
+	return err == nil && (m.By() == flows.ByUID || m.By() == flows.ByGID)
 }
 
 // WithDefaults returns a copy of f whose rules have their defaults filled

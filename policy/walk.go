@@ -581,40 +581,31 @@ func (w *walker) matchKV(i int, ks []keyPart, v *unstable.Node) {
 
 // check reports a value of the wrong type and records list items' places.
 func (w *walker) check(i int, field string, want kind, v *unstable.Node, f *fieldPos) bool {
-	var ok bool
-	items := true
-	switch want {
-	case kString, kDuration:
-		ok = v.Kind == unstable.String
-	case kInt:
-		ok = v.Kind == unstable.Integer
-	case kNumber:
-		ok = v.Kind == unstable.Integer || v.Kind == unstable.Float
-	case kBool:
-		ok = v.Kind == unstable.Bool
-	case kStrings, kStringsOrInts, kInts:
-		if v.Kind != unstable.Array {
-			break
+	c := want.codec()
+	if !c.list {
+		if !c.accepts(v.Kind) {
+			w.report(w.nodePos(v), i, field, "want %s, not %s", c.want, nodeKind(v.Kind))
+			return false
 		}
-		ok = true
-		f.val = f.key
-		it := v.Children()
-		for j := 1; it.Next(); j++ {
-			c := it.Node()
-			at := w.nodePos(c)
-			f.items = append(f.items, at)
-			good := c.Kind == unstable.String && want != kInts ||
-				c.Kind == unstable.Integer && want != kStrings
-			if !good {
-				items = false
-				w.report(at, i, field, "want %s: item %d is %s", kindWant[want], j, nodeKind(c.Kind))
-			}
+		return true
+	}
+	if v.Kind != unstable.Array {
+		w.report(w.nodePos(v), i, field, "want %s, not %s", c.want, nodeKind(v.Kind))
+		return false
+	}
+	ok := true
+	f.val = f.key
+	it := v.Children()
+	for j := 1; it.Next(); j++ {
+		n := it.Node()
+		at := w.nodePos(n)
+		f.items = append(f.items, at)
+		if !c.accepts(n.Kind) {
+			ok = false
+			w.report(at, i, field, "want %s: item %d is %s", c.want, j, nodeKind(n.Kind))
 		}
 	}
-	if !ok {
-		w.report(w.nodePos(v), i, field, "want %s, not %s", kindWant[want], nodeKind(v.Kind))
-	}
-	return ok && items
+	return ok
 }
 
 func (w *walker) dup(at pos, i int, field string, first *fieldPos) {

@@ -135,15 +135,15 @@ func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {
 		}
 		password = strings.TrimRight(string(b), "\r\n")
 	}
-	tlsConfig, err := rd.TLSConfig()
-	if err != nil {
-		return nil, err
+	var tlsFiles *global.TLSFiles
+	if rd.TLS != nil && *rd.TLS {
+		tlsFiles = &global.TLSFiles{CAFile: rd.CAFile, CertFile: rd.CertFile, KeyFile: rd.KeyFile, ServerName: rd.ServerName}
 	}
 	// go-redis's own lines (a store gone: "failed to dial") go through
 	// the daemon's logger, not as plain text on stderr.
 	global.SetRedisLogger(log)
 	c, err := global.Open(global.Config{
-		Addrs: rd.Addrs, Cluster: *rd.Cluster, Username: rd.Username, Password: password, TLS: tlsConfig,
+		Addrs: rd.Addrs, Cluster: *rd.Cluster, Username: rd.Username, Password: password, TLSFiles: tlsFiles,
 		Timeout: time.Duration(rd.Timeout), KeyPrefix: *rd.KeyPrefix, Logger: log,
 		Interval: time.Duration(rd.RefreshInterval),
 	})

@@ -41,8 +41,10 @@ type Config struct {
 	// default user); "" for no password.
 	Username, Password string
 	// TLS, if not nil, makes every connection use TLS with these
-	// settings (go-redis's TLSConfig).
-	TLS *tls.Config
+	// settings (go-redis's TLSConfig). Else TLSFiles, if not nil, does
+	// with the files it names, which Open reads.
+	TLS      *tls.Config
+	TLSFiles *TLSFiles
 	// Timeout bounds each request (a pipeline of n asks gets Timeout plus
 	// n × max(100 µs, twice the store's recent time per ask)). Default
 	// DefaultTimeout.
@@ -150,6 +152,12 @@ func Open(cfg Config) (*Client, error) {
 	}
 	if strings.ContainsAny(cfg.KeyPrefix, "{}") {
 		return nil, &ConfigError{Field: "KeyPrefix", Msg: "the key prefix must not hold { or }"}
+	}
+	if cfg.TLS == nil && cfg.TLSFiles != nil {
+		var err error
+		if cfg.TLS, err = cfg.TLSFiles.Load(); err != nil {
+			return nil, err
+		}
 	}
 	to := max(durOr(cfg.Timeout, DefaultTimeout), int64(100*time.Millisecond))
 	dial := boundedDialer(cfg.TLS, time.Duration(to))

@@ -2,9 +2,6 @@ package global
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,21 +15,10 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-// tlsConfig is the client side of c: its CA as the roots, its client
-// certificate.
-func tlsConfig(t testing.TB, c testcerts.Files) *tls.Config {
-	t.Helper()
-	pem, err := os.ReadFile(c.CA)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AppendCertsFromPEM(pem)
-	cert, err := tls.LoadX509KeyPair(c.ClientCert, c.ClientKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+// tlsFiles are the client side of c: its CA as the roots, its client
+// certificate (Open reads them).
+func tlsFiles(c testcerts.Files) *TLSFiles {
+	return &TLSFiles{CAFile: c.CA, CertFile: c.ClientCert, KeyFile: c.ClientKey}
 }
 
 // TestTLS: the client takes leases over TLS (with a client certificate);
@@ -45,7 +31,7 @@ func TestTLS(t *testing.T) {
 	_, addr := testutil.StartRedisTLS(t, certs)
 	limit := shaper.Config{Rate: 1000, Burst: 100, GlobalSlack: 0.1}
 
-	h := newHost(t, Config{Addrs: []string{addr}, TLS: tlsConfig(t, certs), Timeout: 200 * time.Millisecond}, limit)
+	h := newHost(t, Config{Addrs: []string{addr}, TLSFiles: tlsFiles(certs), Timeout: 200 * time.Millisecond}, limit)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.drive(ctx, []flows.Key{key(7)}, 500, 0)
@@ -58,7 +44,7 @@ func TestTLS(t *testing.T) {
 		t.Errorf("fallback over TLS: %+v, last error %q", st, h.c.Stats().LastError)
 	}
 
-	bad := newHost(t, Config{Addrs: []string{addr}, TLS: tlsConfig(t, other), Timeout: 200 * time.Millisecond}, limit)
+	bad := newHost(t, Config{Addrs: []string{addr}, TLSFiles: tlsFiles(other), Timeout: 200 * time.Millisecond}, limit)
 	go bad.drive(ctx, []flows.Key{key(8)}, 500, 0)
 	for deadline := time.Now().Add(5 * time.Second); !bad.r.Stats().Fallback; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
