@@ -155,7 +155,9 @@ func allowTotal(t *totalState, rs *ruleState, f *flow, length int, m *Meta, now,
 			tc = m.Cost.Bytes
 		}
 	}
-	saved := t.state
+	// What a limiter without a log changes: put back as it was, when
+	// the flow refuses (a total has no log: checkTotal).
+	last, tokens, win, cur, prev := t.state.last, t.state.tokens, t.state.win, t.state.cur, t.state.prev
 	if need == NeedAll {
 		if !t.lim.Allow(&t.state, now, tc) {
 			t.stats.Dropped++
@@ -170,7 +172,7 @@ func allowTotal(t *totalState, rs *ruleState, f *flow, length int, m *Meta, now,
 		ok = rs.lim.AllowNeed(&f.state, now, cost, need)
 	}
 	if !ok {
-		t.state = saved
+		t.state.last, t.state.tokens, t.state.win, t.state.cur, t.state.prev = last, tokens, win, cur, prev
 		return false, false
 	}
 	t.stats.Accepted++
