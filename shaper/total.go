@@ -8,8 +8,9 @@ import "fmt"
 // Config: the burst DefaultBurstPackets (with Bytes, the larger of
 // DefaultBurstBytes and a tenth of a second at Rate), the window
 // DefaultWindow. Only TokenBucket, FixedWindow and SlidingWindowCounter: a
-// total's state is one State, tried on a copy (see Engine.DecidePacket),
-// which a sliding-window log's shared buffer does not allow. TotalConfig
+// total's state is one State, charged first and put back when the flow
+// refuses (allowTotal), which a sliding-window log's buffer of timestamps
+// does not allow. TotalConfig
 // is comparable: Reload keeps a total's state when its Name and Limit are
 // unchanged.
 type TotalConfig struct {
