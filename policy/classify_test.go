@@ -566,7 +566,7 @@ func TestClassifyRandom(t *testing.T) {
 		if err != nil {
 			t.Fatalf("round %d: %v\n%s", round, err, src)
 		}
-		specs, err := f.check()
+		specs, _, err := f.check()
 		if err != nil {
 			t.Fatal(err)
 		}

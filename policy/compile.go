@@ -27,6 +27,7 @@ type Compiled struct {
 	file      *File
 	opts      Options
 	rules     []shaper.Rule
+	totals    []shaper.Total
 	redis     *Redis
 	cls       *classifier
 	ifaces    map[string]uint32
@@ -39,11 +40,11 @@ type Compiled struct {
 // error: the rule's constraint matches no packet on it, until a reload, and
 // Warnings says so.
 func (f *File) Compile(o Options) (*Compiled, error) {
-	specs, err := f.check()
+	specs, totals, err := f.check()
 	if err != nil {
 		return nil, err
 	}
-	c := &Compiled{file: f, opts: o, ifaces: map[string]uint32{}, redis: f.Redis.WithDefaults()}
+	c := &Compiled{file: f, opts: o, ifaces: map[string]uint32{}, redis: f.Redis.WithDefaults(), totals: totals}
 	global := false
 	for i := range specs {
 		global = global || specs[i].rule.Limit.Global
@@ -156,7 +157,7 @@ func ownerWarning(s *ruleSpec) string {
 // for a single rule that matches everything). The caller sets Malformed and
 // OffloadAfter.
 func (c *Compiled) Policy() shaper.Policy {
-	p := shaper.Policy{Rules: slices.Clone(c.rules)}
+	p := shaper.Policy{Rules: slices.Clone(c.rules), Totals: slices.Clone(c.totals)}
 	if c.cls != nil {
 		p.Classifier = c.cls
 	}

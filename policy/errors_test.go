@@ -18,15 +18,15 @@ import (
 // say.
 var errorCases = []struct{ name, in, want string }{
 	{"unknown top-level field", "colour = 1\n",
-		"p.toml:1:1: colour: unknown field (a rule file holds [[rule]] tables and a [redis] table)"},
+		"p.toml:1:1: colour: unknown field (a rule file holds [[rule]] tables, [[total]] tables and a [redis] table)"},
 	{"unknown top-level table", "[limits]\npps = 1\n",
-		"p.toml:1:2: limits: unknown field (a rule file holds [[rule]] tables and a [redis] table)"},
+		"p.toml:1:2: limits: unknown field (a rule file holds [[rule]] tables, [[total]] tables and a [redis] table)"},
 	{"unknown rule field", "[[rule]]\nname = \"a\"\npps = 1\nbrust = 2\n",
 		"p.toml:4:1: rule \"a\": brust: unknown field (did you mean \"burst\"?)"},
 	{"unknown quoted field", "[[rule]]\nname = \"a\"\npps = 1\n\"x\\ny\" = 2\nmatch.\"a b\" = 1\n",
 		"p.toml:4:1: rule \"a\": \"x\\ny\": unknown field"},
 	{"unknown quoted top-level field", "\"\" = 1\n",
-		"p.toml:1:1: \"\": unknown field (a rule file holds [[rule]] tables and a [redis] table)"},
+		"p.toml:1:1: \"\": unknown field (a rule file holds [[rule]] tables, [[total]] tables and a [redis] table)"},
 	{"unknown rule field no hint", "[[rule]]\nname = \"a\"\npps = 1\nfrobnicate = 2\n",
 		"p.toml:4:1: rule \"a\": frobnicate: unknown field"},
 	{"unknown match field", "[[rule]]\nname = \"a\"\npps = 1\nmatch = { srcs = [\"10.0.0.0/8\"] }\n",

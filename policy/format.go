@@ -34,6 +34,20 @@ func (f *File) Format(w io.Writer) error {
 			}
 		}
 	}
+	for i := range f.Totals {
+		t := f.Totals[i]
+		if t.Algo == "" {
+			t.Algo = DefaultAlgo
+		}
+		fmt.Fprintf(bw, "\n# A limit on what the rules that name it pass together.\n[[total]]\n")
+		for j := range schema {
+			if fd := &schema[j]; fd.table == tTotal {
+				if v, ok := fd.formatValue(fd.inTotal(&t)); ok {
+					kv(fd.name, v, "")
+				}
+			}
+		}
+	}
 	for _, r := range f.Rules {
 		d := r.WithDefaults()
 		fmt.Fprintf(bw, "\n[[rule]]\n")
@@ -76,6 +90,16 @@ func (f *File) Format(w io.Writer) error {
 			bw.WriteString("\n[rule.match]\n")
 			for _, it := range match {
 				kv(it.key, it.value(true), "")
+			}
+		}
+		if d.OwnTotal != nil && d.Action == DefaultAction {
+			bw.WriteString("\n[rule.total]\n")
+			for j := range schema {
+				if fd := &schema[j]; fd.table == tTotal {
+					if v, ok := fd.formatValue(fd.inTotal(d.OwnTotal)); ok {
+						kv(fd.name, v, "")
+					}
+				}
 			}
 		}
 	}

@@ -73,6 +73,9 @@ func roundTrip(t testing.TB, f *File) {
 	if p1, p2 := c1.Policy().Rules, c2.Policy().Rules; !reflect.DeepEqual(p1, p2) {
 		t.Fatalf("compiled rules differ after Format:\n got %+v\nwant %+v", p2, p1)
 	}
+	if t1, t2 := c1.Policy().Totals, c2.Policy().Totals; !reflect.DeepEqual(t1, t2) {
+		t.Fatalf("compiled totals differ after Format:\n got %+v\nwant %+v", t2, t1)
+	}
 }
 
 func TestFormatRoundTrip(t *testing.T) {
@@ -172,6 +175,14 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(shapePolicy))
 	f.Add([]byte(globalPolicy))
 	f.Add([]byte(ownerPolicy))
+	f.Add([]byte(totalPolicy))
+	f.Add([]byte(ownTotalPolicy))
+	for _, c := range ownTotalErrorCases {
+		f.Add([]byte(c.in))
+	}
+	for _, c := range totalErrorCases {
+		f.Add([]byte(c.in))
+	}
 	for _, c := range errorCases {
 		f.Add([]byte(c.in))
 	}

@@ -35,6 +35,9 @@ type File struct {
 	// Redis is the [redis] table: where global rules keep their budgets.
 	// Required when a rule is global; nil if not given.
 	Redis *Redis
+	// Totals are the [[total]] tables: limits that several limit rules
+	// charge together (Rule.Total), beside each flow's own limit.
+	Totals []TotalDef
 
 	// pos holds the position of each rule and field in the file Parse
 	// read, for errors found later (Validate); nil for a File built in
@@ -117,6 +120,13 @@ type Rule struct {
 	// together may hold in leases of one key (default 0.01; global rules
 	// only). More slack: fewer asks to the store, a looser bound.
 	GlobalSlack *float64
+	// Total names a [[total]] the rule's packets charge beside their
+	// flow's limit: a packet passes only if both allow it. Policing limit
+	// rules only (not shaping, not global).
+	Total string
+	// OwnTotal is the rule's own total, a [rule.total] table (total = {
+	// ... }): as a [[total]] only this rule charges. Not with Total.
+	OwnTotal *TotalDef
 }
 
 // Redis is the [redis] table: the store global rules share. Zero values

@@ -19,7 +19,7 @@ func WriteReference(w io.Writer) error {
 	bw.WriteString("prints a file with every default filled in. A flag sets the same field of\n")
 	bw.WriteString("the one rule the command line makes without `--policy`; the limit fields\n")
 	bw.WriteString("(marked \"limit\") are refused on accept and drop rules.\n")
-	for t := tRule; t <= tRedis; t++ {
+	for t := tRule; t <= tTotal; t++ {
 		fmt.Fprintf(bw, "\n## %s\n\n", tableNames[t])
 		bw.WriteString("| field | type | default | flag | meaning |\n|---|---|---|---|---|\n")
 		for i := range schema {

@@ -41,7 +41,7 @@ the same field of the one rule the command line makes without
 the limit fields (marked "limit") are refused on accept and drop rules.
 `)
 	bw.WriteString(".SH FIELDS\n")
-	for t := tRule; t <= tRedis; t++ {
+	for t := tRule; t <= tTotal; t++ {
 		fmt.Fprintf(bw, ".SS %s\n", roffEscape(tableNames[t]))
 		for i := range schema {
 			f := &schema[i]

@@ -26,10 +26,11 @@ const (
 	tRule table = iota
 	tMatch
 	tRedis
+	tTotal
 )
 
 // tableNames are the tables as the reference heads them.
-var tableNames = [...]string{tRule: "[[rule]]", tMatch: "[rule.match] (or match = { ... })", tRedis: "[redis]"}
+var tableNames = [...]string{tRule: "[[rule]]", tMatch: "[rule.match] (or match = { ... })", tRedis: "[redis]", tTotal: "[[total]] (or a rule's own: [rule.total], total = { ... }, without name)"}
 
 // kind is a field's TOML type.
 type kind int
@@ -84,12 +85,13 @@ type field struct {
 	// comment is what Format writes after the field of a rule with its
 	// defaults (d), or nil.
 	comment func(d *Rule) string
-	// inRule, inMatch or inRedis (by table) is a pointer to the field in
-	// a Rule, Match or Redis: *string, *Duration, **int, **float64,
-	// **bool, **string, *[]string, *[]int or **Match.
+	// inRule, inMatch, inRedis or inTotal (by table) is a pointer to the
+	// field in a Rule, Match, Redis or TotalDef: *string, *Duration,
+	// **int, **float64, **bool, **string, *[]string, *[]int or **Match.
 	inRule  func(*Rule) any
 	inMatch func(*Match) any
 	inRedis func(*Redis) any
+	inTotal func(*TotalDef) any
 }
 
 // schema is every field, in the order Format writes them.
@@ -139,6 +141,8 @@ var schema = []field{
 	{table: tRule, name: "global-slack", inRule: func(r *Rule) any { return &r.GlobalSlack }, kind: kNumber, def: DefaultGlobalSlack, defIf: func(d *Rule) bool { return d.Scope == "global" }, defNote: " (global rules)", limit: true, settings: []shaper.Setting{shaper.SettingGlobalSlack}, flag: "global-slack",
 		help:    "Global rules: the fraction of the rate × 1 s that all hosts together may hold in leases of one key. More slack: fewer asks to the store, a looser bound.",
 		comment: func(*Rule) string { return "fraction of the rate × 1 s all hosts may hold in leases" }},
+	{table: tRule, name: "total", inRule: func(r *Rule) any { return &r.Total }, kind: kString, limit: true,
+		help: "The name of a [[total]] (or, as a table, the rule's own total: [rule.total] with the fields of [[total]] but name) the rule's packets charge beside their flow's limit: a packet passes only if its flow and the total both allow it, and is charged to both only then; several rules may charge one total. Policing rules only: not with shape or scope = \"global\"; a rule with a total runs in user space, not in the kernel fast path."},
 
 	{table: tMatch, name: "family", inMatch: func(m *Match) any { return &m.Family }, kind: kString, help: "ipv4 or ipv6."},
 	{table: tMatch, name: "src", inMatch: func(m *Match) any { return &m.Src }, kind: kStrings, help: "Source addresses or CIDRs, IPv4 or IPv6; an address without a length is one host."},
@@ -158,6 +162,14 @@ var schema = []field{
 	{table: tMatch, name: "dscp", inMatch: func(m *Match) any { return &m.DSCP }, kind: kStringsOrInts, help: "DSCP values 0-63 (the IPv4 TOS's or IPv6 traffic class's upper six bits) or class names: ef, af11-af43, cs0-cs7, va, le."},
 	{table: tMatch, name: "ct-state", inMatch: func(m *Match) any { return &m.CtState }, kind: kStrings, help: "Connection tracking states, as iptables' --ctstate: new (a connection's first packet: for TCP a SYN), established, related, invalid, untracked. Live, the kernel's conntrack gives them (NFQUEUE does not tell invalid from untracked: a packet without a state meets both); in replay, packetshaper's own tracker (see docs/replay.md). Where the state is unknown (a kernel that refused to send it) the constraint holds for limit and drop rules, not accept rules."},
 
+	{table: tTotal, name: "name", inTotal: func(t *TotalDef) any { return &t.Name }, kind: kString, help: "Required, unique among the totals: letters, digits, \"_\", \".\" and \"-\"; rules name it in total."},
+	{table: tTotal, name: "pps", inTotal: func(t *TotalDef) any { return &t.PPS }, kind: kNumber, settings: []shaper.Setting{shaper.SettingRate}, help: "The total's limit: N packets per second over everything its rules pass together. A total has pps or bitrate."},
+	{table: tTotal, name: "bitrate", inTotal: func(t *TotalDef) any { return &t.Bitrate }, kind: kString, settings: []shaper.Setting{shaper.SettingRate}, help: "The total's limit in bits per second, as a rule's bitrate; a packet costs its IP length."},
+	{table: tTotal, name: "burst", inTotal: func(t *TotalDef) any { return &t.Burst }, kind: kNumber, defNote: "5 packets, or with bitrate max(65535 bytes, 0.1 s of rate)", settings: []shaper.Setting{shaper.SettingBurst}, help: "Token bucket capacity in packets (with bitrate: bytes)."},
+	{table: tTotal, name: "algo", inTotal: func(t *TotalDef) any { return &t.Algo }, kind: kString, def: DefaultAlgo, settings: []shaper.Setting{shaper.SettingAlgorithm}, help: "token-bucket, fixed-window or sliding-window-counter (not sliding-window, not leaky-bucket: a total polices)."},
+	{table: tTotal, name: "window", inTotal: func(t *TotalDef) any { return &t.Window }, kind: kDuration, def: Duration(shaper.DefaultWindow), settings: []shaper.Setting{shaper.SettingWindow}, help: "Window length of the window algorithms."},
+	{table: tTotal, name: "scope", inTotal: func(t *TotalDef) any { return &t.Scope }, kind: kString, def: DefaultScope, help: "local only: a global total (one cap for the fleet) is refused for now."},
+
 	{table: tRedis, name: "addrs", inRedis: func(r *Redis) any { return &r.Addrs }, kind: kStrings, flag: "redis", help: "host:port addresses: one for a single server (or a Valkey/Redis primary), or with cluster the seeds of a Redis Cluster (flag: comma-separated)."},
 	{table: tRedis, name: "cluster", inRedis: func(r *Redis) any { return &r.Cluster }, kind: kBool, def: false, help: "addrs are Redis Cluster nodes."},
 	{table: tRedis, name: "password-file", inRedis: func(r *Redis) any { return &r.PasswordFile }, kind: kString, flag: "redis-password-file", help: "A file holding the password (AUTH), read when packetshaper starts."},
@@ -173,8 +185,8 @@ var schema = []field{
 }
 
 // fieldsOf indexes schema by table and name.
-var fieldsOf = func() [3]map[string]*field {
-	var m [3]map[string]*field
+var fieldsOf = func() [len(tableNames)]map[string]*field {
+	var m [len(tableNames)]map[string]*field
 	for t := range m {
 		m[t] = map[string]*field{}
 	}
@@ -195,6 +207,8 @@ func (f *field) path() string {
 		return "match." + f.name
 	case tRedis:
 		return "redis." + f.name
+	case tTotal:
+		return "total." + f.name
 	}
 	return f.name
 }
@@ -210,7 +224,8 @@ func names(t table) []string {
 }
 
 var (
-	topLevelNames   = []string{"redis", "rule"}
+	topLevelNames   = []string{"redis", "rule", "total"}
+	totalFieldNames = names(tTotal)
 	ruleFieldNames  = names(tRule)
 	matchFieldNames = names(tMatch)
 	redisFieldNames = names(tRedis)

@@ -101,16 +101,16 @@ type idRange struct{ lo, hi uint32 }
 // wrong with it ("must be at least 1, not 0.5"). Of several problems it
 // reports the first in the file.
 func (f *File) Validate() error {
-	_, err := f.check()
+	_, _, err := f.check()
 	return err
 }
 
-func (f *File) check() ([]ruleSpec, error) {
+func (f *File) check() ([]ruleSpec, []shaper.Total, error) {
 	if len(f.Rules) == 0 {
-		return nil, &Error{File: f.Name, Msg: "no rules: a rule file needs at least one [[rule]]"}
+		return nil, nil, &Error{File: f.Name, Msg: "no rules: a rule file needs at least one [[rule]]"}
 	}
 	if len(f.Rules) > shaper.MaxRules {
-		return nil, f.errAt(shaper.MaxRules, "", -1, "too many rules: %d, at most %d", len(f.Rules), shaper.MaxRules)
+		return nil, nil, f.errAt(shaper.MaxRules, "", -1, "too many rules: %d, at most %d", len(f.Rules), shaper.MaxRules)
 	}
 	var errs errList
 	// Config.Check builds a rule's whole state (a flow table's first
@@ -140,16 +140,17 @@ func (f *File) check() ([]ruleSpec, error) {
 		specs[i] = f.checkRule(i, &errs, checked)
 	}
 	f.checkRedis(&errs)
+	totals := f.checkTotals(specs, &errs)
 	if err := errs.first(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// The classifier keeps up to a rule set (a bit per rule, in words)
 	// per item: bound what compiling may take.
 	if words := (len(f.Rules) + 63) / 64; items*(words+1)*8 > MaxMatchBytes {
-		return nil, &Error{File: f.Name, Msg: fmt.Sprintf("the match tables would take up to %d MiB compiled (%d items × %d rules), over %d MiB: use fewer rules or fewer addresses per rule",
+		return nil, nil, &Error{File: f.Name, Msg: fmt.Sprintf("the match tables would take up to %d MiB compiled (%d items × %d rules), over %d MiB: use fewer rules or fewer addresses per rule",
 			items*(words+1)*8>>20, items, len(f.Rules), MaxMatchBytes>>20)}
 	}
-	return specs, nil
+	return specs, totals, nil
 }
 
 func validName(s string) bool {

@@ -46,6 +46,8 @@ type positions struct {
 	// redis is the [redis] table's place and fields ("redis.addrs"); nil
 	// if the file has none.
 	redis *rulePos
+	// totals are the [[total]] tables' places and fields ("total.pps").
+	totals []*rulePos
 }
 
 // redisAt is where the [redis] table's field (item j, or the value for
@@ -128,9 +130,10 @@ type walker struct {
 	ctx      int
 	// rules and redis are what the walk decodes; vals the problems
 	// with values of the right kind (decode).
-	rules []Rule
-	redis *Redis
-	vals  []*issue
+	rules  []Rule
+	redis  *Redis
+	totals []TotalDef
+	vals   []*issue
 }
 
 const (
@@ -138,6 +141,8 @@ const (
 	ctxRule
 	ctxMatch
 	ctxRedis
+	ctxTotal
+	ctxRuleTotal
 	ctxSkip
 )
 
@@ -161,7 +166,7 @@ func walk(name string, data []byte) (f *File, errs errList, err *Error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	f = &File{Name: name, Rules: w.rules, Redis: w.redis, pos: &w.ps}
+	f = &File{Name: name, Rules: w.rules, Redis: w.redis, Totals: w.totals, pos: &w.ps}
 	for i := range f.Rules {
 		if f.Rules[i].Match.empty() {
 			f.Rules[i].Match = nil
@@ -279,6 +284,8 @@ func (w *walker) arrayTable(e *unstable.Node) {
 	switch {
 	case ks[0].name == "redis":
 		w.report(ks[0].at, -1, "redis", "write [redis], not [[redis]]: there is one store")
+	case ks[0].name == "total":
+		w.totalTable(e, ks)
 	case ks[0].name != "rule":
 		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
 	case len(ks) == 1:
@@ -314,6 +321,8 @@ func (w *walker) table(e *unstable.Node) {
 		w.ps.redis = &rulePos{at: w.headerPos(e), fields: map[string]*fieldPos{}}
 		w.redis = &Redis{}
 		w.ctx = ctxRedis
+	case ks[0].name == "total":
+		w.report(ks[0].at, -1, "total", "write [[total]] for each total, not [total]")
 	case ks[0].name != "rule":
 		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
 	case len(ks) == 1:
@@ -340,6 +349,10 @@ func (w *walker) table(e *unstable.Node) {
 // [rule.match].
 func (w *walker) subTable(ks []keyPart) {
 	i := w.cur()
+	if ks[1].name == "total" {
+		w.ruleTotalTable(i, ks)
+		return
+	}
 	if ks[1].name == "match" {
 		if lookup(tMatch, ks[2].name) != nil {
 			w.report(ks[2].at, i, "match."+ks[2].name, "not a table")
@@ -375,6 +388,10 @@ func (w *walker) keyValue(e *unstable.Node) {
 		w.matchKV(w.cur(), ks, v)
 	case ctxRedis:
 		w.redisKV(ks, v)
+	case ctxTotal:
+		w.totalKV(ks, v)
+	case ctxRuleTotal:
+		w.ruleTotalKV(w.cur(), ks, v)
 	}
 }
 
@@ -440,6 +457,10 @@ func (w *walker) rootKV(ks []keyPart, v *unstable.Node) {
 		w.rootRedis(ks, v)
 		return
 	}
+	if ks[0].name == "total" {
+		w.report(ks[0].at, -1, "total", "write a [[total]] table for each total")
+		return
+	}
 	if ks[0].name != "rule" {
 		w.unknown(ks[0].at, -1, ks[0].name, topLevelNames)
 		return
@@ -501,6 +522,10 @@ func (w *walker) ruleKV(i int, ks []keyPart, v *unstable.Node) {
 			r.fields["match"] = &fieldPos{key: k.at, val: k.at}
 		}
 		w.matchKV(i, ks[1:], v)
+		return
+	}
+	if k.name == "total" && (len(ks) > 1 || v.Kind == unstable.InlineTable) {
+		w.ruleTotal(i, ks, v)
 		return
 	}
 	fd := lookup(tRule, k.name)
@@ -596,7 +621,7 @@ func (w *walker) dup(at pos, i int, field string, first *fieldPos) {
 func (w *walker) unknown(at pos, i int, field string, known []string) {
 	msg := "unknown field"
 	if i < 0 {
-		msg = "unknown field (a rule file holds [[rule]] tables and a [redis] table)"
+		msg = "unknown field (a rule file holds [[rule]] tables, [[total]] tables and a [redis] table)"
 	}
 	prefix, name := "", field
 	if i >= 0 && strings.HasPrefix(field, "match.") {
@@ -613,21 +638,6 @@ func (w *walker) unknown(at pos, i int, field string, known []string) {
 		msg += fmt.Sprintf(" (did you mean %q?)", best)
 	}
 	w.report(at, i, field, "%s", msg)
-}
-
-// unknownRedis reports an unknown field of the [redis] table.
-func (w *walker) unknownRedis(k keyPart) {
-	msg := "unknown field"
-	best, bestD := "", 3
-	for _, n := range redisFieldNames {
-		if d := editDistance(k.name, n); d < bestD && d <= len(k.name)/2 {
-			best, bestD = n, d
-		}
-	}
-	if best != "" {
-		msg += fmt.Sprintf(" (did you mean %q?)", best)
-	}
-	w.report(k.at, -1, "redis."+keyText(k.name), "%s", msg)
 }
 
 // keyText writes a key as TOML would: bare if it can be, else quoted (so

@@ -102,6 +102,21 @@ func (r *Replayer) Rules() []RuleSummary {
 	return rs
 }
 
+// TotalSummary is one total's counts (shaper.TotalStats).
+type TotalSummary struct {
+	Name string
+	shaper.TotalStats
+}
+
+// Totals returns each total's counts, in the policy's order.
+func (r *Replayer) Totals() []TotalSummary {
+	ts := make([]TotalSummary, r.eng.NumTotals())
+	for i := range ts {
+		ts[i] = TotalSummary{Name: r.eng.Total(i).Name, TotalStats: r.eng.TotalStats(i)}
+	}
+	return ts
+}
+
 // flowRec is a flow as the report sorts it: no name yet, so that sorting
 // a million flows costs the struct's size each (unsafe.Sizeof: 72 bytes),
 // not a formatted string each.

@@ -46,6 +46,12 @@ func (r *Replayer) WriteSummary(w io.Writer, files int, elapsed time.Duration, t
 	for _, ru := range r.Rules() {
 		fmt.Fprintf(w, "  %-20s %10d %10d %10d %10d %10d %8d %9d\n", ru.Name, ru.Packets, ru.Accepted, ru.Dropped, ru.ShadowDropped, ru.Marked, ru.Flows, ru.Evictions)
 	}
+	if ts := r.Totals(); len(ts) > 0 {
+		fmt.Fprintf(w, "totals (accepted: passed and charged; dropped: over the total):\n  %-20s %10s %10s %10s\n", "TOTAL", "PACKETS", "ACCEPTED", "DROPPED")
+		for _, t := range ts {
+			fmt.Fprintf(w, "  %-20s %10d %10d %10d\n", t.Name, t.Packets, t.Accepted, t.Dropped)
+		}
+	}
 	if len(asLocal) > 0 {
 		fmt.Fprintf(w, "global rules replayed as local (a capture holds one host's view): %s\n", strings.Join(asLocal, ", "))
 	}

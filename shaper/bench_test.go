@@ -21,21 +21,7 @@ func BenchmarkDecide(b *testing.B) {
 			pkts[i] = udp(i, uint16(i), 36)
 		}
 		b.Run(fmt.Sprintf("engine/flows=%d", n), func(b *testing.B) {
-			e := mustNew(b, Config{Rate: 1e6, Burst: 100, MaxFlows: n})
-			now := t0
-			for _, p := range pkts {
-				e.Decide(p, now)
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			i := 0
-			for b.Loop() {
-				now += 100
-				e.Decide(pkts[i], now)
-				if i++; i == n {
-					i = 0
-				}
-			}
+			loopDecide(b, mustNew(b, Config{Rate: 1e6, Burst: 100, MaxFlows: n}), pkts)
 		})
 		b.Run(fmt.Sprintf("xrate-map/flows=%d", n), func(b *testing.B) {
 			type tuple struct {
@@ -124,25 +110,13 @@ func BenchmarkDecideGlobal(b *testing.B) {
 			pkts[i] = udp(i, uint16(i), 36)
 		}
 		run := func(b *testing.B, e *Engine, g *fakeGlobal) {
-			now := t0
-			for _, p := range pkts {
-				e.Decide(p, now)
-			}
-			if g != nil {
-				for _, l := range g.leases {
-					l.Grant(1<<60, noExpiry)
+			loopDecideAfter(b, e, pkts, func() {
+				if g != nil {
+					for _, l := range g.leases {
+						l.Grant(1<<60, noExpiry)
+					}
 				}
-			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			i := 0
-			for b.Loop() {
-				now += 100
-				e.Decide(pkts[i], now)
-				if i++; i == n {
-					i = 0
-				}
-			}
+			})
 		}
 		c := Config{Rate: 1e6, Burst: 100, MaxFlows: n}
 		b.Run(fmt.Sprintf("local/flows=%d", n), func(b *testing.B) {
@@ -182,5 +156,55 @@ func BenchmarkLimiterAllow(b *testing.B) {
 				l.Allow(&s, now, 1)
 			}
 		})
+	}
+}
+
+// BenchmarkDecideTotal is BenchmarkDecide's engine without and with a
+// total (a token bucket all its flows charge) in the same run: issue 32's
+// bar is with ≤ 1.3 × without.
+//
+//	go test -run ^$ -bench DecideTotal -benchmem ./shaper
+func BenchmarkDecideTotal(b *testing.B) {
+	for _, n := range []int{1, 10_000} {
+		pkts := make([][]byte, n)
+		for i := range pkts {
+			pkts[i] = udp(i, uint16(i), 36)
+		}
+		for _, with := range []bool{false, true} {
+			p := Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1e6, Burst: 100, MaxFlows: n}}}}
+			name := "without"
+			if with {
+				name = "with"
+				p.Rules[0].Total = "t"
+				p.Totals = []Total{{Name: "t", Limit: TotalConfig{Rate: 1e9, Burst: 1000}}}
+			}
+			b.Run(fmt.Sprintf("%s/flows=%d", name, n), func(b *testing.B) { loopDecide(b, mustPolicy(b, p), pkts) })
+		}
+	}
+}
+
+// loopDecide times e.Decide over pkts in turn, 100 ns apart, once each has
+// made its flow.
+func loopDecide(b *testing.B, e *Engine, pkts [][]byte) { loopDecideAfter(b, e, pkts, nil) }
+
+// loopDecideAfter is loopDecide calling ready once the flows are made,
+// before the timing starts.
+func loopDecideAfter(b *testing.B, e *Engine, pkts [][]byte, ready func()) {
+	now := t0
+	for i := range pkts {
+		e.Decide(pkts[i], now)
+	}
+	if ready != nil {
+		ready()
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		now += 100
+		e.Decide(pkts[i], now)
+		if i++; i == len(pkts) {
+			i = 0
+		}
 	}
 }

@@ -58,6 +58,7 @@ type hotRule struct {
 	shadow, markEx bool
 	mark, mask     uint32
 	g              *globalRule // a global rule's source, nil for others
+	tot            *totalState // the total the rule charges, nil for none
 }
 
 // globalRule is a global rule's source as an engine holds it.
@@ -77,6 +78,7 @@ const offloadBuf = 64
 type Engine struct {
 	rules     []engineRule
 	hot       []hotRule // rules[i]'s per-packet settings
+	totals    []engineTotal
 	cls       Classifier
 	malformed Verdict
 	offAfter  uint32
@@ -185,6 +187,9 @@ func build(p Policy, old *Engine) (*Engine, error) {
 			h.g = &globalRule{src: r.Global, local: r.Global.Local()}
 		}
 		e.hot = append(e.hot, h)
+	}
+	if err := e.buildTotals(p, old); err != nil {
+		return nil, err
 	}
 	return e, nil
 }
@@ -324,7 +329,7 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 	}
 	p.DecodeLen(pkt, wire)
 	e.stats.Packets++
-	d.SetMark, d.Exceeded, d.Malformed, d.Depart = false, false, false, 0
+	d.SetMark, d.Exceeded, d.OverTotal, d.Malformed, d.Depart = false, false, false, false, 0
 	if p.Class == flows.Malformed {
 		e.stats.Malformed++
 		d.Verdict, d.Rule, d.Key, d.Malformed = e.malformed, -1, flows.Key{}, true
@@ -400,7 +405,9 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 			e.shape(rs, f, p, now, cost, d)
 			return
 		}
-		if need == NeedAll {
+		if r.tot != nil {
+			ok, d.OverTotal = allowTotal(r.tot, rs, f, p.Length, m, now, cost, need)
+		} else if need == NeedAll {
 			ok = rs.lim.Allow(&f.state, now, cost)
 		} else {
 			ok = rs.lim.AllowNeed(&f.state, now, cost, need)

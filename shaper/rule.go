@@ -189,6 +189,13 @@ type Rule struct {
 	// tc or a later firewall rule can act on them; they count as Marked.
 	MarkExceeded   bool
 	Mark, MarkMask uint32
+	// Total, if not empty, names the total (Policy.Totals) the rule's
+	// packets charge beside their flow's limit: a packet passes only if
+	// both allow it, and is charged to both only then. Only policing
+	// limit rules (not shaping, not global). A packet over the total is
+	// over the limit: dropped, or accepted by a shadow rule or with a new
+	// mark, as Exceeded says (and OverTotal).
+	Total string
 	// Global is the budget source of a rule whose Limit.Global is set;
 	// nil runs it as a local rule. Reload keeps a rule's flows when its
 	// Name, Match, Action and Limit are unchanged and it has a source or
@@ -270,6 +277,9 @@ type Policy struct {
 	// Malformed is the verdict for packets whose IP header is invalid
 	// (flows.Malformed; the kernel drops those itself). Default Accept.
 	Malformed Verdict
+	// Totals are the totals the rules may charge (Rule.Total), each
+	// named once.
+	Totals []Total
 	// OffloadAfter, if above 0, makes the engine report a flow that has
 	// had this many packets in a row dropped (by an enforcing rule that
 	// drops what exceeds it): the exact 5-tuple of the packet that made
@@ -306,6 +316,9 @@ type Decision struct {
 	// (Verdict Drop), or accepted by a shadow rule (a shadow drop) or
 	// with a new mark (SetMark).
 	Exceeded bool
+	// OverTotal: it was its rule's total that refused the packet
+	// (Exceeded is set too); its flow was charged nothing.
+	OverTotal bool
 	// Malformed: the IP header is invalid (Rule is -1, Verdict the
 	// policy's Malformed verdict). A Rule of -1 otherwise means that no
 	// rule matched.

@@ -137,6 +137,26 @@ type Status struct {
 	Rules []Rule `json:"rules"`
 	// Fastpath: with --fastpath, the program's state at each interface.
 	Fastpath []FastpathLink `json:"fastpath,omitempty"`
+	// Totals are the policy's totals (Rule.Total names one), with their
+	// counters.
+	Totals []Total `json:"totals,omitempty"`
+}
+
+// Total is a limit its rules' packets meet together, beside their flows'
+// limits ([[total]], or a rule's [rule.total], named "rule:NAME").
+type Total struct {
+	Name       string  `json:"name"`
+	Algorithm  string  `json:"algorithm"`
+	Rate       float64 `json:"rate"`
+	Unit       string  `json:"unit"`
+	Burst      float64 `json:"burst,omitempty"`
+	WindowSecs float64 `json:"window_secs,omitempty"`
+	// Packets met the total; Accepted passed it and their flow's limit
+	// (charged to both); Dropped were over it (dropped, or accepted by
+	// a shadow or marking rule).
+	Packets  uint64 `json:"packets"`
+	Accepted uint64 `json:"accepted"`
+	Dropped  uint64 `json:"dropped"`
 }
 
 // FastpathLink is the fast path at one interface named by --fastpath.
@@ -236,6 +256,8 @@ type Rule struct {
 	// evictions read from the program's maps: evictions are an upper
 	// bound, the flows it inserted less those present).
 	Path string `json:"path"`
+	// Total names the total the rule charges, if any (Status.Totals).
+	Total string `json:"total,omitempty"`
 
 	Packets       uint64 `json:"packets"`
 	Accepted      uint64 `json:"accepted"`

@@ -182,6 +182,17 @@ func WriteStatus(w io.Writer, st *Status, cols []RuleColumn) {
 		fmt.Fprintf(tw, "\t%s\n", pathOf(r.Path))
 	}
 	tw.Flush()
+	if len(st.Totals) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOTAL\tLIMIT\tPACKETS\tACCEPTED\tDROPPED")
+	for _, t := range st.Totals {
+		lim := Rule{Action: "limit", Algorithm: t.Algorithm, Rate: t.Rate, Unit: t.Unit, Burst: t.Burst, WindowSecs: t.WindowSecs}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\n", t.Name, limiterText(&lim), t.Packets, t.Accepted, t.Dropped)
+	}
+	tw.Flush()
 }
 
 // pathOf is where a rule or flow runs: "kernel" (--fastpath) or "queue"
@@ -207,16 +218,7 @@ func describeLimit(r *Rule) string {
 	if r.Action != "limit" {
 		return r.Action
 	}
-	s := r.Algorithm + " " + r.RateText()
-	if r.Burst > 0 {
-		if r.Unit == "bytes" {
-			s += fmt.Sprintf(" burst %s bytes", strconv.FormatFloat(r.Burst, 'f', -1, 64))
-		} else {
-			s += fmt.Sprintf(" burst %g", r.Burst)
-		}
-	} else {
-		s += fmt.Sprintf(" window %gs", r.WindowSecs)
-	}
+	s := limiterText(r)
 	switch {
 	case r.Shape:
 		s += fmt.Sprintf(", shapes (max-delay %v)", time.Duration(r.MaxDelaySecs*1e9))
@@ -230,7 +232,23 @@ func describeLimit(r *Rule) string {
 	if r.MarkExceeded {
 		s += ", marks over the limit"
 	}
+	if r.Total != "" {
+		s += ", total " + r.Total
+	}
 	return s
+}
+
+// limiterText is a limit rule's limiter: "token-bucket 100 packets/s burst
+// 5", "fixed-window 2000 packets/s window 0.1s".
+func limiterText(r *Rule) string {
+	s := r.Algorithm + " " + r.RateText()
+	if r.Burst > 0 {
+		if r.Unit == "bytes" {
+			return s + fmt.Sprintf(" burst %s bytes", strconv.FormatFloat(r.Burst, 'f', -1, 64))
+		}
+		return s + fmt.Sprintf(" burst %g", r.Burst)
+	}
+	return s + fmt.Sprintf(" window %gs", r.WindowSecs)
 }
 
 // fmtLeft shows what is left: "3.50" packets, "1500 B".

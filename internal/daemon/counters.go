@@ -68,9 +68,10 @@ const (
 	scopeLatency               // --latency
 	scopeGlobal                // the global rules' store, for the whole process
 	scopeRule                  // per rule
+	scopeTotal                 // per total (a rule's [rule.total], a [[total]])
 )
 
-var scopeNames = [...]string{"queue", "engine", "fail-open", "offload", "shaping", "latency", "global", "rule"}
+var scopeNames = [...]string{"queue", "engine", "fail-open", "offload", "shaping", "latency", "global", "rule", "total"}
 
 func (s scope) String() string { return scopeNames[s] }
 
@@ -84,11 +85,12 @@ const (
 	fromGlobalRule             // a global rule's lease state: label rule
 	fromStore                  // the global rules' store client: no label
 	fromOffload                // the offloader: no label
+	fromTotal                  // a total of an engine's snapshot: labels queue, total
 )
 
 var fromLabels = [...][]string{
 	fromQueue: {"queue"}, fromEngine: {"queue"}, fromRule: {"queue", "rule", "path"},
-	fromGlobalRule: {"rule"}, fromStore: nil, fromOffload: nil,
+	fromGlobalRule: {"rule"}, fromStore: nil, fromOffload: nil, fromTotal: {"queue", "total"},
 }
 
 // format is how the stats line shows a value.
@@ -136,6 +138,8 @@ type counter struct {
 	queueField func(*control.Queue) *uint64
 	ruleField  func(*control.Rule) *uint64
 	Column     string
+	// totalField: the control.Total field a fromTotal counter fills.
+	totalField func(*control.Total) *uint64
 }
 
 // src is what a getter reads: the field of its from.
@@ -146,6 +150,7 @@ type src struct {
 	g   *global.RuleStats
 	gs  *global.Stats
 	off *offloadSample
+	t   *totalSnap
 }
 
 // offloadSample is what the metrics and the stats line read of the
@@ -264,6 +269,13 @@ var counters = []counter{
 		get: func(s *src) float64 { return u(s.gs.Commands) }},
 	{Key: countname.RedisErrors, Metric: metric("", countname.RedisErrors+"_total"), Help: "Requests to the store that failed or timed out.", Kind: kCounter, Scope: scopeGlobal, from: fromStore,
 		get: func(s *src) float64 { return u(s.gs.Errors) }},
+	// Totals.
+	{Metric: "packetshaper_total_packets_total", Help: "Packets of a total's rules that met the total.", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
+		get: func(s *src) float64 { return u(s.t.Packets) }, totalField: func(t *control.Total) *uint64 { return &t.Packets }},
+	{Metric: "packetshaper_total_accepted_total", Help: "Packets a total passed and was charged for (their flow's limit passed them too).", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
+		get: func(s *src) float64 { return u(s.t.Accepted) }, totalField: func(t *control.Total) *uint64 { return &t.Accepted }},
+	{Metric: "packetshaper_total_dropped_total", Help: "Packets over a total (dropped, or accepted by a shadow or marking rule).", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
+		get: func(s *src) float64 { return u(s.t.Dropped) }, totalField: func(t *control.Total) *uint64 { return &t.Dropped }},
 	// Rules.
 	{Key: countname.Packets, Metric: metric("rule", countname.Packets+"_total"), Help: "Packets a rule decided.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "PACKETS",
 		get: func(s *src) float64 { return u(s.r.Packets) }, ruleField: func(r *control.Rule) *uint64 { return &r.Packets }},

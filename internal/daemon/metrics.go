@@ -209,6 +209,13 @@ func (s *scrape) each(f from, fn func(*src, ...string)) {
 		if s.hasStore {
 			fn(&src{gs: &s.store})
 		}
+	case fromTotal:
+		for _, es := range s.engines {
+			for j := range es.snap.totals {
+				t := &es.snap.totals[j]
+				fn(&src{e: es.snap, t: t}, es.label, t.total.Name)
+			}
+		}
 	case fromOffload:
 		if s.off != nil {
 			fn(&src{off: s.off})

@@ -96,6 +96,29 @@ name = "rest"
 action = "accept"
 `
 
+// decidedWorker is a worker of queue q over a fake queue, with an engine of
+// the policy text, that has decided a batch of a UDP packet from each of
+// sports at now (the verdicts) and published its snapshot.
+func decidedWorker(t *testing.T, q uint16, text string, sports []uint16, now int64) (*worker, *fakeQueue, []nfq.Verdict) {
+	t.Helper()
+	eng, err := shaper.NewPolicy(compilePolicy(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newWorker(q, eng)
+	fq := &fakeQueue{}
+	w.q, w.wake = fq, fq.Wake
+	var batch []nfq.Packet
+	for _, sp := range sports {
+		d := udp4(sp)
+		batch = append(batch, nfq.Packet{Data: d, Len: len(d)})
+	}
+	v := make([]nfq.Verdict, len(batch))
+	w.decide(batch, v, now)
+	w.snapshot(now)
+	return w, fq, v
+}
+
 // testState is a daemon state over fake queues 3 and 4, whose workers
 // have decided: queue 3, 5 packets of a's flow and 1 of b's; queue 4, 4 of
 // b's and 2 others.
@@ -106,21 +129,7 @@ func testState(t *testing.T) (*state, []*fakeQueue) {
 	var fqs []*fakeQueue
 	now := int64(1e18)
 	for i, sports := range [][]uint16{{1000, 1000, 1000, 1000, 1000, 1001}, {1001, 1001, 1001, 1001, 1002, 1003}} {
-		eng, err := shaper.NewPolicy(compilePolicy(t, testPolicy))
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := newWorker(uint16(3+i), eng)
-		fq := &fakeQueue{}
-		w.q, w.wake = fq, fq.Wake
-		var batch []nfq.Packet
-		for _, sp := range sports {
-			d := udp4(sp)
-			batch = append(batch, nfq.Packet{Data: d, Len: len(d)})
-		}
-		v := make([]nfq.Verdict, len(batch))
-		w.decide(batch, v, now)
-		w.snapshot(now)
+		w, fq, v := decidedWorker(t, uint16(3+i), testPolicy, sports, now)
 		var st nfq.Stats
 		for _, x := range v {
 			st.Packets++

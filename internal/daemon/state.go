@@ -158,8 +158,35 @@ func (d *state) Status() control.Status {
 				}
 			}
 		}
+		for j := range sn.totals {
+			addTotal(&st.Totals, &sn.totals[j])
+		}
 	}
 	return st
+}
+
+// addTotal adds total t as status shows it to ts, its counters summed
+// with those of the same total of another engine (every engine has the
+// same totals).
+func addTotal(ts *[]control.Total, t *totalSnap) {
+	i := slices.IndexFunc(*ts, func(o control.Total) bool { return o.Name == t.total.Name })
+	if i < 0 {
+		lc := t.total.Limit.LimiterConfig()
+		out := control.Total{Name: t.total.Name, Algorithm: lc.Algorithm.String(), Rate: lc.Rate, Unit: unit(t.total.Limit.Bytes)}
+		if lc.Algorithm == shaper.TokenBucket {
+			out.Burst = lc.Burst
+		} else {
+			out.WindowSecs = float64(lc.Window) / 1e9
+		}
+		i = len(*ts)
+		*ts = append(*ts, out)
+	}
+	x := &src{t: t}
+	for k := range counters {
+		if c := &counters[k]; c.totalField != nil {
+			*c.totalField(&(*ts)[i]) += uint64(c.get(x))
+		}
+	}
 }
 
 // StatusColumn is a counter column of `packetshaper status`'s rule table.
@@ -183,7 +210,7 @@ func StatusRuleColumns() []StatusColumn {
 
 // describeRule is a rule's settings for status.
 func describeRule(r *shaper.Rule) control.Rule {
-	out := control.Rule{Name: r.Name, Action: r.Action.String(), Shadow: r.Shadow, MarkExceeded: r.MarkExceeded}
+	out := control.Rule{Name: r.Name, Action: r.Action.String(), Shadow: r.Shadow, MarkExceeded: r.MarkExceeded, Total: r.Total}
 	if r.Action != shaper.ActionLimit {
 		return out
 	}

@@ -104,6 +104,7 @@ type worker struct {
 type snapshot struct {
 	shaper.Stats
 	rules  []ruleSnap
+	totals []totalSnap
 	delays shaper.DelayStats // of the packets shaping rules delayed
 	// delayHist is delays over delayBounds.
 	delayHist nfq.LatencyHistogram
@@ -116,6 +117,11 @@ type ruleSnap struct {
 	// set, the queue's).
 	path string
 	shaper.RuleStats
+}
+
+type totalSnap struct {
+	total shaper.Total
+	shaper.TotalStats
 }
 
 // pathLabel is where the rule runs: pathKernel or pathQueue.
@@ -302,6 +308,9 @@ func (sh *shared) snapshot(now int64) {
 	for i := range s.rules {
 		r := sh.eng.Rule(i)
 		s.rules[i] = ruleSnap{name: r.Name, rule: r, RuleStats: sh.eng.RuleStats(i)}
+	}
+	for i := range sh.eng.NumTotals() {
+		s.totals = append(s.totals, totalSnap{total: sh.eng.Total(i), TotalStats: sh.eng.TotalStats(i)})
 	}
 	addFast(&sh.fast, s)
 	sh.snap.Store(s)

@@ -152,6 +152,8 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 			kernel, why = false, "a global limit: its budget comes from the shared store"
 		case r.Limit.Shape:
 			kernel, why = false, "it shapes (holds packets): only user space can hold a packet"
+		case r.Total != "":
+			kernel, why = false, fmt.Sprintf("it charges total %q: the kernel keeps no state per total (yet), and a total decided apart in the kernel and in user space would pass up to twice its rate", r.Total)
 		case r.Limit.Key.Mode > flows.SrcDst:
 			kernel, why = false, "its key has an owner part (uid, gid or mark) or no address: the program keys by addresses and ports only"
 		case r.Limit.Algorithm == shaper.SlidingWindow:

@@ -1,0 +1,180 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/packetshaper/packetshaper/shaper"
+)
+
+// totalPolicy is issue 32's two examples: each guest host 5 Mbit/s and the
+// guest network 20 Mbit/s in all; each API client 100 requests/s and the
+// service 2 000/s, charged by two rules (v4 and v6 clients).
+const totalPolicy = `
+[[total]]
+name = "guests"
+bitrate = "20mbit"
+
+[[total]]
+name = "api"
+pps = 2000
+burst = 200
+algo = "fixed-window"
+window = "100ms"
+
+[[rule]]
+name = "guest-hosts"
+match = { src = ["192.168.50.0/24"] }
+key = "src"
+bitrate = "5mbit"
+total = "guests"
+
+[[rule]]
+name = "api-v4"
+match = { family = "ipv4", proto = ["tcp"], dport = [443] }
+key = "src"
+pps = 100
+total = "api"
+
+[[rule]]
+name = "api-v6"
+match = { family = "ipv6", proto = ["tcp"], dport = [443] }
+key = "src"
+src-prefix6 = 64
+pps = 100
+mode = "shadow"
+total = "api"
+`
+
+// TestTotalCompile: the [[total]] tables become the engine's totals, the
+// rules name theirs, and Format writes a file that compiles the same.
+func TestTotalCompile(t *testing.T) {
+	c := mustCompile(t, totalPolicy, Options{})
+	p := c.Policy()
+	want := []shaper.Total{
+		{Name: "guests", Limit: shaper.TotalConfig{Rate: 20e6 / 8, Bytes: true}},
+		{Name: "api", Limit: shaper.TotalConfig{Algorithm: shaper.FixedWindow, Rate: 2000, Burst: 200, Window: 100e6}},
+	}
+	if len(p.Totals) != 2 || p.Totals[0] != want[0] || p.Totals[1] != want[1] {
+		t.Errorf("totals %+v, want %+v", p.Totals, want)
+	}
+	for i, name := range []string{"guests", "api", "api"} {
+		if p.Rules[i].Total != name {
+			t.Errorf("rule %s charges %q, want %q", p.Rules[i].Name, p.Rules[i].Total, name)
+		}
+	}
+	if _, err := shaper.NewPolicy(p); err != nil {
+		t.Errorf("the engine refused the compiled policy: %v", err)
+	}
+	roundTrip(t, c.file)
+}
+
+var totalErrorCases = []struct{ name, in, want string }{
+	{"unknown total", "[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n",
+		`p.toml:4:9: rule "r": total: no [[total]] named "up"`},
+	{"global total", "[[total]]\nname = \"up\"\npps = 10\nscope = \"global\"\n[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n",
+		`p.toml:4:9: total.scope: total up: a global total (one cap for every host) is not supported yet: only local totals`},
+	{"shaping rule", "[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\npps = 1\nshape = true\ntotal = \"up\"\n",
+		`p.toml:8:9: rule "r": total: a shaping rule cannot charge a total yet (only policing rules: remove shape)`},
+	{"global rule", "[redis]\naddrs = [\"127.0.0.1:6379\"]\n[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\npps = 1\nscope = \"global\"\ntotal = \"up\"\n",
+		`p.toml:10:9: rule "r": total: a global rule cannot charge a total: its budget comes in leases from the store, which cannot be handed back when the total refuses a packet`},
+	{"accept rule", "[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\naction = \"accept\"\ntotal = \"up\"\n",
+		`p.toml:7:9: rule "r": total: not allowed on an accept rule: only limit rules take it`},
+	{"sliding-window total", "[[total]]\nname = \"up\"\npps = 10\nalgo = \"sliding-window\"\n[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n",
+		`p.toml:4:8: total.algo: total up: a total is a token-bucket, fixed-window or sliding-window-counter limit, not sliding-window`},
+	{"leaky-bucket total", "[[total]]\nname = \"up\"\npps = 10\nalgo = \"leaky-bucket\"\n[[rule]]\nname = \"r\"\npps = 1\n",
+		`p.toml:4:8: total.algo: total up: a total is token-bucket, fixed-window or sliding-window-counter, not "leaky-bucket"`},
+	{"no rate", "[[total]]\nname = \"up\"\n[[rule]]\nname = \"r\"\npps = 1\n",
+		`p.toml:1:1: total up: needs pps or bitrate`},
+	{"both rates", "[[total]]\nname = \"up\"\npps = 1\nbitrate = \"1mbit\"\n[[rule]]\nname = \"r\"\npps = 1\n",
+		`p.toml:4:11: total.bitrate: total up: pps and bitrate are exclusive: give one`},
+	{"bad burst", "[[total]]\nname = \"up\"\npps = 1\nburst = 0.5\n[[rule]]\nname = \"r\"\npps = 1\n",
+		`p.toml:4:9: total.burst: total up: must be at least 1, not 0.5`},
+	{"twice", "[[total]]\nname = \"up\"\npps = 1\n[[total]]\nname = \"up\"\npps = 2\n[[rule]]\nname = \"r\"\npps = 1\n",
+		`p.toml:5:8: total.name: total up: declared twice`},
+	{"no name", "[[total]]\npps = 1\n[[rule]]\nname = \"r\"\npps = 1\n",
+		`p.toml:1:1: total.name: total #1: missing: every total needs a unique name`},
+	{"typo", "[[total]]\nname = \"up\"\nppps = 1\n",
+		`p.toml:3:1: total.ppps: unknown field (did you mean "pps"?)`},
+	{"[total]", "[total]\nname = \"up\"\n", `p.toml:1:2: total: write [[total]] for each total, not [total]`},
+	{"total = ", "total = 1\n", `p.toml:1:1: total: write a [[total]] table for each total`},
+	{"[[total.x]]", "[[total.x]]\n", `p.toml:1:9: total.x: not a table`},
+}
+
+// TestTotalErrors: what check refuses about totals, [[total]] tables and
+// a rule's own, each in one line naming the field.
+func TestTotalErrors(t *testing.T) {
+	for _, c := range append(totalErrorCases, ownTotalErrorCases...) {
+		_, err := Parse("p.toml", []byte(c.in))
+		if err == nil || err.Error() != c.want {
+			t.Errorf("%s:\n got %v\nwant %s", c.name, err, c.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: more than one line: %q", c.name, err)
+		}
+	}
+}
+
+// ownTotalPolicy gives rules their own totals, in the three ways TOML
+// writes a table.
+const ownTotalPolicy = `
+[[rule]]
+name = "guest-hosts"
+key = "src"
+bitrate = "5mbit"
+total = { bitrate = "20mbit", burst = 100000 }
+
+[[rule]]
+name = "api"
+key = "src"
+pps = 100
+total.pps = 2000
+total.algo = "sliding-window-counter"
+
+[[rule]]
+name = "dns"
+match = { proto = ["udp"], dport = [53] }
+key = "src"
+pps = 10
+
+[rule.total]
+pps = 50
+`
+
+// TestOwnTotal: a [rule.total] table is a total that rule alone charges,
+// named after it.
+func TestOwnTotal(t *testing.T) {
+	c := mustCompile(t, ownTotalPolicy, Options{})
+	p := c.Policy()
+	want := []shaper.Total{
+		{Name: "rule:guest-hosts", Limit: shaper.TotalConfig{Rate: 20e6 / 8, Bytes: true, Burst: 100000}},
+		{Name: "rule:api", Limit: shaper.TotalConfig{Algorithm: shaper.SlidingWindowCounter, Rate: 2000}},
+		{Name: "rule:dns", Limit: shaper.TotalConfig{Rate: 50}},
+	}
+	if len(p.Totals) != len(want) {
+		t.Fatalf("totals %+v, want %+v", p.Totals, want)
+	}
+	for i := range want {
+		if p.Totals[i] != want[i] || p.Rules[i].Total != want[i].Name {
+			t.Errorf("total %d: %+v (rule's %q), want %+v", i, p.Totals[i], p.Rules[i].Total, want[i])
+		}
+	}
+	roundTrip(t, c.file)
+}
+
+var ownTotalErrorCases = []struct{ name, in, want string }{
+	{"both", "[[total]]\nname = \"up\"\npps = 9\n[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n[rule.total]\npps = 2\n",
+		`p.toml:8:7: rule "r": total: defined twice (first on line 7)`},
+	{"named", "[[rule]]\nname = \"r\"\npps = 1\ntotal = { name = \"x\", pps = 2 }\n",
+		`p.toml:4:11: rule "r": total.name: a rule's own total has no name: write a [[total]] to share one`},
+	{"typo", "[[rule]]\nname = \"r\"\npps = 1\ntotal.burts = 2\n",
+		`p.toml:4:7: rule "r": total.burts: unknown field (did you mean "burst"?)`},
+	{"no rate", "[[rule]]\nname = \"r\"\npps = 1\n[rule.total]\nburst = 2\n",
+		`p.toml:4:7: rule "r": total: needs pps or bitrate`},
+	{"bad burst", "[[rule]]\nname = \"r\"\npps = 1\n[rule.total]\npps = 2\nburst = 0\n",
+		`p.toml:6:9: rule "r": total.burst: must be at least 1, not 0`},
+	{"accept", "[[rule]]\nname = \"r\"\naction = \"accept\"\n[rule.total]\npps = 2\n",
+		`p.toml:4:7: rule "r": total: not allowed on an accept rule: only limit rules take it`},
+	{"shape", "[[rule]]\nname = \"r\"\npps = 1\nshape = true\n[rule.total]\npps = 2\n",
+		`p.toml:5:7: rule "r": total: a shaping rule cannot charge a total yet (only policing rules: remove shape)`},
+}
