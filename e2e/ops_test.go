@@ -160,14 +160,11 @@ action = "accept"
 func TestMetricsLive(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, opsPolicy)
+	tp := newShapedTopo(t, opsPolicy)
+	pol := tp.Policy
 	addr := tp.IPB + ":9464"
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--metrics-addr", addr, "--latency",
-		"--stats-interval", "0", "--control-socket", filepath.Join(dir, "ps.sock"))
+		"--stats-interval", "0", "--control-socket", tp.Sock)
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 
 	// Before any traffic: every family there, at 0.
@@ -300,11 +297,8 @@ action = "accept"
 func TestFlowsAndStatus(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, ctlPolicy)
+	tp := newShapedTopo(t, ctlPolicy)
+	dir, pol := tp.Dir, tp.Policy
 	sock := filepath.Join(dir, "run", "ps.sock")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0")
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode().Type() != os.ModeSocket || fi.Sys().(*syscall.Stat_t).Uid != 0 {
