@@ -224,3 +224,42 @@ import "testing"
 		}
 	}
 }
+
+// record -wall gives a stage its wall time (several records add up) and
+// summary -wall the run's: a wall column, "-" for a stage without one.
+func TestWall(t *testing.T) {
+	var stage strings.Builder
+	for _, args := range [][]string{
+		{"record", "-action", "pass", "go vet ./..."},
+		{"record", "-wall", "12.4"},
+		{"record", "-wall", "30"},
+	} {
+		code, out, errs := runSum(t, "", args...)
+		if code != 0 || errs != "" {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		stage.WriteString(out)
+	}
+	vet := writeFile(t, "vet.json", stage.String())
+	unit := writeFile(t, "unit.json", `{"Action":"skip","Package":"ex/d","Elapsed":0}`+"\n")
+	code, out, errs := runSum(t, "", "summary", "-wall", "50", "vet="+vet, "unit="+unit)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s%s", code, out, errs)
+	}
+	for _, want := range []string{
+		"stage        passed   failed  skipped     wall\n",
+		"vet               1        0        0      42s\n",
+		"unit              0        0        0        -\n",
+		"total             1        0        0      50s\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if l := lastLine(out); l != "1 passed, 0 failed, 0 skipped" {
+		t.Errorf("last line %q", l)
+	}
+	if code, _, _ := runSum(t, "", "record", "-wall", "1", "-exit", "0"); code != 2 {
+		t.Errorf("record -wall -exit: exit %d, want 2", code)
+	}
+}
