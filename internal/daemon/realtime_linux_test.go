@@ -93,7 +93,7 @@ func TestRealtimePriority(t *testing.T) {
 	if !errors.As(err, &ue) || err.Error() != "--rt-priority 100 out of range (1..99, or 0 for none)" {
 		t.Errorf("Run with priority 100: %v, want that UsageError", err)
 	}
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	out := netnstest.RunChild(t, "TestRealtimePriority", "rt", 0)
 	if !strings.Contains(out, "THREADS=") || strings.Contains(out, "FAIL") {
 		t.Errorf("child:\n%s", out)
