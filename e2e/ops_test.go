@@ -65,19 +65,9 @@ func (m *metrics) lookup(name string, labels ...string) (float64, bool) {
 	if f == nil {
 		return 0, false
 	}
-next:
 	for _, s := range f.GetMetric() {
-		for _, l := range labels {
-			k, v, _ := strings.Cut(l, "=")
-			found := false
-			for _, lp := range s.GetLabel() {
-				if lp.GetName() == k && lp.GetValue() == v {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
+		if !hasLabels(s, labels) {
+			continue
 		}
 		switch {
 		case s.Counter != nil:
@@ -91,6 +81,24 @@ next:
 	return 0, false
 }
 
+// hasLabels reports whether series s carries every label of labels
+// ("name=value").
+func hasLabels(s *dto.Metric, labels []string) bool {
+	for _, l := range labels {
+		k, v, _ := strings.Cut(l, "=")
+		found := false
+		for _, lp := range s.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // histogram returns the histogram of family name with the given labels.
 func (m *metrics) histogram(name string, labels ...string) *dto.Histogram {
 	m.t.Helper()
@@ -98,21 +106,8 @@ func (m *metrics) histogram(name string, labels ...string) *dto.Histogram {
 	if f == nil {
 		m.t.Fatalf("metrics: no %s", name)
 	}
-next:
 	for _, s := range f.GetMetric() {
-		for _, l := range labels {
-			k, v, _ := strings.Cut(l, "=")
-			found := false
-			for _, lp := range s.GetLabel() {
-				if lp.GetName() == k && lp.GetValue() == v {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
-		}
-		if s.Histogram != nil {
+		if hasLabels(s, labels) && s.Histogram != nil {
 			return s.Histogram
 		}
 	}
