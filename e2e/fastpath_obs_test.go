@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,11 +25,7 @@ func TestFastpathSeen(t *testing.T) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, pol := policyFile(t, fastpathPolicy)
 	sock := filepath.Join(dir, "ps.sock")
 	addr := tp.IPB + ":9464"
 	tp.rules("add", "--fastpath", "--queue", "0")

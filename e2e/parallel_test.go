@@ -3,7 +3,7 @@ package e2e
 import "testing"
 
 // parallel marks t as a test that may run beside other e2e tests (go test
-// -parallel N; scripts/test.sh and scripts/stress-tests.sh use 3): one
+// -parallel N; scripts/test.sh and scripts/stress-tests.sh use 5): one
 // that mostly waits (low packet rates, setup, rules scripts, the kernel's
 // answers) and whose assertions are counts that a slower sender or shaper
 // does not change. Each test has its own network namespaces, and in them
