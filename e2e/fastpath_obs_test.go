@@ -73,19 +73,7 @@ func TestFastpathSeen(t *testing.T) {
 
 	// The listing: every flow once, labelled by path.
 	listing := func(args ...string) []control.Flow {
-		out := tp.must(tp.B, append([]string{shaperBin, "flows", "--control-socket", sock, "--json", "--sort", "none"}, args...)...)
-		var fs []control.Flow
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if l == "" {
-				continue
-			}
-			var f control.Flow
-			if err := json.Unmarshal([]byte(l), &f); err != nil {
-				t.Fatalf("flows --json line %q: %v\n%s", l, err, out)
-			}
-			fs = append(fs, f)
-		}
-		return fs
+		return tp.flowsListing(tp.B, sock, append([]string{"--sort", "none"}, args...)...)
 	}
 	byPath := map[string]map[string]bool{}
 	for _, f := range listing() {

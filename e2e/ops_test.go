@@ -309,19 +309,7 @@ func TestFlowsAndStatus(t *testing.T) {
 
 	listing := func(args ...string) []control.Flow {
 		t.Helper()
-		out := tp.must(tp.B, append([]string{shaperBin, "flows", "--control-socket", sock, "--json"}, args...)...)
-		var fs []control.Flow
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if l == "" {
-				continue
-			}
-			var f control.Flow
-			if err := json.Unmarshal([]byte(l), &f); err != nil {
-				t.Fatalf("flows --json line %q: %v\n%s", l, err, out)
-			}
-			fs = append(fs, f)
-		}
-		return fs
+		return tp.flowsListing(tp.B, sock, args...)
 	}
 	all := listing("--sort", "none")
 	listedAt := time.Now()

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -106,16 +105,8 @@ func checkOwnerLimited(t *testing.T, who string, s sendResult, got uint64) {
 // ownerListing lists packetshaper's flows through its control socket.
 func ownerListing(t *testing.T, tp *topo, ns, sock string) map[string]control.Flow {
 	t.Helper()
-	out := tp.must(ns, shaperBin, "flows", "--control-socket", sock, "--json")
 	fs := map[string]control.Flow{}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l == "" {
-			continue
-		}
-		var f control.Flow
-		if err := json.Unmarshal([]byte(l), &f); err != nil {
-			t.Fatalf("flows --json line %q: %v\n%s", l, err, out)
-		}
+	for _, f := range tp.flowsListing(ns, sock) {
 		fs[f.Key] = f
 	}
 	return fs

@@ -1,9 +1,13 @@
 package e2e
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/packetshaper/packetshaper/internal/control"
 )
 
 // The opening most e2e tests share, once: a topology, the shipped divert
@@ -35,6 +39,25 @@ func writePolicy(t *testing.T, path, text string) {
 	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// flowsListing runs packetshaper flows --json with the control socket sock
+// and args in ns and decodes its lines (one flow each).
+func (tp *topo) flowsListing(ns, sock string, args ...string) []control.Flow {
+	tp.t.Helper()
+	out := tp.must(ns, append([]string{shaperBin, "flows", "--control-socket", sock, "--json"}, args...)...)
+	var fs []control.Flow
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if l == "" {
+			continue
+		}
+		var f control.Flow
+		if err := json.Unmarshal([]byte(l), &f); err != nil {
+			tp.t.Fatalf("flows --json line %q: %v\n%s", l, err, out)
+		}
+		fs = append(fs, f)
+	}
+	return fs
 }
 
 // shapedTopo is a topo with the IPv4 divert rule for UDP to port 9000 on
