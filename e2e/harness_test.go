@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	setParallel()
 	if os.Geteuid() != 0 {
 		// Each test skips with the message; nothing to build.
 		return m.Run()

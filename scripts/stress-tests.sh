@@ -10,7 +10,7 @@
 #
 #   --count N         runs of each test (default 20)
 #   --e2e N           instead: the whole e2e package N times in a row (as
-#                     scripts/test.sh runs it: -p 1 -parallel 5), beside a
+#                     scripts/test.sh runs it: -p 1, five parallel tests at a time), beside a
 #                     hog on ONE core (the "one core busy"); each
 #                     run's time, passed, failed and skipped, and a summary
 #   --timeout D       bound of each go test command, for `timeout` (default
@@ -112,7 +112,7 @@ if [ -n "$e2e" ]; then
 	for ((i = 1; i <= e2e; i++)); do
 		echo "== e2e run $i of $e2e (load $(cut -d' ' -f1-3 /proc/loadavg))"
 		t0=$(date +%s)
-		timeout --kill-after=30s "$tmo" go test -json -p 1 -parallel 5 -count=1 -timeout 0 ./e2e >"$out/run$i.json" 2>&1
+		timeout --kill-after=30s "$tmo" go test -json -p 1 -count=1 -timeout 0 ./e2e >"$out/run$i.json" 2>&1
 		rc=$?
 		"$out/testsum" record -exit "$rc" >>"$out/run$i.json"
 		sum=$("$out/testsum" summary "e2e=$out/run$i.json" 2>&1)

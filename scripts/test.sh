@@ -16,7 +16,7 @@
 #            TestLeasesThreeHosts), run plainly
 #   e2e      the end-to-end tests: the real binary against the real kernel in
 #            network namespaces they create (those that mostly wait five at
-#            a time: -parallel 5, see e2e/parallel_test.go); then, as one check,
+#            a time, see e2e/parallel_test.go); then, as one check,
 #            scripts/newcomer-test.sh: a new user's traps (units, the
 #            package's own configuration, policing TCP, replay's clock,
 #            --help, fail-open under iperf3 TCP)
@@ -215,11 +215,10 @@ fi
 e2e_stage() {
 	if [ ${#e2e[@]} -gt 0 ]; then
 		echo "== e2e: go test ./e2e"
-		# -parallel 5: the tests marked parallel (e2e/parallel_test.go:
-		# mostly waiting, asserting counts) run five at a time, after
-		# the others ran alone (78 s for the 59 of them, 126 s three at a
-		# time, on the shared 2-core machine at load 4 to 6).
-		gotest e2e -p 1 -parallel 5 -count=1 -timeout 40m "${run[@]}" "${e2e[@]}"
+		# The tests marked parallel (e2e/parallel_test.go: mostly
+		# waiting, asserting counts) run five at a time (its
+		# defaultParallel), after the others ran alone.
+		gotest e2e -p 1 -count=1 -timeout 40m "${run[@]}" "${e2e[@]}"
 		if [ -z "${TEST_RUN:-}" ]; then
 			echo "== e2e: a newcomer's traps (scripts/newcomer-test.sh)"
 			check e2e scripts/newcomer-test.sh timeout 900 ./scripts/newcomer-test.sh
