@@ -162,6 +162,7 @@ type topo struct {
 // everything in them: veth, rules, bound queues) with t.Cleanup.
 func newTopo(t *testing.T) *topo {
 	t.Helper()
+	needExclusiveUnlessParallel(t)
 	var rb [3]byte
 	if _, err := rand.Read(rb[:]); err != nil {
 		t.Fatal(err)

@@ -3,7 +3,11 @@ package e2e
 import (
 	"flag"
 	"strconv"
+	"strings"
+	"sync"
 	"testing"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // parallel marks t as a test that may run beside other e2e tests
@@ -19,7 +23,33 @@ import (
 // parallel ones.
 func parallel(t *testing.T) {
 	t.Helper()
+	parallelTests.Store(t.Name(), true)
 	t.Parallel()
+}
+
+// parallelTests holds the names of the tests marked parallel.
+var parallelTests sync.Map
+
+// needExclusiveUnlessParallel skips t, unless the run has the machine to
+// itself (testutil.NeedExclusive), when neither t nor a test it is a
+// subtest of is marked parallel: the serial tests are the floods,
+// throughput, pacing, memory, offload and global ones, whose counts hold
+// only without other packages' tests beside them (plain go test ./...
+// runs packages side by side). newTopo and newRouted call it.
+func needExclusiveUnlessParallel(t *testing.T) {
+	t.Helper()
+	name := t.Name()
+	for {
+		if _, ok := parallelTests.Load(name); ok {
+			return
+		}
+		i := strings.LastIndex(name, "/")
+		if i < 0 {
+			break
+		}
+		name = name[:i]
+	}
+	testutil.NeedExclusive(t, "a serial e2e test: a flood, throughput, pacing, memory, offload or global test")
 }
 
 // defaultParallel is how many tests marked parallel run at once, unless

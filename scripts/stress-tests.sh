@@ -38,6 +38,9 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
+# One package at a time, as scripts/test.sh: the serial e2e tests run
+# (internal/testutil.NeedExclusive).
+export PS_TEST_EXCLUSIVE=1
 
 PROG=stress-tests.sh
 usage() { sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }

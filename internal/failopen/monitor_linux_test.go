@@ -234,6 +234,7 @@ func TestMonitorFailOpen(t *testing.T) {
 // the gap at the arrival rate. The process is a child (this test binary,
 // mode "stall") in this test's namespace.
 func TestMonitorStall(t *testing.T) {
+	testutil.NeedExclusive(t, "its warnings and counts are timed against a 1 s stall of the queue")
 	const (
 		queue  = 6
 		maxLen = 64
