@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,11 +36,8 @@ burst = 100
 func TestDivertRulesFromPolicy(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, divertPolicy)
+	tp := newShapedTopo(t, divertPolicy)
+	pol, sock := tp.Policy, tp.Sock
 
 	check := func() string {
 		t.Helper()
@@ -56,8 +52,7 @@ func TestDivertRulesFromPolicy(t *testing.T) {
 		t.Errorf("check with udp/9000 diverted: want the dns warning, none about app:\n%s", out)
 	}
 
-	sock := filepath.Join(dir, "ps.sock")
-	tp.startShaper("--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0")
+	tp.startShaped()
 	status := func() map[string]control.Rule {
 		t.Helper()
 		out := tp.must(tp.B, shaperBin, "status", "--control-socket", sock, "--json")

@@ -72,6 +72,7 @@ type routed struct {
 // registers their removal with t.Cleanup.
 func newRouted(t *testing.T) *routed {
 	t.Helper()
+	needExclusiveUnlessParallel(t)
 	var rb [3]byte
 	if _, err := rand.Read(rb[:]); err != nil {
 		t.Fatal(err)

@@ -52,11 +52,7 @@ func TestFastpathRecreated(t *testing.T) {
 
 func testFastpathRecreated(t *testing.T, mode string) {
 	tp := newTopo(t)
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, pol := policyFile(t, fastpathPolicy)
 	sock := filepath.Join(dir, "ps.sock")
 	tp.rules("add", "--fastpath", "--queue", "0")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode, "--control-socket", sock)
@@ -112,11 +108,7 @@ func TestFastpathRefusedReload(t *testing.T) {
 
 	t.Setenv("PACKETSHAPER_TEST_REFUSE_FASTPATH_RULE", "block")
 	tp := newTopo(t)
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, pol := policyFile(t, fastpathPolicy)
 	sock := filepath.Join(dir, "ps.sock")
 	tp.rules("add", "--fastpath", "--queue", "0")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", sock)
@@ -241,11 +233,7 @@ func TestFastpathKernelMemory(t *testing.T) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, pol := policyFile(t, fastpathPolicy)
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
 	sh.waitStderr("msg=shaping", 10*time.Second)
 	m := regexp.MustCompile(`msg=shaping .*kernel_maps_mib=([0-9.]+)`).FindStringSubmatch(sh.err.String())

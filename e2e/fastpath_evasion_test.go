@@ -6,7 +6,6 @@ import (
 	"math"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -313,26 +312,7 @@ func TestFastpathTunTunnel(t *testing.T) {
 // evIcmpInEchos reads IcmpInEchos of /proc/net/snmp in ns.
 func (tp *topo) evIcmpInEchos(ns string) uint64 {
 	tp.t.Helper()
-	out := tp.must(ns, "cat", "/proc/net/snmp")
-	var head []string
-	for _, l := range strings.Split(out, "\n") {
-		f := strings.Fields(l)
-		if len(f) == 0 || f[0] != "Icmp:" {
-			continue
-		}
-		if head == nil {
-			head = f
-			continue
-		}
-		for i, h := range head {
-			if h == "InEchos" && i < len(f) {
-				n, _ := strconv.ParseUint(f[i], 10, 64)
-				return n
-			}
-		}
-	}
-	tp.t.Fatalf("no Icmp: InEchos in /proc/net/snmp of %s", ns)
-	return 0
+	return tp.snmp(ns, "Icmp:", "InEchos")
 }
 
 // evTunRelay attaches to the tun device dev in A and in B (each made with

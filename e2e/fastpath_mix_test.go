@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -87,10 +85,7 @@ func TestFastpathMixed(t *testing.T) {
 	needRedisServer(t)
 	tp := newTopo(t)
 	tp.startRedisIn(tp.B, gRedis)
-	pol := filepath.Join(t.TempDir(), "policy.toml")
-	if err := os.WriteFile(pol, []byte(fastpathMixPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, pol := policyFile(t, fastpathMixPolicy)
 	tp.rules("add", "--fastpath", "--queue", "0")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
 	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 1 {

@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,11 +25,7 @@ func TestFastpathSeen(t *testing.T) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	dir, pol := policyFile(t, fastpathPolicy)
 	sock := filepath.Join(dir, "ps.sock")
 	addr := tp.IPB + ":9464"
 	tp.rules("add", "--fastpath", "--queue", "0")
@@ -78,19 +73,7 @@ func TestFastpathSeen(t *testing.T) {
 
 	// The listing: every flow once, labelled by path.
 	listing := func(args ...string) []control.Flow {
-		out := tp.must(tp.B, append([]string{shaperBin, "flows", "--control-socket", sock, "--json", "--sort", "none"}, args...)...)
-		var fs []control.Flow
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if l == "" {
-				continue
-			}
-			var f control.Flow
-			if err := json.Unmarshal([]byte(l), &f); err != nil {
-				t.Fatalf("flows --json line %q: %v\n%s", l, err, out)
-			}
-			fs = append(fs, f)
-		}
-		return fs
+		return tp.flowsListing(tp.B, sock, append([]string{"--sort", "none"}, args...)...)
 	}
 	byPath := map[string]map[string]bool{}
 	for _, f := range listing() {

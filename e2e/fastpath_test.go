@@ -78,10 +78,7 @@ func attached(t *testing.T, tp *topo, mode string) int {
 // both rules, stops packetshaper with SIGTERM and returns the sender's
 // results, what arrived and packetshaper's log.
 func runFastpath(t *testing.T, tp *topo, mode string) (kern, user sendResult, r recvResult, log string) {
-	pol := filepath.Join(t.TempDir(), "policy.toml")
-	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, pol := policyFile(t, fastpathPolicy)
 	tp.rules("add", "--fastpath", "--queue", "0")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode)
 	sh.waitStderr("msg=shaping", 10*time.Second) // attached before it says so
@@ -304,10 +301,7 @@ func TestFastpathKill(t *testing.T) {
 
 func testFastpathKill(t *testing.T, mode string) {
 	tp := newTopo(t)
-	pol := filepath.Join(t.TempDir(), "policy.toml")
-	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, pol := policyFile(t, fastpathPolicy)
 	tp.rules("add", "--fastpath", "--queue", "0")
 	args := []string{"--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode, "--control-socket", ""}
 	sh := tp.startShaper(args...)

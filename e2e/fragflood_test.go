@@ -19,11 +19,14 @@ import (
 // --notrack-forwarded what is not for R is untracked before
 // defragmentation (nft, prerouting priority -450) and routed as without
 // packetshaper: at least 95 % arrive. Each case has namespaces of its own
-// (the flood's fragments stay in R's memory for 30 s).
+// (the flood's fragments stay in R's memory for 30 s; a namespace's
+// reassembly memory is its own), and the three run at once (subtests of
+// this serial test: beside each other, not beside other tests): three
+// floods of 1 500 small fragments/s and 100 datagrams/s.
 func TestFragmentFloodForwarded(t *testing.T) {
 	needShaper(t)
 	needHping3(t)
-	run := func(name string, rules []string) (sent, got uint64) {
+	run := func(t *testing.T, name string, rules []string) (sent, got uint64) {
 		t.Helper()
 		r := newRouted(t)
 		tp := r.topo
@@ -54,16 +57,25 @@ func TestFragmentFloodForwarded(t *testing.T) {
 		}
 		return s.Sent, got
 	}
-	sent, without := run("without packetshaper", nil)
-	if float64(without) < 0.95*float64(sent) {
-		t.Errorf("without packetshaper %d of %d arrived: the case is not the one measured", without, sent)
-	}
-	sent, plain := run("the divert rule", []string{})
-	if float64(plain) > 0.5*float64(sent) {
-		t.Errorf("with the divert rule (defragmentation on) %d of %d arrived: the flood no longer costs forwarded traffic, so this test shows nothing", plain, sent)
-	}
-	sent, untracked := run("the divert rule with --notrack-forwarded", []string{"--notrack-forwarded"})
-	if float64(untracked) < 0.95*float64(sent) {
-		t.Errorf("with --notrack-forwarded %d of %d forwarded datagrams arrived, want at least 95 %%", untracked, sent)
-	}
+	t.Run("without", func(t *testing.T) {
+		t.Parallel()
+		sent, without := run(t, "without packetshaper", nil)
+		if float64(without) < 0.95*float64(sent) {
+			t.Errorf("without packetshaper %d of %d arrived: the case is not the one measured", without, sent)
+		}
+	})
+	t.Run("divert", func(t *testing.T) {
+		t.Parallel()
+		sent, plain := run(t, "the divert rule", []string{})
+		if float64(plain) > 0.5*float64(sent) {
+			t.Errorf("with the divert rule (defragmentation on) %d of %d arrived: the flood no longer costs forwarded traffic, so this test shows nothing", plain, sent)
+		}
+	})
+	t.Run("notrack", func(t *testing.T) {
+		t.Parallel()
+		sent, untracked := run(t, "the divert rule with --notrack-forwarded", []string{"--notrack-forwarded"})
+		if float64(untracked) < 0.95*float64(sent) {
+			t.Errorf("with --notrack-forwarded %d of %d forwarded datagrams arrived, want at least 95 %%", untracked, sent)
+		}
+	})
 }

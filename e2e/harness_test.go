@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 func testMain(m *testing.M) int {
+	setParallel()
 	if os.Geteuid() != 0 {
 		// Each test skips with the message; nothing to build.
 		return m.Run()
@@ -161,6 +162,7 @@ type topo struct {
 // everything in them: veth, rules, bound queues) with t.Cleanup.
 func newTopo(t *testing.T) *topo {
 	t.Helper()
+	needExclusiveUnlessParallel(t)
 	var rb [3]byte
 	if _, err := rand.Read(rb[:]); err != nil {
 		t.Fatal(err)
@@ -514,13 +516,17 @@ func (tp *topo) udpRcvbufErrors(ns string) uint64 { return tp.udpSNMP(ns, "Rcvbu
 
 // udpSNMP reads the counter name of the "Udp:" lines of /proc/net/snmp in
 // ns (IPv4).
-func (tp *topo) udpSNMP(ns, name string) uint64 {
+func (tp *topo) udpSNMP(ns, name string) uint64 { return tp.snmp(ns, "Udp:", name) }
+
+// snmp reads the counter name of group's lines ("Udp:", "Icmp:") of
+// /proc/net/snmp in ns.
+func (tp *topo) snmp(ns, group, name string) uint64 {
 	tp.t.Helper()
 	out := tp.must(ns, "cat", "/proc/net/snmp")
 	var head []string
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
-		if len(f) == 0 || f[0] != "Udp:" {
+		if len(f) == 0 || f[0] != group {
 			continue
 		}
 		if head == nil {
@@ -538,7 +544,7 @@ func (tp *topo) udpSNMP(ns, name string) uint64 {
 		}
 		break
 	}
-	tp.t.Fatalf("/proc/net/snmp in %s: no Udp: %s counter:\n%s", ns, name, out)
+	tp.t.Fatalf("/proc/net/snmp in %s: no %s %s counter:\n%s", ns, group, name, out)
 	return 0
 }
 

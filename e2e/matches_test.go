@@ -149,8 +149,7 @@ func TestCtStateNewConnections(t *testing.T) {
 	// The same transfers without packetshaper: 3, 3 s apart.
 	base := rate(connectDone(t, tp.connects(srcs[3], dst, "--count", "3", "--interval", "3s", "--bytes", fmt.Sprint(bulk))))
 
-	pol := filepath.Join(t.TempDir(), "policy.toml")
-	writePolicy(t, pol, newConnPolicy)
+	_, pol := policyFile(t, newConnPolicy)
 	if out := tp.rulesPolicy(pol); !strings.Contains(out, "--ctstate NEW") {
 		t.Fatalf("rules.sh add --policy wrote no conntrack match:\n%s", out)
 	}
@@ -228,8 +227,7 @@ var pingSummary = regexp.MustCompile(`(\d+) packets transmitted, (\d+) received.
 func TestICMPTypeEchoRequest(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
-	pol := filepath.Join(t.TempDir(), "policy.toml")
-	writePolicy(t, pol, pingPolicy)
+	_, pol := policyFile(t, pingPolicy)
 	if out := tp.rulesPolicy(pol); !strings.Contains(out, "--icmp-type 8") || !strings.Contains(out, "--icmpv6-type 128") {
 		t.Fatalf("rules.sh add --policy wrote no ICMP type match:\n%s", out)
 	}
@@ -291,8 +289,7 @@ func TestTCPFlagsSyn(t *testing.T) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
-	pol := filepath.Join(t.TempDir(), "policy.toml")
-	writePolicy(t, pol, synPolicy)
+	_, pol := policyFile(t, synPolicy)
 	if out := tp.rulesPolicy(pol); !strings.Contains(out, "--syn") {
 		t.Fatalf("rules.sh add --policy wrote no --syn:\n%s", out)
 	}

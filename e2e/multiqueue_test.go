@@ -174,18 +174,8 @@ func TestMultiQueueOneBucketPerKey(t *testing.T) {
 	}
 
 	// One listing entry per key, holding every packet of its source.
-	out := tp.must(tp.B, shaperBin, "flows", "--control-socket", sock, "--json", "--sort", "none")
-	var listed []control.Flow
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l == "" {
-			continue
-		}
-		var f control.Flow
-		if err := json.Unmarshal([]byte(l), &f); err != nil {
-			t.Fatalf("flows --json line %q: %v\n%s", l, err, out)
-		}
-		listed = append(listed, f)
-	}
+	listed := tp.flowsListing(tp.B, sock, "--sort", "none")
+	out := fmt.Sprintf("%+v", listed)
 	byKey := map[string]control.Flow{}
 	for _, f := range listed {
 		byKey[f.Key] = f

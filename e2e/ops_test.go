@@ -65,19 +65,9 @@ func (m *metrics) lookup(name string, labels ...string) (float64, bool) {
 	if f == nil {
 		return 0, false
 	}
-next:
 	for _, s := range f.GetMetric() {
-		for _, l := range labels {
-			k, v, _ := strings.Cut(l, "=")
-			found := false
-			for _, lp := range s.GetLabel() {
-				if lp.GetName() == k && lp.GetValue() == v {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
+		if !hasLabels(s, labels) {
+			continue
 		}
 		switch {
 		case s.Counter != nil:
@@ -91,6 +81,24 @@ next:
 	return 0, false
 }
 
+// hasLabels reports whether series s carries every label of labels
+// ("name=value").
+func hasLabels(s *dto.Metric, labels []string) bool {
+	for _, l := range labels {
+		k, v, _ := strings.Cut(l, "=")
+		found := false
+		for _, lp := range s.GetLabel() {
+			if lp.GetName() == k && lp.GetValue() == v {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
 // histogram returns the histogram of family name with the given labels.
 func (m *metrics) histogram(name string, labels ...string) *dto.Histogram {
 	m.t.Helper()
@@ -98,21 +106,8 @@ func (m *metrics) histogram(name string, labels ...string) *dto.Histogram {
 	if f == nil {
 		m.t.Fatalf("metrics: no %s", name)
 	}
-next:
 	for _, s := range f.GetMetric() {
-		for _, l := range labels {
-			k, v, _ := strings.Cut(l, "=")
-			found := false
-			for _, lp := range s.GetLabel() {
-				if lp.GetName() == k && lp.GetValue() == v {
-					found = true
-				}
-			}
-			if !found {
-				continue next
-			}
-		}
-		if s.Histogram != nil {
+		if hasLabels(s, labels) && s.Histogram != nil {
 			return s.Histogram
 		}
 	}
@@ -160,14 +155,11 @@ action = "accept"
 func TestMetricsLive(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, opsPolicy)
+	tp := newShapedTopo(t, opsPolicy)
+	pol := tp.Policy
 	addr := tp.IPB + ":9464"
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--metrics-addr", addr, "--latency",
-		"--stats-interval", "0", "--control-socket", filepath.Join(dir, "ps.sock"))
+		"--stats-interval", "0", "--control-socket", tp.Sock)
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 
 	// Before any traffic: every family there, at 0.
@@ -300,11 +292,8 @@ action = "accept"
 func TestFlowsAndStatus(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, ctlPolicy)
+	tp := newShapedTopo(t, ctlPolicy)
+	dir, pol := tp.Dir, tp.Policy
 	sock := filepath.Join(dir, "run", "ps.sock")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0")
 	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 || fi.Mode().Type() != os.ModeSocket || fi.Sys().(*syscall.Stat_t).Uid != 0 {
@@ -320,19 +309,7 @@ func TestFlowsAndStatus(t *testing.T) {
 
 	listing := func(args ...string) []control.Flow {
 		t.Helper()
-		out := tp.must(tp.B, append([]string{shaperBin, "flows", "--control-socket", sock, "--json"}, args...)...)
-		var fs []control.Flow
-		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-			if l == "" {
-				continue
-			}
-			var f control.Flow
-			if err := json.Unmarshal([]byte(l), &f); err != nil {
-				t.Fatalf("flows --json line %q: %v\n%s", l, err, out)
-			}
-			fs = append(fs, f)
-		}
-		return fs
+		return tp.flowsListing(tp.B, sock, args...)
 	}
 	all := listing("--sort", "none")
 	listedAt := time.Now()

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"net"
-	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -105,9 +104,7 @@ func TestOwnerKernelReplies(t *testing.T) {
 	}()
 	t.Cleanup(func() { ln.Close(); srv.Wait() })
 	tp.rulesIn(tp.B, "add", "--queue", "0", "--chain", "OUTPUT", "--proto", "tcp", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, "[[rule]]\nname = \"users\"\nkey = \"uid\"\npps = 50\nburst = 5\n")
+	_, pol := policyFile(t, "[[rule]]\nname = \"users\"\nkey = \"uid\"\npps = 50\nburst = 5\n")
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--stats-interval", "0")
 	addr := tp.IPB + ":9170"
 	synRetrans := func() uint64 {

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -106,16 +105,8 @@ func checkOwnerLimited(t *testing.T, who string, s sendResult, got uint64) {
 // ownerListing lists packetshaper's flows through its control socket.
 func ownerListing(t *testing.T, tp *topo, ns, sock string) map[string]control.Flow {
 	t.Helper()
-	out := tp.must(ns, shaperBin, "flows", "--control-socket", sock, "--json")
 	fs := map[string]control.Flow{}
-	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		if l == "" {
-			continue
-		}
-		var f control.Flow
-		if err := json.Unmarshal([]byte(l), &f); err != nil {
-			t.Fatalf("flows --json line %q: %v\n%s", l, err, out)
-		}
+	for _, f := range tp.flowsListing(ns, sock) {
 		fs[f.Key] = f
 	}
 	return fs
@@ -298,17 +289,13 @@ burst = %v
 func TestOwnerNoOwnerOneFlow(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, fmt.Sprintf("[[rule]]\nname = \"users\"\nkey = \"uid\"\npps = %v\nburst = %v\n", limRate, limBurst))
-	sock := filepath.Join(dir, "ps.sock")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0", "--rt-priority", "1")
+	tp := newShapedTopo(t, fmt.Sprintf("[[rule]]\nname = \"users\"\nkey = \"uid\"\npps = %v\nburst = %v\n", limRate, limBurst))
+	sock := tp.Sock
+	sh := tp.startShaped("--rt-priority", "1")
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
-	s := sendDone(tp.start(tp.A, "psend send", append([]string{psendBin}, ownerSendArgs(tp, 11000)...)...))
+	s := sendDone(tp.start(tp.A, "psend send", append([]string{psendBin}, ownerSendArgs(tp.topo, 11000)...)...))
 	r := recvDone(rc, 35*time.Second)
-	listed := ownerListing(t, tp, tp.B, sock)
+	listed := ownerListing(t, tp.topo, tp.B, sock)
 	log := tp.stopShaper(sh)
 	got := received(r, s)
 	checkOwnerLimited(t, "incoming packets (no owner)", s, got)

@@ -3,7 +3,6 @@ package e2e
 import (
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -61,13 +60,6 @@ func ruleStat(t *testing.T, log, rule, field string) uint64 {
 	}
 	n, _ := strconv.ParseUint(m[len(m)-1][1], 10, 64)
 	return n
-}
-
-func writePolicy(t *testing.T, path, text string) {
-	t.Helper()
-	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestPolicyClasses runs a four-class policy (docs/configuration.md) on

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,12 +17,9 @@ import (
 func TestReloadFIFONeverBlocks(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, "[[rule]]\nname = \"limited\"\npps = 10\nburst = 5\n")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--stats-interval", "0", "--control-socket", filepath.Join(dir, "ps.sock"))
+	tp := newShapedTopo(t, "[[rule]]\nname = \"limited\"\npps = 10\nburst = 5\n")
+	pol := tp.Policy
+	sh := tp.startShaper("--queue", "0", "--policy", pol, "--stats-interval", "0", "--control-socket", tp.Sock)
 
 	if err := os.Remove(pol); err != nil {
 		t.Fatal(err)

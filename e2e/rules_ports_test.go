@@ -29,9 +29,7 @@ func TestRulesPortRanges(t *testing.T) {
 			t.Errorf("iptables -S has no %q:\n%s", want, ipt)
 		}
 	}
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, "[[rule]]\nname = \"all\"\npps = 100000\nburst = 10000\n")
+	dir, pol := policyFile(t, "[[rule]]\nname = \"all\"\npps = 100000\nburst = 10000\n")
 	sock := filepath.Join(dir, "ps.sock")
 	tp.startShaper("--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0")
 	rc := tp.startRecv(":9005,:9011,:9500", "--duration", "30s", "--idle", "2s")

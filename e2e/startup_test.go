@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,8 +39,7 @@ func TestStartupFlowsShadowNoFlags(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
 	tp.rules("add", "--queue", "6", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	pol := filepath.Join(t.TempDir(), "policy.toml")
-	writePolicy(t, pol, startupPolicy)
+	_, pol := policyFile(t, startupPolicy)
 	addr := tp.IPB + ":9464"
 	script := `mkdir -p /run/packetshaper && mount -t tmpfs -o mode=0755 packetshaper-e2e /run/packetshaper && exec "$0" "$@"`
 	sh := tp.start(tp.B, "packetshaper", "sh", "-c", script, shaperBin, "--queue", "6", "--policy", pol,

@@ -170,13 +170,10 @@ func (f topFrame) flow(key string) (topFlow, bool) {
 func TestTopInTmux(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, topPolicy)
-	sock := filepath.Join(dir, "ps.sock")
-	tp.startShaper("--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0")
+	tp := newShapedTopo(t, topPolicy)
+	dir := tp.Dir
+	sock := tp.Sock
+	tp.startShaped()
 	tp.startRecv(":9000", "--duration", "60s")
 	tp.startSend("--dst", tp.IPB+":9000", "--flows", "4", "--sport", "20000", "--pps", "100", "--duration", "40s")
 	tp.startSend("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "22000", "--pps", "300", "--duration", "40s")

@@ -34,7 +34,7 @@ import (
 func BenchmarkConsumers(b *testing.B) {
 	b.Run("nfq", func(b *testing.B) {
 		const queue = 11
-		netnstest.NewNetns(b, queue)
+		netnstest.UnshareQueue(b, queue)
 		p := netnstest.NewUDPPair(b)
 		q := openQueue(b, Config{Queue: queue, FailClosed: true})
 		stop := runQueue(b, q, func([]Packet, []Verdict, int64) {})
@@ -44,7 +44,7 @@ func BenchmarkConsumers(b *testing.B) {
 	})
 	b.Run("go-nfqueue", func(b *testing.B) {
 		const queue = 12
-		netnstest.NewNetns(b, queue)
+		netnstest.UnshareQueue(b, queue)
 		p := netnstest.NewUDPPair(b)
 		nf, err := nfqueue.Open(&nfqueue.Config{
 			NfQueue:      queue,

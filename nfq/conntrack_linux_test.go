@@ -16,7 +16,7 @@ import (
 // order ("has=true info=2").
 func ctRun(t *testing.T, queue uint16, c Config) (q *Queue, seen []string) {
 	t.Helper()
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	// A conntrack match anywhere turns connection tracking on in the
 	// namespace, as the divert rules' match does.
 	netnstest.Run(t, "", "iptables", "-A", "INPUT", "-m", "conntrack", "--ctstate", "INVALID", "-j", "ACCEPT")

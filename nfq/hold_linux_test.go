@@ -22,7 +22,7 @@ import (
 func TestHoldRealKernel(t *testing.T) {
 	const queue, n = 5, 300
 	const hold = 150 * time.Millisecond
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, BatchSize: 16})
 	var mu sync.Mutex
@@ -112,7 +112,7 @@ func TestHoldRealKernel(t *testing.T) {
 // and leaves nothing queued in the kernel.
 func TestHoldStop(t *testing.T) {
 	const queue, n = 3, 200
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
@@ -154,7 +154,7 @@ func TestHoldStop(t *testing.T) {
 // more may be; a verdict with At beyond it is given at once and counted.
 func TestHoldRoom(t *testing.T) {
 	const queue, n = 2, 40
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, MaxHeld: 10, MaxQueueLen: 100})
 	var rooms []int
@@ -198,7 +198,7 @@ func TestHoldRoom(t *testing.T) {
 // the netpoller's own timers could not).
 func TestHoldIdleTimer(t *testing.T) {
 	const queue = 1
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	var at atomic.Int64
@@ -237,7 +237,7 @@ func TestHoldIdleTimer(t *testing.T) {
 //	go test ./nfq -run '^$' -bench HoldLateness -benchtime 4x   (root)
 func BenchmarkHoldLateness(b *testing.B) {
 	const queue = 12
-	netnstest.NewNetns(b, queue)
+	netnstest.UnshareQueue(b, queue)
 	p := netnstest.NewUDPPair(b)
 	q := openQueue(b, Config{Queue: queue})
 	stop := runQueue(b, q, func(batch []Packet, v []Verdict, now int64) {
@@ -288,7 +288,7 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 	for _, held := range []int{0, 1, 64, 256, 1024, 4096, 16384} {
 		b.Run(fmt.Sprintf("held=%d", held), func(b *testing.B) {
 			const queue = 11
-			netnstest.NewNetns(b, queue)
+			netnstest.UnshareQueue(b, queue)
 			p := netnstest.NewUDPPair(b)
 			// Held packets keep their memory charged to the sending socket.
 			if rc, err := p.Tx.SyscallConn(); err == nil {

@@ -15,7 +15,7 @@ import (
 // owners as the handler saw them.
 func ownerRun(t *testing.T, queue uint16, c Config) (q *Queue, owners map[string]int) {
 	t.Helper()
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	c.Queue = queue
 	q = openQueue(t, c)

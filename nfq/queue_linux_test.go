@@ -42,7 +42,7 @@ func seqOf(p *Packet) (uint16, bool) { return netnstest.SeqOf(p.Data) }
 
 func TestVerdictsReachTheKernel(t *testing.T) {
 	const queue, n = 7, 400
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, BatchSize: 16})
 	var bad atomic.Int64
@@ -107,7 +107,7 @@ func TestVerdictsReachTheKernel(t *testing.T) {
 
 func TestCopyRangeAndLength(t *testing.T) {
 	const queue = 3
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, CopyRange: 64})
 	type seen struct{ data, length, id int }
@@ -149,7 +149,7 @@ func TestCopyRangeAndLength(t *testing.T) {
 
 func TestSecondBindFails(t *testing.T) {
 	const queue = 5
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	openQueue(t, Config{Queue: queue})
 	q2, err := Open(Config{Queue: queue})
 	if err == nil {
@@ -178,7 +178,7 @@ func TestNotRoot(t *testing.T) {
 		}
 		return
 	}
-	netnstest.NewNetns(t, 1)
+	netnstest.UnshareQueue(t, 1)
 	for mode, want := range map[string]string{
 		"plain": "ERR=nfq: queue 1: permission denied: binding an NFQUEUE queue needs root (CAP_NET_ADMIN)\n",
 	} {
@@ -196,7 +196,7 @@ func TestFailOpenWhenStalled(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
 			const queue, n, maxLen = 2, 100, 16
-			netnstest.NewNetns(t, queue)
+			netnstest.UnshareQueue(t, queue)
 			p := netnstest.NewUDPPair(t)
 			q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
 			for i := 0; i < n; i++ {
@@ -243,7 +243,7 @@ func TestFailOpenWhenStalled(t *testing.T) {
 // not ErrNotBound: the final stats line must show the queue's drops.
 func TestFinalKernelStats(t *testing.T) {
 	const queue, n, maxLen = 2, 100, 16
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: true})
 	for i := 0; i < n; i++ {
@@ -319,7 +319,7 @@ func TestFinalKernelStats(t *testing.T) {
 // that never arrived from the gap in the ids, and keeps going.
 func TestSurvivesENOBUFS(t *testing.T) {
 	const queue, n = 6, 200
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	var logged atomic.Int64
 	var logLine atomic.Value
@@ -367,7 +367,7 @@ func TestSurvivesENOBUFS(t *testing.T) {
 // cancellation ends the wait at once.
 func TestIdleRunParks(t *testing.T) {
 	const queue = 13
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	// The fewest running and in system calls before Run, over a few
@@ -423,7 +423,7 @@ func goroutineStates() [3]uint64 {
 // failed open when the sender outran it).
 func BenchmarkQueueLoopback(b *testing.B) {
 	const queue = 8
-	netnstest.NewNetns(b, queue)
+	netnstest.UnshareQueue(b, queue)
 	p := netnstest.NewUDPPair(b)
 	q := openQueue(b, Config{Queue: queue})
 	stop := runQueue(b, q, func([]Packet, []Verdict, int64) {})
@@ -446,7 +446,7 @@ func BenchmarkQueueLoopback(b *testing.B) {
 // verdicts mixing marked and unmarked runs.
 func TestMarks(t *testing.T) {
 	const queue = 4
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	netnstest.Run(t, "", "iptables", "-t", "mangle", "-A", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort), "-j", "MARK", "--set-mark", "0x5")
 	netnstest.Run(t, "", "iptables", "-t", "mangle", "-A", "POSTROUTING", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort), "-m", "mark", "--mark", "0x77")
 	netnstest.Run(t, "", "iptables", "-t", "mangle", "-A", "POSTROUTING", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort), "-m", "mark", "--mark", "0x5")
@@ -506,7 +506,7 @@ func TestMarks(t *testing.T) {
 // to idleEvery is a timing figure (timing.Check).
 func TestIdle(t *testing.T) {
 	const queue, calls = 5, 5
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	var mu sync.Mutex
 	var nows []int64 // the clock of each Idle call
 	q := openQueue(t, Config{Queue: queue, Idle: func(now int64) {
@@ -559,7 +559,7 @@ func spacings(ns []int64) []time.Duration {
 // figure: within a millisecond or so).
 func TestWake(t *testing.T) {
 	const queue = 6
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	idle := make(chan time.Time, 16)
 	q := openQueue(t, Config{Queue: queue, Idle: func(int64) { idle <- time.Now() }})
 	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})

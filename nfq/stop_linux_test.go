@@ -51,7 +51,7 @@ type fullQueue struct {
 func fillQueue(t *testing.T, c Config, delay time.Duration, opts ...testOption) *fullQueue {
 	t.Helper()
 	c.MaxQueueLen = fullMaxLen
-	netnstest.NewNetns(t, c.Queue)
+	netnstest.UnshareQueue(t, c.Queue)
 	f := &fullQueue{open: make(chan struct{}), errc: make(chan error, 1)}
 	c.Logf = func(format string, a ...any) {
 		f.logMu.Lock()
@@ -177,7 +177,7 @@ func TestCleanStop(t *testing.T) {
 // queue must be unbound.
 func testCleanStopStream(t *testing.T) {
 	const queue, max = 4, 200000
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, Config{Queue: queue})
 	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -82,15 +81,9 @@ func BenchmarkDecideCtState(b *testing.B) {
 	m := &shaper.Meta{CtState: shaper.CtEstablished}
 	var d shaper.Decision
 	now := int64(1e18)
-	slice := func(e *shaper.Engine) float64 {
-		start := time.Now()
-		for range passes {
-			for _, p := range pkts {
-				now += 100
-				e.DecidePacket(p, m, now, &d)
-			}
-		}
-		return float64(time.Since(start).Nanoseconds()) / (passes * n)
+	slice := func(e *shaper.Engine) (ns float64) {
+		ns, now = decideSlice(e, pkts, m, passes, now, &d)
+		return ns
 	}
 	for _, e := range engines {
 		slice(e)

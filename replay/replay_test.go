@@ -228,37 +228,45 @@ func TestNoAllocsPerPacket(t *testing.T) {
 		// pcap input with pcap outputs, pcapng input with pcapng outputs.
 		ng := name == "pcapng"
 		r := New(eng, Options{Verdicts: io.Discard, Accepted: io.Discard, Dropped: io.Discard, AcceptedNg: ng, DroppedNg: ng})
-		rd, err := NewReader(bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		step := func() {
-			data, ci, lt, err := rd.Next()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := r.packet(data, &ci, lt); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for range 1000 { // fill the flow table and the buffers
-			step()
-		}
-		// Count every allocation over many packets (AllocsPerRun would
-		// round a rare one down to 0); like AllocsPerRun, on one P so that
-		// other goroutines' allocations do not count.
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		for range 18000 {
-			step()
-		}
-		runtime.ReadMemStats(&after)
-		if n := after.Mallocs - before.Mallocs; n != 0 {
+		n := packetAllocs(t, r, b, 1000, 18000)
+		if n != 0 {
 			t.Errorf("%s: %d allocations in 18000 packets, want 0", name, n)
 		}
 	}
+}
+
+// packetAllocs replays the first warm packets of capture through r (to
+// fill the flow table and the buffers), then counts every allocation over
+// the next n (AllocsPerRun would round a rare one down to 0); like
+// AllocsPerRun, on one P so that other goroutines' allocations do not
+// count.
+func packetAllocs(t *testing.T, r *Replayer, capture []byte, warm, n int) uint64 {
+	t.Helper()
+	rd, err := NewReader(bytes.NewReader(capture))
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func() {
+		data, ci, lt, err := rd.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.packet(data, &ci, lt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range warm {
+		step()
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range n {
+		step()
+	}
+	runtime.ReadMemStats(&after)
+	return after.Mallocs - before.Mallocs
 }
 
 // TestOutputs checks --verdicts and the pcap outputs against each other

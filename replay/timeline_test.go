@@ -1,10 +1,8 @@
 package replay
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"path/filepath"
-	"runtime"
 	"testing"
 	"time"
 
@@ -254,31 +252,8 @@ func TestNoAllocsTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := New(eng, Options{Timeline: true, Verdicts: discard{}})
-	rd, err := NewReader(bytes.NewReader(capture))
-	if err != nil {
-		t.Fatal(err)
-	}
-	step := func() {
-		data, ci, lt, err := rd.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.packet(data, &ci, lt); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for range 1000 { // fill the flow table and the buffers
-		step()
-	}
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	for range n - 1000 {
-		step()
-	}
-	runtime.ReadMemStats(&after)
-	if m := after.Mallocs - before.Mallocs; m != 0 {
+	m := packetAllocs(t, r, capture, 1000, n-1000)
+	if m != 0 {
 		t.Errorf("%d allocations in %d packets, want 0", m, n-1000)
 	}
 	tl := r.Timeline()

@@ -120,7 +120,8 @@ timeout 10 "$ps" --help >"$work/out" 2>&1
 
 # ---------------------------------------------------------------- 6 GSO, live
 if [ "$(id -u)" = 0 ] && command -v iperf3 >/dev/null; then
-	if timeout 300 go test -count=1 -run '^(TestFailOpenGSOTCP|TestIdleQueueWarns)$' ./e2e >"$work/out" 2>&1; then
+	# Run alone: TestFailOpenGSOTCP is a serial test (PS_TEST_EXCLUSIVE).
+	if PS_TEST_EXCLUSIVE=1 timeout 300 go test -count=1 -run '^(TestFailOpenGSOTCP|TestIdleQueueWarns)$' ./e2e >"$work/out" 2>&1; then
 		ok "iperf3 TCP through the queue: no fail-open warning, failopen_exact 1 (e2e/TestFailOpenGSOTCP); nothing diverted: one WARN with the command (e2e/TestIdleQueueWarns)"
 	else
 		fail "e2e/TestFailOpenGSOTCP, TestIdleQueueWarns: $(grep -E 'newcomer_test|FAIL' "$work/out" | head -5)"

@@ -10,7 +10,7 @@
 #
 #   --count N         runs of each test (default 20)
 #   --e2e N           instead: the whole e2e package N times in a row (as
-#                     scripts/test.sh runs it: -p 1 -parallel 3), beside a
+#                     scripts/test.sh runs it: -p 1, five parallel tests at a time), beside a
 #                     hog on ONE core (the issue's "one core busy"); each
 #                     run's time, passed, failed and skipped, and a summary
 #   --timeout D       bound of each go test command, for `timeout` (default
@@ -38,6 +38,9 @@
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
+# One package at a time, as scripts/test.sh: the serial e2e tests run
+# (internal/testutil.NeedExclusive).
+export PS_TEST_EXCLUSIVE=1
 
 PROG=stress-tests.sh
 usage() { sed -n '2,/^set /p' "$0" | grep '^#' | sed 's/^# \{0,1\}//'; }
@@ -112,7 +115,7 @@ if [ -n "$e2e" ]; then
 	for ((i = 1; i <= e2e; i++)); do
 		echo "== e2e run $i of $e2e (load $(cut -d' ' -f1-3 /proc/loadavg))"
 		t0=$(date +%s)
-		timeout --kill-after=30s "$tmo" go test -json -p 1 -parallel 3 -count=1 -timeout 0 ./e2e >"$out/run$i.json" 2>&1
+		timeout --kill-after=30s "$tmo" go test -json -p 1 -count=1 -timeout 0 ./e2e >"$out/run$i.json" 2>&1
 		rc=$?
 		"$out/testsum" record -exit "$rc" >>"$out/run$i.json"
 		sum=$("$out/testsum" summary "e2e=$out/run$i.json" 2>&1)

@@ -15,8 +15,8 @@
 #            peak-RSS tests, replay's memory-bound streams, global's
 #            TestLeasesThreeHosts), run plainly
 #   e2e      the end-to-end tests: the real binary against the real kernel in
-#            network namespaces they create (those that mostly wait three at
-#            a time: -parallel 3, see e2e/parallel_test.go); then, as one check,
+#            network namespaces they create (those that mostly wait five at
+#            a time, see e2e/parallel_test.go); then, as one check,
 #            scripts/newcomer-test.sh: a new user's traps (units, the
 #            package's own configuration, policing TCP, replay's clock,
 #            --help, fail-open under iperf3 TCP)
@@ -42,7 +42,8 @@
 # and say so. Every test's outcome is read from go test -json by
 # scripts/testsum, which ends the run with a summary: per stage and in
 # total the tests passed, failed and skipped (subtests and fuzz targets
-# counted), every skipped test with its reason (its t.Skip message), every
+# counted) and the wall time (each stage's; the run's in total: the
+# package stage overlaps the fuzz stage), every skipped test with its reason (its t.Skip message), every
 # failure, and as the last line "N passed, N failed, N skipped". Exits
 # non-zero when anything failed. The go test -json output of each stage is
 # kept in a directory it names.
@@ -62,6 +63,11 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+# The tests have the machine to themselves here (one package at a time):
+# those whose counts need that (the serial e2e tests, a stalled queue's
+# timing) run; plain go test ./... skips them, saying so
+# (internal/testutil.NeedExclusive).
+export PS_TEST_EXCLUSIVE=1
 
 # chromium (and a font for it): TestReportInBrowser opens replay --report's page.
 # redis-server: the global rules' tests start their own stores on loopback.
@@ -172,17 +178,23 @@ check() {
 	fi
 }
 summary=()
+# timed STAGE CMD...: CMD, its wall time recorded as STAGE's (testsum's
+# summary shows each stage's and the run's).
+timed() {
+	local stage=$1 t0=$SECONDS
+	shift
+	"$@"
+	"$TS" record -wall $((SECONDS - t0)) >>"$OUT/$stage.json"
+}
 
 if stage_on vet; then
 	echo "== vet"
 	: >"$OUT/vet.json"
-	check vet "go vet" go vet "${all[@]}"
+	timed vet check vet "go vet" go vet "${all[@]}"
 	summary+=("vet=$OUT/vet.json")
 fi
 
-if stage_on unit; then
-	echo "== unit: go test (${#plain[@]} packages; those of the race stage run there)"
-	: >"$OUT/unit.json"
+unit_stage() {
 	# -p 1: packages side by side on a 2-core machine would disturb the
 	# ones that drive the real kernel.
 	[ ${#plain[@]} -gt 0 ] && gotest unit -p 1 -count=1 -timeout 20m "${run[@]}" "${plain[@]}"
@@ -197,17 +209,21 @@ if stage_on unit; then
 			esac
 		done
 	fi
+}
+if stage_on unit; then
+	echo "== unit: go test (${#plain[@]} packages; those of the race stage run there)"
+	: >"$OUT/unit.json"
+	timed unit unit_stage
 	summary+=("unit=$OUT/unit.json")
 fi
 
-if stage_on e2e; then
-	: >"$OUT/e2e.json"
+e2e_stage() {
 	if [ ${#e2e[@]} -gt 0 ]; then
 		echo "== e2e: go test ./e2e"
-		# -parallel 3: the tests marked parallel (e2e/parallel_test.go:
-		# mostly waiting, asserting counts) run three at a time, after
-		# the others ran alone.
-		gotest e2e -p 1 -parallel 3 -count=1 -timeout 40m "${run[@]}" "${e2e[@]}"
+		# The tests marked parallel (e2e/parallel_test.go: mostly
+		# waiting, asserting counts) run five at a time (its
+		# defaultParallel), after the others ran alone.
+		gotest e2e -p 1 -count=1 -timeout 40m "${run[@]}" "${e2e[@]}"
 		if [ -z "${TEST_RUN:-}" ]; then
 			echo "== e2e: a newcomer's traps (scripts/newcomer-test.sh)"
 			check e2e scripts/newcomer-test.sh timeout 900 ./scripts/newcomer-test.sh
@@ -215,13 +231,17 @@ if stage_on e2e; then
 	else
 		echo "== e2e: not among TEST_PKGS=$TEST_PKGS"
 	fi
+}
+if stage_on e2e; then
+	: >"$OUT/e2e.json"
+	timed e2e e2e_stage
 	summary+=("e2e=$OUT/e2e.json")
 fi
 
 if stage_on race; then
 	echo "== race: go test -race over ${race[*]#github.com/packetshaper/packetshaper/}"
 	: >"$OUT/race.json"
-	[ ${#race[@]} -gt 0 ] && gotest race -race -p 1 -count=1 -timeout 20m "${run[@]}" "${race[@]}"
+	[ ${#race[@]} -gt 0 ] && timed race gotest race -race -p 1 -count=1 -timeout 20m "${run[@]}" "${race[@]}"
 	summary+=("race=$OUT/race.json")
 fi
 
@@ -230,10 +250,10 @@ if stage_on package; then
 	: >"$OUT/package.json"
 	if [ "$(id -u)" = 0 ] && stage_on fuzz; then
 		echo "(beside the fuzz stage; its output follows that stage's)"
-		check package scripts/package-test.sh ./scripts/package-test.sh >"$OUT/package.out" 2>&1 &
+		timed package check package scripts/package-test.sh ./scripts/package-test.sh >"$OUT/package.out" 2>&1 &
 		package_pid=$!
 	elif [ "$(id -u)" = 0 ]; then
-		check package scripts/package-test.sh ./scripts/package-test.sh
+		timed package check package scripts/package-test.sh ./scripts/package-test.sh
 	else
 		"$TS" record -action skip -reason "not root: it installs the package and boots a container" scripts/package-test.sh >>"$OUT/package.json"
 	fi
@@ -267,9 +287,7 @@ fuzz() {
 	rm -f "$try"
 }
 
-if stage_on fuzz; then
-	echo "== fuzz ($FUZZTIME each)"
-	: >"$OUT/fuzz.json"
+fuzz_stage() {
 	for pkg in "${all[@]}"; do
 		# The package's fuzz targets: func FuzzX(f *testing.F) in its test
 		# files (go test -list would run e2e's TestMain).
@@ -282,6 +300,11 @@ if stage_on fuzz; then
 			fi
 		done
 	done
+}
+if stage_on fuzz; then
+	echo "== fuzz ($FUZZTIME each)"
+	: >"$OUT/fuzz.json"
+	timed fuzz fuzz_stage
 	summary+=("fuzz=$OUT/fuzz.json")
 fi
 
@@ -292,4 +315,4 @@ if [ -n "${package_pid:-}" ]; then
 fi
 
 echo
-"$TS" summary "${summary[@]}"
+"$TS" summary -wall "$SECONDS" "${summary[@]}"

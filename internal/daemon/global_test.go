@@ -9,22 +9,8 @@ import (
 	"testing"
 
 	"github.com/packetshaper/packetshaper/flows"
-	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
-
-func compile(t *testing.T, text string) *policy.Compiled {
-	t.Helper()
-	f, err := policy.Parse("p.toml", []byte(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
 
 // closed reports whether a global rule was closed (it hands out no lease).
 func closed(g shaper.Global) bool {

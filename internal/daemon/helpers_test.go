@@ -13,7 +13,9 @@ import (
 
 func goVersion() string { return runtime.Version() }
 
-func compilePolicy(t testing.TB, text string) shaper.Policy {
+// compile parses and compiles a policy file's text (no options), failing
+// t on an error: the daemon tests' one way to a policy.
+func compile(t testing.TB, text string) *policy.Compiled {
 	t.Helper()
 	f, err := policy.Parse("p.toml", []byte(text))
 	if err != nil {
@@ -23,7 +25,13 @@ func compilePolicy(t testing.TB, text string) shaper.Policy {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c.Policy()
+	return c
+}
+
+// compilePolicy is compile's policy for the engine.
+func compilePolicy(t testing.TB, text string) shaper.Policy {
+	t.Helper()
+	return compile(t, text).Policy()
 }
 
 func httptestServer(t *testing.T, h http.Handler) string {

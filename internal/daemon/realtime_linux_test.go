@@ -30,7 +30,7 @@ func TestRealtimePriority(t *testing.T) {
 	const queue, prio, n = 9, 3, 200
 	if netnstest.ChildMode() == "rt" {
 		p := netnstest.NewUDPPair(t)
-		comp := compileFile(t, "[[rule]]\nname = \"all\"\nmatch = { proto = [\"udp\"] }\npps = 1000000\nburst = 1000000\n")
+		comp := compile(t, "[[rule]]\nname = \"all\"\nmatch = { proto = [\"udp\"] }\npps = 1000000\nburst = 1000000\n")
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		cfg := Config{Queues: []uint16{queue}, RealtimePriority: prio, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -88,12 +88,12 @@ func TestRealtimePriority(t *testing.T) {
 		return
 	}
 	err := Run(context.Background(), Config{Queues: []uint16{queue}, RealtimePriority: MaxRealtimePriority + 1, Log: slog.New(slog.NewTextHandler(io.Discard, nil))},
-		testSource{}, compileFile(t, "[[rule]]\nname = \"all\"\nmatch = { proto = [\"udp\"] }\npps = 10\nburst = 1\n"), nil)
+		testSource{}, compile(t, "[[rule]]\nname = \"all\"\nmatch = { proto = [\"udp\"] }\npps = 10\nburst = 1\n"), nil)
 	var ue UsageError
 	if !errors.As(err, &ue) || err.Error() != "real-time priority: 100 out of range (1..99, or 0 for none)" {
 		t.Errorf("Run with priority 100: %v, want that UsageError", err)
 	}
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	out := netnstest.RunChild(t, "TestRealtimePriority", "rt", 0)
 	if !strings.Contains(out, "THREADS=") || strings.Contains(out, "FAIL") {
 		t.Errorf("child:\n%s", out)
@@ -144,17 +144,3 @@ type testSource struct{ c *policy.Compiled }
 func (s testSource) Load() (*policy.Compiled, error) { return s.c, nil }
 func (testSource) Reloadable() bool                  { return false }
 func (testSource) Describe() string                  { return "test" }
-
-// compileFile compiles a policy file's text.
-func compileFile(t testing.TB, text string) *policy.Compiled {
-	t.Helper()
-	f, err := policy.Parse("p.toml", []byte(text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}

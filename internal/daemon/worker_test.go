@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -56,23 +55,11 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 // the next batch; a rule whose settings did not change keeps its flows'
 // state, a changed one starts afresh; the snapshot's counters go on.
 func TestWorkerReload(t *testing.T) {
-	compile := func(text string) shaper.Policy {
-		t.Helper()
-		f, err := policy.Parse("p.toml", []byte(text))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := f.Compile(policy.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c.Policy()
-	}
 	const a = "[[rule]]\nname = \"a\"\nmatch = { sport = [\"1000\"], proto = [\"udp\"] }\npps = 0.001\nburst = 2\n"
 	b := func(burst int) string {
 		return fmt.Sprintf("[[rule]]\nname = \"b\"\nmatch = { sport = [\"1001\"], proto = [\"udp\"] }\npps = 0.001\nburst = %d\n", burst)
 	}
-	eng, err := shaper.NewPolicy(compile(a + b(2)))
+	eng, err := shaper.NewPolicy(compilePolicy(t, a+b(2)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +89,7 @@ func TestWorkerReload(t *testing.T) {
 		t.Fatalf("first batch: %d drops, want 4", d)
 	}
 	// b's burst changes: a keeps its empty bucket, b starts afresh.
-	next, kept, err := w.cur.Load().Reload(compile(a + b(3)))
+	next, kept, err := w.cur.Load().Reload(compilePolicy(t, a+b(3)))
 	if err != nil {
 		t.Fatal(err)
 	}

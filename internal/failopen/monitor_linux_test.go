@@ -154,7 +154,7 @@ func TestMonitorFailOpen(t *testing.T) {
 		blockAt = 4000   // after 0.8 s
 		block   = time.Second
 	)
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	q := openQueue(t, nfq.Config{Queue: queue, MaxQueueLen: maxLen})
 	var logExact, logEst testutil.SyncBuffer
@@ -234,6 +234,7 @@ func TestMonitorFailOpen(t *testing.T) {
 // the gap at the arrival rate. The process is a child (this test binary,
 // mode "stall") in this test's namespace.
 func TestMonitorStall(t *testing.T) {
+	testutil.NeedExclusive(t, "its warnings and counts are timed against a 1 s stall of the queue")
 	const (
 		queue  = 6
 		maxLen = 64
@@ -244,7 +245,7 @@ func TestMonitorStall(t *testing.T) {
 		stallChild(t, queue, maxLen)
 		return
 	}
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	p := netnstest.NewUDPPair(t)
 	child := startChild(t, "TestMonitorStall", "stall")
 	child.expect(t, "READY")
@@ -425,7 +426,7 @@ func TestMonitorBalance(t *testing.T) {
 		n      = 12000
 		flows  = 8
 	)
-	netnstest.NewNetns(t, q0)
+	netnstest.UnshareQueue(t, q0)
 	netnstest.Run(t, "", "iptables", "-I", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(netnstest.TestPort),
 		"-j", "NFQUEUE", "--queue-balance", fmt.Sprintf("%d:%d", q0, q1), "--queue-bypass")
 	p := netnstest.NewUDPPair(t)
@@ -519,7 +520,7 @@ func TestMonitorBurst(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
 			const queue, n, maxLen = 2, 100, 16
-			netnstest.NewNetns(t, queue)
+			netnstest.UnshareQueue(t, queue)
 			p := netnstest.NewUDPPair(t)
 			q := openQueue(t, nfq.Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
 			var log testutil.SyncBuffer

@@ -18,7 +18,7 @@ import (
 // counters count the packets queued.
 func TestQueueRules(t *testing.T) {
 	const queue = 1
-	netnstest.NewNetns(t, queue)
+	netnstest.UnshareQueue(t, queue)
 	netnstest.Run(t, "", "iptables", "-A", "OUTPUT", "-p", "udp", "--dport", "9001", "-j", "NFQUEUE", "--queue-balance", "3:5")
 	netnstest.Run(t, "", "iptables", "-A", "INPUT", "-p", "tcp", "-j", "NFQUEUE", "--queue-balance", "10:11", "--queue-cpu-fanout", "--queue-bypass")
 	netnstest.Run(t, "", "iptables", "-t", "mangle", "-A", "PREROUTING", "-p", "udp", "-j", "ACCEPT")

@@ -227,23 +227,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 // decided, and where it handed the packet to user space, that the Go engine
 // decided it by a rule that runs there.
 func TestAgreement(t *testing.T) {
-	f := mixed()
-	s, reasons, err := Compile(f, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range reasons {
-		t.Log(r)
-	}
-	p := needKernel(t, s)
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(c.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, p, eng := bothPaths(t, mixed())
 	frames, times := traffic(20000, 7)
 	res := compare(t, p, &s, eng, frames, times, nil)
 	t.Log(res)
@@ -410,9 +394,12 @@ func checkCounters(t *testing.T, p *Program, s *Spec, eng *shaper.Engine) {
 // same policy, as the agreement, flow listing and flood tests compare them.
 func bothPaths(t *testing.T, f *policy.File) (Spec, *Program, *shaper.Engine) {
 	t.Helper()
-	s, _, err := Compile(f, policy.Options{})
+	s, reasons, err := Compile(f, policy.Options{})
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, r := range reasons {
+		t.Log(r)
 	}
 	p := needKernel(t, s)
 	c, err := f.Compile(policy.Options{})

@@ -371,6 +371,7 @@ func TestStoreDownAtStart(t *testing.T) {
 // every key at twice its rate gets about its rate. Then a master is killed
 // and restarted: the client reconnects by itself.
 func TestCluster(t *testing.T) {
+	testutil.NeedExclusive(t, "its grants per second after a master failover are a throughput figure of three redis-servers")
 	nodes := startCluster(t)
 	var addrs []string
 	for _, n := range nodes {

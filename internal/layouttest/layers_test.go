@@ -59,7 +59,7 @@ var layers = map[string][]string{
 	"internal/doccheck":   {},
 	"internal/layouttest": {},
 	"internal/netnstest":  {"internal/testutil"},
-	"internal/testutil":   {"internal/testcerts"},
+	"internal/testutil":   {"internal/testcerts", "internal/timing"},
 	"internal/testcerts":  {},
 	"scripts/gentestdata": {"*"},
 	"scripts/testsum":     {},

@@ -1,8 +1,8 @@
 // Package netnstest holds the helpers of the root tests that bind real
 // NFQUEUE queues (packages nfq and failopen): a network namespace of the
 // test's own with a queue rule, a UDP pair over its lo, and child runs of
-// the test binary. It imports nothing of packetshaper's, so nfq's own
-// (internal) tests can use it.
+// the test binary. It imports nothing of packetshaper's but
+// internal/testutil, so nfq's own (internal) tests can use it.
 package netnstest
 
 import (
@@ -13,7 +13,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // These tests bind real NFQUEUE queues in a network namespace of their own:
@@ -33,27 +34,16 @@ import (
 
 const TestPort = 9999
 
-// NewNetns moves the calling test goroutine into a fresh network namespace
-// with lo up and an iptables rule queueing UDP to TestPort (in OUTPUT) on the
-// given queue, with bypass.
-func NewNetns(t testing.TB, queue uint16) {
+// UnshareQueue moves the calling test goroutine into a fresh network
+// namespace of its thread (testutil.Unshare: lo up, gone with the thread)
+// with an iptables rule queueing UDP to TestPort (in OUTPUT) on the given
+// queue, with bypass. (testutil.NewNetns is the other kind: a named
+// namespace, ip netns add, that processes run in.)
+func UnshareQueue(t testing.TB, queue uint16) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root (creates a network namespace and an nft queue rule)")
-	}
-	for _, tool := range []string{"iptables", "ip"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Fatalf("%s not found: apt-get install iptables iproute2", tool)
-		}
-	}
-	// Deliberately never unlocked: a thread whose namespace changed must
-	// not go back to the pool; the runtime ends it when the test's
-	// goroutine exits.
-	runtime.LockOSThread()
-	if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-		t.Fatalf("unshare(CLONE_NEWNET): %v", err)
-	}
-	Run(t, "", "ip", "link", "set", "lo", "up")
+	testutil.NeedRoot(t, "creates a network namespace and an iptables NFQUEUE rule")
+	testutil.NeedTools(t, "iptables", "ip")
+	testutil.Unshare(t)
 	// iptables, not an nft "queue" statement: kernels built without
 	// CONFIG_NFT_QUEUE (like the CI VM's) only have the xt NFQUEUE target.
 	Run(t, "", "iptables", "-A", "OUTPUT", "-p", "udp", "--dport", fmt.Sprint(TestPort),

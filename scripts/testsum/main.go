@@ -5,7 +5,8 @@
 //	go test -json ./... | tee unit.json | testsum stream
 //	testsum record -action pass|fail|skip [-reason TEXT] NAME >>stage.json
 //	testsum record -exit N >>stage.json
-//	testsum summary STAGE=FILE...
+//	testsum record -wall SECONDS >>stage.json
+//	testsum summary [-wall SECONDS] STAGE=FILE...
 //
 // stream prints, as the events come, each top-level test's result, every
 // failing test with its output, every skipped test with its reason and each
@@ -15,12 +16,16 @@
 // test (go vet, a shell script), so that it counts as a test of its stage;
 // with -exit, the exit status of the stage's command: one that is not 0
 // where no test failed counts as a failure (a build that failed, a go
-// command error).
+// command error); with -wall, the wall time the stage took (several add
+// up).
 //
 // summary counts, per stage and in total, the tests (subtests and fuzz
 // targets included) that passed, failed and were skipped, lists every
 // skipped test with its reason (its t.Skip message) and every failure, and
-// ends with the line "N passed, N failed, N skipped". It exits 1 if
+// ends with the line "N passed, N failed, N skipped". When a stage
+// recorded its wall time, or -wall gives the whole run's, a wall column
+// says each stage's and the total's (stages may overlap: the total is the
+// run's, not their sum). It exits 1 if
 // anything failed or a file cannot be read, 2 on a usage error.
 package main
 
@@ -37,7 +42,7 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 }
 
-const usage = "usage: testsum stream | testsum record (-action pass|fail|skip [-reason TEXT] NAME | -exit N) | testsum summary STAGE=FILE..."
+const usage = "usage: testsum stream | testsum record (-action pass|fail|skip [-reason TEXT] NAME | -exit N | -wall SECONDS) | testsum summary [-wall SECONDS] STAGE=FILE..."
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -71,12 +76,19 @@ func record(args []string, stdout, stderr io.Writer) int {
 	action := fs.String("action", "", "pass, fail or skip")
 	reason := fs.String("reason", "", "why it was skipped or failed")
 	exit := fs.Int("exit", -1, "the stage command's exit status")
+	wall := fs.Float64("wall", -1, "the stage's wall time in seconds")
 	if err := fs.Parse(args); err != nil {
 		fmt.Fprintf(stderr, "testsum record: %v\n", err)
 		return 2
 	}
 	var evs []event
 	switch {
+	case *wall >= 0:
+		if *exit >= 0 || *action != "" || *reason != "" || fs.NArg() != 0 {
+			fmt.Fprintln(stderr, "testsum record: -wall takes nothing else")
+			return 2
+		}
+		evs = []event{{Action: actionWall, Output: fmt.Sprintf("%.1f", *wall)}}
 	case *exit >= 0:
 		if *action != "" || *reason != "" || fs.NArg() != 0 {
 			fmt.Fprintln(stderr, "testsum record: -exit takes nothing else")
@@ -111,6 +123,14 @@ func record(args []string, stdout, stderr io.Writer) int {
 
 // summary prints the summary of the stages (see the package comment).
 func summary(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("testsum summary", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	total := fs.Float64("wall", -1, "the whole run's wall time in seconds")
+	if err := fs.Parse(args); err != nil {
+		fmt.Fprintf(stderr, "testsum summary: %v\n", err)
+		return 2
+	}
+	args = fs.Args()
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "testsum summary: want STAGE=FILE arguments")
 		return 2
@@ -142,7 +162,7 @@ func summary(args []string, stdout, stderr io.Writer) int {
 		t.finish()
 		stages = append(stages, t)
 	}
-	failed := writeSummary(stdout, stages)
+	failed := writeSummary(stdout, stages, *total)
 	if failed > 0 || bad {
 		return 1
 	}

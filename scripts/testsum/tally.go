@@ -27,6 +27,9 @@ const (
 	recordPackage = "(script)"
 	// actionExit is record -exit's event: the stage command's exit status.
 	actionExit = "stage-exit"
+	// actionWall is record -wall's event: seconds of the stage's wall
+	// time (several add up).
+	actionWall = "stage-wall"
 	// maxOutput bounds the output kept per test or package (its end).
 	maxOutput = 64 << 10
 )
@@ -60,6 +63,8 @@ type tally struct {
 	pkgTestFailed   map[string]bool
 	buildOut        map[string]*strings.Builder // by ImportPath
 	exit            string                      // record -exit's status, "" if none
+	wall            float64                     // record -wall's seconds, summed
+	timed           bool                        // a record -wall was read
 	other           []string                    // lines that are not JSON
 	missing         string                      // why the stage's file could not be read
 	finished        bool
@@ -129,6 +134,12 @@ func (t *tally) event(e event, live io.Writer) {
 		// Several commands may make one stage: the first that failed.
 		if t.exit == "" || t.exit == "0" {
 			t.exit = e.Output
+		}
+	case e.Action == actionWall:
+		var sec float64
+		if _, err := fmt.Sscan(e.Output, &sec); err == nil && sec >= 0 {
+			t.wall += sec
+			t.timed = true
 		}
 	case e.Action == "build-output":
 		appendBounded(buf(t.buildOut, e.ImportPath), e.Output)
@@ -330,21 +341,41 @@ func stream(r io.Reader, w io.Writer) error {
 
 // writeSummary writes the summary of the stages and returns how many
 // tests failed in all.
-func writeSummary(w io.Writer, stages []*tally) int {
+// A wall column is written when a stage recorded its wall time or total
+// (the whole run's, in seconds) is not negative; a stage without one shows
+// "-" there.
+func writeSummary(w io.Writer, stages []*tally, total float64) int {
 	var passed, failed, skipped int
+	timed := total >= 0
+	for _, t := range stages {
+		timed = timed || t.timed
+	}
+	wall := func(ok bool, sec float64) string {
+		switch {
+		case !timed:
+			return ""
+		case !ok:
+			return fmt.Sprintf(" %8s", "-")
+		}
+		return fmt.Sprintf(" %7.0fs", sec)
+	}
 	fmt.Fprintln(w, "== summary")
-	fmt.Fprintf(w, "%-10s %8s %8s %8s\n", "stage", "passed", "failed", "skipped")
+	head := ""
+	if timed {
+		head = fmt.Sprintf(" %8s", "wall")
+	}
+	fmt.Fprintf(w, "%-10s %8s %8s %8s%s\n", "stage", "passed", "failed", "skipped", head)
 	for _, t := range stages {
 		note := ""
 		if t.missing != "" {
 			note = "  (did not run: " + t.missing + ")"
 		}
-		fmt.Fprintf(w, "%-10s %8d %8d %8d%s\n", t.stage, t.passed, len(t.failed), len(t.skipped), note)
+		fmt.Fprintf(w, "%-10s %8d %8d %8d%s%s\n", t.stage, t.passed, len(t.failed), len(t.skipped), wall(t.timed, t.wall), note)
 		passed += t.passed
 		failed += len(t.failed)
 		skipped += len(t.skipped)
 	}
-	fmt.Fprintf(w, "%-10s %8d %8d %8d\n", "total", passed, failed, skipped)
+	fmt.Fprintf(w, "%-10s %8d %8d %8d%s\n", "total", passed, failed, skipped, wall(total >= 0, total))
 	if skipped > 0 {
 		fmt.Fprintf(w, "\nskipped (%d):\n", skipped)
 		for _, t := range stages {

@@ -28,6 +28,42 @@ func writeFile(t *testing.T, name, s string) string {
 	return p
 }
 
+// records runs testsum with each args (record commands that must succeed)
+// and returns their output, one stage's file.
+func records(t *testing.T, runs ...[]string) string {
+	t.Helper()
+	var stage strings.Builder
+	for _, args := range runs {
+		code, out, errs := runSum(t, "", args...)
+		if code != 0 || errs != "" {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		stage.WriteString(out)
+	}
+	return stage.String()
+}
+
+// summarize runs testsum summary with args, fails t unless it exits
+// with code, and returns its output.
+func summarize(t *testing.T, code int, args ...string) string {
+	t.Helper()
+	got, out, errs := runSum(t, "", append([]string{"summary"}, args...)...)
+	if got != code {
+		t.Fatalf("summary %v: exit %d, want %d\n%s%s", args, got, code, out, errs)
+	}
+	return out
+}
+
+// wantIn fails t for each of wants that the summary out lacks.
+func wantIn(t *testing.T, out string, wants ...string) {
+	t.Helper()
+	for _, want := range wants {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+}
+
 func lastLine(s string) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return l[len(l)-1]
@@ -74,19 +110,14 @@ func TestSummary(t *testing.T) {
 	}
 	// TestPass, TestParent pass; TestParent/sub skipped; TestFail,
 	// TestHang/inner (never ended) and ex/c (its build) failed.
-	for _, want := range []string{
+	wantIn(t, out,
 		"unit              2        3        1\n",
 		"total             2        3        1\n",
 		"unit: ex/a TestParent/sub: not root: the netns tests need root (run as root) (a_test.go:12)\n",
 		"unit: ex/a TestFail: a_test.go:20: lateness p99 399 us, want <= 200 us\n",
 		"unit: ex/b TestHang/inner: never ended (the test binary stopped: panic: test timed out after 1s)\n",
 		"unit: ex/c: the package failed with no failing test: ",
-		"c_test.go:3:1: syntax error",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, out)
-		}
-	}
+		"c_test.go:3:1: syntax error")
 	if strings.Contains(out, "TestHang:") || strings.Contains(out, "ex/d") {
 		t.Errorf("summary counts an open parent or a package without tests:\n%s", out)
 	}
@@ -98,19 +129,10 @@ func TestSummary(t *testing.T) {
 // record's events count as tests of their stage; an exit status that is
 // not 0 with nothing failed is a failure; a missing stage file is one too.
 func TestRecordAndExit(t *testing.T) {
-	var stage strings.Builder
-	for _, args := range [][]string{
-		{"record", "-action", "pass", "go vet ./..."},
-		{"record", "-action", "skip", "-reason", "not root: it installs the package", "scripts/package-test.sh"},
-		{"record", "-exit", "0"},
-	} {
-		code, out, errs := runSum(t, "", args...)
-		if code != 0 || errs != "" {
-			t.Fatalf("%v: exit %d: %s", args, code, errs)
-		}
-		stage.WriteString(out)
-	}
-	ok := writeFile(t, "ok.json", stage.String())
+	ok := writeFile(t, "ok.json", records(t,
+		[]string{"record", "-action", "pass", "go vet ./..."},
+		[]string{"record", "-action", "skip", "-reason", "not root: it installs the package", "scripts/package-test.sh"},
+		[]string{"record", "-exit", "0"}))
 	code, out, _ := runSum(t, "", "summary", "vet="+ok)
 	if code != 0 || lastLine(out) != "1 passed, 0 failed, 1 skipped" ||
 		!strings.Contains(out, "vet: scripts/package-test.sh: not root: it installs the package\n") {
@@ -222,5 +244,27 @@ import "testing"
 		if !strings.Contains(out, want) {
 			t.Errorf("summary lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// record -wall gives a stage its wall time (several records add up) and
+// summary -wall the run's: a wall column, "-" for a stage without one.
+func TestWall(t *testing.T) {
+	vet := writeFile(t, "vet.json", records(t,
+		[]string{"record", "-action", "pass", "go vet ./..."},
+		[]string{"record", "-wall", "12.4"},
+		[]string{"record", "-wall", "30"}))
+	unit := writeFile(t, "unit.json", `{"Action":"skip","Package":"ex/d","Elapsed":0}`+"\n")
+	out := summarize(t, 0, "-wall", "50", "vet="+vet, "unit="+unit)
+	wantIn(t, out,
+		"stage        passed   failed  skipped     wall\n",
+		"vet               1        0        0      42s\n",
+		"unit              0        0        0        -\n",
+		"total             1        0        0      50s\n")
+	if l := lastLine(out); l != "1 passed, 0 failed, 0 skipped" {
+		t.Errorf("last line %q", l)
+	}
+	if code, _, _ := runSum(t, "", "record", "-wall", "1", "-exit", "0"); code != 2 {
+		t.Errorf("record -wall -exit: exit %d, want 2", code)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestSendGSO: with --gso 4 each sendmsg carries 4 datagrams of --size,
@@ -14,10 +13,7 @@ import (
 // sender counts and times each datagram.
 func TestSendGSO(t *testing.T) {
 	ctx := context.Background()
-	rc := background(func() (any, error) {
-		return runRecv(ctx, []string{"--listen", "127.0.0.1:29350", "--duration", "5s", "--idle", "400ms"})
-	})
-	time.Sleep(200 * time.Millisecond)
+	rc := recvBackground(t, ctx, "127.0.0.1:29350", "--duration", "5s", "--idle", "400ms")
 	sr, err := runSend(ctx, []string{"--dst", "127.0.0.1:29350", "--sport", "29351", "--size", "1000", "--gso", "4",
 		"--pps", "50", "--count", "10", "--duration", "2s", "--times"})
 	if err != nil {
@@ -40,10 +36,7 @@ func TestSendGSO(t *testing.T) {
 // TestSendSizes: --sizes alternates the payload sizes of a flow's packets.
 func TestSendSizes(t *testing.T) {
 	ctx := context.Background()
-	rc := background(func() (any, error) {
-		return runRecv(ctx, []string{"--listen", "127.0.0.1:29360", "--duration", "5s", "--idle", "400ms"})
-	})
-	time.Sleep(200 * time.Millisecond)
+	rc := recvBackground(t, ctx, "127.0.0.1:29360", "--duration", "5s", "--idle", "400ms")
 	if _, err := runSend(ctx, []string{"--dst", "127.0.0.1:29360", "--sport", "29361", "--sizes", "100,300,300",
 		"--pps", "100", "--count", "9", "--duration", "2s"}); err != nil {
 		t.Fatal(err)

@@ -5,16 +5,17 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/timing"
 )
 
 // TestSendRecvLoopback sends 3 flows to two loopback ports (IPv4 and IPv6)
 // and checks every count: unprivileged, over lo only.
 func TestSendRecvLoopback(t *testing.T) {
 	ctx := context.Background()
-	rc := background(func() (any, error) {
-		return runRecv(ctx, []string{"--listen", "127.0.0.1:29310,[::1]:29311", "--duration", "5s", "--idle", "400ms"})
-	})
-	time.Sleep(200 * time.Millisecond)
+	// --idle 2s: a sender stalled for 400 ms on a loaded machine (it
+	// catches up after) once stopped the receiver before the end.
+	rc := recvBackground(t, ctx, "127.0.0.1:29310,[::1]:29311", "--duration", "10s", "--idle", "2s")
 	sr, err := runSend(ctx, []string{"--dst", "127.0.0.1:29310,[::1]:29311", "--flows", "3", "--sport", "29320",
 		"--pps", "200", "--duration", "1s", "--window", "250ms"})
 	if err != nil {
@@ -32,9 +33,18 @@ func TestSendRecvLoopback(t *testing.T) {
 		if f.Sent != 400 || w != 200 {
 			t.Errorf("flow %s: sent %d, windows sum %d; want 400, 200", port, f.Sent, w)
 		}
-		if len(f.Windows) < 4 || len(f.Windows) > 5 {
-			t.Errorf("flow %s: %d windows of 250ms in 1s", port, len(f.Windows))
+		// The windows are those of the packets' times: each between
+		// the first's and the last's (a count over the measured
+		// time); that 1 s of sending spans 4 or 5 windows of 250 ms is
+		// a figure of time (a stalled sender spans more).
+		win := int64(250 * time.Millisecond)
+		first, last := f.FirstNs/win, f.LastNs/win
+		for k := range f.Windows {
+			if i, err := strconv.ParseInt(k, 10, 64); err != nil || i < first || i > last {
+				t.Errorf("flow %s: window %s outside the packets' windows %d..%d", port, k, first, last)
+			}
 		}
+		timing.Check(t, len(f.Windows) >= 4 && len(f.Windows) <= 5, "flow %s: %d windows of 250ms in 1s, want 4 or 5", port, len(f.Windows))
 	}
 	o := <-rc
 	if o.err != nil {
@@ -75,10 +85,7 @@ func TestSendAlign(t *testing.T) {
 // dual-stack socket), every one arrives, and the rate is reported.
 func TestSendUnpaced(t *testing.T) {
 	ctx := context.Background()
-	rc := background(func() (any, error) {
-		return runRecv(ctx, []string{"--listen", "127.0.0.1:29360,[::1]:29361", "--duration", "10s", "--idle", "400ms"})
-	})
-	time.Sleep(200 * time.Millisecond)
+	rc := recvBackground(t, ctx, "127.0.0.1:29360,[::1]:29361", "--duration", "10s", "--idle", "400ms")
 	const count = 5000
 	sr, err := runSend(ctx, []string{"--dst", "127.0.0.1:29360,[::1]:29361", "--flows", "2", "--sport", "29362",
 		"--pps", "0", "--count", strconv.Itoa(count), "--batch", "100", "--duration", "5s", "--times", "--window", "1s"})
@@ -139,7 +146,7 @@ func TestTCPLoopback(t *testing.T) {
 	rc := background(func() (any, error) {
 		return runTCPServe(ctx, []string{"--listen", "[::1]:29330", "--duration", "5s"})
 	})
-	time.Sleep(200 * time.Millisecond)
+	waitListening(t, "tcp", "[::1]:29330")
 	sr, err := runTCPSend(ctx, []string{"--dst", "[::1]:29330", "--bytes", "1000003", "--duration", "5s"})
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"net/netip"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/gopacket/gopacket"
 	"github.com/gopacket/gopacket/layers"
@@ -124,10 +123,7 @@ func TestSend6xLoopback(t *testing.T) {
 	}
 	ctx := context.Background()
 	for i, args := range [][]string{{"--dstopts", "16"}, {"--dstopt-len", "600"}, {"--dstopts", "2", "--dstopt-len", "2048"}} {
-		rc := background(func() (any, error) {
-			return runRecv(ctx, []string{"--listen", "[::1]:29350", "--duration", "10s", "--idle", "1s"})
-		})
-		time.Sleep(200 * time.Millisecond)
+		rc := recvBackground(t, ctx, "[::1]:29350", "--duration", "10s", "--idle", "1s")
 		// Bounded by count, with time to spare: a loaded machine may
 		// stall the sender past a short duration.
 		sr, err := runSend6x(ctx, append([]string{"--dst", "[::1]:29350", "--flows", "3", "--sport", "29351", "--pps", "100",
