@@ -81,6 +81,9 @@ type Config struct {
 	// unbounded: go-redis's own dialer, no reply bounds (bound.go); only
 	// the tests of the panic recovery set it.
 	unbounded bool
+	// rateLeases: token-bucket rules take rate leases (rate.go); only
+	// the fleet simulation sets it, until they are the default.
+	rateLeases bool
 }
 
 // Client is one connection to the store and the refresher that keeps the

@@ -46,6 +46,7 @@ type Rule struct {
 	lc          shaper.LimiterConfig
 	bytes       bool
 	fixedWindow bool
+	rateLease   bool    // rate leases (rate.go), not token leases
 	rate, size  float64 // cost units per second; burst or limit per window
 	slack       float64 // cost units all hosts may hold
 	mincap      float64 // one packet of any size: 1, or 65535 bytes
@@ -98,6 +99,7 @@ type entry struct {
 	probed       bool
 	held, charge int64 // of the ask in flight
 	want, sentAt int64
+	rs           rateState
 }
 
 // NewRule makes the leases of a global rule. The rule is kept by the
@@ -122,6 +124,7 @@ func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 		share:   1,
 		due:     heap.New(dueBefore, 0),
 	}
+	r.rateLease = c.cfg.rateLeases && !r.fixedWindow
 	if r.fixedWindow {
 		lim, err := shaper.NewLimiter(lc)
 		if err != nil {
@@ -268,6 +271,9 @@ func (r *Rule) args(e *entry) askArgs {
 		// flushed or lost, and restarts empty.
 		known: e.replied != 0 && r.c.clock()-e.replied < horizon,
 	}
+	if r.rateLease {
+		a.rateLease, a.windowUs, a.want = true, r.c.interval/1000, int64(e.est(r.c.clock())*1000)
+	}
 	return a
 }
 
@@ -320,6 +326,9 @@ func (r *Rule) consider(e *entry, now int64, batch []*entry) []*entry {
 	if e.retired || e.inBatch {
 		return batch
 	}
+	if r.rateLease {
+		return r.considerRate(e, now, batch)
+	}
 	unmet := r.observe(e, now)
 	until := e.l.Until()
 	fresh := until == math.MaxInt64 // no grant yet
@@ -355,6 +364,10 @@ func (r *Rule) consider(e *entry, now int64, batch []*entry) []*entry {
 
 // apply takes the store's reply to e's ask, received at now.
 func (r *Rule) apply(e *entry, rep reply, now int64) {
+	if r.rateLease {
+		r.applyRate(e, rep, now)
+		return
+	}
 	e.inBatch = false
 	added := e.charge + rep.granted
 	until := e.sentAt + r.c.life
@@ -570,7 +583,7 @@ func (r *Rule) enterFallback() {
 	for _, e := range list {
 		e.l.Expire()
 		e.lastTokens = e.l.Tokens()
-		e.inBatch, e.nextAsk = false, 0
+		e.inBatch, e.nextAsk, e.rs.rr = false, 0, 0
 	}
 }
 

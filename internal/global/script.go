@@ -105,6 +105,7 @@ local function grants(s)
   return math.min(x, gmax)
 end
 
+` + rateLua + `
 -- The key's hash: the budget's state, G and tG (every host's grants,
 -- decayed, and when), and one field per host, g:ID (its grants,
 -- decayed). KEYS[2], a sorted set: the hosts by the store time of their
@@ -249,6 +250,7 @@ var script = redis.NewScript(leaseScript)
 // askArgs are an ask's arguments, the script's ARGV.
 type askArgs struct {
 	fixedWindow        bool
+	rateLease          bool // algorithm 2 (rate.go); windowUs the interval
 	rate, size         float64
 	windowUs           int64
 	slack, mincap      float64
@@ -268,6 +270,9 @@ func (a *askArgs) argv() []any {
 	algo := 0
 	if a.fixedWindow {
 		algo = 1
+	}
+	if a.rateLease {
+		algo = 2
 	}
 	known := 0
 	if a.known {

@@ -1,0 +1,219 @@
+package global
+
+import "math"
+
+// Rate leases (issue 33, Doorman's design): not yet wired in. A client
+// opened with Config.rateLeases gives its token-bucket rules rate leases
+// instead of token leases: an ask is granted a rate (cost units per
+// second) for the rest of the store's refresh epoch and the next (epochs
+// of one refresh interval on the store's clock), and the host spends it
+// locally as a token bucket of that rate holding at most what the rate
+// makes in max(Interval, global-slack × 1 s) (Rule.slack's share). Each
+// host asks once an interval per active key, with its demand; the store
+// shares the rate among the hosts in proportion to their demands, never
+// handing out more than the rate in all over the leases valid in an epoch.
+// So a hot key costs about hosts ÷ interval asks per second whatever its
+// burst, and no refill is lost in the store when a host comes late. What
+// is still open before it can be the default: the rogue-writer defences
+// (a flush costs the hosts that renew in that epoch their leases) and the
+// e2e tests on it.
+//
+// The store's part is rateLua, a branch of the lease script (algorithm 2).
+// In the key's hash:
+//
+//	e               the current epoch (store time ÷ interval)
+//	Rc, Wc, Nc      the rates granted, the demands and the hosts that
+//	                asked in epoch e
+//	Rp, Wp, Np      the same for the hosts whose last ask was in e - 1
+//	he:, hr:, hw:ID per host: the epoch of its last ask, its rate, its
+//	                demand
+//
+// A lease granted in epoch e is valid until e + 1 ends, so the leases
+// valid now are those of Rc and Rp: a grant is at most rate - Rc - Rp (a
+// host's own earlier lease first taken out: the new one replaces it). The
+// sums roll over with the epochs: none is ever summed over all hosts, and
+// a forged one lasts two epochs at most. A key gone that this host knew
+// was flushed: its epoch is taken as spent (nothing granted until the
+// next). Hosts that have not asked for two epochs and the horizon are
+// dropped from the hosts set (KEYS[2]) at most 8 an ask, with their
+// fields.
+//
+// Reply: {rate ×1000, hosts, fair share ×1000, 0, lease left µs, demand
+// ×1000, all demands ×1000}.
+const rateLua = `
+if algo == 2 then
+  local iv = win
+  local ep = math.floor(now / iv)
+  local hz = KEYS[2]
+  local len = redis.call('HLEN', KEYS[1])
+  if len > 16 + 3 * maxhosts then redis.call('DEL', KEYS[1]) end
+  if redis.call('ZCARD', hz) > maxhosts + 64 then redis.call('DEL', hz) end
+  local names = {'e', 'Rc', 'Rp', 'Wc', 'Wp', 'Nc', 'Np', 'he:' .. me, 'hr:' .. me, 'hw:' .. me}
+  local v = redis.call('HMGET', KEYS[1], unpack(names))
+  local f = {}
+  for i = 1, #names do if v[i] then f[names[i]] = v[i] end end
+  local fresh = len == 0 and not known
+  local wmax = rate * (maxhosts + 1) * 1e6
+  -- a sum: nil unless a finite number from 0 to hi
+  local function sum(s, hi)
+    local x = fin(s)
+    if x == nil or x < 0 then return nil end
+    return math.min(x, hi)
+  end
+  local e = fin(f.e)
+  local Rc, Rp, Wc, Wp, Nc, Np = 0, 0, 0, 0, 0, 0
+  if e == nil or e ~= math.floor(e) or e > ep then
+    -- no state: a new key, or one flushed (this epoch spent), or a
+    -- forged epoch (spent too)
+    if not fresh then Rp = rate end
+  elseif e >= ep - 1 then
+    -- (a sum not valid is a spent rate, or no demand, or no host)
+    Rc, Rp = sum(f.Rc, rate) or rate, sum(f.Rp, rate) or rate
+    Wc, Wp = sum(f.Wc, wmax) or 0, sum(f.Wp, wmax) or 0
+    Nc, Np = sum(f.Nc, maxhosts + 1) or 0, sum(f.Np, maxhosts + 1) or 0
+    if e == ep - 1 then
+      Rp, Wp, Np = Rc, Wc, Nc
+      Rc, Wc, Nc = 0, 0, 0
+    end
+  end
+  -- this host's lease before: the new one replaces it
+  local oe = fin(f['he:' .. me])
+  local orr, ow = sum(f['hr:' .. me], rate) or 0, sum(f['hw:' .. me], wmax) or 0
+  if oe == ep then
+    Rc, Wc, Nc = math.max(Rc - orr, 0), math.max(Wc - ow, 0), math.max(Nc - 1, 0)
+  elseif oe == ep - 1 then
+    Rp, Wp, Np = math.max(Rp - orr, 0), math.max(Wp - ow, 0), math.max(Np - 1, 0)
+  end
+  local w = math.min(math.max(want / 1000, mincap * 1e6 / iv), wmax)
+  local share = rate * w / (Wc + Wp + w)
+  local r = math.max(math.min(share, rate - Rc - Rp), 0)
+  Rc, Wc, Nc = Rc + r, Wc + w, Nc + 1
+  redis.call('HSET', KEYS[1], 'e', int(ep), 'Rc', num(Rc), 'Rp', num(Rp), 'Wc', num(Wc), 'Wp', num(Wp),
+    'Nc', int(Nc), 'Np', int(Np), 'he:' .. me, int(ep), 'hr:' .. me, num(r), 'hw:' .. me, num(w))
+  local old = now - 2 * iv - horizon
+  local function drop(ids)
+    for i = 1, #ids do
+      local id = ids[i]
+      if id ~= me then
+        redis.call('ZREM', hz, id)
+        redis.call('HDEL', KEYS[1], 'he:' .. id, 'hr:' .. id, 'hw:' .. id)
+      end
+    end
+  end
+  drop(redis.call('ZRANGEBYSCORE', hz, '-inf', '(' .. int(old), 'LIMIT', 0, 8))
+  drop(redis.call('ZRANGEBYSCORE', hz, '(' .. int(now + horizon), '+inf', 'LIMIT', 0, 8))
+  redis.call('ZADD', hz, int(now), me)
+  local left = (ep + 2) * iv - now
+  local ms = math.ceil((left + horizon) / 1000) + 1000
+  redis.call('PEXPIRE', KEYS[1], ms)
+  redis.call('PEXPIRE', hz, ms)
+  return {math.floor(r * 1000), math.max(Nc + Np, 1), math.floor(share * 1000), 0, math.floor(left),
+    math.floor(w * 1000), math.floor((Wc + Wp) * 1000)}
+end
+`
+
+// rateState is a rate lease's state on the host, in entry.
+type rateState struct {
+	rr     float64 // the rate granted, cost units per second (0: none)
+	share  float64 // the fair share the store computed with it
+	until  int64   // the lease's end (host clock)
+	fillAt int64   // the local bucket's last refill
+	carry  float64 // refill not yet a whole cost unit
+}
+
+// rateCap is what a host with rate rr may hold: what rr makes in
+// max(Interval, global-slack × 1 s) (so that the hosts together hold at
+// most Rule.slack), at least one packet of any size.
+func (r *Rule) rateCap(rr float64) int64 {
+	return max(int64(rr/r.rate*r.slack), int64(r.mincap))
+}
+
+// refill adds to e's lease what its rate made since the last refill (up to
+// the lease's end), holding at most rateCap; a balance below 0 (the credit
+// of a new key) is paid back first.
+func (r *Rule) refill(e *entry, now int64) {
+	s := &e.rs
+	if s.rr > 0 {
+		if end := min(now, s.until); end > s.fillAt {
+			s.carry += s.rr * float64(end-s.fillAt) / 1e9
+		}
+	}
+	s.fillAt = max(s.fillAt, now)
+	n := int64(s.carry)
+	if n <= 0 {
+		return
+	}
+	room := r.rateCap(s.rr) - e.l.Tokens()
+	if n >= room {
+		n, s.carry = max(room, 0), 0
+	} else {
+		s.carry -= float64(n)
+	}
+	if n > 0 {
+		e.l.Grant(n, 0)
+		e.lastTokens += n
+		r.granted.Add(uint64(n))
+	}
+}
+
+// considerRate is consider for a rate lease: refill it, and ask when the
+// key is new, or active and its renewal is due (once an interval).
+func (r *Rule) considerRate(e *entry, now int64, batch []*entry) []*entry {
+	r.observe(e, now)
+	r.refill(e, now)
+	until := e.l.Until()
+	fresh := until == math.MaxInt64
+	if !fresh && until <= now && until != 0 {
+		e.l.Expire()
+		e.lastTokens = e.l.Tokens()
+		e.rs.rr = 0
+	}
+	active := now-e.lastActive < r.c.life
+	if !fresh && !(active && now >= e.nextAsk) {
+		at := e.nextAsk
+		if !active {
+			return batch
+		}
+		if s := &e.rs; s.rr > 0 && e.l.Tokens() < e.low {
+			// the next whole unit of refill
+			at = min(at, now+int64(max(1-s.carry, 0)/s.rr*1e9)+1)
+		}
+		r.schedule(e, at)
+		return batch
+	}
+	// The lease in use ends as the ask is sent (the store replaces it):
+	// refilled until now, nothing until the reply.
+	e.rs.rr = 0
+	e.held, e.charge, e.want = 0, 0, int64(e.est(now)*1000)
+	e.inBatch = true
+	return append(batch, e)
+}
+
+// applyRate takes the store's reply to e's rate ask, received at now.
+func (r *Rule) applyRate(e *entry, rep reply, now int64) {
+	e.inBatch = false
+	s := &e.rs
+	until := e.sentAt + rep.leftUs*1000
+	s.rr, s.share, s.until, s.fillAt = float64(rep.granted)/1000, float64(rep.cap)/1000, until, now
+	b := r.rateCap(s.rr)
+	if t := e.l.Tokens(); t > b {
+		e.l.Grant(min(e.l.Expire(), b), until)
+	} else {
+		e.l.Grant(0, until)
+	}
+	e.lastTokens = e.l.Tokens()
+	e.cap, e.hosts, e.replied = b, rep.hosts, now
+	e.own, e.total = s.rr, r.rate
+	e.low = max(1, int64(s.rr*float64(r.c.lead())/1e9))
+	e.l.SetLow(e.low)
+	// (up to 2 % early: the hosts' turns drift apart, and the asks stay
+	// within 1.2 × hosts ÷ interval with the re-asks below)
+	next := now + r.c.interval - int64(0.02*float64(r.c.interval)*r.c.rng.Float64())
+	if s.rr < 0.9*s.share {
+		// less than its share (others still hold the rest): again soon
+		next = now + r.c.interval/4
+	}
+	e.nextAsk, e.slot = min(next, until-r.c.lead()), false
+	r.schedule(e, e.nextAsk)
+	r.asks.Add(1)
+}

@@ -1,0 +1,91 @@
+package global
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
+)
+
+// rl is a rate lease's ask: 100/s, epochs of iv, demand want per second.
+func rl(host string, want float64, iv time.Duration, known bool) askArgs {
+	return askArgs{rateLease: true, rate: 100, size: 20, windowUs: iv.Microseconds(), slack: 100, mincap: 1,
+		host: host, want: int64(want * 1000), horizonUs: 2_500_000, decayUs: 5_000_000, known: known}
+}
+
+// TestScriptRateLease walks the rate leases of one key (rate.go): a host
+// alone gets the whole rate; a second is shared in proportion to the
+// demands but gets only what the leases still valid leave; the rates
+// valid in an epoch never sum to more than the rate; a host's lease is
+// forgotten two epochs after its last ask; forged sums and a flush grant
+// nothing.
+func TestScriptRateLease(t *testing.T) {
+	s := testutil.StartRedis(t)
+	c := rawClient(t, s.Addr())
+	ctx := context.Background()
+	key := "t:{r}"
+	const long = 1000 * time.Second // (no epoch ends during the steps)
+	valid := func(i int) {
+		t.Helper()
+		rc, _ := c.HGet(ctx, key, "Rc").Float64()
+		rp, _ := c.HGet(ctx, key, "Rp").Float64()
+		if rc+rp > 100.001 {
+			t.Fatalf("step %d: the leases valid sum to %.3f/s, over the rate (100/s)", i, rc+rp)
+		}
+	}
+	step := func(i int, a askArgs, check func(r reply) bool) reply {
+		t.Helper()
+		r := runScript(t, c, key, a)
+		if !check(r) {
+			t.Fatalf("step %d: rate ask(%s, want %d) = %s", i, a.host, a.want, fmtReply(r))
+		}
+		if i < 7 || i >= 20 {
+			valid(i) // (a forged sum counts as the rate: then they may sum to more)
+		}
+		return r
+	}
+	// Alone, a new key: the whole rate (its demand scaled up), for the
+	// rest of this epoch and the next.
+	step(1, rl("a", 60, long, false), func(r reply) bool {
+		return r.granted == 100_000 && r.hosts == 1 && r.leftUs > long.Microseconds() && r.leftUs <= 2*long.Microseconds()
+	})
+	// b: half the rate is its share (equal demands), but a holds it all.
+	step(2, rl("b", 60, long, false), func(r reply) bool { return r.granted == 0 && r.cap == 50_000 && r.hosts == 2 })
+	// a renews: its lease replaced by its share.
+	step(3, rl("a", 60, long, true), func(r reply) bool { return r.granted == 50_000 && r.hosts == 2 })
+	// b again: the half a left.
+	step(4, rl("b", 60, long, true), func(r reply) bool { return r.granted == 50_000 })
+	// Demand moves to b: a renews with less and gets its share, 12/72
+	// of the rate.
+	step(5, rl("a", 12, long, true), func(r reply) bool { return r.granted == 16_666 })
+	// b renews: its share, 60/72, is what is left.
+	step(6, rl("b", 60, long, true), func(r reply) bool { return r.granted == 83_333 })
+	// Forged sums (a number too large, not a number) are the rate
+	// spent; a forged epoch ahead is spent too.
+	for i, f := range [][2]string{{"Rc", "1e9"}, {"Rp", "nan"}, {"Rc", "-5"}, {"e", "1e15"}} {
+		c.HSet(ctx, key, f[0], f[1])
+		step(7+i, rl("c", 60, long, true), func(r reply) bool { return r.granted == 0 })
+		if f[0] == "e" {
+			// (spent for this epoch: the leases before are gone)
+			c.Del(ctx, key, scriptKeys(key)[1])
+		} else {
+			c.HSet(ctx, key, "Rc", "100", "Rp", "0", "e", strconv.FormatInt(storeNow(t, c)/long.Microseconds(), 10))
+		}
+	}
+	// A flush: a host that knew the key gets nothing this epoch; a key
+	// new to every host is granted.
+	c.FlushAll(ctx)
+	step(20, rl("a", 60, long, true), func(r reply) bool { return r.granted == 0 })
+	c.FlushAll(ctx)
+	step(21, rl("a", 60, long, false), func(r reply) bool { return r.granted == 100_000 })
+	// Epochs of 100 ms: a's lease and demand are forgotten two epochs
+	// after its ask, and b gets the whole rate.
+	c.FlushAll(ctx)
+	short := 100 * time.Millisecond
+	step(30, rl("a", 60, short, false), func(r reply) bool { return r.granted == 100_000 })
+	step(31, rl("b", 60, short, false), func(r reply) bool { return r.granted < 100_000 })
+	time.Sleep(2*short + 50*time.Millisecond)
+	step(32, rl("b", 60, short, true), func(r reply) bool { return r.granted == 100_000 && r.hosts == 1 })
+}
