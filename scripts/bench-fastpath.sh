@@ -66,6 +66,8 @@
 #   missing) NFQBENCH=../shared/nfqbench/run.sh NS_A NS_B VETH_A VETH_B
 #   (namespace and veth names; default unique nb-psf<id>-a/-b)
 #   BPF_STATS=1 (0: no bpf_stats run) PROG_BENCH=1 (0: no BenchmarkProgram)
+#   CASES="base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert"
+#   (the cases run, a subset for profiling one: the report's bars need all)
 set -u -o pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -79,6 +81,7 @@ case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""
 OUT=$1
 REPS=${REPS:-3}
 DUR=${DUR:-2.5}
+CASES=${CASES:-base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert}
 FLOWS=${FLOWS:-1000}
 SIZE=${SIZE:-64}
 LIMIT_RATE=${LIMIT_RATE:-100}
@@ -289,6 +292,7 @@ for rep in $(seq "$REPS"); do
 	# always favour the same case
 	if [ $((rep % 2)) = 1 ]; then order="base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert"; else order="fastpath_nodivert fastpath_pass fastpath nfqueue hashlimit base"; fi
 	for cs in $order; do
+		case " $CASES " in *" $cs "*) ;; *) continue ;; esac
 		log "rep $rep/$REPS: $cs"
 		measure "$cs" "$rep"
 	done

@@ -27,6 +27,44 @@ struct pkt {
 	__s64 segs; // what it costs a packet rate: 1, a GSO packet's segments
 };
 
+// load_direct copies len bytes (a multiple of 4) at off of the packet to
+// to from the packet's linear part: 0, or -1 when they do not all lie in
+// it.
+static __always_inline int load_direct(struct __sk_buff *skb, __u32 off, void *to, const __u32 len)
+{
+	// Read afresh at each call (volatile): no packet pointer outlives it,
+	// so that the verifier's states after it are the helper's.
+	void *data = (void *)(long)*(volatile __u32 *)&skb->data;
+	void *data_end = (void *)(long)*(volatile __u32 *)&skb->data_end;
+	if (off > 0xffff)
+		return -1;
+	__u32 *from = data + off;
+	if ((void *)from + len > data_end)
+		return -1;
+	__u32 *dst = to;
+	for (__u32 k = 0; k < len / 4; k++)
+		dst[k] = from[k];
+	return 0;
+}
+
+// load_bytes is bpf_skb_load_bytes for the headers of the common case: the
+// same bytes, read straight from the packet's linear part when they lie in
+// it (no helper call: a call and its return cost more than the copy on
+// this program's machines, with their return-thunk mitigations), by the
+// helper otherwise (the rest of a GSO or paged packet).
+static __always_inline int load_bytes(struct __sk_buff *skb, __u32 off, void *to, const __u32 len)
+{
+	if (load_direct(skb, off, to, len) == 0)
+		return 0;
+	return bpf_skb_load_bytes(skb, off, to, len);
+}
+
+// policy_port_proto: TCP, UDP, UDP-Lite, SCTP (read_ports' 4-byte ports).
+static __always_inline int policy_port_proto(__u8 proto)
+{
+	return proto == 6 || proto == 17 || proto == 136 || proto == 132;
+}
+
 // ports4/6 read the transport ports at off (l4 bytes up to end), as
 // flows.Packet.ports.
 static __always_inline void read_ports(struct __sk_buff *skb, struct pkt *p, __u32 off, __u32 end, int v6)
@@ -180,9 +218,12 @@ __attribute__((noinline)) int fastpath_ext6(struct __sk_buff *skb, struct pkt *p
 static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const __u32 l3)
 {
 	__u32 wire = skb->len > l3 ? skb->len - l3 : 0;
-	__u8 h[40];
+	__u8 h[40] __attribute__((aligned(4)));
 	if (skb->protocol == bpf_htons(ETH_P_IP)) {
-		if (wire < 20 || bpf_skb_load_bytes(skb, l3, h, 20) < 0)
+		// The header and, in the common case (no options), the ports
+		// after it in one copy from the packet (load_bytes).
+		int with_ports = wire >= 24 && load_direct(skb, l3, h, 24) == 0;
+		if (!with_ports && (wire < 20 || load_bytes(skb, l3, h, 20) < 0))
 			return 0;
 		if ((h[0] >> 4) != 4)
 			return 0;
@@ -221,11 +262,17 @@ static __always_inline int decode_ip(struct __sk_buff *skb, struct pkt *p, const
 		}
 		if (end > wire)
 			end = wire;
+		if (with_ports && ihl == 20 && end >= 24 && policy_port_proto(p->proto)) {
+			// read_ports' bytes, already copied.
+			p->sport = (__u16)h[20] << 8 | h[21];
+			p->dport = (__u16)h[22] << 8 | h[23];
+			return 1;
+		}
 		read_ports(skb, p, l3 + ihl, l3 + end, 0);
 		return 1;
 	}
 	if (skb->protocol == bpf_htons(ETH_P_IPV6)) {
-		if (wire < 40 || bpf_skb_load_bytes(skb, l3, h, 40) < 0)
+		if (wire < 40 || load_bytes(skb, l3, h, 40) < 0)
 			return 0;
 		if ((h[0] >> 4) != 6)
 			return 0;

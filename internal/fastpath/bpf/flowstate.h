@@ -100,16 +100,12 @@ static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *
 static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, int need,
 				    struct rule_counters *cs, struct spin_ctx *c);
 
-// flow_verdict is flow_decide for the flow key of rule ri: a global
-// function, so that the verifier checks it once, whatever the states the
-// decoding and the matching lead to (arguments: at most five).
-static __always_inline int flow_verdict(__u32 ri, struct flow_key *key, __s64 now, __s64 cost, int need)
+// flow_verdict is flow_decide for the flow key of rule ri, whose entry r
+// and counters cs the entry point has looked up (not looked up again).
+static __always_inline int flow_verdict(struct rule_entry *r, struct rule_counters *cs, __u32 ri, struct flow_key *key, __s64 now, __s64 cost,
+					int need)
 {
 	if (!key || ri >= MAX_RULES)
-		return -1;
-	struct rule_entry *r = bpf_map_lookup_elem(&rules, &ri);
-	struct rule_counters *cs = bpf_map_lookup_elem(&counters, &ri);
-	if (!r || !cs)
 		return -1;
 	struct spin_ctx sc = {};
 	void *main = bpf_map_lookup_elem(&flows, &ri);
