@@ -270,11 +270,11 @@ var counters = []counter{
 	{Key: countname.RedisErrors, Metric: metric("", countname.RedisErrors+"_total"), Help: "Requests to the store that failed or timed out.", Kind: kCounter, Scope: scopeGlobal, from: fromStore,
 		get: func(s *src) float64 { return u(s.gs.Errors) }},
 	// Totals.
-	{Metric: "packetshaper_total_packets_total", Help: "Packets of a total's rules that met the total.", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
+	{Key: countname.Packets, Metric: metric("total", countname.Packets+"_total"), Help: "Packets of a total's rules that met the total.", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
 		get: func(s *src) float64 { return u(s.t.Packets) }, totalField: func(t *control.Total) *uint64 { return &t.Packets }},
-	{Metric: "packetshaper_total_accepted_total", Help: "Packets a total passed and was charged for (their flow's limit passed them too).", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
+	{Key: countname.Accepted, Metric: metric("total", countname.Accepted+"_total"), Help: "Packets a total passed and was charged for (their flow's limit passed them too).", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
 		get: func(s *src) float64 { return u(s.t.Accepted) }, totalField: func(t *control.Total) *uint64 { return &t.Accepted }},
-	{Metric: "packetshaper_total_dropped_total", Help: "Packets over a total (dropped, or accepted by a shadow or marking rule).", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
+	{Key: countname.Dropped, Metric: metric("total", countname.Dropped+"_total"), Help: "Packets over a total (dropped, or accepted by a shadow or marking rule).", Kind: kCounter, Scope: scopeTotal, from: fromTotal,
 		get: func(s *src) float64 { return u(s.t.Dropped) }, totalField: func(t *control.Total) *uint64 { return &t.Dropped }},
 	// Rules.
 	{Key: countname.Packets, Metric: metric("rule", countname.Packets+"_total"), Help: "Packets a rule decided.", Kind: kCounter, Scope: scopeRule, from: fromRule, Column: "PACKETS",

@@ -83,8 +83,11 @@ func TestCountersWellFormed(t *testing.T) {
 		}
 		if c.Key != "" {
 			k := c.Key
-			if c.from == fromRule || c.from == fromGlobalRule {
+			switch c.from {
+			case fromRule, fromGlobalRule:
 				k = "rule." + k
+			case fromTotal:
+				k = "total." + k
 			}
 			if keys[k] {
 				t.Errorf("stats-line key %s twice", k)

@@ -45,8 +45,11 @@ carries them all.
 		if c.Key == "" {
 			return ""
 		}
-		if c.Scope == scopeRule {
+		switch c.Scope {
+		case scopeRule:
 			return cell("rule.NAME." + c.Key)
+		case scopeTotal:
+			return cell("total.NAME." + c.Key)
 		}
 		return cell(c.Key)
 	}

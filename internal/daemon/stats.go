@@ -34,7 +34,7 @@ var lineOrder = func() []int {
 
 // statsAttrs are the stats line's attributes: every counter with a Key,
 // merged over the queues, with all, or only those not 0; then the seconds,
-// the packets per queue, and each rule's counters.
+// the packets per queue, each rule's counters and each total's.
 func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 	sc := d.scrape()
 	attrs := d.totalAttrs(sc, all)
@@ -52,7 +52,41 @@ func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 	if rules := ruleAttrs(sc, all); len(rules) > 0 {
 		attrs = append(attrs, slog.Group("rule", rules...))
 	}
+	if totals := totalGroups(sc, all); len(totals) > 0 {
+		attrs = append(attrs, slog.Group("total", totals...))
+	}
 	return attrs
+}
+
+// totalGroups are the totals' groups, by name, in the policy's order: each
+// total's counters summed over the engines.
+func totalGroups(sc *scrape, all bool) []any {
+	var names []string
+	byName := map[string][]*src{}
+	sc.each(fromTotal, func(x *src, labels ...string) {
+		n := labels[1]
+		if _, ok := byName[n]; !ok {
+			names = append(names, n)
+		}
+		byName[n] = append(byName[n], x)
+	})
+	var groups []any
+	for _, n := range names {
+		var fields []any
+		for i := range counters {
+			if c := &counters[i]; c.Key != "" && c.from == fromTotal {
+				var v float64
+				for _, x := range byName[n] {
+					v += c.get(x)
+				}
+				fields = addAttr(fields, c, v, all)
+			}
+		}
+		if len(fields) > 0 {
+			groups = append(groups, slog.Group(n, fields...))
+		}
+	}
+	return groups
 }
 
 // addAttr appends c's key and value v to attrs, unless v is 0 and the line
@@ -71,7 +105,7 @@ func (d *state) totalAttrs(sc *scrape, all bool) []any {
 	var attrs []any
 	for _, i := range lineOrder {
 		c := &counters[i]
-		if c.Key == "" || c.from == fromRule || c.from == fromGlobalRule || (c.Scope == scopeLatency && !d.cfg.Queue.Latency) {
+		if c.Key == "" || c.from == fromRule || c.from == fromGlobalRule || c.from == fromTotal || (c.Scope == scopeLatency && !d.cfg.Queue.Latency) {
 			continue
 		}
 		var v float64

@@ -1,8 +1,10 @@
 package daemon
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -49,5 +51,11 @@ packetshaper_total_dropped_total{queue="4",total="up"} 2
 `
 	if err := testutil.CollectAndCompare(newCollector(d), strings.NewReader(want), "packetshaper_total_dropped_total"); err != nil {
 		t.Error(err)
+	}
+	// The stats line: the total's group, summed over the engines.
+	var b strings.Builder
+	d.logStats(slog.New(slog.NewTextHandler(&b, nil)), "stats", time.Second, true)
+	if line := b.String(); !strings.Contains(line, " total.up.packets=12 total.up.accepted=8 total.up.dropped=4") {
+		t.Errorf("the stats line lacks the total's counters:\n%s", line)
 	}
 }
