@@ -129,6 +129,10 @@ type RuleRow struct {
 	Flows uint64 `json:"flows"`
 }
 
+// TotalRowName is a total's row among the rules': "total NAME" (a rule's
+// name has no space, so it is never a rule's).
+func TotalRowName(name string) string { return "total " + name }
+
 // FlowRow is one flow with its rates and totals.
 type FlowRow struct {
 	Queue uint16 `json:"queue"`
@@ -225,6 +229,16 @@ func (m *Model) Update(s *Snapshot) {
 		c := counts{packets: r.Packets, accepted: r.Accepted, dropped: r.Dropped, shadow: r.ShadowDropped, marked: r.Marked}
 		rules[r.Name] = c
 		rows = append(rows, RuleRow{Name: r.Name, Limit: DescribeLimit(r), Rates: rate(c, m.rules[r.Name]), Flows: r.Flows})
+	}
+	// The totals below the rules, as rules (TotalRowName): their dropped
+	// are the packets over the total.
+	for i := range st.Totals {
+		t := &st.Totals[i]
+		name := TotalRowName(t.Name)
+		c := counts{packets: t.Packets, accepted: t.Accepted, dropped: t.Dropped}
+		rules[name] = c
+		lim := control.Rule{Action: "limit", Algorithm: t.Algorithm, Rate: t.Rate, Unit: t.Unit, Burst: t.Burst, WindowSecs: t.WindowSecs}
+		rows = append(rows, RuleRow{Name: name, Limit: DescribeLimit(&lim), Rates: rate(c, m.rules[name])})
 	}
 
 	n := min(len(s.Flows), MaxFlows)

@@ -180,3 +180,23 @@ func TestRenderFitsTheTerminal(t *testing.T) {
 		}
 	}
 }
+
+// TestTotalsAsRules: a total is a row below the rules, "total NAME", with
+// its limit and its rates over the interval (dropped: over the total).
+func TestTotalsAsRules(t *testing.T) {
+	var m Model
+	s0 := snap(0, [4]uint64{100, 90, 10, 0}, [2]uint64{50, 10}, 0)
+	s0.Status.Totals = []control.Total{{Name: "up", Algorithm: "token-bucket", Rate: 400, Unit: "packets", Burst: 20, Packets: 50, Accepted: 40, Dropped: 10}}
+	m.Update(s0)
+	s1 := snap(2, [4]uint64{300, 250, 50, 0}, [2]uint64{250, 50}, 0)
+	s1.Status.Totals = []control.Total{{Name: "up", Algorithm: "token-bucket", Rate: 400, Unit: "packets", Burst: 20, Packets: 250, Accepted: 200, Dropped: 50}}
+	m.Update(s1)
+	v := m.View(ByDrops, 0)
+	if len(v.Rules) != 3 {
+		t.Fatalf("rules %+v, want web, rest and the total", v.Rules)
+	}
+	r := v.Rules[2]
+	if r.Name != "total up" || r.Limit != "400 pkt/s tb b20" || r.Rates.Packets != 100 || r.Rates.Accepted != 80 || r.Rates.Dropped != 20 {
+		t.Errorf("the total's row %+v; want total up, 400 pkt/s tb b20, 100 packets, 80 accepted, 20 dropped per second", r)
+	}
+}
