@@ -94,6 +94,7 @@ type pageData struct {
 	Total      *chart
 	Other      *chart
 	Rules      []ruleSection
+	TotalRows  []totalRow
 	Flows      []flowRow
 	Top        int
 	NoFlows    bool
@@ -127,6 +128,14 @@ type ruleSection struct {
 	Expired  uint64
 	PeakOff  string
 	PeakOver string
+}
+
+// totalRow is a total ([[total]], a rule's own): Dropped are the packets
+// over it.
+type totalRow struct {
+	Name                       string
+	Packets, Accepted, Dropped uint64
+	DropPct                    string
 }
 
 // flowRow is a flow of the top flows: the packets over a shadow rule's
@@ -264,6 +273,9 @@ func build(r *replay.Replayer, tl *replay.Timeline, in Input) *pageData {
 			{countname.Flows, fmt.Sprintf("%d at the end, %d evicted, %d expired", ru.Flows, ru.Evictions, ru.Expired)},
 		}
 		p.Rules = append(p.Rules, sec)
+	}
+	for _, t := range r.Totals() {
+		p.TotalRows = append(p.TotalRows, totalRow{Name: t.Name, Packets: t.Packets, Accepted: t.Accepted, Dropped: t.Dropped, DropPct: pct(t.Dropped, t.Packets)})
 	}
 
 	fl := r.Flows(p.Top)

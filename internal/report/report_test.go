@@ -2,6 +2,8 @@ package report
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,10 +19,13 @@ import (
 const testdata = "../../testdata"
 
 // replayed replays files (in testdata) through the rule file pol (in
-// testdata) with a timeline.
+// testdata, or an absolute path) with a timeline.
 func replayed(t *testing.T, pol string, files ...string) (*replay.Replayer, *policy.File) {
 	t.Helper()
-	f, err := policy.Load(filepath.Join(testdata, pol))
+	if !filepath.IsAbs(pol) {
+		pol = filepath.Join(testdata, pol)
+	}
+	f, err := policy.Load(pol)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,5 +298,25 @@ func TestScales(t *testing.T) {
 	}
 	if got := num(1234567); got != "1,234,567" {
 		t.Errorf("num = %q", got)
+	}
+}
+
+// TestPageTotals: a policy with a total has a Totals table below the
+// rules, the total's packets, accepted and dropped (over it) as replay
+// counted them; a policy without one has none (the goldens).
+func TestPageTotals(t *testing.T) {
+	pol := filepath.Join(t.TempDir(), "totals.toml")
+	if err := os.WriteFile(pol, []byte("[[total]]\nname = \"all\"\npps = 2\nburst = 2\n\n[[rule]]\nname = \"r\"\npps = 1000\ntotal = \"all\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r, f := replayed(t, pol, "multiflow.pcap")
+	ts := r.Totals()
+	if len(ts) != 1 || ts[0].Dropped == 0 {
+		t.Fatalf("replay's totals %+v: want one, with drops", ts)
+	}
+	page, _ := render(t, r, Input{Policy: f, Files: []File{{"multiflow.pcap", 1}}, Top: 5})
+	want := fmt.Sprintf(`<tr><td>all</td><td class="n">%d</td><td class="n">%d</td><td class="n drop">%d</td>`, ts[0].Packets, ts[0].Accepted, ts[0].Dropped)
+	if !bytes.Contains(page, []byte(`<h3 id="totals">Totals</h3>`)) || !bytes.Contains(page, []byte(want)) {
+		t.Errorf("the page lacks the totals table with %s", want)
 	}
 }

@@ -88,7 +88,13 @@ footer { margin-top: 32px; color: var(--muted); font-size: 12.5px; }
 <table class="list">
 <tr><th>#</th><th>rule</th><th class="n">packets</th><th class="n">accepted</th><th class="n">dropped</th><th class="n">drop %</th><th class="n">shadow-dropped</th><th class="n">marked</th><th class="n">peak offered/s</th><th class="n">flows</th><th class="n">evicted</th></tr>
 {{range .Rules}}<tr><td>{{.Index}}</td><td><a href="#{{.Anchor}}">{{.Name}}</a></td><td class="n">{{num .Packets}}</td><td class="n">{{num .Accepted}}</td><td class="n{{if .Dropped}} drop{{end}}">{{num .Dropped}}</td><td class="n">{{.DropPct}}</td><td class="n">{{num .Shadow}}</td><td class="n">{{num .Marked}}</td><td class="n">{{.PeakOff}}</td><td class="n">{{num .Flows}}</td><td class="n">{{num .Evicted}}</td></tr>
-{{end}}</table>
+{{end}}</table>{{if .TotalRows}}
+<h3 id="totals">Totals</h3>
+<p class="muted">A packet of a total's rules passes only if its flow's limit and the total allow it; dropped: over the total.</p>
+<table class="list">
+<tr><th>total</th><th class="n">packets</th><th class="n">accepted</th><th class="n">dropped</th><th class="n">drop %</th></tr>
+{{range .TotalRows}}<tr><td>{{.Name}}</td><td class="n">{{num .Packets}}</td><td class="n">{{num .Accepted}}</td><td class="n{{if .Dropped}} drop{{end}}">{{num .Dropped}}</td><td class="n">{{.DropPct}}</td></tr>
+{{end}}</table>{{end}}
 <div class="grid2">
 {{range .Rules}}<div class="card" id="{{.Anchor}}">
 <h3>{{.Index}}. {{.Name}}</h3>
