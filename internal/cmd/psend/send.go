@@ -203,12 +203,24 @@ func (o *sendOpts) checkSendOnly() ([]int, error) {
 	return sizes, nil
 }
 
-// refuseSendOnly refuses --gso and --sizes in the modes other than send.
-func (o *sendOpts) refuseSendOnly(mode string) error {
-	if o.gso != 0 || o.sizes != "" {
-		return badFlag("--gso and --sizes: send only, not %s", mode)
+// parseMode parses a mode's flags other than send's (fs made with
+// addSendFlags as o, and the mode's own): the destinations, send's checks,
+// and --gso and --sizes refused (send only).
+func (o *sendOpts) parseMode(mode string, fs *flag.FlagSet, args []string) ([]netip.AddrPort, error) {
+	if err := parseFlags(fs, args); err != nil {
+		return nil, err
 	}
-	return nil
+	dsts, err := parseAddrs("dst", o.dst)
+	if err != nil {
+		return nil, err
+	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
+	if o.gso != 0 || o.sizes != "" {
+		return nil, badFlag("--gso and --sizes: send only, not %s", mode)
+	}
+	return dsts, nil
 }
 
 // target is one flow's datagram to one destination.

@@ -27,17 +27,8 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 	o := addSendFlags(fs)
 	iface := fs.String("iface", "", "the device to send on (required)")
 	dmac := fs.String("dst-mac", "", "the next hop's link-layer address on --iface, e.g. 02:00:00:00:00:01 (required)")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	dsts, err := parseAddrs("dst", o.dst)
+	dsts, err := o.parseMode("send6hbh", fs, args)
 	if err != nil {
-		return nil, err
-	}
-	if err := o.check(); err != nil {
-		return nil, err
-	}
-	if err := o.refuseSendOnly("send6hbh"); err != nil {
 		return nil, err
 	}
 	switch {

@@ -36,17 +36,8 @@ func runSend6x(ctx context.Context, args []string) (any, error) {
 	o := addSendFlags(fs)
 	nopts := fs.Int("dstopts", 1, fmt.Sprintf("Destination Options headers in front of the UDP header, 1..%d", maxDstOpts))
 	optLen := fs.Int("dstopt-len", 8, fmt.Sprintf("bytes per Destination Options header, 8..%d, rounded up to a multiple of 8", maxDstOptLen))
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	dsts, err := parseAddrs("dst", o.dst)
+	dsts, err := o.parseMode("send6x", fs, args)
 	if err != nil {
-		return nil, err
-	}
-	if err := o.check(); err != nil {
-		return nil, err
-	}
-	if err := o.refuseSendOnly("send6x"); err != nil {
 		return nil, err
 	}
 	if o.seq {

@@ -21,17 +21,8 @@ func runSendTun(ctx context.Context, args []string) (any, error) {
 	fs := flag.NewFlagSet("sendtun", flag.ContinueOnError)
 	o := addSendFlags(fs)
 	dev := fs.String("tun", "", "the tun device to write into (required; IFF_TUN, no packet information)")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	dsts, err := parseAddrs("dst", o.dst)
+	dsts, err := o.parseMode("sendtun", fs, args)
 	if err != nil {
-		return nil, err
-	}
-	if err := o.check(); err != nil {
-		return nil, err
-	}
-	if err := o.refuseSendOnly("sendtun"); err != nil {
 		return nil, err
 	}
 	src, err := netip.ParseAddr(o.src)
