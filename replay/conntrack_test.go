@@ -189,12 +189,7 @@ func FuzzTracker(f *testing.F) {
 // is.
 func synsWithoutAck(t *testing.T, name string) (syns, hidden, packets int) {
 	t.Helper()
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rd, err := NewReader(f)
+	rd, err := openCaptureErr(t, name)
 	if err != nil {
 		return 0, 0, -1 // not a capture replay reads: its error is its test's
 	}
@@ -337,15 +332,7 @@ func TestSSHNewConnections(t *testing.T) {
 }
 
 func synIndexes(t *testing.T, name string) map[int]bool {
-	f, err := os.Open(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	rd, err := NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rd := openCapture(t, name)
 	out := map[int]bool{}
 	for i := 1; ; i++ {
 		data, _, lt, err := rd.Next()

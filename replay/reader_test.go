@@ -127,15 +127,7 @@ func TestTestdataCaptures(t *testing.T) {
 // the same clock.
 func TestTimestamps(t *testing.T) {
 	first := func(name string) []int64 {
-		f, err := os.Open(filepath.Join(testdata, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		rd, err := NewReader(f)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rd := openCapture(t, filepath.Join(testdata, name))
 		var ts []int64
 		for {
 			_, ci, _, err := rd.Next()

@@ -370,15 +370,7 @@ func TestOutputMixedLinkTypes(t *testing.T) {
 	if s.Accepted == 0 || s.Dropped == 0 {
 		t.Fatalf("want both verdicts in this test, got %+v", s)
 	}
-	f, err := os.Open(in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	orig, err := NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	orig := openCapture(t, in)
 	// Merge the two outputs back by timestamp: together they must be the
 	// input, record for record, with the same link types.
 	type recd struct {

@@ -15,20 +15,7 @@ import (
 // flow evicted or expired here), and each flow's packets are its accepted
 // plus its dropped. (Rules that accept or drop outright keep no flows.)
 func TestFlowsShadowAndMarks(t *testing.T) {
-	mix, err := policy.Load(filepath.Join(testdata, "policy-mix.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp, err := mix.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	marking := mix.Rules[2]
-	marking.OnExceed, marking.SetMark = "mark", "0x1/0x1"
-	markComp, err := (&policy.File{Rules: []policy.Rule{marking}}).Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	comp, markComp := compileMix(t)
 	for _, c := range []struct {
 		name  string
 		comp  *policy.Compiled

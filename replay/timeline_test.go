@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gopacket/gopacket/layers"
-	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -151,23 +150,9 @@ func TestTimelineCells(t *testing.T) {
 // totals that the engine counts per rule, and the unmatched, malformed and
 // non-IP packets that Summary counts.
 func TestTimelineMatchesRules(t *testing.T) {
-	mix, err := policy.Load(filepath.Join(testdata, "policy-mix.toml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp, err := mix.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// markComp: a rule matching UDP to port 53 that marks, none for the rest.
+	comp, markComp := compileMix(t)
 	pol := comp.Policy()
-	// A rule matching UDP to port 53 that marks, none for the rest.
-	marking := mix.Rules[2]
-	marking.OnExceed, marking.SetMark = "mark", "0x1/0x1"
-	markFile := &policy.File{Rules: []policy.Rule{marking}}
-	markComp, err := markFile.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	markPol := markComp.Policy()
 	markPol.Malformed = shaper.Drop
 	for _, c := range []struct {

@@ -1,0 +1,52 @@
+package replay
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/packetshaper/packetshaper/policy"
+)
+
+// openCaptureErr opens the capture at name for the test (closed at its
+// end); the error is NewReader's, for a test that takes it as its answer.
+func openCaptureErr(t *testing.T, name string) (*Reader, error) {
+	t.Helper()
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return NewReader(f)
+}
+
+// openCapture is openCaptureErr for a capture that must read.
+func openCapture(t *testing.T, name string) *Reader {
+	t.Helper()
+	rd, err := openCaptureErr(t, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rd
+}
+
+// compileMix compiles testdata's policy-mix.toml and a policy of its third
+// rule (UDP to port 53) marking instead of dropping.
+func compileMix(t *testing.T) (comp, markComp *policy.Compiled) {
+	t.Helper()
+	mix, err := policy.Load(filepath.Join(testdata, "policy-mix.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp, err = mix.Compile(policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marking := mix.Rules[2]
+	marking.OnExceed, marking.SetMark = "mark", "0x1/0x1"
+	markComp, err = (&policy.File{Rules: []policy.Rule{marking}}).Compile(policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return comp, markComp
+}
