@@ -39,7 +39,11 @@ func (ctlHandler) Flows(_ context.Context, rule string, emit func(*control.Flow)
 	return nil
 }
 
-func ctlServer(t *testing.T) string {
+func ctlServer(t *testing.T) string { return serveCtl(t, ctlHandler{}) }
+
+// serveCtl serves h on a control socket in a temporary folder until the
+// test ends, and returns the socket's path.
+func serveCtl(t *testing.T, h control.Handler) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ps.sock")
 	ln, err := control.Listen(path)
@@ -48,7 +52,7 @@ func ctlServer(t *testing.T) string {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { control.Serve(ctx, ln, ctlHandler{}, nil); close(done) }()
+	go func() { control.Serve(ctx, ln, h, nil); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return path
 }

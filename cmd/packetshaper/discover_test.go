@@ -95,15 +95,7 @@ func (shadowHandler) Flows(_ context.Context, _ string, emit func(*control.Flow)
 // TestFlowsShadowColumns: packetshaper flows shows shadow-dropped and
 // marked packets in their own columns, not as dropped.
 func TestFlowsShadowColumns(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "ps.sock")
-	ln, err := control.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { control.Serve(ctx, ln, shadowHandler{}, nil); close(done) }()
-	defer func() { cancel(); <-done }()
+	path := serveCtl(t, shadowHandler{})
 	var out, errb bytes.Buffer
 	if code := run([]string{"flows", "--control-socket", path}, &out, &errb); code != 0 {
 		t.Fatalf("flows: %d %s", code, errb.String())

@@ -215,29 +215,16 @@ func TestShapeHistograms(t *testing.T) {
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Errorf("lint: %v %+v", err, problems)
 	}
-	var want strings.Builder
-	want.WriteString("# HELP packetshaper_release_late_seconds How late held packets got their verdicts after their departure time.\n# TYPE packetshaper_release_late_seconds histogram\n")
-	for q, h := range map[string]nfq.LatencyHistogram{"3": {Cumulative: make([]uint64, len(latencyBounds))}, "4": fqs[1].late} {
-		for i, b := range latencyBounds {
-			fmt.Fprintf(&want, "packetshaper_release_late_seconds_bucket{queue=%q,le=\"%g\"} %d\n", q, b.Seconds(), h.Cumulative[i])
-		}
-		fmt.Fprintf(&want, "packetshaper_release_late_seconds_bucket{queue=%q,le=\"+Inf\"} %d\n", q, h.Count)
-		fmt.Fprintf(&want, "packetshaper_release_late_seconds_sum{queue=%q} %g\n", q, h.Sum.Seconds())
-		fmt.Fprintf(&want, "packetshaper_release_late_seconds_count{queue=%q} %d\n", q, h.Count)
-	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want.String()), "packetshaper_release_late_seconds"); err != nil {
+	want := wantHistograms("packetshaper_release_late_seconds", "How late held packets got their verdicts after their departure time.",
+		latencyBounds, map[string]nfq.LatencyHistogram{"3": {Cumulative: make([]uint64, len(latencyBounds))}, "4": fqs[1].late})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "packetshaper_release_late_seconds"); err != nil {
 		t.Error(err)
 	}
 	// The engines' delays: a histogram per engine, with delayBounds.
-	want.Reset()
-	want.WriteString("# HELP packetshaper_shape_delay_seconds Delays shaping rules gave packets (from arrival to departure time).\n# TYPE packetshaper_shape_delay_seconds histogram\n")
-	for _, q := range []string{"3", "4"} {
-		for _, b := range delayBounds {
-			fmt.Fprintf(&want, "packetshaper_shape_delay_seconds_bucket{queue=%q,le=\"%g\"} 0\n", q, b.Seconds())
-		}
-		fmt.Fprintf(&want, "packetshaper_shape_delay_seconds_bucket{queue=%q,le=\"+Inf\"} 0\npacketshaper_shape_delay_seconds_sum{queue=%q} 0\npacketshaper_shape_delay_seconds_count{queue=%q} 0\n", q, q, q)
-	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(want.String()), "packetshaper_shape_delay_seconds"); err != nil {
+	none := nfq.LatencyHistogram{Cumulative: make([]uint64, len(delayBounds))}
+	want = wantHistograms("packetshaper_shape_delay_seconds", "Delays shaping rules gave packets (from arrival to departure time).",
+		delayBounds, map[string]nfq.LatencyHistogram{"3": none, "4": none})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "packetshaper_shape_delay_seconds"); err != nil {
 		t.Error(err)
 	}
 }

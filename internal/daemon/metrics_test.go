@@ -42,22 +42,21 @@ func (q *fakeQueue) KernelStats() (nfq.KernelStats, error) {
 	return q.kernel, nil
 }
 func (q *fakeQueue) LatencyHistogram(b []time.Duration) nfq.LatencyHistogram {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	h := q.hist
-	if h.Cumulative == nil {
-		h.Cumulative = make([]uint64, len(b))
-	}
-	return h
+	return q.histogram(&q.hist, b)
 }
 func (q *fakeQueue) LateHistogram(b []time.Duration) nfq.LatencyHistogram {
+	return q.histogram(&q.late, b)
+}
+
+// histogram is *h, with empty buckets of b where it has none.
+func (q *fakeQueue) histogram(h *nfq.LatencyHistogram, b []time.Duration) nfq.LatencyHistogram {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	h := q.late
-	if h.Cumulative == nil {
-		h.Cumulative = make([]uint64, len(b))
+	out := *h
+	if out.Cumulative == nil {
+		out.Cumulative = make([]uint64, len(b))
 	}
-	return h
+	return out
 }
 func (q *fakeQueue) HoldRoom() int { return 0 }
 func (q *fakeQueue) HoldStats() nfq.HoldStats {
@@ -270,17 +269,9 @@ packetshaper_last_reload_success_timestamp_seconds 1.7000001e+09
 		"packetshaper_reloads_total", "packetshaper_last_reload_successful", "packetshaper_last_reload_success_timestamp_seconds"); err != nil {
 		t.Error(err)
 	}
-	var hist strings.Builder
-	hist.WriteString("# HELP packetshaper_verdict_latency_seconds Time from a packet entering the network stack to its verdict (with --latency; kept to 1 µs below 1 ms, to 1/16 above).\n# TYPE packetshaper_verdict_latency_seconds histogram\n")
-	for q, h := range map[string]nfq.LatencyHistogram{"3": {Cumulative: make([]uint64, len(latencyBounds))}, "4": fqs[1].hist} {
-		for i, b := range latencyBounds {
-			fmt.Fprintf(&hist, "packetshaper_verdict_latency_seconds_bucket{queue=%q,le=\"%g\"} %d\n", q, b.Seconds(), h.Cumulative[i])
-		}
-		fmt.Fprintf(&hist, "packetshaper_verdict_latency_seconds_bucket{queue=%q,le=\"+Inf\"} %d\n", q, h.Count)
-		fmt.Fprintf(&hist, "packetshaper_verdict_latency_seconds_sum{queue=%q} %g\n", q, h.Sum.Seconds())
-		fmt.Fprintf(&hist, "packetshaper_verdict_latency_seconds_count{queue=%q} %d\n", q, h.Count)
-	}
-	if err := testutil.CollectAndCompare(c, strings.NewReader(hist.String()), "packetshaper_verdict_latency_seconds"); err != nil {
+	hist := wantHistograms("packetshaper_verdict_latency_seconds", "Time from a packet entering the network stack to its verdict (with --latency; kept to 1 µs below 1 ms, to 1/16 above).",
+		latencyBounds, map[string]nfq.LatencyHistogram{"3": {Cumulative: make([]uint64, len(latencyBounds))}, "4": fqs[1].hist})
+	if err := testutil.CollectAndCompare(c, strings.NewReader(hist), "packetshaper_verdict_latency_seconds"); err != nil {
 		t.Error(err)
 	}
 }
@@ -347,4 +338,20 @@ func TestStatus(t *testing.T) {
 	if rest.Name != "rest" || rest.Action != "accept" || rest.Algorithm != "" || rest.Packets != 2 || rest.Accepted != 2 {
 		t.Errorf("rule rest: %+v", rest)
 	}
+}
+
+// wantHistograms is the exposition of histogram name (help) with buckets
+// of bounds, one by queue label: hs's.
+func wantHistograms(name, help string, bounds []time.Duration, hs map[string]nfq.LatencyHistogram) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name)
+	for q, h := range hs {
+		for i, le := range bounds {
+			fmt.Fprintf(&b, "%s_bucket{queue=%q,le=\"%g\"} %d\n", name, q, le.Seconds(), h.Cumulative[i])
+		}
+		fmt.Fprintf(&b, "%s_bucket{queue=%q,le=\"+Inf\"} %d\n", name, q, h.Count)
+		fmt.Fprintf(&b, "%s_sum{queue=%q} %g\n", name, q, h.Sum.Seconds())
+		fmt.Fprintf(&b, "%s_count{queue=%q} %d\n", name, q, h.Count)
+	}
+	return b.String()
 }
