@@ -49,16 +49,9 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 	if err != nil {
 		return nil, badFlag("--iface %q: %v", *iface, err)
 	}
-	for _, d := range dsts {
-		if !d.Addr().Is6() {
-			return nil, badFlag("--dst %v: send6hbh sends IPv6 only", d)
-		}
-	}
-	var srcIP netip.Addr
-	if o.src != "" {
-		if srcIP, err = netip.ParseAddr(o.src); err != nil || !srcIP.Is6() {
-			return nil, badFlag("--src %q: not an IPv6 address", o.src)
-		}
+	srcIP, err := ipv6Only("send6hbh", dsts, o.src)
+	if err != nil {
+		return nil, err
 	}
 	ps, err := openPacketSocket(ifi.Index, mac)
 	if err != nil {
