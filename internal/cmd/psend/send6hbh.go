@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"net"
@@ -84,11 +83,5 @@ func hbhZeroPacket(src netip.Addr, dst netip.AddrPort, sport uint16, payload []b
 	copy(b[8:24], s[:])
 	copy(b[24:40], d[:])
 	b[40], b[41], b[42], b[43] = protoUDP, 0, 1, 4 // hop-by-hop: PadN of 4
-	udp := make([]byte, 8, 8+len(payload))
-	binary.BigEndian.PutUint16(udp[0:], sport)
-	binary.BigEndian.PutUint16(udp[2:], dst.Port())
-	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
-	udp = append(udp, payload...)
-	binary.BigEndian.PutUint16(udp[6:], udp6Checksum(src, dst.Addr(), udp))
-	return append(b, udp...)
+	return append(b, udp6Datagram(src, dst, sport, payload)...)
 }

@@ -23,6 +23,18 @@ const (
 	maxExtBytes  = 4096
 )
 
+// udp6Datagram is a UDP header from sport to dst with its true length and
+// its checksum over the IPv6 pseudo-header from src, then payload.
+func udp6Datagram(src netip.Addr, dst netip.AddrPort, sport uint16, payload []byte) []byte {
+	udp := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	udp = append(udp, payload...)
+	binary.BigEndian.PutUint16(udp[6:], udp6Checksum(src, dst.Addr(), udp))
+	return udp
+}
+
 // ipv6Only refuses a destination that is not IPv6 (mode sends IPv6 only)
 // and parses --src, if given, as an IPv6 address (else the zero Addr).
 func ipv6Only(mode string, dsts []netip.AddrPort, src string) (netip.Addr, error) {
@@ -139,13 +151,7 @@ func dstOptsDatagram(src netip.Addr, dst netip.AddrPort, sport uint16, n, hlen i
 		}
 		b = append(b, dstOptsHeader(hlen, next)...)
 	}
-	udp := make([]byte, 8, 8+len(payload))
-	binary.BigEndian.PutUint16(udp[0:], sport)
-	binary.BigEndian.PutUint16(udp[2:], dst.Port())
-	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
-	udp = append(udp, payload...)
-	binary.BigEndian.PutUint16(udp[6:], udp6Checksum(src, dst.Addr(), udp))
-	return append(b, udp...)
+	return append(b, udp6Datagram(src, dst, sport, payload)...)
 }
 
 // dstOptsHeader is one Destination Options header of n bytes (a multiple
