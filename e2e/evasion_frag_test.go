@@ -103,19 +103,7 @@ func newRouted(t *testing.T) *routed {
 	tp.must(tp.A, "ip", "-6", "route", "add", "default", "via", "fd00:214:1::2")
 	tp.must(tp.B, "ip", "route", "add", "default", "via", "10.214.2.1")
 	tp.must(tp.B, "ip", "-6", "route", "add", "default", "via", "fd00:214:2::1")
-	for _, args := range [][]string{{"ping", "-c", "1", "-W", "1", tp.IPB}, {"ping", "-6", "-c", "1", "-W", "1", tp.IP6B}} {
-		var out string
-		var err error
-		for try := 0; try < 10; try++ {
-			if out, err = tp.run(tp.A, args...); err == nil {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		if err != nil {
-			t.Fatalf("the routed path does not work: [%s] %s: %v\n%s", tp.A, strings.Join(args, " "), err, out)
-		}
-	}
+	tp.pingB(10, "routed path")
 	return r
 }
 

@@ -185,20 +185,28 @@ func newTopo(t *testing.T) *topo {
 	}
 	// The link may take a moment to come up (carrier, IPv6 neighbour
 	// discovery): the first ping can be lost.
+	tp.pingB(5, "veth link")
+	return tp
+}
+
+// pingB pings B's IPv4 and IPv6 addresses from A, each up to tries times
+// 200 ms apart, and fails the test ("the <what> does not work") if one
+// never answers.
+func (tp *topo) pingB(tries int, what string) {
+	tp.t.Helper()
 	for _, args := range [][]string{{"ping", "-c", "1", "-W", "1", tp.IPB}, {"ping", "-6", "-c", "1", "-W", "1", tp.IP6B}} {
 		var out string
 		var err error
-		for try := 0; try < 5; try++ {
+		for try := 0; try < tries; try++ {
 			if out, err = tp.run(tp.A, args...); err == nil {
 				break
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
 		if err != nil {
-			t.Fatalf("the veth link does not work: [%s] %s: %v\n%s", tp.A, strings.Join(args, " "), err, out)
+			tp.t.Fatalf("the %s does not work: [%s] %s: %v\n%s", what, tp.A, strings.Join(args, " "), err, out)
 		}
 	}
-	return tp
 }
 
 // host runs a command in the host namespace (only ip netns/link to set

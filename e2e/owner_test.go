@@ -112,6 +112,43 @@ func ownerListing(t *testing.T, tp *topo, ns, sock string) map[string]control.Fl
 	return fs
 }
 
+// ownerResult is what one ownerRun saw: each sender's result, what
+// arrived, the flows listed at the end and the shaper's log.
+type ownerResult struct {
+	sent   []sendResult
+	r      recvResult
+	listed map[string]control.Flow
+	log    string
+}
+
+// ownerRun runs packetshaper on A's queue 0 with rules (each given pps
+// limRate and burst limBurst), a receiver on :9000 and n senders, sender
+// i as sender(i) names it and wraps psend (the prefix of its command
+// line), from source port 11000+1000×i; it waits for them all and lists
+// the flows before it stops the shaper.
+func ownerRun(t *testing.T, tp *topo, rules string, sender func(i int) (string, []string), n int) ownerResult {
+	t.Helper()
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "policy.toml")
+	writePolicy(t, pol, fmt.Sprintf("%spps = %v\nburst = %v\n", rules, limRate, limBurst))
+	sock := filepath.Join(dir, "ps.sock")
+	sh := tp.startShaperIn(tp.A, "--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0", "--rt-priority", "1")
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
+	var senders []*proc
+	for i := 0; i < n; i++ {
+		name, prefix := sender(i)
+		senders = append(senders, tp.start(tp.A, name, append(prefix, ownerSendArgs(tp, 11000+1000*i)...)...))
+	}
+	var res ownerResult
+	for _, p := range senders {
+		res.sent = append(res.sent, sendDone(p))
+	}
+	res.r = recvDone(rc, 35*time.Second)
+	res.listed = ownerListing(t, tp, tp.A, sock)
+	res.log = tp.stopShaper(sh)
+	return res
+}
+
 // TestOwnerUIDKey (issue 21): three users (numeric uids, set with
 // setpriv: no user is created) send UDP from the OUTPUT chain of A through
 // a rule that matches uids 1001-1002, keyed by uid, pps 100: each of the
@@ -124,31 +161,16 @@ func TestOwnerUIDKey(t *testing.T) {
 	tp := newTopo(t)
 	psend := publicPsend(t)
 	tp.rulesIn(tp.A, "add", "--queue", "0", "--chain", "OUTPUT", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, fmt.Sprintf(`
+	run := ownerRun(t, tp, `
 [[rule]]
 name = "users"
 match = { uid = ["1001-1002"] }
 key = "uid"
-pps = %v
-burst = %v
-`, limRate, limBurst))
-	sock := filepath.Join(dir, "ps.sock")
-	sh := tp.startShaperIn(tp.A, "--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0", "--rt-priority", "1")
-	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
-	var senders []*proc
-	for i, uid := range []int{1001, 1002, 1003} {
-		args := append([]string{"setpriv", "--reuid", fmt.Sprint(uid), "--regid", fmt.Sprint(uid), "--clear-groups", psend}, ownerSendArgs(tp, 11000+1000*i)...)
-		senders = append(senders, tp.start(tp.A, fmt.Sprintf("psend as uid %d", uid), args...))
-	}
-	var sent []sendResult
-	for _, p := range senders {
-		sent = append(sent, sendDone(p))
-	}
-	r := recvDone(rc, 35*time.Second)
-	listed := ownerListing(t, tp, tp.A, sock)
-	log := tp.stopShaper(sh)
+`, func(i int) (string, []string) {
+		uid := fmt.Sprint(1001 + i)
+		return "psend as uid " + uid, []string{"setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", psend}
+	}, 3)
+	sent, r, listed, log := run.sent, run.r, run.listed, run.log
 
 	for i, uid := range []int{1001, 1002} {
 		got := received(r, sent[i])
@@ -231,38 +253,22 @@ func TestOwnerMarkKey(t *testing.T) {
 		tp.must(tp.A, "iptables", "-w", "-t", "mangle", "-A", "OUTPUT", "-m", "cgroup", "--path", g, "-j", "MARK", "--set-mark", fmt.Sprint(i+1))
 	}
 	tp.rulesIn(tp.A, "add", "--queue", "0", "--chain", "OUTPUT", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	dir := t.TempDir()
-	pol := filepath.Join(dir, "policy.toml")
-	writePolicy(t, pol, fmt.Sprintf(`
+	run := ownerRun(t, tp, `
 [[rule]]
 name = "services"
 match = { mark = "0x0/0xfffffffc" }
 key = "mark"
 key-mark-mask = "0x3"
-pps = %v
-burst = %v
-`, limRate, limBurst))
-	sock := filepath.Join(dir, "ps.sock")
-	sh := tp.startShaperIn(tp.A, "--queue", "0", "--policy", pol, "--control-socket", sock, "--stats-interval", "0", "--rt-priority", "1")
-	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
-	var senders []*proc
-	for i, g := range groups {
+`, func(i int) (string, []string) {
 		// The shell joins the cgroup, then becomes psend: its sockets
 		// belong to the cgroup from the start. ip netns exec mounts a
 		// sysfs of its own, without the cgroup mounts: the shell mounts
 		// the cgroup v2 hierarchy there (in ip netns exec's mount
 		// namespace only) to reach the group.
-		script := fmt.Sprintf(`mount -t cgroup2 none /sys/fs/cgroup && echo $$ > /sys/fs/cgroup/%s/cgroup.procs && exec "$@"`, g)
-		args := append([]string{"sh", "-c", script, "sh", psend}, ownerSendArgs(tp, 11000+1000*i)...)
-		senders = append(senders, tp.start(tp.A, "psend in cgroup "+g, args...))
-	}
-	var sent []sendResult
-	for _, p := range senders {
-		sent = append(sent, sendDone(p))
-	}
-	r := recvDone(rc, 35*time.Second)
-	listed := ownerListing(t, tp, tp.A, sock)
-	log := tp.stopShaper(sh)
+		script := fmt.Sprintf(`mount -t cgroup2 none /sys/fs/cgroup && echo $$ > /sys/fs/cgroup/%s/cgroup.procs && exec "$@"`, groups[i])
+		return "psend in cgroup " + groups[i], []string{"sh", "-c", script, "sh", psend}
+	}, len(groups))
+	sent, r, listed, log := run.sent, run.r, run.listed, run.log
 	for i, g := range groups {
 		got := received(r, sent[i])
 		checkOwnerLimited(t, "cgroup "+g, sent[i], got)

@@ -45,10 +45,7 @@ func pathWithout(t *testing.T, drop ...string) string {
 // as root (the host's rules cannot make a rule "present").
 func TestRulesBackendChoice(t *testing.T) {
 	parallel(t)
-	ns := ""
-	if os.Geteuid() == 0 {
-		ns = newNetns(t)
-	}
+	ns := rootNetns(t)
 	c := nftCases[0]
 	add := append([]string{"add", "--dry-run"}, c.args...)
 	noIpt := []string{"PATH=" + pathWithout(t, "iptables", "ip6tables")}

@@ -221,6 +221,16 @@ func newNetns(t *testing.T) string {
 	return ns
 }
 
+// rootNetns is a new empty namespace (newNetns) as root; as another user
+// "", the host's (where the script's read-only queries see nothing).
+func rootNetns(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	return newNetns(t)
+}
+
 // TestRulesNftDryRun checks the exact output of rules.sh --backend nft
 // --dry-run: add for every nftCase (as root inside an empty namespace of
 // its own, so that the host's rules cannot make a rule "present"; as
@@ -229,10 +239,7 @@ func newNetns(t *testing.T) string {
 // del --all and list with nothing to remove or show.
 func TestRulesNftDryRun(t *testing.T) {
 	parallel(t)
-	ns := ""
-	if os.Geteuid() == 0 {
-		ns = newNetns(t)
-	}
+	ns := rootNetns(t)
 	for _, c := range nftCases {
 		args := append([]string{"add", "--backend", "nft", "--dry-run"}, c.args...)
 		out, errOut, err := runRules(t, ns, nil, args...)

@@ -265,14 +265,7 @@ var locRe = regexp.MustCompile(`^\s*([A-Za-z0-9_.\-]+\.go:\d+): ?`)
 // skipReason is a skipped test's reason: its last message (t.Skip's,
 // continuation lines joined), without the framing lines.
 func skipReason(out string) string {
-	var lines []string
-	for _, l := range strings.Split(out, "\n") {
-		s := strings.TrimSpace(l)
-		if s == "" || strings.HasPrefix(s, "=== ") || strings.HasPrefix(s, "--- ") {
-			continue
-		}
-		lines = append(lines, l)
-	}
+	lines := messageLines(out)
 	start := -1
 	for i := len(lines) - 1; i >= 0; i-- {
 		if locRe.MatchString(lines[i]) {
@@ -298,15 +291,25 @@ func skipReason(out string) string {
 	return msg + " (" + m[1] + ")"
 }
 
-// lastLines is the last n non-framing lines of out, joined by " | ".
-func lastLines(out string, n int) string {
+// messageLines is out's lines as they are, less the blank and the framing
+// ones (=== and --- lines).
+func messageLines(out string) []string {
 	var lines []string
 	for _, l := range strings.Split(out, "\n") {
 		s := strings.TrimSpace(l)
 		if s == "" || strings.HasPrefix(s, "=== ") || strings.HasPrefix(s, "--- ") {
 			continue
 		}
-		lines = append(lines, s)
+		lines = append(lines, l)
+	}
+	return lines
+}
+
+// lastLines is the last n non-framing lines of out, joined by " | ".
+func lastLines(out string, n int) string {
+	var lines []string
+	for _, l := range messageLines(out) {
+		lines = append(lines, strings.TrimSpace(l))
 	}
 	return strings.Join(lines[max(0, len(lines)-n):], " | ")
 }

@@ -54,12 +54,13 @@ func summarize(t *testing.T, code int, args ...string) string {
 	return out
 }
 
-// wantIn fails t for each of wants that the summary out lacks.
-func wantIn(t *testing.T, out string, wants ...string) {
+// wantIn fails t for each of wants that out (what: the summary, the
+// stream output) lacks.
+func wantIn(t *testing.T, what, out string, wants ...string) {
 	t.Helper()
 	for _, want := range wants {
 		if !strings.Contains(out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, out)
+			t.Errorf("%s lacks %q:\n%s", what, want, out)
 		}
 	}
 }
@@ -110,7 +111,7 @@ func TestSummary(t *testing.T) {
 	}
 	// TestPass, TestParent pass; TestParent/sub skipped; TestFail,
 	// TestHang/inner (never ended) and ex/c (its build) failed.
-	wantIn(t, out,
+	wantIn(t, "summary", out,
 		"unit              2        3        1\n",
 		"total             2        3        1\n",
 		"unit: ex/a TestParent/sub: not root: the netns tests need root (run as root) (a_test.go:12)\n",
@@ -173,18 +174,14 @@ func TestStream(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit %d", code)
 	}
-	for _, want := range []string{
+	wantIn(t, "stream output", out,
 		"go: downloading example.com/x v1.0.0\n",
 		"--- PASS: ex/a TestPass (0.00s)\n",
 		"--- SKIP: ex/a TestParent/sub: not root",
 		"--- FAIL: ex/a TestFail (0.10s)\n        a_test.go:20: lateness p99 399 us",
 		"FAIL\tex/a",
 		"build failed: ex/c [ex/c.test]\n    c_test.go:3:1: syntax error\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("stream output lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // TestRealGoTest runs go test -json on a small module of its own and
@@ -235,16 +232,12 @@ import "testing"
 	if code != 1 || lastLine(out) != "3 passed, 2 failed, 2 skipped" {
 		t.Errorf("exit %d, want 1 and 3 passed, 2 failed (TestFail, b's build), 2 skipped:\n%s\ngo test -json:\n%s", code, out, js)
 	}
-	for _, want := range []string{
+	wantIn(t, "summary", out,
 		"unit: ex/a TestSkip: no shared captures (open ../shared: no such file) (a_test.go:6)\n",
 		"unit: ex/a TestSkipNow: (no reason given)\n",
 		"unit: ex/a TestFail: a_test.go:8: want 1, got 2\n",
 		"unit: ex/b: the package failed with no failing test: ",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("summary lacks %q:\n%s", want, out)
-		}
-	}
+	)
 }
 
 // record -wall gives a stage its wall time (several records add up) and
@@ -256,7 +249,7 @@ func TestWall(t *testing.T) {
 		[]string{"record", "-wall", "30"}))
 	unit := writeFile(t, "unit.json", `{"Action":"skip","Package":"ex/d","Elapsed":0}`+"\n")
 	out := summarize(t, 0, "-wall", "50", "vet="+vet, "unit="+unit)
-	wantIn(t, out,
+	wantIn(t, "summary", out,
 		"stage        passed   failed  skipped     wall\n",
 		"vet               1        0        0      42s\n",
 		"unit              0        0        0        -\n",

@@ -123,24 +123,15 @@ type AcceptResult struct {
 // runTCPAccept accepts connections until --duration or a signal, reads
 // each to EOF and closes it, and reports them by peer address.
 func runTCPAccept(ctx context.Context, args []string) (any, error) {
-	fs := flag.NewFlagSet("tcp-accept", flag.ContinueOnError)
-	listen := fs.String("listen", ":9100", "TCP address to listen on")
-	dur := fs.Duration("duration", 30*time.Second, "stop after this long (max 10m)")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	if err := boundDuration("duration", *dur); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, listen, dur, err := listenTCP("tcp-accept", "stop after this long (max 10m)", args)
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, *dur)
+	ctx, cancel := context.WithTimeout(ctx, dur)
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
-	fmt.Fprintf(os.Stderr, "psend tcp-accept: listening on %s\n", *listen)
+	fmt.Fprintf(os.Stderr, "psend tcp-accept: listening on %s\n", listen)
 	res := &AcceptResult{ByPeer: map[string]int{}, Bytes: map[string]int64{}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup

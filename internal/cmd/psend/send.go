@@ -203,10 +203,9 @@ func (o *sendOpts) checkSendOnly() ([]int, error) {
 	return sizes, nil
 }
 
-// parseMode parses a mode's flags other than send's (fs made with
-// addSendFlags as o, and the mode's own): the destinations, send's checks,
-// and --gso and --sizes refused (send only).
-func (o *sendOpts) parseMode(mode string, fs *flag.FlagSet, args []string) ([]netip.AddrPort, error) {
+// parse parses fs (made with addSendFlags as o) from args, then the
+// destinations, then runs send's checks.
+func (o *sendOpts) parse(fs *flag.FlagSet, args []string) ([]netip.AddrPort, error) {
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -214,7 +213,15 @@ func (o *sendOpts) parseMode(mode string, fs *flag.FlagSet, args []string) ([]ne
 	if err != nil {
 		return nil, err
 	}
-	if err := o.check(); err != nil {
+	return dsts, o.check()
+}
+
+// parseMode parses a mode's flags other than send's (fs made with
+// addSendFlags as o, and the mode's own): the destinations, send's checks,
+// and --gso and --sizes refused (send only).
+func (o *sendOpts) parseMode(mode string, fs *flag.FlagSet, args []string) ([]netip.AddrPort, error) {
+	dsts, err := o.parse(fs, args)
+	if err != nil {
 		return nil, err
 	}
 	if o.gso != 0 || o.sizes != "" {
@@ -235,14 +242,8 @@ type target struct {
 func runSend(ctx context.Context, args []string) (any, error) {
 	fs := flag.NewFlagSet("send", flag.ContinueOnError)
 	o := addSendFlags(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	dsts, err := parseAddrs("dst", o.dst)
+	dsts, err := o.parse(fs, args)
 	if err != nil {
-		return nil, err
-	}
-	if err := o.check(); err != nil {
 		return nil, err
 	}
 	sizes, err := o.checkSendOnly()

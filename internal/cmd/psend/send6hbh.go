@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"flag"
 	"fmt"
 	"net"
@@ -49,16 +48,9 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 	if err != nil {
 		return nil, badFlag("--iface %q: %v", *iface, err)
 	}
-	for _, d := range dsts {
-		if !d.Addr().Is6() {
-			return nil, badFlag("--dst %v: send6hbh sends IPv6 only", d)
-		}
-	}
-	var srcIP netip.Addr
-	if o.src != "" {
-		if srcIP, err = netip.ParseAddr(o.src); err != nil || !srcIP.Is6() {
-			return nil, badFlag("--src %q: not an IPv6 address", o.src)
-		}
+	srcIP, err := ipv6Only("send6hbh", dsts, o.src)
+	if err != nil {
+		return nil, err
 	}
 	ps, err := openPacketSocket(ifi.Index, mac)
 	if err != nil {
@@ -91,11 +83,5 @@ func hbhZeroPacket(src netip.Addr, dst netip.AddrPort, sport uint16, payload []b
 	copy(b[8:24], s[:])
 	copy(b[24:40], d[:])
 	b[40], b[41], b[42], b[43] = protoUDP, 0, 1, 4 // hop-by-hop: PadN of 4
-	udp := make([]byte, 8, 8+len(payload))
-	binary.BigEndian.PutUint16(udp[0:], sport)
-	binary.BigEndian.PutUint16(udp[2:], dst.Port())
-	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
-	udp = append(udp, payload...)
-	binary.BigEndian.PutUint16(udp[6:], udp6Checksum(src, dst.Addr(), udp))
-	return append(b, udp...)
+	return append(b, udp6Datagram(src, dst, sport, payload)...)
 }

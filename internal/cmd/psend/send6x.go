@@ -23,6 +23,36 @@ const (
 	maxExtBytes  = 4096
 )
 
+// udp6Datagram is a UDP header from sport to dst with its true length and
+// its checksum over the IPv6 pseudo-header from src, then payload.
+func udp6Datagram(src netip.Addr, dst netip.AddrPort, sport uint16, payload []byte) []byte {
+	udp := make([]byte, 8, 8+len(payload))
+	binary.BigEndian.PutUint16(udp[0:], sport)
+	binary.BigEndian.PutUint16(udp[2:], dst.Port())
+	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
+	udp = append(udp, payload...)
+	binary.BigEndian.PutUint16(udp[6:], udp6Checksum(src, dst.Addr(), udp))
+	return udp
+}
+
+// ipv6Only refuses a destination that is not IPv6 (mode sends IPv6 only)
+// and parses --src, if given, as an IPv6 address (else the zero Addr).
+func ipv6Only(mode string, dsts []netip.AddrPort, src string) (netip.Addr, error) {
+	for _, d := range dsts {
+		if !d.Addr().Is6() {
+			return netip.Addr{}, badFlag("--dst %v: %s sends IPv6 only", d, mode)
+		}
+	}
+	if src == "" {
+		return netip.Addr{}, nil
+	}
+	srcIP, err := netip.ParseAddr(src)
+	if err != nil || !srcIP.Is6() {
+		return netip.Addr{}, badFlag("--src %q: not an IPv6 address", src)
+	}
+	return srcIP, nil
+}
+
 // runSend6x is send for IPv6 UDP datagrams that carry Destination Options
 // headers between the IPv6 header and the UDP header: --dstopts headers of
 // --dstopt-len bytes each. A raw socket of protocol 60 (socket(AF_INET6,
@@ -54,16 +84,9 @@ func runSend6x(ctx context.Context, args []string) (any, error) {
 	case *nopts*hlen+8+o.size > 65535:
 		return nil, badFlag("--size %d with %d bytes of headers: more than an IPv6 payload length can say (65535)", o.size, *nopts*hlen)
 	}
-	for _, d := range dsts {
-		if !d.Addr().Is6() {
-			return nil, badFlag("--dst %v: send6x sends IPv6 only", d)
-		}
-	}
-	var srcIP netip.Addr
-	if o.src != "" {
-		if srcIP, err = netip.ParseAddr(o.src); err != nil || !srcIP.Is6() {
-			return nil, badFlag("--src %q: not an IPv6 address", o.src)
-		}
+	srcIP, err := ipv6Only("send6x", dsts, o.src)
+	if err != nil {
+		return nil, err
 	}
 
 	payload := make([]byte, o.size)
@@ -128,13 +151,7 @@ func dstOptsDatagram(src netip.Addr, dst netip.AddrPort, sport uint16, n, hlen i
 		}
 		b = append(b, dstOptsHeader(hlen, next)...)
 	}
-	udp := make([]byte, 8, 8+len(payload))
-	binary.BigEndian.PutUint16(udp[0:], sport)
-	binary.BigEndian.PutUint16(udp[2:], dst.Port())
-	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(payload)))
-	udp = append(udp, payload...)
-	binary.BigEndian.PutUint16(udp[6:], udp6Checksum(src, dst.Addr(), udp))
-	return append(b, udp...)
+	return append(b, udp6Datagram(src, dst, sport, payload)...)
 }
 
 // dstOptsHeader is one Destination Options header of n bytes (a multiple

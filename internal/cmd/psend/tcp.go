@@ -32,26 +32,34 @@ func splitList(s string) []string {
 	return out
 }
 
+// listenTCP parses a TCP server mode's flags (--listen, --duration, its
+// help durHelp) from args and listens: the listener, the address as given
+// and the duration.
+func listenTCP(mode, durHelp string, args []string) (net.Listener, string, time.Duration, error) {
+	fs := flag.NewFlagSet(mode, flag.ContinueOnError)
+	listen := fs.String("listen", ":9100", "TCP address to listen on")
+	dur := fs.Duration("duration", 30*time.Second, durHelp)
+	if err := parseFlags(fs, args); err != nil {
+		return nil, "", 0, err
+	}
+	if err := boundDuration("duration", *dur); err != nil {
+		return nil, "", 0, err
+	}
+	ln, err := net.Listen("tcp", *listen)
+	return ln, *listen, *dur, err
+}
+
 // runTCPServe accepts one connection, reads it to EOF and reports what it
 // read.
 func runTCPServe(ctx context.Context, args []string) (any, error) {
-	fs := flag.NewFlagSet("tcp-serve", flag.ContinueOnError)
-	listen := fs.String("listen", ":9100", "TCP address to listen on")
-	dur := fs.Duration("duration", 30*time.Second, "give up after this long (max 10m)")
-	if err := parseFlags(fs, args); err != nil {
-		return nil, err
-	}
-	if err := boundDuration("duration", *dur); err != nil {
-		return nil, err
-	}
-	ln, err := net.Listen("tcp", *listen)
+	ln, listen, dur, err := listenTCP("tcp-serve", "give up after this long (max 10m)", args)
 	if err != nil {
 		return nil, err
 	}
 	defer ln.Close()
-	deadline := time.Now().Add(*dur)
+	deadline := time.Now().Add(dur)
 	_ = ln.(*net.TCPListener).SetDeadline(deadline)
-	fmt.Fprintf(os.Stderr, "psend tcp-serve: listening on %s\n", *listen)
+	fmt.Fprintf(os.Stderr, "psend tcp-serve: listening on %s\n", listen)
 	stop := context.AfterFunc(ctx, func() { ln.Close() })
 	defer stop()
 	c, err := ln.Accept()
