@@ -62,8 +62,15 @@ func TestStateLockAcrossCPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d packets on 2 CPUs: %d accepted, %d dropped, %d punted", c.Packets, c.Accepted, c.Dropped, c.Punted)
-	if c.Packets != 2*n || c.Accepted != burst || c.Dropped != 2*n-burst {
-		t.Errorf("%d packets, %d accepted, %d dropped: want %d, %d, %d (one bucket of %d across the CPUs)", c.Packets, c.Accepted, c.Dropped, 2*n, burst, 2*n-burst, burst)
+	// A packet whose CPU waits out LOCK_SPINS for the other (a vCPU the
+	// hypervisor stalled while it held the lock: 1 in 800 000 under the
+	// race stage's load) goes to user space uncharged, as flowstate.h
+	// says; every packet charged shares the one bucket, so exactly burst
+	// are accepted whatever the punts, and the rest are dropped or punted.
+	const maxPunted = 2 * n / 1000
+	if c.Packets != 2*n || c.Accepted != burst || c.Dropped+c.Punted != 2*n-burst || c.Punted > maxPunted {
+		t.Errorf("%d packets, %d accepted, %d dropped, %d punted: want %d, %d, %d dropped or punted, at most %d punted (one bucket of %d across the CPUs)",
+			c.Packets, c.Accepted, c.Dropped, c.Punted, 2*n, burst, 2*n-burst, maxPunted, burst)
 	}
 }
 
