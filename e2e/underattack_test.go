@@ -61,7 +61,7 @@ func TestChurnFlood(t *testing.T) {
 			tp.rules("add", "--queue", "0", "--proto", "udp", "--family", "ipv4")
 			// A long queue: the test is about the flow table, and a
 			// loaded machine's scheduling hiccups must not overflow the
-			// queue (checked below: failopen_passed must stay 0).
+			// queue (checked below: failopen_passed must stay near 0).
 			sh := tp.startShaper("--queue", "0", "--pps", "100", "--burst", fmt.Sprint(burst), "--max-flows", "10000", "--queue-maxlen", "65536",
 				"--stats-interval", "500ms")
 			rc := tp.startRecv(":9000", "--duration", "60s", "--idle", "3s")
@@ -82,8 +82,15 @@ func TestChurnFlood(t *testing.T) {
 			if ev := logInt(t, log, "evictions"); ev < churnEvictions {
 				t.Errorf("evictions = %d: the flood did not churn the table (want > %d)", ev, churnEvictions)
 			}
-			if fo := logInt(t, log, "failopen_passed"); fo != 0 {
-				t.Errorf("failopen_passed = %d: the queue overflowed, the test shows nothing about the table", fo)
+			// A packet the kernel passes by fail-open (the queue or the
+			// socket's buffer full for an instant) bypasses the table: a
+			// flood packet's churns one flow fewer (the evictions above
+			// count what churned), a test flow's arrives uncharged (at
+			// most maxFailopen more than its share, under the 5 % below).
+			// More means the queue overflowed and the test shows nothing.
+			const maxFailopen = 10
+			if fo := logInt(t, log, "failopen_passed"); fo > maxFailopen {
+				t.Errorf("failopen_passed = %d (at most %d): the queue overflowed, the test shows nothing about the table", fo, maxFailopen)
 			}
 			for _, port := range sortedPorts(s.Flows) {
 				f := s.Flows[port]
