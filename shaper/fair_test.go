@@ -1,0 +1,254 @@
+package shaper
+
+import (
+	"math"
+	"slices"
+	"testing"
+	"time"
+)
+
+// fairRun is a run of the fluid model of fair shaping under a total: keys
+// offering packets at constant rates through a shaping rule of per-key
+// rate r and a total of rate R, each packet's departure as the engine
+// fixes it.
+type fairRun struct {
+	r, R, burst, totBurst float64
+	maxDelay             int64
+	deps                 [][]int64 // each key's departures, in order
+	delays               []int64   // every accepted packet's wait
+	dropped              []int     // each key's packets dropped
+	fair                 float64   // the total's fair rate at the end
+}
+
+// runFair offers key k offered[k] packets per second for dur, evenly
+// spaced (each key at its own phase), through a shaping rule of rate r
+// (burst 2, max delay 200 ms) and a shaping total of rate R (burst 4).
+func runFair(t *testing.T, r, R float64, offered []float64, dur time.Duration) *fairRun {
+	t.Helper()
+	const t0 = int64(1e18) // on an epoch boundary, as any start may be
+	fr := &fairRun{r: r, R: R, burst: 2, totBurst: 4, maxDelay: int64(200 * time.Millisecond),
+		deps: make([][]int64, len(offered)), dropped: make([]int, len(offered))}
+	e := mustPolicy(t, Policy{
+		Rules:  []Rule{{Name: "s", Limit: Config{Rate: r, Burst: fr.burst, Shape: true, MaxDelay: fr.maxDelay}, Total: "t"}},
+		Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: R, Burst: fr.totBurst}}},
+	})
+	type arrival struct {
+		at  int64
+		key int
+	}
+	var as []arrival
+	for k, o := range offered {
+		gap := 1e9 / o
+		for i := 0; ; i++ {
+			at := int64((float64(i) + float64(k+1)/float64(len(offered)+1)) * gap)
+			if at >= int64(dur) {
+				break
+			}
+			as = append(as, arrival{t0 + at, k})
+		}
+	}
+	slices.SortStableFunc(as, func(a, b arrival) int { return int(a.at - b.at) })
+	pkts := make([][]byte, len(offered))
+	for k := range pkts {
+		pkts[k] = udp(k+1, 1, 8)
+	}
+	var d Decision
+	for _, a := range as {
+		e.DecidePacket(pkts[a.key], nil, a.at, &d)
+		switch {
+		case d.Verdict == Drop:
+			fr.dropped[a.key]++
+		case d.Depart != 0:
+			fr.deps[a.key] = append(fr.deps[a.key], d.Depart-t0)
+			fr.delays = append(fr.delays, d.Depart-a.at)
+		default:
+			fr.deps[a.key] = append(fr.deps[a.key], a.at-t0)
+			fr.delays = append(fr.delays, 0)
+		}
+	}
+	fr.fair = e.FairRate(0)
+	return fr
+}
+
+// in counts key k's departures in [from, to).
+func (fr *fairRun) in(k int, from, to time.Duration) int {
+	n := 0
+	for _, d := range fr.deps[k] {
+		if d >= int64(from) && d < int64(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// checkCaps checks what holds whatever the shares: no key above its own
+// limit (its departures a token bucket of rate r, burst 2 would pass), all
+// departures within rate R, burst 4 of the total from the start and within
+// R × (T + max delay) + burst over any interval T, and no packet held
+// beyond the max delay.
+func (fr *fairRun) checkCaps(t *testing.T) {
+	t.Helper()
+	var all []int64
+	for k, deps := range fr.deps {
+		if !conforms(deps, fr.r, fr.burst) {
+			t.Errorf("key %d departs faster than its own limit of %v/s, burst %v", k, fr.r, fr.burst)
+		}
+		all = append(all, deps...)
+	}
+	slices.Sort(all)
+	if !conforms(all, fr.R, fr.totBurst) {
+		t.Errorf("the departures pass the total's bucket (%v/s, burst %v) from the start: over it", fr.R, fr.totBurst)
+	}
+	slack := fr.totBurst + fr.R*float64(fr.maxDelay)/1e9
+	j := 0
+	for i := range all {
+		for all[i]-all[j] > int64(time.Second) {
+			j++
+		}
+		if n := float64(i - j + 1); n > fr.R*float64(all[i]-all[j])/1e9+slack+1e-9 {
+			t.Fatalf("%v departures within %v: over R × (T + max delay) + burst", n, time.Duration(all[i]-all[j]))
+		}
+	}
+	if m := slices.Max(fr.delays); m > fr.maxDelay {
+		t.Errorf("a packet waited %v, over the max delay of %v", time.Duration(m), time.Duration(fr.maxDelay))
+	}
+}
+
+// conforms reports whether departures (sorted) of cost 1 each pass a token
+// bucket of rate per second and capacity burst, full at 0.
+func conforms(deps []int64, rate, burst float64) bool {
+	tokens, last := burst, int64(0)
+	for _, d := range deps {
+		tokens = min(burst, tokens+rate*float64(d-last)/1e9)
+		last = d
+		if tokens < 1-1e-9 {
+			return false
+		}
+		tokens--
+	}
+	return true
+}
+
+// TestFairShapingFluid is the fluid model of the fair share: keys of own
+// limit r = 100/s under a total of R, the shares measured over the last 8
+// of 10 s (after the level has settled, which takes an epoch or two). A
+// key held by its fair tag departs exactly one packet per 1/fair, so its
+// count over the 8 s is fair × 8 s within ±2 (one packet at each end of the
+// window); the level itself is set from whole epochs and so exact here.
+func TestFairShapingFluid(t *testing.T) {
+	const r = 100.0
+	from, to := 2*time.Second, 10*time.Second
+	win := (to - from).Seconds()
+	near := func(t *testing.T, what string, got int, want float64) {
+		t.Helper()
+		if math.Abs(float64(got)-want) > 2 {
+			t.Errorf("%s: %d departures over %v s, want %.0f ± 2", what, got, win, want)
+		}
+	}
+	t.Run("alone", func(t *testing.T) {
+		// One greedy key under a total of 4 keys' limits: its own limit.
+		fr := runFair(t, r, 4*r, []float64{3 * r}, to)
+		fr.checkCaps(t)
+		near(t, "the lone key", fr.in(0, from, to), r*win)
+	})
+	t.Run("two", func(t *testing.T) {
+		// Two greedy keys under 4 limits: each its own limit.
+		fr := runFair(t, r, 4*r, []float64{3 * r, 2 * r}, to)
+		fr.checkCaps(t)
+		for k := range 2 {
+			near(t, "each of two keys", fr.in(k, from, to), r*win)
+		}
+	})
+	t.Run("eight", func(t *testing.T) {
+		// Eight greedy keys under 4 limits: half their own limit each.
+		offered := []float64{2 * r, 3 * r, 2 * r, 5 * r, 2 * r, 4 * r, 2 * r, 3 * r}
+		fr := runFair(t, r, 4*r, offered, to)
+		fr.checkCaps(t)
+		if fr.fair != r/2 {
+			t.Errorf("fair rate %v, want %v", fr.fair, r/2)
+		}
+		for k := range offered {
+			near(t, "each of eight keys", fr.in(k, from, to), r/2*win)
+		}
+	})
+	t.Run("mixed", func(t *testing.T) {
+		// Four keys below the fair share keep their demand (20/s, none
+		// dropped); four greedy ones share the rest: (400 − 80) / 4 =
+		// 80/s each, under their own limit.
+		offered := []float64{20, 3 * r, 20, 2 * r, 20, 5 * r, 20, 2 * r}
+		fr := runFair(t, r, 4*r, offered, to)
+		fr.checkCaps(t)
+		for k, o := range offered {
+			if o == 20 {
+				near(t, "a light key", fr.in(k, from, to), 20*win)
+				if fr.dropped[k] != 0 {
+					t.Errorf("light key %d: %d packets dropped", k, fr.dropped[k])
+				}
+				continue
+			}
+			near(t, "a greedy key beside light ones", fr.in(k, from, to), 80*win)
+		}
+	})
+	t.Run("own-limit-binds", func(t *testing.T) {
+		// Keys of demand 150/s and 60/s under a total of 400/s: max-min
+		// gives 100 (their own limit) to the three greedy ones and 60 to
+		// the light one; 360 < 400, no fair tag holds anyone.
+		offered := []float64{1.5 * r, 1.5 * r, 60, 1.5 * r}
+		fr := runFair(t, r, 4*r, offered, to)
+		fr.checkCaps(t)
+		for k, o := range offered {
+			near(t, "a key under its own limit", fr.in(k, from, to), min(o, r)*win)
+		}
+	})
+}
+
+// TestFairNoAllocs: a shaping decision with a total allocates nothing,
+// held, overflowing or accepted now.
+func TestFairNoAllocs(t *testing.T) {
+	e := mustPolicy(t, Policy{
+		Rules:  []Rule{{Name: "s", Limit: Config{Rate: 1000, Burst: 2, Shape: true, MaxDelay: int64(10 * time.Millisecond)}, Total: "t"}},
+		Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: 4000, Burst: 4}}},
+	})
+	pkts := make([][]byte, 16)
+	for i := range pkts {
+		pkts[i] = udp(i, 1, 8)
+	}
+	now, i := t0, 0
+	var d Decision
+	if n := testing.AllocsPerRun(20000, func() {
+		now += 20_000 // 50 000/s offered, 4 000/s through
+		e.DecidePacket(pkts[i%len(pkts)], nil, now, &d)
+		i++
+	}); n != 0 {
+		t.Errorf("%v allocs per shaping decision with a total", n)
+	}
+	if s := e.Stats(); s.Delayed == 0 || s.ShapeOverflow == 0 {
+		t.Errorf("the run held %d and overflowed %d: want both", s.Delayed, s.ShapeOverflow)
+	}
+}
+
+// TestFairReloadKeepsLevel: a reload that keeps the total keeps its fair
+// level and queue (the total's state), as a policing total's.
+func TestFairReloadKeepsLevel(t *testing.T) {
+	p := Policy{
+		Rules:  []Rule{{Name: "s", Limit: Config{Rate: 100, Burst: 2, Shape: true, MaxDelay: int64(200 * time.Millisecond)}, Total: "t"}},
+		Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: 400, Burst: 4}}},
+	}
+	e := mustPolicy(t, p)
+	now := t0
+	for range 4000 { // 8 keys, 200/s each, for 2.5 s
+		now += int64(time.Second / 1600)
+		e.Decide(udp(int(now/int64(time.Second/1600))%8, 1, 8), now)
+	}
+	if e.FairRate(0) != 50 {
+		t.Fatalf("fair rate %v before the reload, want 50", e.FairRate(0))
+	}
+	p.Rules[0].Shadow = true // the rule keeps its flows too
+	ne, _, err := e.Reload(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ne.FairRate(0) != 50 || ne.TotalStats(0) != e.TotalStats(0) {
+		t.Errorf("the reloaded total: fair rate %v, %+v; want 50, %+v", ne.FairRate(0), ne.TotalStats(0), e.TotalStats(0))
+	}
+}
