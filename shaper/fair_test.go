@@ -243,7 +243,7 @@ func TestFairReloadKeepsLevel(t *testing.T) {
 	if e.FairRate(0) != 50 {
 		t.Fatalf("fair rate %v before the reload, want 50", e.FairRate(0))
 	}
-	p.Rules[0].Shadow = true // the rule keeps its flows too
+	p.Rules[0].Mark = 1 // a change that keeps the rule's flows too
 	ne, _, err := e.Reload(p)
 	if err != nil {
 		t.Fatal(err)
