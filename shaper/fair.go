@@ -42,7 +42,12 @@ import "github.com/packetshaper/packetshaper/flows"
 // max-delay after its arrival); a packet that would wait longer than its
 // rule's max-delay, by its key, the total or its tag, is dropped and costs
 // neither bucket anything. The level lags demand by one epoch: a new key
-// waits at most an epoch before the others make room. The state is O(1)
+// waits at most an epoch before the others make room. A key below the
+// level is never held by its tag, but the total's bucket is charged in
+// arrival order, so it waits for what the others hold beyond the total's
+// burst, (held − burst) / R: nothing in the steady state when the burst is
+// at least R × max-delay (a byte total's default burst, a tenth of a
+// second at its rate, is for max delays up to 100 ms). The state is O(1)
 // per total (fairState) and three words per key in the key's State, which
 // a shaping token bucket leaves unused: the fair tag (prev) and the epochs
 // it was last counted seen and held in (head, n).

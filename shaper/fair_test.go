@@ -13,21 +13,23 @@ import (
 // fixes it.
 type fairRun struct {
 	r, R, burst, totBurst float64
-	maxDelay             int64
-	deps                 [][]int64 // each key's departures, in order
-	delays               []int64   // every accepted packet's wait
-	dropped              []int     // each key's packets dropped
-	fair                 float64   // the total's fair rate at the end
+	maxDelay              int64
+	deps                  [][]int64 // each key's departures, in order
+	delays                []int64   // every accepted packet's wait
+	maxWait               []int64   // each key's longest wait
+	dropped               []int     // each key's packets dropped
+	fair                  float64   // the total's fair rate at the end
 }
 
 // runFair offers key k offered[k] packets per second for dur, evenly
 // spaced (each key at its own phase), through a shaping rule of rate r
-// (burst 2, max delay 200 ms) and a shaping total of rate R (burst 4).
-func runFair(t *testing.T, r, R float64, offered []float64, dur time.Duration) *fairRun {
+// (burst 2, max delay 200 ms) and a shaping total of rate R and burst
+// totBurst.
+func runFair(t *testing.T, r, R, totBurst float64, offered []float64, dur time.Duration) *fairRun {
 	t.Helper()
 	const t0 = int64(1e18) // on an epoch boundary, as any start may be
-	fr := &fairRun{r: r, R: R, burst: 2, totBurst: 4, maxDelay: int64(200 * time.Millisecond),
-		deps: make([][]int64, len(offered)), dropped: make([]int, len(offered))}
+	fr := &fairRun{r: r, R: R, burst: 2, totBurst: totBurst, maxDelay: int64(200 * time.Millisecond),
+		deps: make([][]int64, len(offered)), dropped: make([]int, len(offered)), maxWait: make([]int64, len(offered))}
 	e := mustPolicy(t, Policy{
 		Rules:  []Rule{{Name: "s", Limit: Config{Rate: r, Burst: fr.burst, Shape: true, MaxDelay: fr.maxDelay}, Total: "t"}},
 		Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: R, Burst: fr.totBurst}}},
@@ -61,6 +63,7 @@ func runFair(t *testing.T, r, R float64, offered []float64, dur time.Duration) *
 		case d.Depart != 0:
 			fr.deps[a.key] = append(fr.deps[a.key], d.Depart-t0)
 			fr.delays = append(fr.delays, d.Depart-a.at)
+			fr.maxWait[a.key] = max(fr.maxWait[a.key], d.Depart-a.at)
 		default:
 			fr.deps[a.key] = append(fr.deps[a.key], a.at-t0)
 			fr.delays = append(fr.delays, 0)
@@ -83,8 +86,9 @@ func (fr *fairRun) in(k int, from, to time.Duration) int {
 
 // checkCaps checks what holds whatever the shares: no key above its own
 // limit (its departures a token bucket of rate r, burst 2 would pass), all
-// departures within rate R, burst 4 of the total from the start and within
-// R × (T + max delay) + burst over any interval T, and no packet held
+// departures within the total's bucket (rate R, burst totBurst; what
+// fair.go guarantees is that from any instant none is held, and R × (T +
+// max delay) + burst over any interval T, checked too), and no packet held
 // beyond the max delay.
 func (fr *fairRun) checkCaps(t *testing.T) {
 	t.Helper()
@@ -147,13 +151,13 @@ func TestFairShapingFluid(t *testing.T) {
 	}
 	t.Run("alone", func(t *testing.T) {
 		// One greedy key under a total of 4 keys' limits: its own limit.
-		fr := runFair(t, r, 4*r, []float64{3 * r}, to)
+		fr := runFair(t, r, 4*r, 4, []float64{3 * r}, to)
 		fr.checkCaps(t)
 		near(t, "the lone key", fr.in(0, from, to), r*win)
 	})
 	t.Run("two", func(t *testing.T) {
 		// Two greedy keys under 4 limits: each its own limit.
-		fr := runFair(t, r, 4*r, []float64{3 * r, 2 * r}, to)
+		fr := runFair(t, r, 4*r, 4, []float64{3 * r, 2 * r}, to)
 		fr.checkCaps(t)
 		for k := range 2 {
 			near(t, "each of two keys", fr.in(k, from, to), r*win)
@@ -162,7 +166,7 @@ func TestFairShapingFluid(t *testing.T) {
 	t.Run("eight", func(t *testing.T) {
 		// Eight greedy keys under 4 limits: half their own limit each.
 		offered := []float64{2 * r, 3 * r, 2 * r, 5 * r, 2 * r, 4 * r, 2 * r, 3 * r}
-		fr := runFair(t, r, 4*r, offered, to)
+		fr := runFair(t, r, 4*r, 4, offered, to)
 		fr.checkCaps(t)
 		if fr.fair != r/2 {
 			t.Errorf("fair rate %v, want %v", fr.fair, r/2)
@@ -174,19 +178,28 @@ func TestFairShapingFluid(t *testing.T) {
 	t.Run("mixed", func(t *testing.T) {
 		// Four keys below the fair share keep their demand (20/s, none
 		// dropped); four greedy ones share the rest: (400 − 80) / 4 =
-		// 80/s each, under their own limit.
+		// 80/s each, under their own limit. The total's bucket is
+		// charged at arrival, so a light key waits behind what the
+		// greedy keys hold beyond the total's burst (here up to 200 ms
+		// × 320/s − 4): with a burst of the total's rate × max delay
+		// (80) it waits for nothing.
 		offered := []float64{20, 3 * r, 20, 2 * r, 20, 5 * r, 20, 2 * r}
-		fr := runFair(t, r, 4*r, offered, to)
-		fr.checkCaps(t)
-		for k, o := range offered {
-			if o == 20 {
-				near(t, "a light key", fr.in(k, from, to), 20*win)
-				if fr.dropped[k] != 0 {
-					t.Errorf("light key %d: %d packets dropped", k, fr.dropped[k])
+		for _, tb := range []float64{4, 80} {
+			fr := runFair(t, r, 4*r, tb, offered, to)
+			fr.checkCaps(t)
+			for k, o := range offered {
+				if o == 20 {
+					near(t, "a light key", fr.in(k, from, to), 20*win)
+					if fr.dropped[k] != 0 {
+						t.Errorf("light key %d: %d packets dropped", k, fr.dropped[k])
+					}
+					if tb == 80 && fr.maxWait[k] != 0 {
+						t.Errorf("light key %d waited %v under a total of burst 80", k, time.Duration(fr.maxWait[k]))
+					}
+					continue
 				}
-				continue
+				near(t, "a greedy key beside light ones", fr.in(k, from, to), 80*win)
 			}
-			near(t, "a greedy key beside light ones", fr.in(k, from, to), 80*win)
 		}
 	})
 	t.Run("own-limit-binds", func(t *testing.T) {
@@ -194,7 +207,7 @@ func TestFairShapingFluid(t *testing.T) {
 		// gives 100 (their own limit) to the three greedy ones and 60 to
 		// the light one; 360 < 400, no fair tag holds anyone.
 		offered := []float64{1.5 * r, 1.5 * r, 60, 1.5 * r}
-		fr := runFair(t, r, 4*r, offered, to)
+		fr := runFair(t, r, 4*r, 4, offered, to)
 		fr.checkCaps(t)
 		for k, o := range offered {
 			near(t, "a key under its own limit", fr.in(k, from, to), min(o, r)*win)
