@@ -93,21 +93,7 @@ func benchShape(b *testing.B, pkts [][]byte, total bool) {
 		p.Totals = []Total{{Name: "t", Limit: TotalConfig{Rate: rate * float64(n) / 2, Burst: 1}}}
 	}
 	e := mustPolicy(b, p)
-	var d Decision
-	now := t0
-	for _, p := range pkts {
-		e.DecidePacket(p, nil, now, &d)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	i := 0
-	for b.Loop() {
-		now += 100
-		e.DecidePacket(pkts[i], nil, now, &d)
-		if i++; i == n {
-			i = 0
-		}
-	}
+	loopDecide(b, e, pkts)
 	b.StopTimer()
 	s := e.Stats()
 	b.ReportMetric(float64(s.Delayed)/float64(s.Packets), "delayed/op")
