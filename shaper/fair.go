@@ -151,7 +151,9 @@ func (e *Engine) shapeTotal(r *hotRule, f *flow, p *flows.Packet, m *Meta, now, 
 	} else {
 		t.fair.light += tc
 	}
-	k.prev = dep + int64(float64(tc)*t.fair.spacing)
+	// The tag's step, capped where it would overflow (2⁶⁰ ns is 36
+	// years: a key that far behind its share is refused all the same).
+	k.prev = dep + int64(min(float64(tc)*t.fair.spacing, 1<<60))
 	t.stats.Accepted++
 	e.accepted(rs, f, now, dep, d)
 }

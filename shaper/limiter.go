@@ -121,7 +121,9 @@ type State struct {
 	// has no windows: win:cur (high:low words, as uint64) is the fraction
 	// of a nano-unit its refill has earned and not yet added to tokens, in
 	// units of 2⁻¹²⁸, so that no refill is lost to rounding (State stays
-	// 72 bytes; flows' TestFlowStateSize).
+	// 72 bytes; flows' TestFlowStateSize). A token bucket that shapes
+	// under a total keeps its key's fair tag in prev and the epochs it
+	// was last counted in in head and n (fair.go).
 	win       int64
 	cur, prev int64
 	// log is the sliding-window log: a ring of accepted timestamps,
