@@ -19,6 +19,11 @@ type fairRun struct {
 	maxWait               []int64   // each key's longest wait
 	dropped               []int     // each key's packets dropped
 	fair                  float64   // the total's fair rate at the end
+	// payloads, if set, makes the rule and total count bytes, key k's
+	// i-th packet carrying payloads[i % len] bytes of UDP payload (28
+	// more of IP and UDP headers); costs are each departure's.
+	payloads []int
+	costs    [][]int64
 }
 
 // runFair offers key k offered[k] packets per second for dur, evenly
@@ -27,12 +32,20 @@ type fairRun struct {
 // totBurst.
 func runFair(t *testing.T, r, R, totBurst float64, offered []float64, dur time.Duration) *fairRun {
 	t.Helper()
+	return (&fairRun{r: r, R: R, burst: 2, totBurst: totBurst}).run(t, offered, dur)
+}
+
+// run is runFair with fr's settings (max delay 200 ms).
+func (fr *fairRun) run(t *testing.T, offered []float64, dur time.Duration) *fairRun {
+	t.Helper()
 	const t0 = int64(1e18) // on an epoch boundary, as any start may be
-	fr := &fairRun{r: r, R: R, burst: 2, totBurst: totBurst, maxDelay: int64(200 * time.Millisecond),
-		deps: make([][]int64, len(offered)), dropped: make([]int, len(offered)), maxWait: make([]int64, len(offered))}
+	fr.maxDelay = int64(200 * time.Millisecond)
+	fr.deps, fr.costs = make([][]int64, len(offered)), make([][]int64, len(offered))
+	fr.dropped, fr.maxWait = make([]int, len(offered)), make([]int64, len(offered))
+	bytes := fr.payloads != nil
 	e := mustPolicy(t, Policy{
-		Rules:  []Rule{{Name: "s", Limit: Config{Rate: r, Burst: fr.burst, Shape: true, MaxDelay: fr.maxDelay}, Total: "t"}},
-		Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: R, Burst: fr.totBurst}}},
+		Rules:  []Rule{{Name: "s", Limit: Config{Rate: fr.r, Bytes: bytes, Burst: fr.burst, Shape: true, MaxDelay: fr.maxDelay}, Total: "t"}},
+		Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: fr.R, Bytes: bytes, Burst: fr.totBurst}}},
 	})
 	type arrival struct {
 		at  int64
@@ -50,35 +63,52 @@ func runFair(t *testing.T, r, R, totBurst float64, offered []float64, dur time.D
 		}
 	}
 	slices.SortStableFunc(as, func(a, b arrival) int { return int(a.at - b.at) })
-	pkts := make([][]byte, len(offered))
-	for k := range pkts {
-		pkts[k] = udp(k+1, 1, 8)
+	sizes := fr.payloads
+	if sizes == nil {
+		sizes = []int{8}
 	}
+	var pkts [][][]byte // key, size
+	for k := range offered {
+		var ps [][]byte
+		for _, n := range sizes {
+			ps = append(ps, udp(k+1, 1, n))
+		}
+		pkts = append(pkts, ps)
+	}
+	sent := make([]int, len(offered))
 	var d Decision
 	for _, a := range as {
-		e.DecidePacket(pkts[a.key], nil, a.at, &d)
+		p := pkts[a.key][sent[a.key]%len(sizes)]
+		sent[a.key]++
+		cost := int64(1)
+		if bytes {
+			cost = int64(len(p))
+		}
+		e.DecidePacket(p, nil, a.at, &d)
+		wait := int64(0)
 		switch {
 		case d.Verdict == Drop:
 			fr.dropped[a.key]++
+			continue
 		case d.Depart != 0:
-			fr.deps[a.key] = append(fr.deps[a.key], d.Depart-t0)
-			fr.delays = append(fr.delays, d.Depart-a.at)
-			fr.maxWait[a.key] = max(fr.maxWait[a.key], d.Depart-a.at)
-		default:
-			fr.deps[a.key] = append(fr.deps[a.key], a.at-t0)
-			fr.delays = append(fr.delays, 0)
+			wait = d.Depart - a.at
 		}
+		fr.deps[a.key] = append(fr.deps[a.key], a.at+wait-t0)
+		fr.costs[a.key] = append(fr.costs[a.key], cost)
+		fr.delays = append(fr.delays, wait)
+		fr.maxWait[a.key] = max(fr.maxWait[a.key], wait)
 	}
 	fr.fair = e.FairRate(0)
 	return fr
 }
 
-// in counts key k's departures in [from, to).
+// in counts key k's departures in [from, to): packets, or bytes when the
+// run counts bytes.
 func (fr *fairRun) in(k int, from, to time.Duration) int {
 	n := 0
-	for _, d := range fr.deps[k] {
+	for i, d := range fr.deps[k] {
 		if d >= int64(from) && d < int64(to) {
-			n++
+			n += int(fr.costs[k][i])
 		}
 	}
 	return n
@@ -92,25 +122,31 @@ func (fr *fairRun) in(k int, from, to time.Duration) int {
 // beyond the max delay.
 func (fr *fairRun) checkCaps(t *testing.T) {
 	t.Helper()
-	var all []int64
+	var all []fairDep
 	for k, deps := range fr.deps {
-		if !conforms(deps, fr.r, fr.burst) {
+		var mine []fairDep
+		for i, d := range deps {
+			mine = append(mine, fairDep{d, fr.costs[k][i]})
+		}
+		if !conforms(mine, fr.r, fr.burst) {
 			t.Errorf("key %d departs faster than its own limit of %v/s, burst %v", k, fr.r, fr.burst)
 		}
-		all = append(all, deps...)
+		all = append(all, mine...)
 	}
-	slices.Sort(all)
+	slices.SortStableFunc(all, func(a, b fairDep) int { return int(a.at - b.at) })
 	if !conforms(all, fr.R, fr.totBurst) {
 		t.Errorf("the departures pass the total's bucket (%v/s, burst %v) from the start: over it", fr.R, fr.totBurst)
 	}
 	slack := fr.totBurst + fr.R*float64(fr.maxDelay)/1e9
-	j := 0
+	j, sum := 0, int64(0)
 	for i := range all {
-		for all[i]-all[j] > int64(time.Second) {
+		sum += all[i].cost
+		for all[i].at-all[j].at > int64(time.Second) {
+			sum -= all[j].cost
 			j++
 		}
-		if n := float64(i - j + 1); n > fr.R*float64(all[i]-all[j])/1e9+slack+1e-9 {
-			t.Fatalf("%v departures within %v: over R × (T + max delay) + burst", n, time.Duration(all[i]-all[j]))
+		if n := float64(sum); n > fr.R*float64(all[i].at-all[j].at)/1e9+slack+1e-9 {
+			t.Fatalf("%v departing within %v: over R × (T + max delay) + burst", n, time.Duration(all[i].at-all[j].at))
 		}
 	}
 	if m := slices.Max(fr.delays); m > fr.maxDelay {
@@ -118,17 +154,20 @@ func (fr *fairRun) checkCaps(t *testing.T) {
 	}
 }
 
-// conforms reports whether departures (sorted) of cost 1 each pass a token
-// bucket of rate per second and capacity burst, full at 0.
-func conforms(deps []int64, rate, burst float64) bool {
+// fairDep is a departure: its time and cost.
+type fairDep struct{ at, cost int64 }
+
+// conforms reports whether deps (sorted by time) pass a token bucket of
+// rate per second and capacity burst, full at 0.
+func conforms(deps []fairDep, rate, burst float64) bool {
 	tokens, last := burst, int64(0)
 	for _, d := range deps {
-		tokens = min(burst, tokens+rate*float64(d-last)/1e9)
-		last = d
-		if tokens < 1-1e-9 {
+		tokens = min(burst, tokens+rate*float64(d.at-last)/1e9)
+		last = d.at
+		if tokens < float64(d.cost)-1e-9 {
 			return false
 		}
-		tokens--
+		tokens -= float64(d.cost)
 	}
 	return true
 }
@@ -199,6 +238,20 @@ func TestFairShapingFluid(t *testing.T) {
 					continue
 				}
 				near(t, "a greedy key beside light ones", fr.in(k, from, to), 80*win)
+			}
+		}
+	})
+	t.Run("bytes", func(t *testing.T) {
+		// Bytes, packets of 100, 600 and 1 500 in turn (the quantum is
+		// a packet: its cost at the fair rate): eight greedy keys of
+		// 100 000 B/s under 400 000 B/s get 50 000 B/s each, within a
+		// packet at each end of the window (±3 000 B).
+		fr := (&fairRun{r: 1e5, R: 4e5, burst: 3000, totBurst: 6000, payloads: []int{72, 572, 1472}}).run(t,
+			[]float64{300, 400, 300, 500, 300, 400, 300, 600}, to)
+		fr.checkCaps(t)
+		for k := range 8 {
+			if got := fr.in(k, from, to); math.Abs(float64(got)-5e4*win) > 3000 {
+				t.Errorf("key %d: %d bytes over %v s, want %.0f ± 3000", k, got, win, 5e4*win)
 			}
 		}
 	})
