@@ -120,12 +120,9 @@ func (e *Engine) shapeTotal(r *hotRule, f *flow, p *flows.Packet, m *Meta, now, 
 		t.fair.seen++
 	}
 	hold := e.holdRoom > 0
-	// The total's bucket, with the rule's max delay (a copy: no
-	// allocation, and the total's Limiter stays the policing one).
-	tl := t.lim
-	tl.maxDelay = rs.lim.maxDelay
+	// The total's bucket holds the packet up to the rule's max delay.
 	saved, keySaved := t.state, *k
-	at, ok := tl.Depart(&t.state, now, tc, hold)
+	at, ok := t.lim.departWithin(&t.state, now, tc, hold, rs.lim.maxDelay)
 	if !ok {
 		t.stats.Dropped++
 		d.OverTotal = true
