@@ -41,8 +41,9 @@ import "github.com/packetshaper/packetshaper/flows"
 // lower bound on every departure, and no packet departs more than
 // max-delay after its arrival); a packet that would wait longer than its
 // rule's max-delay, by its key, the total or its tag, is dropped and costs
-// neither bucket anything. The level lags demand by one epoch: a new key
-// waits at most an epoch before the others make room. A key below the
+// neither bucket anything. The level lags demand by one epoch: the others
+// make room for a new key from the next epoch on, once what they hold
+// already has left (at most max-delay). A key below the
 // level is never held by its tag, but the total's bucket is charged in
 // arrival order, so it waits for what the others hold beyond the total's
 // burst, (held − burst) / R: nothing in the steady state when the burst is
