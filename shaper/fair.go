@@ -107,7 +107,7 @@ func epochTag(ep int64) int32 { return int32(ep&(1<<30-1)) + 1 }
 func (e *Engine) FairRate(i int) float64 { return e.totals[i].st.fair.rate }
 
 // shapeTotal decides a packet of flow f of a shaping rule r with a total:
-// held until its key, the total and its fair tag all allow it (see the
+// held until its key, the total and its fair tag all allow it (see
 // fair.go's opening comment), or dropped as ShapeOverflow, charged to
 // neither, if that is beyond its rule's max delay or the caller can hold no
 // more.
