@@ -16,7 +16,7 @@ import (
 // (accepted now, held for the same nanoseconds, dropped over the max
 // delay) is the one live gives the same packets at the same times.
 func TestReplayShapingTotal(t *testing.T) {
-	for _, keys := range []int{1, 8, 100} {
+	for _, keys := range []int{1, 8, 100, 1000} {
 		t.Run(fmt.Sprintf("keys=%d", keys), func(t *testing.T) { replayShapingTotal(t, keys) })
 	}
 }
