@@ -34,6 +34,37 @@ func compilePolicy(t testing.TB, text string) shaper.Policy {
 	return compile(t, text).Policy()
 }
 
+// newTestEngine is the engine of the policy text serving queues, each over
+// a fake queue (woken all together): the daemon tests' one way to an
+// engine of a policy.
+func newTestEngine(t testing.TB, text string, queues ...uint16) (*shared, []*fakeQueue) {
+	t.Helper()
+	eng, err := shaper.NewPolicy(compilePolicy(t, text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := newEngine(queues, eng)
+	fqs := make([]*fakeQueue, len(sh.ws))
+	for i, w := range sh.ws {
+		fqs[i] = &fakeQueue{}
+		w.q = fqs[i]
+	}
+	sh.wake = func() {
+		for _, fq := range fqs {
+			fq.Wake()
+		}
+	}
+	return sh, fqs
+}
+
+// newTestWorker is the worker of queue 0, the only one of an engine of
+// the policy text (newTestEngine).
+func newTestWorker(t testing.TB, text string) *worker {
+	t.Helper()
+	sh, _ := newTestEngine(t, text, 0)
+	return sh.ws[0]
+}
+
 func httptestServer(t *testing.T, h http.Handler) string {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)

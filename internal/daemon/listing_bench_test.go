@@ -22,7 +22,7 @@ max-flows = 1000000
 	loadFlows(w, 1000000)
 	r := startFakeRun(w, 100*time.Millisecond, nil)
 	defer r.halt()
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 	path := filepath.Join(b.TempDir(), "s.sock")
 	ln, err := control.Listen(path)
 	if err != nil {

@@ -48,7 +48,7 @@ func TestListFlowsShadowMarks(t *testing.T) {
 	w.decide(batch, make([]nfq.Verdict, len(batch)), int64(2e18))
 	r := startFakeRun(w, time.Millisecond, nil)
 	defer r.halt()
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 	got := map[string]control.Flow{}
 	if err := d.Flows(context.Background(), "", func(f *control.Flow) error { got[f.Rule] = *f; return nil }); err != nil {
 		t.Fatal(err)

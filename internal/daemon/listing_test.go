@@ -11,7 +11,6 @@ import (
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/timing"
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // udpFrom returns an IPv4/UDP packet from 10.a.b.c:sport to 10.0.0.2:9000,
@@ -99,17 +98,6 @@ func b2i(b bool) int {
 	return 0
 }
 
-func newTestWorker(t testing.TB, text string) *worker {
-	t.Helper()
-	eng, err := shaper.NewPolicy(compilePolicy(t, text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorker(0, eng)
-	w.q = &fakeQueue{}
-	return w
-}
-
 const listPolicy = `
 [[rule]]
 name = "a"
@@ -139,7 +127,7 @@ func TestListFlows(t *testing.T) {
 		return []nfq.Packet{{Data: a, Len: len(a)}, {Data: b, Len: len(b)}}
 	})
 	defer r.halt()
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 	seen := map[string]control.Flow{}
 	t0 := time.Now()
 	err := d.Flows(context.Background(), "", func(f *control.Flow) error {
@@ -186,7 +174,7 @@ func TestListFlowsIdle(t *testing.T) {
 	loadFlows(w, n)
 	r := startFakeRun(w, 100*time.Millisecond, nil) // idle every 100 ms, as nfq's timeout
 	defer r.halt()
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 	count := 0
 	t0 := time.Now()
 	if err := d.Flows(context.Background(), "a", func(*control.Flow) error { count++; return nil }); err != nil {
@@ -212,7 +200,7 @@ func TestListFlowsEnds(t *testing.T) {
 	w := newTestWorker(t, listPolicy)
 	loadFlows(w, 5000)
 	r := startFakeRun(w, time.Millisecond, nil)
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 
 	// The reader gives up after 10 flows.
 	stopErr := errors.New("enough")
