@@ -75,15 +75,7 @@ func sendFast(t *testing.T, fp *fastPath, i int) {
 // at once (go test -race).
 func TestFastpathFlowCounts(t *testing.T) {
 	const sources = 300
-	pol := `
-[[rule]]
-name = "k"
-match = { proto = ["udp"], dport = ["9000"] }
-pps = 10
-burst = 10
-key = "src"
-max-flows = 128
-`
+	pol := rule("k", udpDport(9000), "pps = 10", "burst = 10", `key = "src"`, "max-flows = 128")
 	fp := loadFast(t, pol)
 	for i := range sources {
 		sendFast(t, fp, i)

@@ -1,12 +1,15 @@
 package daemon
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
+	"strings"
 	"testing"
 
+	"github.com/packetshaper/packetshaper/nfq"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -27,6 +30,30 @@ func compile(t testing.TB, text string) *policy.Compiled {
 	}
 	return c
 }
+
+// rule is a rule of a policy file: name, matching what match says (the
+// keys of an inline table; "" for every packet), then its settings, one a
+// line ("pps = 10"): the daemon tests' one way to write a rule.
+func rule(name, match string, settings ...string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n[[rule]]\nname = %q\n", name)
+	if match != "" {
+		fmt.Fprintf(&b, "match = { %s }\n", match)
+	}
+	for _, s := range settings {
+		b.WriteString(s + "\n")
+	}
+	return b.String()
+}
+
+// udpSport is a rule's match of UDP from source port p; udpDport, to
+// destination port p.
+func udpSport(p int) string { return fmt.Sprintf(`sport = ["%d"], proto = ["udp"]`, p) }
+func udpDport(p int) string { return fmt.Sprintf(`proto = ["udp"], dport = ["%d"]`, p) }
+
+// acceptRest is a policy's last rule, accepting what the others did not
+// match.
+var acceptRest = rule("rest", "", `action = "accept"`)
 
 // compilePolicy is compile's policy for the engine.
 func compilePolicy(t testing.TB, text string) shaper.Policy {
@@ -63,6 +90,16 @@ func newTestWorker(t testing.TB, text string) *worker {
 	t.Helper()
 	sh, _ := newTestEngine(t, text, 0)
 	return sh.ws[0]
+}
+
+// decideAllocs is the allocations per run of w deciding batch into v,
+// runs times, each step ns after the last: *now, which it advances.
+func decideAllocs(runs int, w *worker, batch []nfq.Packet, v []nfq.Verdict, now *int64, step int64) float64 {
+	return testing.AllocsPerRun(runs, func() {
+		*now += step
+		clear(v)
+		w.decide(batch, v, *now)
+	})
 }
 
 func httptestServer(t *testing.T, h http.Handler) string {

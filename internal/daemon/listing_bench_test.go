@@ -12,13 +12,7 @@ import (
 // BenchmarkListingSocket lists a million flows through the control socket,
 // server and client: the listing's own cost, without a kernel.
 func BenchmarkListingSocket(b *testing.B) {
-	w := newTestWorker(b, `
-[[rule]]
-name = "a"
-pps = 0.001
-burst = 1
-max-flows = 1000000
-`)
+	w := newTestWorker(b, rule("a", "", "pps = 0.001", "burst = 1", "max-flows = 1000000"))
 	loadFlows(w, 1000000)
 	r := startFakeRun(w, 100*time.Millisecond, nil)
 	defer r.halt()

@@ -9,28 +9,9 @@ import (
 	"github.com/packetshaper/packetshaper/nfq"
 )
 
-const shadowListPolicy = `
-[[rule]]
-name = "enforced"
-match = { sport = ["1000"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-
-[[rule]]
-name = "trial"
-match = { sport = ["1001"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-mode = "shadow"
-
-[[rule]]
-name = "marking"
-match = { sport = ["1002"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-on-exceed = "mark"
-set-mark = "0x1/0x1"
-`
+var shadowListPolicy = rule("enforced", udpSport(1000), "pps = 0.001", "burst = 1") +
+	rule("trial", udpSport(1001), "pps = 0.001", "burst = 1", `mode = "shadow"`) +
+	rule("marking", udpSport(1002), "pps = 0.001", "burst = 1", `on-exceed = "mark"`, `set-mark = "0x1/0x1"`)
 
 // TestListFlowsShadowMarks: a listing (packetshaper flows) counts the
 // packets over a shadow rule's limit as shadow_dropped and those over a

@@ -98,20 +98,8 @@ func b2i(b bool) int {
 	return 0
 }
 
-const listPolicy = `
-[[rule]]
-name = "a"
-match = { sport = ["1000"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-max-flows = 200000
-
-[[rule]]
-name = "b"
-match = { sport = ["1001"], proto = ["udp"] }
-pps = 10
-burst = 5
-`
+var listPolicy = rule("a", udpSport(1000), "pps = 0.001", "burst = 1", "max-flows = 200000") +
+	rule("b", udpSport(1001), "pps = 10", "burst = 5")
 
 // TestListFlows: a listing while traffic flows (new flows and old ones
 // sending) sees every flow held all along once, with its counters; rule b's

@@ -76,23 +76,8 @@ func (m fakeMonitor) Total() failopen.FailOpenStats         { return failopen.Fa
 
 // testPolicy is two limit rules, by source port: "a" (sport 1000, burst 2)
 // and "b" (sport 1001, burst 3), and "rest" accepting the others.
-const testPolicy = `
-[[rule]]
-name = "a"
-match = { sport = ["1000"], proto = ["udp"] }
-pps = 0.001
-burst = 2
-
-[[rule]]
-name = "b"
-match = { sport = ["1001"], proto = ["udp"] }
-pps = 0.001
-burst = 3
-
-[[rule]]
-name = "rest"
-action = "accept"
-`
+var testPolicy = rule("a", udpSport(1000), "pps = 0.001", "burst = 2") +
+	rule("b", udpSport(1001), "pps = 0.001", "burst = 3") + acceptRest
 
 // decidedEngine is the engine of the policy text serving queues 3, 4, ...
 // (one per element of sports) over fake queues: queue 3+i, in turn, has

@@ -21,18 +21,7 @@ import (
 // srcPolicy limits each UDP source to a burst of 5 packets at pps packets
 // a second, and accepts what it does not match.
 func srcPolicy(pps string) string {
-	return `
-[[rule]]
-name = "per-src"
-match = { proto = ["udp"] }
-key = "src"
-pps = ` + pps + `
-burst = 5
-
-[[rule]]
-name = "rest"
-action = "accept"
-`
+	return rule("per-src", `proto = ["udp"]`, `key = "src"`, "pps = "+pps, "burst = 5") + acceptRest
 }
 
 // mqPolicy limits each source to 5 packets (a rate too low to refill
