@@ -39,7 +39,7 @@ func loadFast(t *testing.T, text string) *fastPath {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := &fastPath{log: slog.New(slog.NewTextHandler(io.Discard, nil)), punt: spec.PuntMark, prog: prog, index: kernelRules(spec), carry: map[string]fastpath.Counters{}}
+	fp := &fastPath{log: slog.New(slog.NewTextHandler(io.Discard, nil)), punt: spec.PuntMark, prog: prog, index: kernelRules(spec), carry: map[string]carried{}}
 	t.Cleanup(fp.close)
 	return fp
 }

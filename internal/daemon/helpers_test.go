@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -20,15 +22,26 @@ func goVersion() string { return runtime.Version() }
 // t on an error: the daemon tests' one way to a policy.
 func compile(t testing.TB, text string) *policy.Compiled {
 	t.Helper()
+	var c *policy.Compiled
 	f, err := policy.Parse("p.toml", []byte(text))
-	if err != nil {
-		t.Fatal(err)
+	if err == nil {
+		c, err = f.Compile(policy.Options{})
 	}
-	c, err := f.Compile(policy.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// writeFile writes a file of data, mode perm, in t's temporary directory
+// dir and returns its path.
+func writeFile(t testing.TB, dir, name, data string, perm os.FileMode) string {
+	t.Helper()
+	path := filepath.Join(dir, name)
+	if err := os.WriteFile(path, []byte(data), perm); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // rule is a rule of a policy file: name, matching what match says (the
