@@ -76,7 +76,8 @@ func (d *state) maxQueueLen() uint32 {
 
 // sample reads one queue's counters now.
 func (d *state) sample(w *worker) queueSample {
-	s := queueSample{Stats: w.q.Stats(), hold: w.q.HoldStats(), maxLen: d.maxQueueLen(), latency: w.q.Latency(), lateHist: cumulative(w.q.LateHistogram(latencyBounds), latencyBounds)}
+	s := queueSample{Stats: w.q.Stats(), hold: w.q.HoldStats(), maxLen: d.maxQueueLen(),
+		latency: w.q.Latency(), lateHist: cumulative(w.q.LateHistogram(latencyBounds), latencyBounds)}
 	if d.cfg.Queue.Latency {
 		s.latencyHist = cumulative(w.q.LatencyHistogram(latencyBounds), latencyBounds)
 	}
