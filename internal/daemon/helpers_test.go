@@ -97,6 +97,11 @@ func newTestEngine(t testing.TB, text string, queues ...uint16) (*shared, []*fak
 	return sh, fqs
 }
 
+// newWorker returns the worker of one queue, the only one of engine eng.
+func newWorker(queue uint16, eng *shaper.Engine) *worker {
+	return newEngine([]uint16{queue}, eng).ws[0]
+}
+
 // newTestWorker is the worker of queue 0, the only one of an engine of
 // the policy text (newTestEngine).
 func newTestWorker(t testing.TB, text string) *worker {

@@ -24,7 +24,7 @@ func udpFrom(i int, sport uint16) []byte {
 
 // fakeRun is a worker's queue goroutine without a kernel: it decides a
 // batch of traffic(n) every period (no traffic if traffic is nil), calls
-// idle when woken, and closes the worker's stopped at the end.
+// idle when woken, and stops the worker at the end (worker.stop).
 type fakeRun struct {
 	w      *worker
 	wakeCh chan struct{}
@@ -43,7 +43,7 @@ func startFakeRun(w *worker, period time.Duration, traffic func(n int) []nfq.Pac
 	}
 	go func() {
 		defer close(r.done)
-		defer close(w.stopped)
+		defer func() { w.stop(r.now) }()
 		t := time.NewTicker(period)
 		defer t.Stop()
 		for n := 0; ; n++ {

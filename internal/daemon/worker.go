@@ -133,11 +133,6 @@ func (r *ruleSnap) pathLabel() string {
 
 const snapEvery = int64(100 * time.Millisecond)
 
-// newWorker returns the worker of one queue, the only one of engine eng.
-func newWorker(queue uint16, eng *shaper.Engine) *worker {
-	return newEngine([]uint16{queue}, eng).ws[0]
-}
-
 // newEngine returns the engine eng serving queues, with their workers.
 func newEngine(queues []uint16, eng *shaper.Engine) *shared {
 	sh := &shared{eng: eng, listTurn: make(chan struct{}, 1), done: make(chan struct{})}
@@ -147,9 +142,6 @@ func newEngine(queues []uint16, eng *shaper.Engine) *shared {
 		ws[i].meta.Queue = q
 	}
 	sh.ws = ws
-	if len(ws) == 1 {
-		sh.done = ws[0].stopped // one channel: tests close stopped
-	}
 	sh.wake = func() {}
 	sh.running.Store(int32(len(ws)))
 	sh.cur.Store(eng)
@@ -165,7 +157,7 @@ func (w *worker) stop(now int64) {
 	w.snapshot(now)
 	w.mu.Unlock()
 	close(w.stopped)
-	if w.running.Add(-1) == 0 && w.done != w.stopped {
+	if w.running.Add(-1) == 0 {
 		close(w.done)
 	}
 }
