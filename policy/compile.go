@@ -49,6 +49,9 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 	for i := range specs {
 		global = global || specs[i].rule.Limit.Global
 	}
+	for _, t := range totals {
+		global = global || t.Limit.Global
+	}
 	if c.redis != nil && !global {
 		c.warnings = append(c.warnings, "[redis]: no rule is global (scope = \"global\"): the store is not used")
 	}
