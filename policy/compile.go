@@ -173,13 +173,7 @@ func (c *Compiled) Redis() *Redis { return c.redis }
 
 // GlobalRules names the global rules (scope = "global").
 func (c *Compiled) GlobalRules() []string {
-	var names []string
-	for _, r := range c.rules {
-		if r.Limit.Global {
-			names = append(names, r.Name)
-		}
-	}
-	return names
+	return globalNames(c.rules, func(r shaper.Rule) (string, bool) { return r.Name, r.Limit.Global })
 }
 
 // IfaceID returns the id that a packet's interface named name must carry in

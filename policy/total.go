@@ -193,10 +193,16 @@ func globalTotal(totals []shaper.Total, name string) bool {
 // GlobalTotals names the global totals (scope = "global"), as the engine
 // names them (a rule's own: OwnTotalName).
 func (c *Compiled) GlobalTotals() []string {
+	return globalNames(c.totals, func(t shaper.Total) (string, bool) { return t.Name, t.Limit.Global })
+}
+
+// globalNames names the items of xs that are global, in order (nil for
+// none): name returns an item's name and whether it is.
+func globalNames[T any](xs []T, name func(T) (string, bool)) []string {
 	var names []string
-	for _, t := range c.totals {
-		if t.Limit.Global {
-			names = append(names, t.Name)
+	for _, x := range xs {
+		if n, ok := name(x); ok {
+			names = append(names, n)
 		}
 	}
 	return names

@@ -65,7 +65,7 @@ func TestGlobalTotalTwoHosts(t *testing.T) {
 		step              = int64(1e6)
 	)
 	run := func(shared bool) (perHost [2]uint64, perKey [2][keys]int, asks int) {
-		store := &fleetStore{lim: mustLimiter(t, LimiterConfig{Algorithm: TokenBucket, Rate: rate, Burst: burst})}
+		store := &fleetStore{lim: newLimiterOK(LimiterConfig{Algorithm: TokenBucket, Rate: rate, Burst: burst})}
 		store.lim.Reset(&store.state, t0)
 		var hosts [2]*Engine
 		var srcs [2]*fakeGlobal
@@ -182,7 +182,7 @@ func TestGlobalTotalFallback(t *testing.T) {
 	}
 	l := g.leases[TotalKey]
 	l.TakeDemand()
-	fb := mustLimiter(t, LimiterConfig{Algorithm: TokenBucket, Rate: 50, Burst: 5})
+	fb := newLimiterOK(LimiterConfig{Algorithm: TokenBucket, Rate: 50, Burst: 5})
 	g.local.SetFallback(fb)
 	if e.Decide(udp(1, 1, 8), t0) != Drop {
 		t.Error("the fallback did not start spent")
@@ -190,24 +190,12 @@ func TestGlobalTotalFallback(t *testing.T) {
 	if d := l.TakeDemand(); d != 1 {
 		t.Errorf("demand %d in fallback, want 1", d)
 	}
-	acc := 0
-	for i := 0; i < 100; i++ {
-		if e.Decide(udp(i, 1, 8), t0+int64(1e9)) == Accept {
-			acc++
-		}
-	}
-	if acc != 5 {
+	if acc := acceptedOf(e, 100, t0+int64(1e9)); acc != 5 {
 		t.Errorf("the fallback accepted %d after 1 s at 50/s, burst 5: want 5", acc)
 	}
 	g.local.SetFallback(nil)
 	l.Grant(4, t0+int64(1e10)) // the credit charged, 3 granted
-	acc = 0
-	for i := 0; i < 10; i++ {
-		if e.Decide(udp(i, 1, 8), t0+int64(2e9)) == Accept {
-			acc++
-		}
-	}
-	if acc != 3 {
+	if acc := acceptedOf(e, 10, t0+int64(2e9)); acc != 3 {
 		t.Errorf("back on the lease: %d accepted, want its 3 tokens", acc)
 	}
 	l.Retire()
@@ -215,14 +203,8 @@ func TestGlobalTotalFallback(t *testing.T) {
 	if e.Decide(udp(1, 1, 8), t0+int64(3e9)) != Drop {
 		t.Error("no lease and no overflow limiter: accepted")
 	}
-	g.local.SetOverflow(mustLimiter(t, LimiterConfig{Algorithm: TokenBucket, Rate: 10, Burst: 2}))
-	acc = 0
-	for i := 0; i < 10; i++ {
-		if e.Decide(udp(i, 1, 8), t0+int64(3e9)) == Accept {
-			acc++
-		}
-	}
-	if acc != 2 {
+	g.local.SetOverflow(newLimiterOK(LimiterConfig{Algorithm: TokenBucket, Rate: 10, Burst: 2}))
+	if acc := acceptedOf(e, 10, t0+int64(3e9)); acc != 2 {
 		t.Errorf("the overflow limiter accepted %d, want its burst of 2", acc)
 	}
 }
@@ -232,13 +214,7 @@ func TestGlobalTotalFallback(t *testing.T) {
 // state (and lease) only with the same source.
 func TestGlobalTotalReplay(t *testing.T) {
 	e := globalTotalEngine(t, 1000, 100, TotalConfig{Rate: 1e-3, Burst: 3}, nil)
-	acc := 0
-	for i := 0; i < 10; i++ {
-		if e.Decide(udp(i, 1, 8), t0) == Accept {
-			acc++
-		}
-	}
-	if acc != 3 {
+	if acc := acceptedOf(e, 10, t0); acc != 3 {
 		t.Errorf("a global total without a source accepted %d, want its local burst of 3", acc)
 	}
 	g := newFakeGlobal()
@@ -296,13 +272,11 @@ func TestGlobalTotalNoAllocs(t *testing.T) {
 		pkts[i] = udp(i, 1, 8)
 	}
 	now := t0
-	for _, p := range pkts {
-		e.Decide(p, now)
-	}
+	acceptedOf(e, len(pkts), now) // each flow seen once
 	l := g.leases[TotalKey]
 	for _, fallback := range []bool{false, true} {
 		if fallback {
-			g.local.SetFallback(mustLimiter(t, LimiterConfig{Algorithm: TokenBucket, Rate: 1e4, Burst: 100}))
+			g.local.SetFallback(newLimiterOK(LimiterConfig{Algorithm: TokenBucket, Rate: 1e4, Burst: 100}))
 		}
 		i := 0
 		if n := testing.AllocsPerRun(20000, func() {
@@ -316,11 +290,20 @@ func TestGlobalTotalNoAllocs(t *testing.T) {
 	}
 }
 
-func mustLimiter(t testing.TB, c LimiterConfig) *Limiter {
-	t.Helper()
-	l, err := NewLimiter(c)
-	if err != nil {
-		t.Fatal(err)
+// acceptedOf decides a packet of each of the flows 0 to n-1 at now and
+// returns how many were accepted.
+func acceptedOf(e *Engine, n int, now int64) int {
+	acc := 0
+	for i := range n {
+		if e.Decide(udp(i, 1, 8), now) == Accept {
+			acc++
+		}
 	}
+	return acc
+}
+
+// newLimiterOK is NewLimiter for a configuration the test knows is valid.
+func newLimiterOK(c LimiterConfig) *Limiter {
+	l, _ := NewLimiter(c)
 	return l
 }
