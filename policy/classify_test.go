@@ -108,15 +108,30 @@ func addr16(a netip.Addr) [16]byte {
 
 func mustCompile(t testing.TB, src string, o Options) *Compiled {
 	t.Helper()
+	_, c := parseCompile(t, "", src, o)
+	return c
+}
+
+// parseCompile parses src (as p.toml) and compiles it with o; an error of
+// either is fatal, after what (the case, when not empty) and a colon.
+func parseCompile(t testing.TB, what, src string, o Options) (*File, *Compiled) {
+	t.Helper()
+	fatal := func(err error) {
+		t.Helper()
+		if what != "" {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Fatal(err)
+	}
 	f, err := Parse("p.toml", []byte(src))
 	if err != nil {
-		t.Fatal(err)
+		fatal(err)
 	}
 	c, err := f.Compile(o)
 	if err != nil {
-		t.Fatal(err)
+		fatal(err)
 	}
-	return c
+	return f, c
 }
 
 func TestClassify(t *testing.T) {

@@ -40,9 +40,9 @@ func TestCheckGolden(t *testing.T) {
 	}
 }
 
-// roundTrip checks that Format writes what Parse reads back as f with its
-// defaults filled in, and that this is a fixed point.
-func roundTrip(t testing.TB, f *File) {
+// reformat is Parse(Format(f)), and what Format wrote; an error of either
+// is fatal.
+func reformat(t testing.TB, f *File) (*File, *bytes.Buffer) {
 	t.Helper()
 	var b bytes.Buffer
 	if err := f.Format(&b); err != nil {
@@ -52,6 +52,14 @@ func roundTrip(t testing.TB, f *File) {
 	if err != nil {
 		t.Fatalf("Parse(Format(f)): %v\n%s", err, b.Bytes())
 	}
+	return g, &b
+}
+
+// roundTrip checks that Format writes what Parse reads back as f with its
+// defaults filled in, and that this is a fixed point.
+func roundTrip(t testing.TB, f *File) {
+	t.Helper()
+	g, b := reformat(t, f)
 	want := f.WithDefaults().Rules
 	if !reflect.DeepEqual(g.Rules, want) {
 		t.Fatalf("Parse(Format(f)) != f.WithDefaults():\n got %s\nwant %s\n%s", dump(g.Rules), dump(want), b.Bytes())
@@ -250,14 +258,7 @@ func TestBitrateUnits(t *testing.T) {
 		{"0.3bit", "0.3bit", "0.3 bits/s", ""},
 	} {
 		src := "[[rule]]\nname = \"a\"\nbitrate = \"" + c.in + "\"\nburst = 1000000\n"
-		f, err := Parse("p.toml", []byte(src))
-		if err != nil {
-			t.Fatalf("%s: %v", c.in, err)
-		}
-		comp, err := f.Compile(Options{})
-		if err != nil {
-			t.Fatalf("%s: %v", c.in, err)
-		}
+		f, comp := parseCompile(t, c.in, src, Options{})
 		var warns []string
 		if c.warn != "" {
 			warns = []string{c.warn}
