@@ -46,17 +46,11 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 		bad("match.family", -1, "unknown family %q (want ipv4 or ipv6)", m.Family)
 	}
 	addrs := func(field string, items []string) []netip.Prefix {
-		var ps []netip.Prefix
+		ps := parseItems(list, bad, field, items, parsePrefix)
 		fam := [2]bool{}
-		list(field, items, func(j int, v string) {
-			p, err := parsePrefix(v)
-			if err != nil {
-				bad(field, j, "%w", err)
-				return
-			}
-			ps = append(ps, p)
+		for _, p := range ps {
 			fam[b2i(p.Addr().Is6())] = true
-		})
+		}
 		if len(ps) > 0 && len(ps) == len(items) && s.family != 0 && !fam[b2i(s.family == 6)] {
 			bad(field, -1, "never matches: no item is an IPv%d address or CIDR, and match.family is %q", s.family, m.Family)
 		}

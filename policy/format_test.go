@@ -145,14 +145,7 @@ shape = false
 // TestShapeDefaults: shape and max-delay as Compile makes them, with their
 // defaults, and the spellings that mean the same Config.
 func TestShapeDefaults(t *testing.T) {
-	f, err := Parse("p.toml", []byte(shapePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.Compile(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCompile(t, shapePolicy, Options{})
 	rules := c.Policy().Rules
 	for i, want := range []struct {
 		shape    bool
