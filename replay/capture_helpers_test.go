@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/packetshaper/packetshaper/policy"
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // openCaptureErr opens the capture at name for the test (closed at its
@@ -49,4 +50,23 @@ func compileMix(t *testing.T) (comp, markComp *policy.Compiled) {
 		t.Fatal(err)
 	}
 	return comp, markComp
+}
+
+// compileEngine parses src (as name) and compiles it, and an engine of the
+// policy.
+func compileEngine(t testing.TB, name, src string) (*policy.Compiled, *shaper.Engine) {
+	t.Helper()
+	f, err := policy.Parse(name, []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	comp, err := f.Compile(policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := shaper.NewPolicy(comp.Policy())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return comp, eng
 }
