@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,7 +12,6 @@ import (
 // memory of its maps; a max-flows over the maximum is said, not an error
 // (the policy runs, through NFQUEUE).
 func TestCheckFastpathKernel(t *testing.T) {
-	dir := t.TempDir()
 	for _, c := range []struct {
 		flows string
 		want  string
@@ -22,10 +19,7 @@ func TestCheckFastpathKernel(t *testing.T) {
 		{"65536", " MiB preallocated (at most 256 MiB)"},
 		{"4194304", "over the 256 MiB maximum: packetshaper --fastpath would refuse the program"},
 	} {
-		pol := filepath.Join(dir, "p.toml")
-		if err := os.WriteFile(pol, []byte("[[rule]]\nname = \"tb\"\nmatch.proto = [\"udp\"]\npps = 100\nmax-flows = "+c.flows+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		pol := writeFile(t, "p.toml", "[[rule]]\nname = \"tb\"\nmatch.proto = [\"udp\"]\npps = 100\nmax-flows = "+c.flows+"\n")
 		var out, errb bytes.Buffer
 		if code := run([]string{"check", "--fastpath", pol}, &out, &errb); code != 0 {
 			t.Fatalf("check --fastpath: %d %s", code, errb.String())

@@ -13,8 +13,7 @@ import (
 // from the kernel's; a mark match is warned of (a capture holds no marks);
 // a policy without either gets neither line.
 func TestReplayConntrack(t *testing.T) {
-	pol := filepath.Join(t.TempDir(), "p.toml")
-	if err := os.WriteFile(pol, []byte(`
+	pol := writeFile(t, "p.toml", `
 [[rule]]
 name  = "new-udp"
 match = { proto = ["udp"], ct-state = ["new"] }
@@ -24,9 +23,7 @@ pps   = 1000
 name   = "marked"
 match  = { mark = "0x1/0x1" }
 action = "drop"
-`), 0o644); err != nil {
-		t.Fatal(err)
-	}
+`)
 	var stdout, stderr bytes.Buffer
 	if code := runReplayArgs([]string{"--policy", pol, filepath.Join(testdata, "policy-mix.pcapng")}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
