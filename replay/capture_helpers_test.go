@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -56,17 +57,7 @@ func compileMix(t *testing.T) (comp, markComp *policy.Compiled) {
 // policy.
 func compileEngine(t testing.TB, name, src string) (*policy.Compiled, *shaper.Engine) {
 	t.Helper()
-	f, err := policy.Parse(name, []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(comp.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return comp, eng
+	f := testutil.Must(policy.Parse(name, []byte(src)))(t)
+	comp := testutil.Must(f.Compile(policy.Options{}))(t)
+	return comp, testutil.Must(shaper.NewPolicy(comp.Policy()))(t)
 }

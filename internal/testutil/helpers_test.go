@@ -1,0 +1,49 @@
+package testutil
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+func TestExactTokenBucket(t *testing.T) {
+	ms := int64(time.Millisecond)
+	for _, tc := range []struct {
+		ns          []int64
+		burst, rate int64
+		want        int
+	}{
+		{[]int64{0, 0, 0, 0}, 3, 1, 3},
+		{[]int64{0, 0, 1000 * ms, 1000 * ms}, 1, 1, 2},
+		{[]int64{0, 0, 999 * ms}, 1, 1, 1},
+		// 2 → 1, +0.5 → 0.5, +0.5 → 0, 0.5 (dropped), +0.5 → 0.
+		{[]int64{0, 10 * ms, 20 * ms, 30 * ms, 40 * ms}, 2, 50, 4},
+	} {
+		if got := ExactTokenBucket(tc.ns, tc.burst, tc.rate); got != tc.want {
+			t.Errorf("ExactTokenBucket(%v, %d, %d) = %d, want %d", tc.ns, tc.burst, tc.rate, got, tc.want)
+		}
+	}
+}
+
+// fatalRecorder is a testing.TB whose Fatal records its arguments.
+type fatalRecorder struct {
+	testing.TB
+	fatal []any
+}
+
+func (r *fatalRecorder) Helper()           {}
+func (r *fatalRecorder) Fatal(args ...any) { r.fatal = args }
+
+// TestMust: Must returns v when err is nil, and calls Fatal with err
+// otherwise.
+func TestMust(t *testing.T) {
+	r := &fatalRecorder{TB: t}
+	if got := Must(7, error(nil))(r); got != 7 || r.fatal != nil {
+		t.Errorf("Must(7, nil) = %d, Fatal(%v)", got, r.fatal)
+	}
+	err := errors.New("no policy")
+	Must(0, err)(r)
+	if len(r.fatal) != 1 || r.fatal[0] != err {
+		t.Errorf("Must(0, err): Fatal(%v), want Fatal(err)", r.fatal)
+	}
+}
