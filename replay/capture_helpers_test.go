@@ -1,10 +1,12 @@
 package replay
 
 import (
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/gopacket/gopacket/layers"
 	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
@@ -60,4 +62,27 @@ func compileEngine(t testing.TB, name, src string) (*policy.Compiled, *shaper.En
 	f := testutil.Must(policy.Parse(name, []byte(src)))(t)
 	comp := testutil.Must(f.Compile(policy.Options{}))(t)
 	return comp, testutil.Must(shaper.NewPolicy(comp.Policy()))(t)
+}
+
+// record is a capture's record as Reader.Next reads it.
+type record struct {
+	ts   int64 // Nanos
+	lt   layers.LinkType
+	data string
+}
+
+// readRecords reads rd to its end; an error is fatal.
+func readRecords(t *testing.T, rd *Reader) []record {
+	t.Helper()
+	var rs []record
+	for {
+		data, ci, lt, err := rd.Next()
+		if err == io.EOF {
+			return rs
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, record{Nanos(&ci), lt, string(data)})
+	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -374,39 +375,20 @@ func TestOutputMixedLinkTypes(t *testing.T) {
 	orig := openCapture(t, in)
 	// Merge the two outputs back by timestamp: together they must be the
 	// input, record for record, with the same link types.
-	type recd struct {
-		ts   int64
-		lt   layers.LinkType
-		data string
-	}
-	readOut := func(b []byte) []recd {
-		rd, err := NewReader(bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rs []recd
-		for {
-			data, ci, lt, err := rd.Next()
-			if err == io.EOF {
-				return rs
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			rs = append(rs, recd{Nanos(&ci), lt, string(data)})
-		}
+	readOut := func(b []byte) []record {
+		return readRecords(t, testutil.Must(NewReader(bytes.NewReader(b)))(t))
 	}
 	out := append(readOut(acc.Bytes()), readOut(drp.Bytes())...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ts < out[j].ts })
 	if uint64(len(out)) != s.Packets {
 		t.Fatalf("outputs hold %d records, want %d", len(out), s.Packets)
 	}
-	for i := range out {
-		data, ci, lt, err := orig.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w := (recd{Nanos(&ci), lt, string(data)}); out[i] != w {
+	recs := readRecords(t, orig)
+	if len(out) != len(recs) {
+		t.Fatalf("%d records written, %d read", len(out), len(recs))
+	}
+	for i, w := range recs {
+		if out[i] != w {
 			t.Errorf("record %d: written %d %v, want %d %v", i+1, out[i].ts, out[i].lt, w.ts, w.lt)
 		}
 	}
