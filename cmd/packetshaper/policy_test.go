@@ -250,15 +250,9 @@ func TestPolicyMixRules(t *testing.T) {
 		got[r.Name] = r
 	}
 	// Classify the capture by hand.
-	f, err := os.Open(testdata + "/policy-mix.pcapng")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testutil.Must(os.Open(testdata + "/policy-mix.pcapng"))(t)
 	defer f.Close()
-	rd, err := replay.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rd := testutil.Must(replay.NewReader(f))(t)
 	type counts struct{ packets, accepted float64 }
 	want := map[string]*counts{"mgmt": {}, "lab": {}, "dns": {}, "web-trial": {}, "rest": {}}
 	var shadow float64
