@@ -524,12 +524,12 @@ func runTargets(ctx context.Context, o *sendOpts, dsts []netip.AddrPort, targets
 	return res
 }
 
-// packetTargets is, for each of o's flows, a target per destination that
-// writes the whole packet build makes for it (from source src(d), the flow's
-// source port, o's payload) with write: the senders of whole IP packets
-// (send6hbh, sendtun).
-func packetTargets(o *sendOpts, dsts []netip.AddrPort, src func(netip.AddrPort) (netip.Addr, error),
-	build func(src netip.Addr, d netip.AddrPort, sport uint16, payload []byte) []byte, write func([]byte) error) ([][]target, error) {
+// sendPackets sends as o says (runTargets), for each of o's flows, to
+// each destination d the whole packet build makes for it (from source
+// src(d), the flow's source port, o's payload), written with write: the
+// senders of whole IP packets (send6hbh, sendtun).
+func sendPackets(ctx context.Context, o *sendOpts, dsts []netip.AddrPort, src func(netip.AddrPort) (netip.Addr, error),
+	build func(src netip.Addr, d netip.AddrPort, sport uint16, payload []byte) []byte, write func([]byte) error) (any, error) {
 	payload := make([]byte, o.size)
 	fillPayload(payload)
 	targets := make([][]target, o.flows)
@@ -543,5 +543,5 @@ func packetTargets(o *sendOpts, dsts []netip.AddrPort, src func(netip.AddrPort) 
 			targets[f] = append(targets[f], target{write: func() error { return write(buf) }, buf: buf})
 		}
 	}
-	return targets, nil
+	return runTargets(ctx, o, dsts, targets, &SendResult{}), nil
 }

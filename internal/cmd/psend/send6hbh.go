@@ -64,11 +64,7 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 		}
 		return routeSource(d)
 	}
-	targets, err := packetTargets(o, dsts, src, hbhZeroPacket, ps.send)
-	if err != nil {
-		return nil, err
-	}
-	return runTargets(ctx, o, dsts, targets, &SendResult{}), nil
+	return sendPackets(ctx, o, dsts, src, hbhZeroPacket, ps.send)
 }
 
 // hbhZeroPacket is a whole IPv6 packet from src to dst: payload length 0,
