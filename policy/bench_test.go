@@ -101,12 +101,12 @@ func BenchmarkPolicy(b *testing.B) {
 }
 
 // newEngines is an engine for each policy.
-func newEngines(b testing.TB, pols ...shaper.Policy) []*shaper.Engine {
+func newEngines(tb testing.TB, pols ...shaper.Policy) []*shaper.Engine {
 	var engines []*shaper.Engine
 	for _, p := range pols {
 		e, err := shaper.NewPolicy(p)
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
 		engines = append(engines, e)
 	}

@@ -32,14 +32,8 @@ func ctPolicies(tb testing.TB) (plain, ct shaper.Policy) {
 func TestDecideCtStateNoAllocs(t *testing.T) {
 	plain, ct := ctPolicies(t)
 	pkts := benchPackets(100)
-	ep, err := shaper.NewPolicy(plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ec, err := shaper.NewPolicy(ct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	es := newEngines(t, plain, ct)
+	ep, ec := es[0], es[1]
 	m := &shaper.Meta{CtState: shaper.CtEstablished}
 	var d, d2 shaper.Decision
 	now := int64(1e18)
