@@ -218,7 +218,7 @@ func (o *sendOpts) parse(fs *flag.FlagSet, args []string) ([]netip.AddrPort, err
 
 // parseMode parses a mode's flags other than send's (fs made with
 // addSendFlags as o, and the mode's own): the destinations, send's checks,
-// and --gso and --sizes refused (send only).
+// and --gso, --sizes and --seq refused (send only).
 func (o *sendOpts) parseMode(mode string, fs *flag.FlagSet, args []string) ([]netip.AddrPort, error) {
 	dsts, err := o.parse(fs, args)
 	if err != nil {
@@ -226,6 +226,9 @@ func (o *sendOpts) parseMode(mode string, fs *flag.FlagSet, args []string) ([]ne
 	}
 	if o.gso != 0 || o.sizes != "" {
 		return nil, badFlag("--gso and --sizes: send only, not %s", mode)
+	}
+	if o.seq {
+		return nil, badFlag("--seq: send only, not %s", mode)
 	}
 	return dsts, nil
 }

@@ -31,8 +31,6 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	switch {
-	case o.seq:
-		return nil, badFlag("--seq: send only, not send6hbh")
 	case o.pps == 0:
 		return nil, badFlag("--pps 0: send6hbh sends paced only")
 	case *iface == "":

@@ -48,6 +48,7 @@ func TestSend6hbhBadFlags(t *testing.T) {
 		{"--dst", "[::1]:9", "--iface", "no-such-device0", "--dst-mac", "02:00:00:00:00:01"},
 		{"--dst", "[::1]:9", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01", "--pps", "0", "--count", "1"},
 		{"--dst", "[::1]:9", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01", "--size", "65500"},
+		{"--dst", "[::1]:9", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01", "--seq"},
 	})
 	wantUsageErrors(t, "send", runSend, [][]string{
 		{"--dst", "127.0.0.1:9", "--size", "65508"},

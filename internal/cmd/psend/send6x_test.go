@@ -157,5 +157,6 @@ func TestSend6xBadFlags(t *testing.T) {
 		{"--dst", "[::1]:9", "--dstopt-len", "2049"},
 		{"--dst", "[::1]:9", "--dstopts", "3", "--dstopt-len", "2048"},
 		{"--dst", "[::1]:9", "--src", "10.0.0.1"},
+		{"--dst", "[::1]:9", "--seq"},
 	})
 }

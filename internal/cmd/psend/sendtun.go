@@ -27,8 +27,6 @@ func runSendTun(ctx context.Context, args []string) (any, error) {
 	}
 	src, err := netip.ParseAddr(o.src)
 	switch {
-	case o.seq:
-		return nil, badFlag("--seq: send only, not sendtun")
 	case o.pps == 0:
 		return nil, badFlag("--pps 0: sendtun sends paced only")
 	case *dev == "":
