@@ -106,6 +106,26 @@ func addr16(a netip.Addr) [16]byte {
 	return a.As16()
 }
 
+// ruleTable is a [[rule]] table: its name, its match
+// (the inline table's fields; none for ""), and settings, one a line.
+func ruleTable(name, match string, settings ...string) string {
+	var b strings.Builder
+	b.WriteString("\n[[rule]]\nname = \"" + name + "\"\n")
+	if match != "" {
+		b.WriteString("match = { " + match + " }\n")
+	}
+	for _, s := range settings {
+		b.WriteString(s + "\n")
+	}
+	return b.String()
+}
+
+// The actions of accept and drop rules, as ruleTable's settings.
+const (
+	acceptAction = `action = "accept"`
+	dropAction   = `action = "drop"`
+)
+
 func mustCompile(t testing.TB, src string, o Options) *Compiled {
 	t.Helper()
 	_, c := parseCompile(t, "", src, o)
@@ -214,32 +234,13 @@ func TestCompileWarnsUnreachable(t *testing.T) {
 // A reload keeps the state of the rules whose name, match and limit are
 // unchanged, whatever the spelling of their match tables.
 func TestReloadIdentity(t *testing.T) {
-	e, err := shaper.NewPolicy(mustCompile(t, `
-[[rule]]
-name = "dns"
-match = { proto = ["udp"], dport = ["53"] }
-pps = 10
-
-[[rule]]
-name = "web"
-match = { proto = ["tcp"], dport = ["80", "443"] }
-pps = 5
-`, Options{}).Policy())
+	e, err := shaper.NewPolicy(mustCompile(t, ruleTable("dns", `proto = ["udp"], dport = ["53"]`, `pps = 10`)+
+		ruleTable("web", `proto = ["tcp"], dport = ["80", "443"]`, `pps = 5`), Options{}).Policy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, kept, err := e.Reload(mustCompile(t, `
-[[rule]]
-name = "dns"
-match = { dport = [53], proto = [17] }
-pps = 10
-burst = 5
-
-[[rule]]
-name = "web"
-match = { proto = ["tcp"], dport = ["80", "443"] }
-pps = 6
-`, Options{}).Policy())
+	_, kept, err := e.Reload(mustCompile(t, ruleTable("dns", `dport = [53], proto = [17]`, `pps = 10`, `burst = 5`)+
+		ruleTable("web", `proto = ["tcp"], dport = ["80", "443"]`, `pps = 6`), Options{}).Policy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,32 +350,10 @@ match = { src = ["10.0.0.0/8", "10.0.0.1/32", "fd00::/8"], proto = ["tcp", "udp"
 }
 
 func TestEngineWithPolicy(t *testing.T) {
-	c := mustCompile(t, `
-[[rule]]
-name = "ssh"
-match = { proto = ["tcp"], dport = ["22"] }
-action = "accept"
-
-[[rule]]
-name = "shadow"
-match = { proto = ["udp"], dport = ["53"] }
-pps = 1
-burst = 1
-mode = "shadow"
-
-[[rule]]
-name = "mark"
-match = { proto = ["udp"], dport = ["123"] }
-pps = 1
-burst = 1
-on-exceed = "mark"
-set-mark = "0x100/0xf00"
-
-[[rule]]
-name = "rest"
-pps = 1
-burst = 1
-`, Options{})
+	c := mustCompile(t, ruleTable("ssh", `proto = ["tcp"], dport = ["22"]`, acceptAction)+
+		ruleTable("shadow", `proto = ["udp"], dport = ["53"]`, `pps = 1`, `burst = 1`, `mode = "shadow"`)+
+		ruleTable("mark", `proto = ["udp"], dport = ["123"]`, `pps = 1`, `burst = 1`, `on-exceed = "mark"`, `set-mark = "0x100/0xf00"`)+
+		ruleTable("rest", "", `pps = 1`, `burst = 1`), Options{})
 	e, err := shaper.NewPolicy(c.Policy())
 	if err != nil {
 		t.Fatal(err)
@@ -768,26 +747,10 @@ func randomPacket(rng *rand.Rand) (*flows.Packet, *shaper.Meta) {
 // fragment: drop rules take it conservatively, and without it the datagram
 // never reassembles.
 func TestClassifyFragments(t *testing.T) {
-	c := mustCompile(t, `
-[[rule]]
-name   = "netbios"
-match  = { proto = ["udp"], dport = ["137-139"] }
-action = "drop"
-
-[[rule]]
-name   = "icmp6"
-match  = { proto = ["icmpv6"] }
-action = "accept"
-
-[[rule]]
-name  = "udp-limit"
-match = { proto = ["udp"], dport = ["4500"] }
-pps   = 100
-
-[[rule]]
-name = "rest"
-pps  = 10
-`, Options{})
+	c := mustCompile(t, ruleTable("netbios", `proto = ["udp"], dport = ["137-139"]`, dropAction)+
+		ruleTable("icmp6", `proto = ["icmpv6"]`, acceptAction)+
+		ruleTable("udp-limit", `proto = ["udp"], dport = ["4500"]`, `pps = 100`)+
+		ruleTable("rest", "", `pps = 10`), Options{})
 	pol := c.Policy()
 	for _, tc := range []struct{ pkt, want string }{
 		{"udp 10.0.0.1:5000 > 10.0.0.2:137", "netbios"},
