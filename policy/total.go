@@ -146,14 +146,25 @@ func (f *File) checkTotals(specs []ruleSpec, errs *errList) []shaper.Total {
 		switch {
 		case !seen[name]:
 			errs.add(f.errAt(i, "total", -1, "no [[total]] named %q", r.Total))
-		case specs[i].rule.Limit.Shape:
-			errs.add(f.errAt(i, "total", -1, "a shaping rule cannot charge a total yet (only policing rules: remove shape)"))
+		case specs[i].rule.Limit.Shape && !shapingTotal(out, name):
+			errs.add(f.errAt(i, "total", -1, "a shaping rule's total is a token bucket (it holds packets until the total has room): not a window algorithm"))
 		case r.Scope == "global":
 			errs.add(f.errAt(i, "total", -1, "a global rule cannot charge a total: its budget comes in leases from the store, which cannot be handed back when the total refuses a packet"))
 		}
 		specs[i].rule.Total = name
 	}
 	return out
+}
+
+// shapingTotal reports whether the total named name, if it is among
+// totals, can hold a shaping rule's packets: a token bucket.
+func shapingTotal(totals []shaper.Total, name string) bool {
+	for _, t := range totals {
+		if t.Name == name {
+			return t.Limit.Algorithm == shaper.TokenBucket
+		}
+	}
+	return true
 }
 
 // totalConfig checks the limit of t and returns it; bad reports a

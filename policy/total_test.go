@@ -74,8 +74,8 @@ var totalErrorCases = []struct{ name, in, want string }{
 		`p.toml:4:9: rule "r": total: no [[total]] named "up"`},
 	{"global total", "[[total]]\nname = \"up\"\npps = 10\nscope = \"global\"\n[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n",
 		`p.toml:4:9: total.scope: total up: a global total (one cap for every host) is not supported yet: only local totals`},
-	{"shaping rule", "[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\npps = 1\nshape = true\ntotal = \"up\"\n",
-		`p.toml:8:9: rule "r": total: a shaping rule cannot charge a total yet (only policing rules: remove shape)`},
+	{"shaping rule, window total", "[[total]]\nname = \"up\"\npps = 10\nalgo = \"fixed-window\"\n[[rule]]\nname = \"r\"\npps = 1\nshape = true\ntotal = \"up\"\n",
+		`p.toml:9:9: rule "r": total: a shaping rule's total is a token bucket (it holds packets until the total has room): not a window algorithm`},
 	{"global rule", "[redis]\naddrs = [\"127.0.0.1:6379\"]\n[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\npps = 1\nscope = \"global\"\ntotal = \"up\"\n",
 		`p.toml:10:9: rule "r": total: a global rule cannot charge a total: its budget comes in leases from the store, which cannot be handed back when the total refuses a packet`},
 	{"accept rule", "[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\naction = \"accept\"\ntotal = \"up\"\n",
@@ -175,6 +175,19 @@ var ownTotalErrorCases = []struct{ name, in, want string }{
 		`p.toml:6:9: rule "r": total.burst: must be at least 1, not 0`},
 	{"accept", "[[rule]]\nname = \"r\"\naction = \"accept\"\n[rule.total]\npps = 2\n",
 		`p.toml:4:7: rule "r": total: not allowed on an accept rule: only limit rules take it`},
-	{"shape", "[[rule]]\nname = \"r\"\npps = 1\nshape = true\n[rule.total]\npps = 2\n",
-		`p.toml:5:7: rule "r": total: a shaping rule cannot charge a total yet (only policing rules: remove shape)`},
+	{"shape, window total", "[[rule]]\nname = \"r\"\npps = 1\nshape = true\n[rule.total]\npps = 2\nalgo = \"sliding-window-counter\"\n",
+		`p.toml:5:7: rule "r": total: a shaping rule's total is a token bucket (it holds packets until the total has room): not a window algorithm`},
+}
+
+// TestTotalShaping: a shaping rule may charge a token-bucket total (its
+// keys share it fairly, package shaper's fair.go), and the engine takes it.
+func TestTotalShaping(t *testing.T) {
+	c := mustCompile(t, "[[total]]\nname = \"guests\"\nbitrate = \"20mbit\"\n[[rule]]\nname = \"r\"\nkey = \"src\"\nbitrate = \"5mbit\"\nshape = true\nmax-delay = \"50ms\"\ntotal = \"guests\"\n", Options{})
+	p := c.Policy()
+	if p.Rules[0].Total != "guests" || !p.Rules[0].Limit.Shape {
+		t.Fatalf("rule %+v: want a shaping rule charging guests", p.Rules[0])
+	}
+	if _, err := shaper.NewPolicy(p); err != nil {
+		t.Errorf("the engine refused the compiled policy: %v", err)
+	}
 }

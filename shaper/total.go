@@ -49,6 +49,7 @@ type totalState struct {
 	state State
 	bytes bool
 	stats TotalStats
+	fair  fairState // its shaping rules' fair share (fair.go)
 }
 
 // engineTotal is one of an Engine's totals: its settings and its state.
@@ -123,8 +124,10 @@ func (e *Engine) buildTotals(p Policy, old *Engine) error {
 			return fmt.Errorf("rule %s: no total named %q", r.Name, r.Total)
 		case r.Action != ActionLimit:
 			return fmt.Errorf("rule %s: a total is for limit rules, not %v ones", r.Name, r.Action)
-		case r.Limit.Shape:
-			return fmt.Errorf("rule %s: a shaping rule cannot have a total yet (only policing rules)", r.Name)
+		case r.Limit.Shape && ts.lim.algo != TokenBucket:
+			return fmt.Errorf("rule %s: a shaping rule's total is a token bucket, not %v (it holds packets until the total has room)", r.Name, ts.lim.algo)
+		case r.Limit.Shape && ts.lim.rate*float64(e.hot[i].st.lim.maxDelay)/1e9 > MaxBurst:
+			return fmt.Errorf("rule %s: the total's rate × the rule's max delay is over %g, a queue too long: lower the max delay", r.Name, float64(MaxBurst))
 		case r.Limit.Global:
 			return fmt.Errorf("rule %s: a global rule cannot have a total (its leases cannot be handed back when the total refuses)", r.Name)
 		}
@@ -146,16 +149,7 @@ func allowTotal(t *totalState, rs *ruleState, f *flow, length int, m *Meta, now,
 		return false, false
 	}
 	t.stats.Packets++
-	tc := int64(1)
-	if t.bytes {
-		tc = int64(length)
-	}
-	if m != nil && m.Cost.Set {
-		tc = m.Cost.Packets
-		if t.bytes {
-			tc = m.Cost.Bytes
-		}
-	}
+	tc := totalCost(t, length, m)
 	// What a limiter without a log changes: put back as it was, when
 	// the flow refuses (a total has no log: checkTotal).
 	last, tokens, win, cur, prev := t.state.last, t.state.tokens, t.state.win, t.state.cur, t.state.prev
