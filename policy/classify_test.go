@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -106,19 +107,8 @@ func addr16(a netip.Addr) [16]byte {
 	return a.As16()
 }
 
-// ruleTable is a [[rule]] table: its name, its match
-// (the inline table's fields; none for ""), and settings, one a line.
-func ruleTable(name, match string, settings ...string) string {
-	var b strings.Builder
-	b.WriteString("\n[[rule]]\nname = \"" + name + "\"\n")
-	if match != "" {
-		b.WriteString("match = { " + match + " }\n")
-	}
-	for _, s := range settings {
-		b.WriteString(s + "\n")
-	}
-	return b.String()
-}
+// ruleTable is a [[rule]] table (testutil.PolicyRule).
+var ruleTable = testutil.PolicyRule
 
 // The actions of accept and drop rules, as ruleTable's settings.
 const (

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
 )
 
@@ -16,19 +17,8 @@ func parse(t *testing.T, text string) *policy.File {
 	return f
 }
 
-// rule is a [[rule]] table: its name, its match (the inline table's
-// fields; none for ""), and settings, one a line.
-func rule(name, match string, settings ...string) string {
-	var b strings.Builder
-	b.WriteString("\n[[rule]]\nname = \"" + name + "\"\n")
-	if match != "" {
-		b.WriteString("match = { " + match + " }\n")
-	}
-	for _, s := range settings {
-		b.WriteString(s + "\n")
-	}
-	return b.String()
-}
+// rule is a [[rule]] table (testutil.PolicyRule).
+var rule = testutil.PolicyRule
 
 // A rule's commonest settings: accept, or limit to 10 packets/s.
 const (

@@ -47,3 +47,17 @@ func TestMust(t *testing.T) {
 		t.Errorf("Must(0, err): Fatal(%v), want Fatal(err)", r.fatal)
 	}
 }
+
+func TestPolicyRule(t *testing.T) {
+	for _, tc := range []struct {
+		got, want string
+	}{
+		{PolicyRule("dns", `proto = ["udp"], dport = ["53"]`, "pps = 10", "burst = 2"),
+			"\n[[rule]]\nname = \"dns\"\nmatch = { proto = [\"udp\"], dport = [\"53\"] }\npps = 10\nburst = 2\n"},
+		{PolicyRule("rest", "", `action = "accept"`), "\n[[rule]]\nname = \"rest\"\naction = \"accept\"\n"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("PolicyRule: %q, want %q", tc.got, tc.want)
+		}
+	}
+}
