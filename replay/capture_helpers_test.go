@@ -1,6 +1,7 @@
 package replay
 
 import (
+	"bytes"
 	"io"
 	"os"
 	"path/filepath"
@@ -85,4 +86,19 @@ func readRecords(t *testing.T, rd *Reader) []record {
 		}
 		rs = append(rs, record{Nanos(&ci), lt, string(data)})
 	}
+}
+
+// replayVerdicts replays recs, an Ethernet capture (named name), through
+// eng and returns the replayer and the verdicts it wrote.
+func replayVerdicts(t *testing.T, eng *shaper.Engine, name string, recs []rec) (*Replayer, *bytes.Buffer) {
+	t.Helper()
+	var verdicts bytes.Buffer
+	r := New(eng, Options{Verdicts: &verdicts})
+	if err := r.Replay(name, bytes.NewReader(pcapBytes(t, layers.LinkTypeEthernet, recs)), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return r, &verdicts
 }
