@@ -14,47 +14,15 @@ import (
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-const classifyPolicy = `
-[[rule]]
-name = "mgmt"
-match = { src = ["10.9.0.0/16", "fd00:9::/32"], proto = ["tcp"], dport = ["22", "8000-8100"] }
-action = "accept"
-
-[[rule]]
-name = "blocked"
-match = { src = ["10.9.9.0/24"] }
-action = "drop"
-
-[[rule]]
-name = "dns"
-match = { proto = ["udp"], dport = ["53"] }
-pps = 10
-
-[[rule]]
-name = "gre6"
-match = { family = "ipv6", proto = [47] }
-action = "drop"
-
-[[rule]]
-name = "marked"
-match = { mark = "0x10/0xf0" }
-pps = 1
-
-[[rule]]
-name = "q"
-match = { queue = [3, 7], iif = ["eth0"], oif = ["eth1"] }
-pps = 1
-
-[[rule]]
-name = "sports"
-match = { sport = ["1000-2000"], dst = ["192.0.2.0/24"] }
-pps = 1
-
-[[rule]]
-name = "icmp"
-match = { proto = ["icmp", "icmpv6"] }
-pps = 1
-`
+// classifyPolicy has a rule on each match field the classifier indexes.
+var classifyPolicy = ruleTable("mgmt", `src = ["10.9.0.0/16", "fd00:9::/32"], proto = ["tcp"], dport = ["22", "8000-8100"]`, acceptAction) +
+	ruleTable("blocked", `src = ["10.9.9.0/24"]`, dropAction) +
+	ruleTable("dns", `proto = ["udp"], dport = ["53"]`, `pps = 10`) +
+	ruleTable("gre6", `family = "ipv6", proto = [47]`, dropAction) +
+	ruleTable("marked", `mark = "0x10/0xf0"`, `pps = 1`) +
+	ruleTable("q", `queue = [3, 7], iif = ["eth0"], oif = ["eth1"]`, `pps = 1`) +
+	ruleTable("sports", `sport = ["1000-2000"], dst = ["192.0.2.0/24"]`, `pps = 1`) +
+	ruleTable("icmp", `proto = ["icmp", "icmpv6"]`, `pps = 1`)
 
 // pkt makes a decoded packet: "tcp 10.0.0.1:40000 > 10.0.0.2:22", "47
 // fd00::1 > fd00::2", "icmp 10.0.0.1:7 > 10.0.0.2:7" (an echo id), with
