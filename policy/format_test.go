@@ -206,30 +206,12 @@ func FuzzParse(f *testing.F) {
 }
 
 // globalPolicy has global rules and a [redis] table.
-const globalPolicy = `
+var globalPolicy = `
 redis = { addrs = ["127.0.0.1:6379"], password-file = "pw", key-prefix = "" }
-
-[[rule]]
-name = "g"
-match = { proto = ["udp"] }
-key = "dst"
-pps = 3000
-burst = 300
-scope = "global"
-global-slack = 0.1
-
-[[rule]]
-name = "fw"
-algo = "fixed-window"
-bitrate = "10mbit"
-window = "100ms"
-scope = "global"
-
-[[rule]]
-name = "rest"
-pps = 1
-scope = "local"
-`
+` +
+	ruleTable("g", `proto = ["udp"]`, `key = "dst"`, `pps = 3000`, `burst = 300`, `scope = "global"`, `global-slack = 0.1`) +
+	ruleTable("fw", "", `algo = "fixed-window"`, `bitrate = "10mbit"`, `window = "100ms"`, `scope = "global"`) +
+	ruleTable("rest", "", `pps = 1`, `scope = "local"`)
 
 // TestBitrateUnits: a bitrate in tc's byte units is accepted with a warning
 // naming the bit-rate it means and the bit form; check prints every bitrate
