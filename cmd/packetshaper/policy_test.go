@@ -379,16 +379,7 @@ func netnsUDP(t *testing.T, queue int) (received *[256]atomic.Int64, nsFd int) {
 	}
 	t.Cleanup(func() { rx.Close() })
 	received = new([256]atomic.Int64)
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := rx.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			received[from.IP.To4()[3]].Add(1)
-		}
-	}()
+	testutil.Receive(rx, func(from net.Addr, _ []byte) { received[from.(*net.UDPAddr).IP.To4()[3]].Add(1) })
 	return received, nsFd
 }
 

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"errors"
+	"net"
 	"testing"
 	"time"
 )
@@ -60,4 +61,30 @@ func TestPolicyRule(t *testing.T) {
 			t.Errorf("PolicyRule: %q, want %q", tc.got, tc.want)
 		}
 	}
+}
+
+// TestReceive: Receive hands each datagram, with its sender, to each, and
+// closes done once the connection is closed.
+func TestReceive(t *testing.T) {
+	c, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 2)
+	done := Receive(c, func(from net.Addr, b []byte) { got <- from.String() + " " + string(b) })
+	tx, err := net.Dial("udp4", c.LocalAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	for _, m := range []string{"one", "two"} {
+		if _, err := tx.Write([]byte(m)); err != nil {
+			t.Fatal(err)
+		}
+		if g, want := <-got, tx.LocalAddr().String()+" "+m; g != want {
+			t.Errorf("received %q, want %q", g, want)
+		}
+	}
+	c.Close()
+	<-done
 }
