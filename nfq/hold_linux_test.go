@@ -309,13 +309,7 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 			}
 			w0, m0 := writeNs.Load(), q.Stats().VerdictMsgs
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := p.Tx.Write(payload); err != nil {
-					b.Fatal(err)
-				}
-			}
-			p.WaitCount(int64(b.N), 10*time.Second)
-			b.StopTimer()
+			blast(b, p, payload, 10*time.Second)
 			w, m := writeNs.Load()-w0, q.Stats().VerdictMsgs-m0
 			b.ReportMetric(float64(w)/float64(b.N), "write_ns/verdict")
 			b.ReportMetric(float64(m)/float64(b.N), "msgs/packet")

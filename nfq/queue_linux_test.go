@@ -75,6 +75,19 @@ func logLines() (logf func(format string, args ...any), lines func() []string) {
 		}
 }
 
+// blast writes b.N copies of payload, unpaced, waits (up to timeout) for
+// them to arrive and stops b's timer.
+func blast(b *testing.B, p *netnstest.UDPPair, payload []byte, timeout time.Duration) {
+	b.Helper()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Tx.Write(payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p.WaitCount(int64(b.N), timeout)
+	b.StopTimer()
+}
+
 // runQueue runs q in a goroutine and returns a stop function that cancels
 // it and returns how long Run took to return and its error.
 func runQueue(t testing.TB, q *Queue, fn Handler) (stop func() (time.Duration, error)) {
@@ -463,13 +476,7 @@ func BenchmarkQueueLoopback(b *testing.B) {
 	payload := make([]byte, 32)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := p.Tx.Write(payload); err != nil {
-			b.Fatal(err)
-		}
-	}
-	p.WaitCount(int64(b.N), 5*time.Second)
-	b.StopTimer()
+	blast(b, p, payload, 5*time.Second)
 	stop()
 	b.ReportMetric(100*float64(q.Stats().Packets)/float64(b.N), "via_queue_%")
 }
