@@ -2,12 +2,10 @@ package replay
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gopacket/gopacket/layers"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -43,20 +41,13 @@ func replayShapingTotal(t *testing.T, keys int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var verdicts bytes.Buffer
-	r := New(eng, Options{Verdicts: &verdicts})
-	if err := r.Replay("total-shape.pcap", bytes.NewReader(pcapBytes(t, layers.LinkTypeEthernet, recs)), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Flush(); err != nil {
-		t.Fatal(err)
-	}
+	r, verdicts := replayVerdicts(t, eng, "total-shape.pcap", recs)
 	live, err := shaper.NewPolicy(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var d shaper.Decision
-	sc := bufio.NewScanner(&verdicts)
+	sc := bufio.NewScanner(verdicts)
 	delayed, dropped := 0, 0
 	for i := range recs {
 		live.DecidePacket(recs[i].data[14:], nil, recs[i].t, &d)

@@ -324,19 +324,8 @@ func (l *Limiter) Allow(s *State, now int64, cost int64) bool {
 		return true
 	case SlidingWindowCounter:
 		l.rollCounter(s, now)
-		room := l.limit - s.cur - cost
-		if room < 0 {
+		if !l.swcRoom(s, now, cost) {
 			return false
-		}
-		if s.prev > 0 {
-			// prev × left / window ≤ room, in exact integers:
-			// prev × left ≤ room × window, as 128-bit products.
-			left := l.window - (now - s.win*l.window) // in (0, window]
-			ph, pl := bits.Mul64(uint64(s.prev), uint64(left))
-			rh, rl := bits.Mul64(uint64(room), uint64(l.window))
-			if ph > rh || ph == rh && pl > rl {
-				return false
-			}
 		}
 		s.cur += cost
 		return true

@@ -111,6 +111,8 @@ func (l *Limiter) swcRoom(s *State, now, h int64) bool {
 		return false
 	}
 	if s.prev > 0 {
+		// prev × left / window ≤ room, in exact integers:
+		// prev × left ≤ room × window, as 128-bit products.
 		left := l.window - (now - s.win*l.window) // in (0, window]
 		ph, pl := bits.Mul64(uint64(s.prev), uint64(left))
 		rh, rl := bits.Mul64(uint64(room), uint64(l.window))
