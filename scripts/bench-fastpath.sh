@@ -269,9 +269,8 @@ measure() {
 	case $cs in
 	hashlimit) nsb iptables -F INPUT ;;
 	nfqueue) rules del --queue 0 --proto udp --dport "$DPORT" --family ipv4 ;;
-	fastpath | fastpath_stats | fastpath_pass | fastpath_nodivert) rules del --fastpath --queue 0
-		! bpftool link show id "$link" >/dev/null 2>&1 || die "the tcx link $link is still there after packetshaper stopped" ;;
-	fastpath_conntrack) rules del --fastpath --conntrack --queue 0
+	fastpath | fastpath_stats | fastpath_pass | fastpath_nodivert | fastpath_conntrack)
+		if [ "$cs" = fastpath_conntrack ]; then rules del --fastpath --conntrack --queue 0; else rules del --fastpath --queue 0; fi
 		! bpftool link show id "$link" >/dev/null 2>&1 || die "the tcx link $link is still there after packetshaper stopped" ;;
 	esac
 	local sent secs bcpu
