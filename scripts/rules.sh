@@ -98,6 +98,8 @@
 # ipv6 in the namespace without conntrack. It goes with the last fastpath
 # rule of its family (or del --all). --conntrack: the old rule (conntrack
 # match of every state, no second rule), for policies with ct-state matches.
+# del --fastpath also removes the rule of before (the conntrack match under
+# the comment without "conntrack").
 #
 # --notrack-forwarded: that defragmentation is the namespace's, so forwarded
 # datagrams are reassembled too, which a router without conntrack rules of
@@ -457,18 +459,27 @@ defrag_del() {
 }
 
 ipt_del() {
-	local t spec n
+	local t spec n old
 	for t in $(ipt_tools); do
 		command -v "$t" >/dev/null || continue
-		mapfile -t spec < <(ipt_spec "$t")
-		n=0
-		while query "$t" -w "${ipt_table[@]}" -C "$chain" "${spec[@]}" 2>/dev/null; do
-			run "$t" -w "${ipt_table[@]}" -D "$chain" "${spec[@]}" || fail "$t: could not delete the rule"
-			n=$((n + 1))
-			[ "$dry" = 1 ] && break
-			[ $n -lt 100 ] || fail "$t: rule keeps coming back"
+		for old in 0 1; do
+			if [ "$old" = 0 ]; then
+				mapfile -t spec < <(ipt_spec "$t")
+			else
+				# del --fastpath also removes add --fastpath's rule of
+				# before issue 27: the conntrack match, the same comment.
+				[ "$fastpath" = 1 ] && [ "$fpct" = 0 ] || continue
+				mapfile -t spec < <(fpct=1 ipt_spec "$t")
+			fi
+			n=0
+			while query "$t" -w "${ipt_table[@]}" -C "$chain" "${spec[@]}" 2>/dev/null; do
+				run "$t" -w "${ipt_table[@]}" -D "$chain" "${spec[@]}" || fail "$t: could not delete the rule"
+				n=$((n + 1))
+				[ "$dry" = 1 ] && break
+				[ $n -lt 100 ] || fail "$t: rule keeps coming back"
+			done
+			[ $n -gt 0 ] && [ "$dry" = 0 ] && echo "$PROG: deleted: $t ${ipt_table[*]} -D $chain $(quoted "${spec[@]}")"
 		done
-		[ $n -gt 0 ] && [ "$dry" = 0 ] && echo "$PROG: deleted: $t ${ipt_table[*]} -D $chain $(quoted "${spec[@]}")"
 	done
 	[ "$fastpath" = 0 ] || defrag_del
 	return 0
