@@ -262,9 +262,13 @@ func testFastpathReload(t *testing.T, mode string) {
 }
 
 // TestFastpathRulesScript: rules.sh add --fastpath writes the one divert
-// rule of the fast path (mangle PREROUTING, the punt mark, bypass), once
-// however often it is added; list shows it; del and del --all remove it;
-// it refuses the options that would queue other packets.
+// rule of the fast path (mangle PREROUTING, the punt mark, bypass) and,
+// after it, the socket-match rule that keeps defragmentation on without
+// connection tracking, once however often it is added (--conntrack: the
+// divert rule with the conntrack match instead, no second rule); list
+// shows it; del and del --all remove both, del --fastpath also the rule
+// it wrote before issue 27; it refuses the options that would queue other
+// packets.
 func TestFastpathRulesScript(t *testing.T) {
 	parallel(t)
 	needRoot(t)
@@ -274,10 +278,29 @@ func TestFastpathRulesScript(t *testing.T) {
 		tp.rules("add", "--fastpath", "--queue", "3")
 	}
 	got := mangle()
-	const want = `-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m conntrack --ctstate INVALID,NEW,RELATED,ESTABLISHED,UNTRACKED -m comment --comment "packetshaper queue=3 fastpath" -j NFQUEUE --queue-num 3 --queue-bypass`
-	if strings.Count(got, "packetshaper") != 1 || !strings.Contains(got, want) {
-		t.Errorf("mangle PREROUTING after add --fastpath twice:\n%s\nwant one\n%s", got, want)
+	const want = `-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m comment --comment "packetshaper queue=3 fastpath" -j NFQUEUE --queue-num 3 --queue-bypass
+-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m socket -m comment --comment "packetshaper fastpath-defrag"`
+	if strings.Count(got, "packetshaper") != 2 || !strings.Contains(got, want) {
+		t.Errorf("mangle PREROUTING after add --fastpath twice:\n%s\nwant, in this order,\n%s", got, want)
 	}
+	tp.rules("del", "--fastpath", "--queue", "3")
+	tp.rules("add", "--fastpath", "--conntrack", "--queue", "3")
+	got = mangle()
+	const wantCt = `-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m conntrack --ctstate INVALID,NEW,RELATED,ESTABLISHED,UNTRACKED -m comment --comment "packetshaper queue=3 fastpath conntrack" -j NFQUEUE --queue-num 3 --queue-bypass`
+	if strings.Count(got, "packetshaper") != 1 || !strings.Contains(got, wantCt) {
+		t.Errorf("mangle PREROUTING after add --fastpath --conntrack:\n%s\nwant one\n%s", got, wantCt)
+	}
+	tp.rules("del", "--fastpath", "--conntrack", "--queue", "3")
+	// The rule add --fastpath wrote before issue 27 (the conntrack match,
+	// the same comment) goes with del --fastpath.
+	tp.must(tp.B, "iptables", "-w", "-t", "mangle", "-I", "PREROUTING", "1", "-m", "mark", "--mark", "0x40000000/0x40000000",
+		"-m", "conntrack", "--ctstate", "INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED", "-m", "comment", "--comment", "packetshaper queue=3 fastpath",
+		"-j", "NFQUEUE", "--queue-num", "3", "--queue-bypass")
+	tp.rules("del", "--fastpath", "--queue", "3")
+	if got := mangle(); strings.Contains(got, "packetshaper") {
+		t.Errorf("del --fastpath left the rule of before issue 27:\n%s", got)
+	}
+	tp.rules("add", "--fastpath", "--queue", "3")
 	if l := tp.rules("list"); !strings.Contains(l, "fastpath") {
 		t.Errorf("list does not show the fast path's rule:\n%s", l)
 	}
