@@ -205,18 +205,26 @@ func traffic(n int, seed uint64) ([]frame, []int64) {
 				fr.mark = uint32(r.IntN(4))
 			}
 			frames = append(frames, fr)
-			switch {
-			case r.IntN(50) == 0:
-				now -= int64(r.IntN(1e6)) // backwards
-			case r.IntN(3) == 0:
-				now += int64(r.IntN(50_000_000))
-			default:
-				now += int64(r.IntN(200_000))
-			}
+			now = clock{50, 3, 50_000_000, 200_000}.next(r, now)
 			times = append(times, now)
 		}
 	}
 	return frames[:n], times[:n]
+}
+
+// clock is synthetic traffic's time: one step in back goes back by up to
+// 1 ms (which must grant nothing), one in slow of the others forward by up
+// to slowNs, the rest by up to fastNs.
+type clock struct{ back, slow, slowNs, fastNs int }
+
+func (c clock) next(r *rand.Rand, now int64) int64 {
+	switch {
+	case r.IntN(c.back) == 0:
+		return now - int64(r.IntN(1e6))
+	case r.IntN(c.slow) == 0:
+		return now + int64(r.IntN(c.slowNs))
+	}
+	return now + int64(r.IntN(c.fastNs))
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }

@@ -79,6 +79,21 @@ type Entry struct {
 	Timeout                 int64
 	Over                    Over
 	SetMark, SetMask        uint32
+	// Total names the class total the rule charges (an index of
+	// Spec.Totals by name), "" for none.
+	Total string
+}
+
+// TotalEntry is a class total of kernel rules as the kernel holds it: its
+// limiter in shaper's integers (Entry's fields of the same names).
+type TotalEntry struct {
+	Name                    string
+	Limit                   shaper.TotalConfig
+	Algo                    shaper.Algorithm
+	BurstN                  int64
+	RateInt, RateHi, RateLo uint64
+	Window, Count           int64
+	Bytes                   bool
 }
 
 // PortRange is an inclusive port range.
@@ -86,7 +101,10 @@ type PortRange = policy.PortRange
 
 // Spec is a compiled policy for the program.
 type Spec struct {
-	Entries  []Entry
+	Entries []Entry
+	// Totals are the totals the kernel rules charge (each charged by
+	// kernel rules only).
+	Totals   []TotalEntry
 	PuntMark uint32
 }
 
@@ -152,8 +170,8 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 			kernel, why = false, "a global limit: its budget comes from the shared store"
 		case r.Limit.Shape:
 			kernel, why = false, "it shapes (holds packets): only user space can hold a packet"
-		case r.Total != "":
-			kernel, why = false, fmt.Sprintf("it charges total %q: the kernel keeps no state per total (yet), and a total decided apart in the kernel and in user space would pass up to twice its rate", r.Total)
+		case r.Total != "" && totalOf(c, r.Total).Limit.Global:
+			kernel, why = false, fmt.Sprintf("it charges total %q, a global one: its budget comes from the shared store", r.Total)
 		case r.Limit.Key.Mode > flows.SrcDst:
 			kernel, why = false, "its key has an owner part (uid, gid or mark) or no address: the program keys by addresses and ports only"
 		case r.Limit.Algorithm == shaper.SlidingWindow:
@@ -176,7 +194,73 @@ func Compile(f *policy.File, o policy.Options) (Spec, []Reason, error) {
 		spec.Entries = append(spec.Entries, e)
 		reasons = append(reasons, Reason{r.Name, kernel, why})
 	}
+	if err := splitTotals(&spec, reasons, rules, c); err != nil {
+		return Spec{}, nil, err
+	}
 	return spec, reasons, nil
+}
+
+// totalOf is c's total named name (policy's Compile checked that there is
+// one).
+func totalOf(c *policy.Compiled, name string) shaper.Total {
+	for _, t := range c.Policy().Totals {
+		if t.Name == name {
+			return t
+		}
+	}
+	return shaper.Total{Name: name}
+}
+
+// splitTotals keeps a total in the kernel when every rule that charges it
+// runs there, and sends all of its rules to user space otherwise: a total
+// decided apart in the kernel and in user space would pass up to twice its
+// rate.
+func splitTotals(spec *Spec, reasons []Reason, rules []shaper.Rule, c *policy.Compiled) error {
+	for _, t := range c.Policy().Totals {
+		user := "" // a rule of t's that runs in user space
+		kernel := false
+		for i, r := range rules {
+			if r.Total != t.Name {
+				continue
+			}
+			if spec.Entries[i].Action == Limit {
+				kernel = true
+			} else if user == "" {
+				user = r.Name
+			}
+		}
+		if !kernel {
+			continue
+		}
+		if user != "" {
+			for i, r := range rules {
+				if e := &spec.Entries[i]; r.Total == t.Name && e.Action == Limit {
+					e.Action, e.Limiter = Punt, nil
+					reasons[i] = Reason{r.Name, false, fmt.Sprintf("it charges total %q, which rule %q charges in user space: a total decided apart in the kernel and in user space would pass up to twice its rate", t.Name, user)}
+				}
+			}
+			continue
+		}
+		lc := t.Limit.LimiterConfig()
+		l, err := shaper.NewLimiter(lc)
+		if err != nil {
+			// f.Compile made this limiter: it cannot fail here.
+			return fmt.Errorf("total %q: %w", t.Name, err)
+		}
+		te := TotalEntry{Name: t.Name, Limit: t.Limit, Algo: lc.Algorithm, Bytes: t.Limit.Bytes}
+		te.BurstN, te.RateInt, te.RateHi, te.RateLo = l.Fixed()
+		if te.Algo != shaper.TokenBucket {
+			te.Window, te.Count = lc.Window, l.Limit()
+		}
+		spec.Totals = append(spec.Totals, te)
+		for i, r := range rules {
+			if r.Total == t.Name {
+				spec.Entries[i].Total = t.Name
+				reasons[i].Why += fmt.Sprintf(", within total %q (all its rules run in the kernel)", t.Name)
+			}
+		}
+	}
+	return nil
 }
 
 // limitEntry fills e's limiter from r's Config: shaper's own Limiter's

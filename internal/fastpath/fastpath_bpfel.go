@@ -199,6 +199,9 @@ type fastpathRuleEntry struct {
 	Dst6      uint8
 	_         [3]byte
 	Id        uint32
+	Total     uint32
+	Tbytes    uint8
+	Tpad      [3]uint8
 }
 
 type fastpathScratch struct {
@@ -206,6 +209,16 @@ type fastpathScratch struct {
 	Key fastpathFlowKey
 	_   [4]byte
 	Nf  fastpathFlowState
+	Kc  fastpathFlowState
+}
+
+type fastpathTotal struct {
+	_        structs.HostLayout
+	St       fastpathFlowState
+	Lim      fastpathRuleEntry
+	Packets  uint64
+	Accepted uint64
+	Dropped  uint64
 }
 
 // Names of all BPF objects in the ELF.
@@ -222,6 +235,7 @@ const (
 	fastpathMapRules           = "rules"
 	fastpathMapScratch         = "scratch"
 	fastpathMapSrcCidrs        = "src_cidrs"
+	fastpathMapTotals          = "totals"
 	fastpathProgFastpath       = "fastpath"
 	fastpathProgFastpathL3     = "fastpath_l3"
 	fastpathVarUnusedAction    = "unused_action"
@@ -295,6 +309,7 @@ type fastpathMapSpecs struct {
 	Rules       *ebpf.MapSpec `ebpf:"rules"`
 	Scratch     *ebpf.MapSpec `ebpf:"scratch"`
 	SrcCidrs    *ebpf.MapSpec `ebpf:"src_cidrs"`
+	Totals      *ebpf.MapSpec `ebpf:"totals"`
 }
 
 // fastpathVariableSpecs contains global variables before they are loaded into the kernel.
@@ -342,6 +357,7 @@ type fastpathMaps struct {
 	Rules       *ebpf.Map `ebpf:"rules"`
 	Scratch     *ebpf.Map `ebpf:"scratch"`
 	SrcCidrs    *ebpf.Map `ebpf:"src_cidrs"`
+	Totals      *ebpf.Map `ebpf:"totals"`
 }
 
 func (m *fastpathMaps) Close() error {
@@ -356,6 +372,7 @@ func (m *fastpathMaps) Close() error {
 		m.Rules,
 		m.Scratch,
 		m.SrcCidrs,
+		m.Totals,
 	)
 }
 

@@ -204,8 +204,20 @@ func (p *Program) fill(s Spec, old *Program) error {
 			return err
 		}
 	}
+	if err := p.fillTotals(s, old); err != nil {
+		return err
+	}
 	for i, e := range s.Entries {
 		r := ruleEntry(&e, p.ids[i])
+		r.Total = totalNone
+		for ti, t := range s.Totals {
+			if t.Name == e.Total && e.Total != "" {
+				r.Total = uint32(ti)
+				if t.Bytes {
+					r.Tbytes = 1
+				}
+			}
+		}
 		if err := p.objs.Rules.Put(uint32(i), &r); err != nil {
 			return fmt.Errorf("filling the rule table: %w", err)
 		}

@@ -72,6 +72,9 @@ struct rule_entry {
 	__u8 symmetric;
 	__u8 src4, dst4, src6, dst6; // key prefix lengths (full when not masked)
 	__u32 id;      // the rule's identity in flow keys
+	__u32 total;   // the total it charges: its index in totals, or TOTAL_NONE
+	__u8 tbytes;   // the total's cost is the IP length
+	__u8 _tpad[3];
 };
 
 struct cfg {
@@ -110,6 +113,19 @@ struct flow_state {
 	__s64 prev;   // previous window's count
 	__u64 lock;   // 1 while a CPU changes the state (flowstate.h)
 };
+
+// A class total (shaper/total.go) of kernel rules: one state for every
+// packet of the rules that charge it, under its own lock word (the
+// state's), its limiter's parameters in lim (burst, rate, window, limit,
+// algo: what allow reads), and its counters, changed under the lock.
+#define MAX_TOTALS MAX_RULES
+#define TOTAL_NONE 0xffffffffU
+struct total {
+	struct flow_state st;
+	struct rule_entry lim;
+	__u64 packets, accepted, dropped;
+};
+
 struct rule_counters {
 	__u64 c[C_N];
 };

@@ -77,7 +77,8 @@ static __always_inline int fastpath_run(struct __sk_buff *skb, const __u32 l3)
 	flow_key_of(r, &p, key);
 	__s64 now = cfg->now ? (__s64)cfg->now : (__s64)bpf_ktime_get_boot_ns() + cfg->offset;
 	__s64 cost = r->bytes ? p.length : p.segs;
-	int ok = flow_verdict(r, cs, ri, key, now, cost, fio.need);
+	__s64 tcost = r->tbytes ? p.length : p.segs; // its total's, if any
+	int ok = flow_verdict(r, cs, ri, key, now, cost, tcost, fio.need);
 	if (ok < 0) {
 		// No flow map, no room, or the state's lock not had: user
 		// space decides.

@@ -65,25 +65,107 @@ static __always_inline void state_unlock(struct flow_state *f)
 	__sync_lock_test_and_set(&f->lock, 0);
 }
 
-// charge charges cost to the flow's state f at now (its lock held), need
-// as allow's: 1 allowed, 0 over the limit.
-static __always_inline int charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need)
+// touch is what the flow table does to a flow's state f at now before its
+// limiter sees the packet (shaper's table Get): a flow idle past the
+// rule's timeout starts afresh; seen moves on.
+static __always_inline void touch(struct rule_entry *r, struct flow_state *f, __s64 now)
 {
 	if (r->timeout > 0 && now - f->seen > r->timeout)
 		reset(r, f, now);
 	if (now > f->seen)
 		f->seen = now;
+}
+
+// charge charges cost to the flow's state f at now (its lock held), need
+// as allow's: 1 allowed, 0 over the limit.
+static __always_inline int charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need)
+{
+	touch(r, f, now);
 	return allow(r, f, now, cost, need);
+}
+
+// Verdicts of total_decide.
+enum { TOT_KEY = 0, TOT_PASS = 1, TOT_OVER = 2 };
+
+// total_decide is shaper's allowTotal for a packet of rule r (which
+// charges a total) whose key's limiter, charged on a copy under the key's
+// lock, said ok: the total's state under its own lock (taken second, held
+// for the arithmetic only, so that no CPU ever waits for a key's lock while
+// holding a total's). TOT_PASS: both allow, both charged (commit the key's
+// copy); TOT_KEY: the key refused, the total put back as it was (commit the
+// key's copy: its refill); TOT_OVER: the total refused (the key's copy
+// not committed: a packet the total refuses costs its key nothing); -1
+// the total's lock not had (user space decides).
+static __always_inline int total_decide(struct rule_entry *r, int ok, __s64 now, __s64 tcost, int need, struct spin_ctx *c)
+{
+	if (need == NEED_OVER)
+		return TOT_KEY; // refused at the datagram's first fragment: the total untouched
+	__u32 ti = r->total;
+	struct total *t = bpf_map_lookup_elem(&totals, &ti);
+	if (!t)
+		return -1;
+	if (state_lock(&t->st, c) != 1)
+		return -1;
+	t->packets++;
+	__s64 last = t->st.last, tokens = t->st.tokens, prev = t->st.prev;
+	__u64 win = t->st.win, cur = t->st.cur;
+	int v = TOT_PASS;
+	if (!allow(&t->lim, &t->st, now, tcost, need)) {
+		t->dropped++;
+		v = TOT_OVER;
+	} else if (!ok) {
+		t->st.last = last;
+		t->st.tokens = tokens;
+		t->st.win = win;
+		t->st.cur = cur;
+		t->st.prev = prev;
+		v = TOT_KEY;
+	} else {
+		t->accepted++;
+	}
+	state_unlock(&t->st);
+	return v;
+}
+
+// charge_total is charge for a rule with a total (f's lock held): the key
+// charged on a copy, committed unless the total refuses; -1 user space
+// decides.
+static __always_inline int charge_total(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, __s64 tcost, int need,
+					struct spin_ctx *c)
+{
+	__u32 zero = 0;
+	struct scratch *scr = bpf_map_lookup_elem(&scratch, &zero);
+	if (!scr)
+		return -1;
+	touch(r, f, now);
+	struct flow_state *k = &scr->kc;
+	*k = *f;
+	int v = total_decide(r, allow(r, k, now, cost, need), now, tcost, need, c);
+	if (v < 0)
+		return -1;
+	if (v != TOT_OVER) {
+		f->last = k->last;
+		f->tokens = k->tokens;
+		f->win = k->win;
+		f->cur = k->cur;
+		f->prev = k->prev;
+	}
+	return v == TOT_PASS;
 }
 
 // flow_charge is charge under f's lock; -1 the lock not had (user space
 // decides), -2 the state moved.
-static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, int need, struct spin_ctx *c)
+static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *f, __s64 now, __s64 cost, __s64 tcost, int need,
+				       struct spin_ctx *c)
 {
 	int got = state_lock(f, c);
 	if (got != 1)
 		return got == -2 ? -2 : -1;
-	int ok = charge(r, f, now, cost, need);
+	int ok;
+	if (r->total == TOTAL_NONE)
+		ok = charge(r, f, now, cost, need);
+	else
+		ok = charge_total(r, f, now, cost, tcost, need, c);
 	state_unlock(f);
 	return ok;
 }
@@ -97,13 +179,13 @@ static __always_inline int flow_charge(struct rule_entry *r, struct flow_state *
 // flows_new while the marker lasts), or new (into flows_new, fresh). A
 // marker whose flow flows has since evicted becomes the flow's fresh state
 // again, as an evicted flow's next packet does.
-static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, int need,
-				    struct rule_counters *cs, struct spin_ctx *c);
+static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, __s64 tcost,
+				    int need, struct rule_counters *cs, struct spin_ctx *c);
 
 // flow_verdict is flow_decide for the flow key of rule ri, whose entry r
 // and counters cs the entry point has looked up (not looked up again).
 static __always_inline int flow_verdict(struct rule_entry *r, struct rule_counters *cs, __u32 ri, struct flow_key *key, __s64 now, __s64 cost,
-					int need)
+					__s64 tcost, int need)
 {
 	if (!key || ri >= MAX_RULES)
 		return -1;
@@ -116,21 +198,21 @@ static __always_inline int flow_verdict(struct rule_entry *r, struct rule_counte
 		void *small = bpf_map_lookup_elem(&flows_new, &ri);
 		if (!small)
 			return -1;
-		int v = flow_new(r, main, small, key, now, cost, need, cs, &sc);
+		int v = flow_new(r, main, small, key, now, cost, tcost, need, cs, &sc);
 		if (v != 2)
 			return v;
 		f = bpf_map_lookup_elem(main, key);
 		if (!f)
 			return -1;
 	}
-	int ok = flow_charge(r, f, now, cost, need, &sc);
+	int ok = flow_charge(r, f, now, cost, tcost, need, &sc);
 	return ok == -2 ? -1 : ok;
 }
 
 // flow_new is flow_decide for a key flows does not hold: its verdict, or 2
 // when the flow is in flows after all (moved meanwhile): charge it there.
-static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, int need,
-				    struct rule_counters *cs, struct spin_ctx *c)
+static __always_inline int flow_new(struct rule_entry *r, void *main, void *small, struct flow_key *key, __s64 now, __s64 cost, __s64 tcost,
+				    int need, struct rule_counters *cs, struct spin_ctx *c)
 {
 	__u32 zero = 0;
 	struct scratch *scr = bpf_map_lookup_elem(&scratch, &zero);
@@ -174,6 +256,21 @@ static __always_inline int flow_new(struct rule_entry *r, void *main, void *smal
 	*nf = *f;
 	nf->lock = LOCK_FREE;
 	int ok = charge(r, nf, now, cost, need);
+	if (r->total != TOTAL_NONE) {
+		int v = total_decide(r, ok, now, tcost, need, c);
+		if (v < 0) {
+			state_unlock(f);
+			return -1;
+		}
+		if (v == TOT_OVER) {
+			// Refused by the total: the key's state as the table
+			// left it, its limiter uncharged.
+			*nf = *f;
+			nf->lock = LOCK_FREE;
+			touch(r, nf, now);
+		}
+		ok = v == TOT_PASS;
+	}
 	if (fresh) {
 		f->last = nf->last;
 		f->seen = nf->seen;

@@ -72,11 +72,21 @@ struct {
 	__array(values, struct inner_flows);
 } flows_new SEC(".maps");
 
+// totals: the class totals of kernel rules (index: rule_entry.total),
+// filled by the loader.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, MAX_TOTALS);
+	__type(key, __u32);
+	__type(value, struct total);
+} totals SEC(".maps");
+
 // scratch: a flow key and state per CPU, off the stack (the entry
 // point's and flow_verdict's stacks share 512 bytes).
 struct scratch {
 	struct flow_key key;
 	struct flow_state nf;
+	struct flow_state kc; // a key's state charged apart from its total's (flowstate.h)
 };
 
 struct {
