@@ -119,6 +119,8 @@ type rateState struct {
 	until  int64   // the lease's end (host clock)
 	fillAt int64   // the local bucket's last refill
 	carry  float64 // refill not yet a whole cost unit
+	prev   float64 // the rate of the lease the ask in flight replaces
+	prevTo int64   // that lease's end (host clock)
 }
 
 // rateCap is what a host with rate rr may hold: what rr makes in
@@ -182,8 +184,11 @@ func (r *Rule) considerRate(e *entry, now int64, batch []*entry) []*entry {
 		return batch
 	}
 	// The lease in use ends as the ask is sent (the store replaces it):
-	// refilled until now, nothing until the reply.
-	e.rs.rr = 0
+	// refilled until now; from now until the reply the host earns the
+	// lesser of the old rate and the new (applyRate), which the store
+	// reserved for it all along (the old until it served the ask, the
+	// new from then): no round trip is lost, nothing is spent twice.
+	e.rs.prev, e.rs.prevTo, e.rs.rr = e.rs.rr, e.rs.until, 0
 	e.held, e.charge, e.want = 0, 0, int64(e.est(now)*1000)
 	e.inBatch = true
 	return append(batch, e)
@@ -194,6 +199,10 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 	e.inBatch = false
 	s := &e.rs
 	until := e.sentAt + rep.leftUs*1000
+	if end := min(now, s.prevTo); end > s.fillAt {
+		s.carry += min(s.prev, float64(rep.granted)/1000) * float64(end-s.fillAt) / 1e9
+	}
+	s.prev = 0
 	s.rr, s.share, s.until, s.fillAt = float64(rep.granted)/1000, float64(rep.cap)/1000, until, now
 	b := r.rateCap(s.rr)
 	if t := e.l.Tokens(); t > b {
