@@ -14,9 +14,7 @@ import "math"
 // handing out more than the rate in all over the leases valid in an epoch.
 // So a hot key costs about hosts ÷ interval asks per second whatever its
 // burst, and no refill is lost in the store when a host comes late. What
-// is still open before it can be the default: the rogue-writer defences
-// (a flush costs the hosts that renew in that epoch their leases) and the
-// e2e tests on it.
+// is still open before it can be the default: the e2e tests on it.
 //
 // The store's part is rateLua, a branch of the lease script (algorithm 2).
 // In the key's hash:
@@ -33,8 +31,9 @@ import "math"
 // host's own earlier lease first taken out: the new one replaces it). The
 // sums roll over with the epochs: none is ever summed over all hosts, and
 // a forged one lasts two epochs at most. A key gone that this host knew
-// was flushed: its epoch is taken as spent (nothing granted until the
-// next). Hosts that have not asked for two epochs and the horizon are
+// was flushed: its epoch is taken as spent (x: nothing new granted until
+// the next), but a host that knew it keeps the lease it held (its ask's
+// held, the rate), counted again from then. Hosts that have not asked for two epochs and the horizon are
 // dropped from the hosts set (KEYS[2]) at most 8 an ask, with their
 // fields.
 //
@@ -48,7 +47,7 @@ if algo == 2 then
   local len = redis.call('HLEN', KEYS[1])
   if len > 16 + 3 * maxhosts then redis.call('DEL', KEYS[1]) end
   if redis.call('ZCARD', hz) > maxhosts + 64 then redis.call('DEL', hz) end
-  local names = {'e', 'Rc', 'Rp', 'Wc', 'Wp', 'Nc', 'Np', 'he:' .. me, 'hr:' .. me, 'hw:' .. me}
+  local names = {'e', 'Rc', 'Rp', 'Wc', 'Wp', 'Nc', 'Np', 'x', 'he:' .. me, 'hr:' .. me, 'hw:' .. me}
   local v = redis.call('HMGET', KEYS[1], unpack(names))
   local f = {}
   for i = 1, #names do if v[i] then f[names[i]] = v[i] end end
@@ -62,10 +61,12 @@ if algo == 2 then
   end
   local e = fin(f.e)
   local Rc, Rp, Wc, Wp, Nc, Np = 0, 0, 0, 0, 0, 0
+  -- spent: this epoch was flushed or forged (x, the epoch it happened)
+  local spent = fin(f.x) == ep
   if e == nil or e ~= math.floor(e) or e > ep then
     -- no state: a new key, or one flushed (this epoch spent), or a
     -- forged epoch (spent too)
-    if not fresh then Rp = rate end
+    if not fresh then Rp, spent = rate, true end
   elseif e >= ep - 1 then
     -- (a sum not valid is a spent rate, or no demand, or no host)
     Rc, Rp = sum(f.Rc, rate) or rate, sum(f.Rp, rate) or rate
@@ -87,9 +88,16 @@ if algo == 2 then
   local w = math.min(math.max(want / 1000, mincap * 1e6 / iv), wmax)
   local share = rate * w / (Wc + Wp + w)
   local r = math.max(math.min(share, rate - Rc - Rp), 0)
+  if spent and known and oe ~= ep then
+    -- a host's lease from before the flush stands (held, its rate),
+    -- counted from now on: only the leases of hosts that do not ask
+    -- before the epoch ends go uncounted, for one epoch at most
+    r = math.min(math.max(held / 1000, 0), rate)
+    share = r
+  end
   Rc, Wc, Nc = Rc + r, Wc + w, Nc + 1
   redis.call('HSET', KEYS[1], 'e', int(ep), 'Rc', num(Rc), 'Rp', num(Rp), 'Wc', num(Wc), 'Wp', num(Wp),
-    'Nc', int(Nc), 'Np', int(Np), 'he:' .. me, int(ep), 'hr:' .. me, num(r), 'hw:' .. me, num(w))
+    'Nc', int(Nc), 'Np', int(Np), 'x', spent and int(ep) or '', 'he:' .. me, int(ep), 'hr:' .. me, num(r), 'hw:' .. me, num(w))
   local old = now - 2 * iv - horizon
   local function drop(ids)
     for i = 1, #ids do
@@ -190,6 +198,9 @@ func (r *Rule) considerRate(e *entry, now int64, batch []*entry) []*entry {
 	// new from then): no round trip is lost, nothing is spent twice.
 	e.rs.prev, e.rs.prevTo, e.rs.rr = e.rs.rr, e.rs.until, 0
 	e.held, e.charge, e.want = 0, 0, int64(e.est(now)*1000)
+	if e.rs.prevTo > now {
+		e.held = int64(e.rs.prev * 1000) // (kept if the key was flushed)
+	}
 	e.inBatch = true
 	return append(batch, e)
 }
