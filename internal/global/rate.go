@@ -33,9 +33,9 @@ import "math"
 // a forged one lasts two epochs at most. A key gone that this host knew
 // was flushed: its epoch is taken as spent (x: nothing new granted until
 // the next), but a host that knew it keeps the lease it held (its ask's
-// held, the rate), counted again from then. Hosts that have not asked for two epochs and the horizon are
-// dropped from the hosts set (KEYS[2]) at most 8 an ask, with their
-// fields.
+// held, the rate), counted again from then. Hosts that have not asked for
+// two epochs and the horizon are dropped from the hosts set (KEYS[2]) at
+// most 8 an ask, with their fields.
 //
 // Reply: {rate ×1000, hosts, fair share ×1000, 0, lease left µs, demand
 // ×1000, all demands ×1000}.
