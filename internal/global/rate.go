@@ -224,7 +224,10 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 	e.lastTokens = e.l.Tokens()
 	e.cap, e.hosts, e.replied = b, rep.hosts, now
 	e.own, e.total = s.rr, r.rate
-	e.low = max(1, int64(s.rr*float64(r.c.lead())/1e9))
+	// (the lead at most a quarter interval, as for the renewal below: a
+	// lead of seconds on a loaded machine made every packet wake it)
+	lead := min(r.c.lead(), r.c.interval/4)
+	e.low = max(1, int64(s.rr*float64(lead)/1e9))
 	e.l.SetLow(e.low)
 	// (up to 2 % early: the hosts' turns drift apart, and the asks stay
 	// within 1.2 × hosts ÷ interval with the re-asks below)
@@ -239,7 +242,7 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 	// sooner than 3/4 of one; the round trips of 1 000 refreshers on two
 	// loaded cores (0.4-0.7 s, a lead of 1.6-2.8 s) made almost every
 	// renewal due at once.
-	e.nextAsk, e.slot = min(next, until-min(r.c.lead(), r.c.interval/4)), false
+	e.nextAsk, e.slot = min(next, until-lead), false
 	r.schedule(e, e.nextAsk)
 	r.asks.Add(1)
 }

@@ -399,9 +399,10 @@ func TestRefresherRunOnDemand(t *testing.T) {
 
 // TestRateRenewalLeadFake: a rate lease is renewed before it ends by the
 // lead (a poll and four round trips), at most a quarter interval: with
-// round trips of 0.6 s (1 000 refreshers on two loaded cores) the lead,
-// 2.4 s, is longer than the lease left (1.5 s), and every renewal was due
-// at once (asks 2.1-3.6 × hosts ÷ interval in BenchmarkFleet).
+// round trips of about 0.5 s (1 000 refreshers on two loaded cores) the
+// lead, 2.1 s, is longer than the lease left (1.5 s), and every renewal was due
+// at once (asks 2.1-3.6 × hosts ÷ interval in BenchmarkFleet), and its
+// low-water mark above what the lease may hold.
 func TestRateRenewalLeadFake(t *testing.T) {
 	st, clk := newFakeStore(), &fakeClock{now: 1e18}
 	st.cap, st.left = 500_000, 1_500_000 // (its share 500/s, the lease 1.5 s)
@@ -422,6 +423,12 @@ func TestRateRenewalLeadFake(t *testing.T) {
 	c.step(clk.get())
 	if st.nAsks() != 1 || l.Until() != clk.get()+st.left*1000 {
 		t.Fatalf("%d asks, lease until %d: want one ask, a lease of 1.5 s", st.nAsks(), l.Until()-clk.get())
+	}
+	// Its low-water mark is what its rate makes in that quarter interval
+	// at most (125), within what it may hold (500): not 1 051, which woke
+	// the refresher at every packet.
+	if e := r.m[k]; e.low != 125 || e.low > e.cap {
+		t.Fatalf("low-water mark %d (cap %d), want 125", e.low, e.cap)
 	}
 	// Active, a packet every 10 ms: renewed once an interval (up to 2 %
 	// early), before the lease ends.
