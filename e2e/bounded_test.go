@@ -142,23 +142,8 @@ func TestControlSocketPeerCred(t *testing.T) {
 	tp := newTopo(t)
 	// A directory others may enter, holding the socket and a copy of the
 	// binary they may run.
-	dir, err := os.MkdirTemp("", "packetshaper-ctl-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "packetshaper")
-	b, err := os.ReadFile(shaperBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	sock := filepath.Join(dir, "ps.sock")
+	bin := publicCopy(t, shaperBin)
+	sock := filepath.Join(filepath.Dir(bin), "ps.sock")
 	sh := tp.startShaper("--queue", "0", "--pps", "10", "--stats-interval", "0", "--control-socket", sock)
 	// startShaper waits for the queue's binding; the control socket comes
 	// after it.

@@ -1,10 +1,7 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -13,19 +10,9 @@ import (
 	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
-const divertPolicy = `
-[[rule]]
-name  = "dns"
-match = { proto = ["udp"], dport = ["53"] }
-pps   = 5
-burst = 2
-
-[[rule]]
-name  = "app"
-match = { proto = ["udp"], dport = ["9000"] }
-pps   = 1000
-burst = 100
-`
+// divertPolicy limits UDP to port 53 (5/s, burst 2) and to port 9000
+// (1000/s, burst 100) per flow.
+var divertPolicy = udpRule("dns", "53", 5, 2) + udpRule("app", "9000", 1000, 100)
 
 // TestDivertRulesFromPolicy: with rules.sh's rule for udp/9000 in force,
 // packetshaper check warns that the dns rule (udp/53) can never see a
@@ -91,16 +78,9 @@ func TestDivertRulesFromPolicy(t *testing.T) {
 	}
 
 	// The divert rules from the policy.
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, rulesScript, "add", "--queue", "0", "--policy", pol, "--netns", tp.B)
-	cmd.Env = append(os.Environ(), "PACKETSHAPER="+shaperBin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("rules.sh add --policy: %v\n%s", err, out)
-	}
+	out := tp.rulesPolicy(pol)
 	for _, want := range []string{"packetshaper queue=0 proto=udp dport=53", "packetshaper queue=0 proto=udp dport=9000"} {
-		if !strings.Contains(string(out), want) {
+		if !strings.Contains(out, want) {
 			t.Errorf("rules.sh add --policy: no rule tagged %q:\n%s", want, out)
 		}
 	}

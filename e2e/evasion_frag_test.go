@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"math"
 	"os"
@@ -13,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // Issue 16: two ways around a byte-rate limit, found by an attacker.
@@ -73,31 +69,17 @@ type routed struct {
 func newRouted(t *testing.T) *routed {
 	t.Helper()
 	needExclusiveUnlessParallel(t)
-	var rb [3]byte
-	if _, err := rand.Read(rb[:]); err != nil {
-		t.Fatal(err)
-	}
-	id := hex.EncodeToString(rb[:])
-	name := func(s string) string { return fmt.Sprintf("%s%d-%s-%s", nsPrefix, os.Getpid(), id, s) }
-	tp := &topo{t: t, A: name("a"), B: name("b"), IPA: "10.214.1.1", IPB: "10.214.2.2", IP6A: "fd00:214:1::1", IP6B: "fd00:214:2::2"}
-	r := &routed{topo: tp, R: name("r")}
-	for _, ns := range []string{tp.A, r.R, tp.B} {
-		testutil.NewNetns(t, ns)
-	}
+	id, ns := newNamespaces(t, "a", "r", "b")
+	tp := &topo{t: t, A: ns[0], B: ns[2], IPA: "10.214.1.1", IPB: "10.214.2.2", IP6A: "fd00:214:1::1", IP6B: "fd00:214:2::2"}
+	r := &routed{topo: tp, R: ns[1]}
 	tp.VethA, tp.VethB = "pse"+id+"a", "pse"+id+"b"
 	ra, rb2 := "pse"+id+"p", "pse"+id+"q"
 	tp.host("ip", "link", "add", tp.VethA, "netns", tp.A, "type", "veth", "peer", "name", ra, "netns", r.R)
 	tp.host("ip", "link", "add", rb2, "netns", r.R, "type", "veth", "peer", "name", tp.VethB, "netns", tp.B)
-	for _, s := range []struct{ ns, dev, ip4, ip6 string }{
-		{tp.A, tp.VethA, tp.IPA + "/24", tp.IP6A + "/64"},
-		{r.R, ra, "10.214.1.2/24", "fd00:214:1::2/64"},
-		{r.R, rb2, "10.214.2.1/24", "fd00:214:2::1/64"},
-		{tp.B, tp.VethB, tp.IPB + "/24", tp.IP6B + "/64"},
-	} {
-		tp.must(s.ns, "ip", "addr", "add", s.ip4, "dev", s.dev)
-		tp.must(s.ns, "ip", "-6", "addr", "add", s.ip6, "dev", s.dev, "nodad")
-		tp.must(s.ns, "ip", "link", "set", s.dev, "up")
-	}
+	tp.addrUp(tp.A, tp.VethA, tp.IPA+"/24", tp.IP6A+"/64")
+	tp.addrUp(r.R, ra, "10.214.1.2/24", "fd00:214:1::2/64")
+	tp.addrUp(r.R, rb2, "10.214.2.1/24", "fd00:214:2::1/64")
+	tp.addrUp(tp.B, tp.VethB, tp.IPB+"/24", tp.IP6B+"/64")
 	tp.must(r.R, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
 	tp.must(tp.A, "ip", "route", "add", "default", "via", "10.214.1.2")
 	tp.must(tp.A, "ip", "-6", "route", "add", "default", "via", "fd00:214:1::2")
@@ -150,10 +132,7 @@ func testFragments(t *testing.T, family, chain string) {
 		tp = newTopo(t)
 		shNS = tp.B
 	}
-	dst, ipLen := tp.IPB+":9000", 20+8+fragSize
-	if family == "ipv6" {
-		dst, ipLen = "["+tp.IP6B+"]:9000", 40+8+fragSize
-	}
+	dst, ipLen := tp.dst9000(family), udpHdrLen(family)+fragSize
 	tp.rulesIn(shNS, "add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", family, "--chain", chain)
 	sh := tp.startShaperIn(shNS, "--queue", "0", "--bitrate", fragRate, "--burst", fmt.Sprint(fragBurst))
 	rc := tp.startRecv(":9000", "--duration", "40s", "--idle", "3s")
@@ -162,13 +141,7 @@ func testFragments(t *testing.T, family, chain string) {
 	r := recvDone(rc, 45*time.Second)
 	log := tp.stopShaper(sh)
 
-	f, ok := s.Flows["10000"]
-	if !ok {
-		t.Fatalf("sender reports no flow 10000: %+v", s)
-	}
-	if want := float64(fragPPS) * fragDur.Seconds(); math.Abs(float64(f.Sent)-want) > 0.05*want {
-		t.Errorf("the sender sent %d datagrams, want %.0f ±5%%", f.Sent, want)
-	}
+	f := sentFlow(t, s, fragPPS, fragDur, "datagrams")
 	got := r.Received["9000"]["10000"]
 	want := bytesBucket(f.TimesUs, fragBytes, fragBurst, float64(ipLen))
 	// The ideal bucket over the actual send times must be near burst +
@@ -237,21 +210,13 @@ func TestPayloadLengthZeroChargedCopyRange64(t *testing.T) { testHBHZero(t, "--c
 func testHBHZero(t *testing.T, extra ...string) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv6")
-	sh := tp.startShaper(append([]string{"--queue", "0", "--bitrate", "1mbit", "--burst", fmt.Sprint(hbhBurst)}, extra...)...)
+	tp, sh := newShaper9000(t, "ipv6", append([]string{"--bitrate", "1mbit", "--burst", fmt.Sprint(hbhBurst)}, extra...)...)
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	s := sendDone(tp.startHBH(hbhPPS, hbhDur, "0"))
 	r := recvDone(rc, 35*time.Second)
 	log := tp.stopShaper(sh)
 
-	f, ok := s.Flows["10000"]
-	if !ok {
-		t.Fatalf("sender reports no flow 10000: %+v", s)
-	}
-	if want := float64(hbhPPS) * hbhDur.Seconds(); math.Abs(float64(f.Sent)-want) > 0.05*want {
-		t.Errorf("the sender sent %d packets, want %.0f ±5%%", f.Sent, want)
-	}
+	f := sentFlow(t, s, hbhPPS, hbhDur, "packets")
 	got := r.Received["9000"]["10000"]
 	want := bytesBucket(f.TimesUs, hbhBytes, hbhBurst, hbhLen)
 	checkWithin(t, "an ideal byte bucket over the send times vs (burst + rate × duration) / packet", want,

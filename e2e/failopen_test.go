@@ -20,9 +20,7 @@ import (
 func TestFailOpenKill(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	sh := tp.startShaper("--queue", "0", "--pps", "1000000", "--burst", "1000000")
+	tp, sh := newShaper9000(t, "ipv4", "--pps", "1000000", "--burst", "1000000")
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	// 2 flows × 500 packets/s × 3 s.
 	sp := tp.startSend("--dst", tp.IPB+":9000", "--flows", "2", "--pps", "500", "--duration", "3s")
@@ -77,10 +75,8 @@ func TestFailOpenKill(t *testing.T) {
 func TestFailOpenStop(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
 	const maxlen = 64
-	sh := tp.startShaper("--queue", "0", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", "64")
+	tp, sh := newShaper9000(t, "ipv4", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", "64")
 	rc := tp.startRecv(":9000", "--duration", "30s")
 	readBefore := tp.udpInDatagrams(tp.B)
 	sh.signal(syscall.SIGSTOP)
@@ -127,9 +123,7 @@ func TestFailOpenStop(t *testing.T) {
 // stats log (--stats-interval) and the fields of the final stats line.
 func TestCleanStop(t *testing.T) {
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--stats-interval", "200ms")
+	tp, sh := newShaper9000(t, "ipv4", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--stats-interval", "200ms")
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	rcvbufBefore := tp.udpRcvbufErrors(tp.B)
 	// 8 flows × 1000 packets/s for 3 s: most are dropped.
@@ -209,10 +203,8 @@ func checkStatsLog(t *testing.T, log string) {
 func TestFailClosedStop(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
 	const maxlen = 64
-	sh := tp.startShaper("--queue", "0", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", fmt.Sprint(maxlen), "--fail-closed")
+	tp, sh := newShaper9000(t, "ipv4", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", fmt.Sprint(maxlen), "--fail-closed")
 	rc := tp.startRecv(":9000", "--duration", "30s")
 	sh.signal(syscall.SIGSTOP)
 	t.Cleanup(func() { _ = sh.cmd.Process.Signal(syscall.SIGCONT) })

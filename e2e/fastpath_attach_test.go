@@ -45,18 +45,12 @@ func recreateVeth(tp *topo) {
 // its send times (±5 %; unattached, all 1 000 would pass); one log line
 // says it was attached again, and status shows the link attached at the
 // new index, reattached once.
-func TestFastpathRecreated(t *testing.T) {
-	needShaper(t)
-	forModes(t, testFastpathRecreated)
-}
+func TestFastpathRecreated(t *testing.T) { forModes(t, testFastpathRecreated) }
 
 func testFastpathRecreated(t *testing.T, mode string) {
 	tp := newTopo(t)
-	dir, pol := policyFile(t, fastpathPolicy)
-	sock := filepath.Join(dir, "ps.sock")
-	tp.rules("add", "--fastpath", "--queue", "0")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode, "--control-socket", sock)
-	sh.waitStderr("msg=shaping", 10*time.Second)
+	pol, sock := tp.divertFastpath(fastpathPolicy)
+	sh := tp.startFastpathShaper(pol, "--fastpath-attach", mode, "--control-socket", sock)
 	before := shaperStatus(t, tp, sock).Fastpath
 	if len(before) != 1 || before[0].State != "attached" || before[0].Attach != mode {
 		t.Fatalf("status before: %+v, want %s attached by %s", before, tp.VethB, mode)
@@ -108,11 +102,8 @@ func TestFastpathRefusedReload(t *testing.T) {
 
 	t.Setenv("PACKETSHAPER_TEST_REFUSE_FASTPATH_RULE", "block")
 	tp := newTopo(t)
-	dir, pol := policyFile(t, fastpathPolicy)
-	sock := filepath.Join(dir, "ps.sock")
-	tp.rules("add", "--fastpath", "--queue", "0")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", sock)
-	sh.waitStderr("msg=shaping", 10*time.Second)
+	pol, sock := tp.divertFastpath(fastpathPolicy)
+	sh := tp.startFastpathShaper(pol, "--control-socket", sock)
 	const block = `
 [[rule]]
 name   = "block"
@@ -135,20 +126,8 @@ action = "drop"
 	if strings.Join(names, ",") != "kern,user" {
 		t.Errorf("status lists rules %v after the failed reload, want the old policy's kern,user", names)
 	}
-	rc := tp.startRecv(":9000,:9001", "--duration", "40s", "--idle", "3s")
-	kern := tp.send(limitSendArgs(tp.IPB + ":9000")...)
-	user := tp.send(limitSendArgs(tp.IPB + ":9001")...)
-	r := recvDone(rc, 45*time.Second)
-	for _, c := range []struct {
-		port   string
-		s      sendResult
-		expect func([]int64) float64
-	}{{"9000", kern, expectTokenBucket}, {"9001", user, expectSlidingLog}} {
-		for _, sport := range sortedPorts(c.s.Flows) {
-			f := c.s.Flows[sport]
-			checkWithin(t, fmt.Sprintf("after the refused reload, port %s flow %s (sent %d)", c.port, sport, f.Sent), float64(r.Received[c.port][sport]), c.expect(f.TimesUs), 0.05)
-		}
-	}
+	kern, user, r := tp.sendSplit()
+	checkSplit(t, "after the refused reload, ", kern, user, r)
 	log := tp.stopShaper(sh)
 	if n := strings.Count(log, "level=ERROR"); n != 1 || !strings.Contains(log, "reload failed, keeping the previous policy") {
 		t.Errorf("%d error lines, want the one of the failed reload:\n%s", n, indent(log))
@@ -184,7 +163,6 @@ func TestFastpathPuntMarkCleared(t *testing.T) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
-	pol := filepath.Join(t.TempDir(), "policy.toml")
 	// One user-space rule far above the traffic: every packet accepted.
 	const file = `
 [[rule]]
@@ -194,18 +172,14 @@ algo  = "sliding-window"
 pps   = 1000
 max-flows = 16
 `
-	if err := os.WriteFile(pol, []byte(file), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tp.rules("add", "--fastpath", "--queue", "0")
+	pol, _ := tp.divertFastpath(file)
 	for _, r := range [][]string{
 		{"-p", "udp", "--dport", "9001", "-m", "comment", "--comment", "ps-all"},
 		{"-p", "udp", "--dport", "9001", "-m", "mark", "--mark", "0x40000000/0x40000000", "-m", "comment", "--comment", "ps-punt"},
 	} {
 		tp.must(tp.B, append([]string{"iptables", "-w", "-t", "mangle", "-A", "INPUT"}, r...)...)
 	}
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
-	sh.waitStderr("msg=shaping", 10*time.Second)
+	sh := tp.startFastpathShaper(pol, "--control-socket", "")
 	rc := tp.startRecv(":9001", "--duration", "20s", "--idle", "2s")
 	s := tp.send("--dst", tp.IPB+":9001", "--flows", "2", "--sport", "10000", "--pps", "100", "--duration", "1s")
 	r := recvDone(rc, 25*time.Second)
@@ -234,8 +208,7 @@ func TestFastpathKernelMemory(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
 	dir, pol := policyFile(t, fastpathPolicy)
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
-	sh.waitStderr("msg=shaping", 10*time.Second)
+	sh := tp.startFastpathShaper(pol, "--control-socket", "")
 	m := regexp.MustCompile(`msg=shaping .*kernel_maps_mib=([0-9.]+)`).FindStringSubmatch(sh.err.String())
 	if m == nil {
 		t.Fatalf("no kernel_maps_mib= in the start line:\n%s", indent(sh.err.String()))
@@ -249,8 +222,7 @@ func TestFastpathKernelMemory(t *testing.T) {
 	if err := os.WriteFile(big, []byte(strings.Replace(fastpathPolicy, "burst =", "max-flows = 4194304\nburst =", 1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	sh = tp.startShaper("--queue", "0", "--policy", big, "--fastpath", tp.VethB, "--control-socket", "")
-	sh.waitStderr("msg=shaping", 10*time.Second)
+	sh = tp.startFastpathShaper(big, "--control-socket", "")
 	log := tp.stopShaper(sh)
 	if n := strings.Count(log, "fast path off, the whole policy runs through NFQUEUE: the fast path's kernel maps would take"); n != 1 || !strings.Contains(log, `rule \"kern\" alone has max-flows 4194304`) {
 		t.Errorf("%d lines refusing the kernel maps' size, want 1 naming rule kern:\n%s", n, indent(log))

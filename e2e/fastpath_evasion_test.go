@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -34,9 +33,7 @@ import (
 // running, it must have one program at tcx ingress of dev.
 func (tp *topo) evStartFastpath(policy, dev string, extra ...string) (*proc, string) {
 	tp.t.Helper()
-	pol := filepath.Join(tp.t.TempDir(), "policy.toml")
-	writePolicy(tp.t, pol, policy)
-	tp.rules("add", "--fastpath", "--queue", "0")
+	pol, _ := tp.divertFastpath(policy)
 	args := append([]string{shaperBin, "--queue", "0", "--policy", pol, "--fastpath", dev, "--control-socket", ""}, extra...)
 	sh := tp.start(tp.B, "packetshaper", args...)
 	testutil.WaitFor(tp.t, 40*time.Second, func() bool {
@@ -188,13 +185,7 @@ func TestFastpathGSOBytes(t *testing.T)   { evGSO(t, true) }
 func evGSO(t *testing.T, bytes bool) {
 	needShaper(t)
 	tp := newTopo(t)
-	pol := `
-[[rule]]
-name  = "gso"
-match = { proto = ["udp"], dport = ["9000"] }
-pps   = 100
-burst = 5
-`
+	pol := udpRule("gso", "9000", 100, 5)
 	if bytes {
 		pol = `
 [[rule]]
@@ -428,19 +419,8 @@ func TestFastpathFragmentsOtherRuleIPv6(t *testing.T) { evFragmentsOtherRule(t, 
 func evFragmentsOtherRule(t *testing.T, family string) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	dst := tp.IPB + ":9000"
-	if family == "ipv6" {
-		dst = "[" + tp.IP6B + "]:9000"
-	}
-	sh, _ := tp.evStartFastpath(evFragOtherPolicy, tp.VethB)
-	evMustRun(t, sh)
-	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
-	s := tp.send("--dst", dst, "--flows", "1", "--sport", "10000", "--size", "3000", "--pps", "100", "--duration", "4s")
-	r := recvDone(rc, 35*time.Second)
-	log := tp.stopShaper(sh)
+	s, got, log := evSendOneFlow(t, evFragOtherPolicy, family, 3000, 100)
 	_, _, line := finalStats(t, log)
-	got := r.Received["9000"]["10000"]
 	t.Logf("%s: %d of %d datagrams delivered; rule ping: packets=%d dropped=%d; rule dns: packets=%d dropped=%d", family, got, s.Sent,
 		statField(t, line, "rule.ping.packets"), statField(t, line, "rule.ping.dropped"), statField(t, line, "rule.dns.packets"), statField(t, line, "rule.dns.dropped"))
 	if s.Sent < 380 {
@@ -449,6 +429,24 @@ func evFragmentsOtherRule(t *testing.T, family string) {
 	if float64(got) < 0.95*float64(s.Sent) {
 		t.Errorf("%s: %d of %d fragmented datagrams to an unlimited port delivered, want at least 95 %%: a rule for other traffic limited their fragments", family, got, s.Sent)
 	}
+}
+
+// evSendOneFlow makes a topology, starts packetshaper in it by
+// evStartFastpath with policy (it must run), sends one flow (source port
+// 10000) of size-byte UDP datagrams to B's port 9000 in family at pps for
+// 4 s (psend send's extra flags added), stops packetshaper, and returns
+// what was sent, how many of the flow's datagrams arrived and
+// packetshaper's log.
+func evSendOneFlow(t *testing.T, policy, family string, size, pps int, extra ...string) (s sendResult, got uint64, log string) {
+	t.Helper()
+	tp := newTopo(t)
+	sh, _ := tp.evStartFastpath(policy, tp.VethB)
+	evMustRun(t, sh)
+	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
+	s = tp.send(append([]string{"--dst", tp.dst9000(family), "--flows", "1", "--sport", "10000", "--size", fmt.Sprint(size), "--pps", fmt.Sprint(pps), "--duration", "4s"}, extra...)...)
+	r := recvDone(rc, 35*time.Second)
+	log = tp.stopShaper(sh)
+	return s, r.Received["9000"]["10000"], log
 }
 
 // evFragFlowPolicy: 1mbit per 5-tuple for UDP to 9000, the burst the
@@ -473,18 +471,8 @@ func TestFastpathFragmentsOneFlowIPv6(t *testing.T) { evFragmentsOneFlow(t, "ipv
 func evFragmentsOneFlow(t *testing.T, family string) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	dst, ipLen := tp.IPB+":9000", 20+8+2900
-	if family == "ipv6" {
-		dst, ipLen = "["+tp.IP6B+"]:9000", 40+8+2900
-	}
-	sh, _ := tp.evStartFastpath(evFragFlowPolicy, tp.VethB)
-	evMustRun(t, sh)
-	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
-	s := tp.send("--dst", dst, "--flows", "1", "--sport", "10000", "--size", "2900", "--pps", "80", "--duration", "4s", "--times")
-	r := recvDone(rc, 35*time.Second)
-	tp.stopShaper(sh)
-	got := r.Received["9000"]["10000"]
+	ipLen := udpHdrLen(family) + 2900
+	s, got, _ := evSendOneFlow(t, evFragFlowPolicy, family, 2900, 80, "--times")
 	want := evBucket(evPackets(s, "10000", func(int) float64 { return float64(ipLen) }), 125000, 65535) / float64(ipLen)
 	t.Logf("%s: %d of %d datagrams of %d bytes delivered", family, got, s.Sent, ipLen)
 	evCheckBar(t, fmt.Sprintf("%s fragmented datagrams of one flow through 1mbit", family), float64(got), want, 0.90, 1.05)
@@ -508,7 +496,7 @@ func TestFastpathFragmentsMixIPv6(t *testing.T) {
 	sh, _ := tp.evStartFastpath(evFragFlowPolicy, tp.VethB)
 	evMustRun(t, sh)
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
-	dst := "[" + tp.IP6B + "]:9000"
+	dst := tp.dst9000("ipv6")
 	plain := tp.startSend("--dst", dst, "--flows", "1", "--sport", "10000", "--sizes", "1000,2900", "--pps", "200", "--duration", "4s", "--times")
 	ext := tp.start(tp.A, "psend send6x", psendBin, "send6x", "--dst", dst, "--flows", "1", "--sport", "10000",
 		"--dstopts", fmt.Sprint(nExt), "--size", fmt.Sprint(extSize), "--pps", "100", "--duration", "4s", "--times")
@@ -587,14 +575,8 @@ func TestFastpathMovingReload(t *testing.T) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
-	const lim = `
-[[rule]]
-name  = "lim"
-match = { proto = ["udp"], dport = ["9000"] }
-pps   = 1
-burst = 10
-`
-	const above = `
+	lim := udpRule("lim", "9000", 1, 10)
+	above := `
 [[rule]]
 name  = "above"
 match = { proto = ["udp"], dport = ["9100"] }

@@ -85,8 +85,7 @@ func TestFastpathMixed(t *testing.T) {
 	needRedisServer(t)
 	tp := newTopo(t)
 	tp.startRedisIn(tp.B, gRedis)
-	_, pol := policyFile(t, fastpathMixPolicy)
-	tp.rules("add", "--fastpath", "--queue", "0")
+	pol, _ := tp.divertFastpath(fastpathMixPolicy)
 	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--control-socket", "")
 	if n := testutil.TCXPrograms(t, tp.B, tp.VethB); n != 1 {
 		t.Fatalf("%d programs at tcx ingress of %s while packetshaper runs, want 1\n%s", n, tp.VethB, indent(sh.err.String()))

@@ -3,7 +3,6 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -25,13 +24,9 @@ func TestFastpathSeen(t *testing.T) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
-	dir, pol := policyFile(t, fastpathPolicy)
-	sock := filepath.Join(dir, "ps.sock")
+	pol, sock := tp.divertFastpath(fastpathPolicy)
 	addr := tp.IPB + ":9464"
-	tp.rules("add", "--fastpath", "--queue", "0")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB,
-		"--control-socket", sock, "--metrics-addr", addr, "--stats-interval", "0")
-	sh.waitStderr("msg=shaping", 10*time.Second)
+	sh := tp.startFastpathShaper(pol, "--control-socket", sock, "--metrics-addr", addr, "--stats-interval", "0")
 	rc := tp.startRecv(":9000,:9001", "--duration", "30s", "--idle", "2s")
 	const kernFlows, userFlows = 3, 2
 	kern := tp.send("--dst", tp.IPB+":9000", "--flows", fmt.Sprint(kernFlows), "--sport", "20000", "--pps", "300", "--duration", "1s")

@@ -16,19 +16,13 @@ import (
 // fastpathPolicy: a token bucket the kernel runs (UDP to 9000) and a
 // sliding-window log, which stays in user space (UDP to 9001), both at the
 // limiting tests' rate, per 5-tuple.
-var fastpathPolicy = fmt.Sprintf(`
-[[rule]]
-name  = "kern"
-match = { proto = ["udp"], dport = ["9000"] }
-pps   = %.0f
-burst = %.0f
-
+var fastpathPolicy = udpRule("kern", "9000", limRate, limBurst) + fmt.Sprintf(`
 [[rule]]
 name  = "user"
 match = { proto = ["udp"], dport = ["9001"] }
 algo  = "sliding-window"
 pps   = %.0f
-`, limRate, limBurst, limRate)
+`, limRate)
 
 // expectSlidingLog is what an exact sliding-window log of limRate per 1 s
 // lets through of packets sent at timesUs.
@@ -53,8 +47,11 @@ func expectSlidingLog(timesUs []int64) float64 {
 // without tcx use.
 var attachModes = []string{"tcx", "tc"}
 
-// forModes runs f as a subtest per attach mode, beside each other.
+// forModes needs a shaper (needShaper) and runs f as a subtest per attach
+// mode, beside each other.
 func forModes(t *testing.T, f func(t *testing.T, mode string)) {
+	t.Helper()
+	needShaper(t)
 	for _, mode := range attachModes {
 		t.Run(mode, func(t *testing.T) {
 			parallel(t)
@@ -73,22 +70,67 @@ func attached(t *testing.T, tp *topo, mode string) int {
 	return testutil.TCXPrograms(t, tp.B, tp.VethB)
 }
 
+// divertFastpath adds rules.sh's fast-path divert rule for queue 0 in B
+// and writes policy to a file in a directory of its own; it returns the
+// file and a control socket's path beside it (nothing listens there until
+// a shaper is started with --control-socket sock).
+func (tp *topo) divertFastpath(policy string) (pol, sock string) {
+	tp.t.Helper()
+	dir, pol := policyFile(tp.t, policy)
+	tp.rules("add", "--fastpath", "--queue", "0")
+	return pol, filepath.Join(dir, "ps.sock")
+}
+
+// startFastpathShaper starts packetshaper in B on queue 0 with the policy
+// file pol, --fastpath on B's veth and extra, and waits for its start line
+// (the program is attached before it says so).
+func (tp *topo) startFastpathShaper(pol string, extra ...string) *proc {
+	tp.t.Helper()
+	sh := tp.startShaper(append([]string{"--queue", "0", "--policy", pol, "--fastpath", tp.VethB}, extra...)...)
+	sh.waitStderr("msg=shaping", 10*time.Second)
+	return sh
+}
+
+// sendSplit sends the limiting traffic to both rules of fastpathPolicy,
+// the kernel's (UDP to 9000) and user space's (9001), one after the other,
+// and returns what was sent to each and what arrived.
+func (tp *topo) sendSplit() (kern, user sendResult, r recvResult) {
+	tp.t.Helper()
+	rc := tp.startRecv(":9000,:9001", "--duration", "40s", "--idle", "3s")
+	kern = tp.send(limitSendArgs(tp.IPB + ":9000")...)
+	user = tp.send(limitSendArgs(tp.IPB + ":9001")...)
+	return kern, user, recvDone(rc, 45*time.Second)
+}
+
+// checkSplit checks what arrived of each flow sendSplit sent against the
+// limiter of its rule in fastpathPolicy over its send times, ±5 %: an
+// ideal token bucket (kern, port 9000), an exact sliding-window log (user,
+// port 9001). what starts each message.
+func checkSplit(t *testing.T, what string, kern, user sendResult, r recvResult) {
+	t.Helper()
+	for _, c := range []struct {
+		port   string
+		s      sendResult
+		expect func([]int64) float64
+	}{{"9000", kern, expectTokenBucket}, {"9001", user, expectSlidingLog}} {
+		for _, sport := range sortedPorts(c.s.Flows) {
+			f := c.s.Flows[sport]
+			checkWithin(t, fmt.Sprintf("%sport %s flow %s (sent %d)", what, c.port, sport, f.Sent), float64(r.Received[c.port][sport]), c.expect(f.TimesUs), 0.05)
+		}
+	}
+}
+
 // runFastpath runs the split policy with --fastpath on B's veth, attached
 // by mode, and the fast path's divert rule, sends the limiting traffic to
 // both rules, stops packetshaper with SIGTERM and returns the sender's
 // results, what arrived and packetshaper's log.
 func runFastpath(t *testing.T, tp *topo, mode string) (kern, user sendResult, r recvResult, log string) {
-	_, pol := policyFile(t, fastpathPolicy)
-	tp.rules("add", "--fastpath", "--queue", "0")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode)
-	sh.waitStderr("msg=shaping", 10*time.Second) // attached before it says so
+	pol, _ := tp.divertFastpath(fastpathPolicy)
+	sh := tp.startFastpathShaper(pol, "--fastpath-attach", mode)
 	if n := attached(t, tp, mode); n != 1 {
 		t.Fatalf("%d programs attached by %s at ingress of %s while packetshaper runs, want 1", n, mode, tp.VethB)
 	}
-	rc := tp.startRecv(":9000,:9001", "--duration", "40s", "--idle", "3s")
-	kern = tp.send(limitSendArgs(tp.IPB + ":9000")...)
-	user = tp.send(limitSendArgs(tp.IPB + ":9001")...)
-	r = recvDone(rc, 45*time.Second)
+	kern, user, r = tp.sendSplit()
 	log = tp.stopShaper(sh)
 	if n := attached(t, tp, mode); n != 0 {
 		t.Errorf("%d programs attached by %s at ingress of %s after SIGTERM, want none", n, mode, tp.VethB)
@@ -105,10 +147,7 @@ func runFastpath(t *testing.T, tp *topo, mode string) (kern, user sendResult, r 
 // send times (±5 %); packetshaper's queue decided exactly the user-space
 // rule's packets (none of the kernel rule's reached it); SIGTERM leaves no
 // program attached (and by tc, no filter nor clsact qdisc).
-func TestFastpathSplit(t *testing.T) {
-	needShaper(t)
-	forModes(t, testFastpathSplit)
-}
+func TestFastpathSplit(t *testing.T) { forModes(t, testFastpathSplit) }
 
 func testFastpathSplit(t *testing.T, mode string) {
 	tp := newTopo(t)
@@ -119,20 +158,15 @@ func testFastpathSplit(t *testing.T, mode string) {
 	if strings.Contains(log, "fast path: ") {
 		t.Errorf("a warning about the divert rules rules.sh --fastpath wrote:\n%s", log)
 	}
-	for _, c := range []struct {
-		port   string
-		s      sendResult
-		expect func([]int64) float64
-	}{{"9000", kern, expectTokenBucket}, {"9001", user, expectSlidingLog}} {
-		if len(c.s.Flows) != limFlows {
-			t.Fatalf("port %s: sender reports %d flows, want %d", c.port, len(c.s.Flows), limFlows)
+	for port, s := range []sendResult{kern, user} {
+		if len(s.Flows) != limFlows {
+			t.Fatalf("port %d: sender reports %d flows, want %d", 9000+port, len(s.Flows), limFlows)
 		}
-		for _, sport := range sortedPorts(c.s.Flows) {
-			f := c.s.Flows[sport]
-			checkSent(t, sport, f.Sent, 1)
-			checkWithin(t, fmt.Sprintf("port %s flow %s (sent %d)", c.port, sport, f.Sent), float64(r.Received[c.port][sport]), c.expect(f.TimesUs), 0.05)
+		for _, sport := range sortedPorts(s.Flows) {
+			checkSent(t, sport, s.Flows[sport].Sent, 1)
 		}
 	}
+	checkSplit(t, "", kern, user, r)
 	// The queue saw the user-space rule's packets, all of them, and none
 	// of the kernel rule's.
 	acc, drop, line := finalStats(t, log)
@@ -167,16 +201,7 @@ func TestFastpathRefused(t *testing.T) {
 	if n := strings.Count(log, "fast path off, the whole policy runs through NFQUEUE: the kernel refused the fast path program: refused by the test"); n != 1 {
 		t.Errorf("%d fallback log lines, want 1:\n%s", n, log)
 	}
-	for _, c := range []struct {
-		port   string
-		s      sendResult
-		expect func([]int64) float64
-	}{{"9000", kern, expectTokenBucket}, {"9001", user, expectSlidingLog}} {
-		for _, sport := range sortedPorts(c.s.Flows) {
-			f := c.s.Flows[sport]
-			checkWithin(t, fmt.Sprintf("port %s flow %s (sent %d)", c.port, sport, f.Sent), float64(r.Received[c.port][sport]), c.expect(f.TimesUs), 0.05)
-		}
-	}
+	checkSplit(t, "", kern, user, r)
 	// Every packet of both rules reached the queue (and, the punt-all
 	// program marking every packet, a few of the link's own: IPv6
 	// neighbour discovery, which no rule matches).
@@ -196,29 +221,14 @@ func TestFastpathRefused(t *testing.T) {
 // filter replace); the kernel rule, its settings unchanged, keeps its
 // flows' buckets (no fresh burst), and its counters go on from the old
 // program's.
-func TestFastpathReload(t *testing.T) {
-	needShaper(t)
-	forModes(t, testFastpathReload)
-}
+func TestFastpathReload(t *testing.T) { forModes(t, testFastpathReload) }
 
 func testFastpathReload(t *testing.T, mode string) {
 	tp := newTopo(t)
-	pol := filepath.Join(t.TempDir(), "policy.toml")
 	// A slow refill and a big burst: a fresh bucket would pass 50 of a
 	// flow's packets at once, the kept one about 1 per second since.
-	const file = `
-[[rule]]
-name  = "kern"
-match = { proto = ["udp"], dport = ["9000"] }
-pps   = 1
-burst = 50
-`
-	if err := os.WriteFile(pol, []byte(file), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tp.rules("add", "--fastpath", "--queue", "0")
-	sh := tp.startShaper("--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode, "--control-socket", "")
-	sh.waitStderr("msg=shaping", 10*time.Second)
+	pol, _ := tp.divertFastpath(udpRule("kern", "9000", 1, 50))
+	sh := tp.startFastpathShaper(pol, "--fastpath-attach", mode, "--control-socket", "")
 	phase := func() (sent, got uint64) {
 		rc := tp.startRecv(":9000", "--duration", "20s", "--idle", "1s")
 		s := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", "10000", "--pps", "500", "--duration", "200ms")
@@ -252,9 +262,13 @@ burst = 50
 }
 
 // TestFastpathRulesScript: rules.sh add --fastpath writes the one divert
-// rule of the fast path (mangle PREROUTING, the punt mark, bypass), once
-// however often it is added; list shows it; del and del --all remove it;
-// it refuses the options that would queue other packets.
+// rule of the fast path (mangle PREROUTING, the punt mark, bypass) and,
+// after it, the socket-match rule that keeps defragmentation on without
+// connection tracking, once however often it is added (--conntrack: the
+// divert rule with the conntrack match instead, no second rule); list
+// shows it; del and del --all remove both, del --fastpath also the rule
+// it wrote before issue 27; it refuses the options that would queue other
+// packets.
 func TestFastpathRulesScript(t *testing.T) {
 	parallel(t)
 	needRoot(t)
@@ -264,10 +278,29 @@ func TestFastpathRulesScript(t *testing.T) {
 		tp.rules("add", "--fastpath", "--queue", "3")
 	}
 	got := mangle()
-	const want = `-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m conntrack --ctstate INVALID,NEW,RELATED,ESTABLISHED,UNTRACKED -m comment --comment "packetshaper queue=3 fastpath" -j NFQUEUE --queue-num 3 --queue-bypass`
-	if strings.Count(got, "packetshaper") != 1 || !strings.Contains(got, want) {
-		t.Errorf("mangle PREROUTING after add --fastpath twice:\n%s\nwant one\n%s", got, want)
+	const want = `-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m comment --comment "packetshaper queue=3 fastpath" -j NFQUEUE --queue-num 3 --queue-bypass
+-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m socket -m comment --comment "packetshaper fastpath-defrag"`
+	if strings.Count(got, "packetshaper") != 2 || !strings.Contains(got, want) {
+		t.Errorf("mangle PREROUTING after add --fastpath twice:\n%s\nwant, in this order,\n%s", got, want)
 	}
+	tp.rules("del", "--fastpath", "--queue", "3")
+	tp.rules("add", "--fastpath", "--conntrack", "--queue", "3")
+	got = mangle()
+	const wantCt = `-A PREROUTING -m mark --mark 0x40000000/0x40000000 -m conntrack --ctstate INVALID,NEW,RELATED,ESTABLISHED,UNTRACKED -m comment --comment "packetshaper queue=3 fastpath conntrack" -j NFQUEUE --queue-num 3 --queue-bypass`
+	if strings.Count(got, "packetshaper") != 1 || !strings.Contains(got, wantCt) {
+		t.Errorf("mangle PREROUTING after add --fastpath --conntrack:\n%s\nwant one\n%s", got, wantCt)
+	}
+	tp.rules("del", "--fastpath", "--conntrack", "--queue", "3")
+	// The rule add --fastpath wrote before issue 27 (the conntrack match,
+	// the same comment) goes with del --fastpath.
+	tp.must(tp.B, "iptables", "-w", "-t", "mangle", "-I", "PREROUTING", "1", "-m", "mark", "--mark", "0x40000000/0x40000000",
+		"-m", "conntrack", "--ctstate", "INVALID,NEW,ESTABLISHED,RELATED,UNTRACKED", "-m", "comment", "--comment", "packetshaper queue=3 fastpath",
+		"-j", "NFQUEUE", "--queue-num", "3", "--queue-bypass")
+	tp.rules("del", "--fastpath", "--queue", "3")
+	if got := mangle(); strings.Contains(got, "packetshaper") {
+		t.Errorf("del --fastpath left the rule of before issue 27:\n%s", got)
+	}
+	tp.rules("add", "--fastpath", "--queue", "3")
 	if l := tp.rules("list"); !strings.Contains(l, "fastpath") {
 		t.Errorf("list does not show the fast path's rule:\n%s", l)
 	}
@@ -294,18 +327,13 @@ func TestFastpathRulesScript(t *testing.T) {
 // holds nothing of it. Attached by tc, the filter (which holds the program
 // and its maps) outlives it, the documented bound: the next start removes
 // it, with a log line, and its stop leaves nothing.
-func TestFastpathKill(t *testing.T) {
-	needShaper(t)
-	forModes(t, testFastpathKill)
-}
+func TestFastpathKill(t *testing.T) { forModes(t, testFastpathKill) }
 
 func testFastpathKill(t *testing.T, mode string) {
 	tp := newTopo(t)
-	_, pol := policyFile(t, fastpathPolicy)
-	tp.rules("add", "--fastpath", "--queue", "0")
-	args := []string{"--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-attach", mode, "--control-socket", ""}
-	sh := tp.startShaper(args...)
-	sh.waitStderr("msg=shaping", 10*time.Second)
+	pol, _ := tp.divertFastpath(fastpathPolicy)
+	args := []string{"--fastpath-attach", mode, "--control-socket", ""}
+	sh := tp.startFastpathShaper(pol, args...)
 	if n := attached(t, tp, mode); n != 1 {
 		t.Fatalf("%d programs attached by %s while packetshaper runs, want 1", n, mode)
 	}
@@ -332,8 +360,7 @@ func testFastpathKill(t *testing.T, mode string) {
 			t.Errorf("the filter left by SIGKILL passed %d of %d packets: it should still limit", r.Total, s.Sent)
 		}
 		// The next start removes it, says so, and attaches its own.
-		sh2 := tp.startShaper(args...)
-		sh2.waitStderr("msg=shaping", 10*time.Second)
+		sh2 := tp.startFastpathShaper(pol, args...)
 		if n := strings.Count(sh2.err.String(), "removed the tc filter a previous packetshaper left"); n != 1 {
 			t.Errorf("the next start logged %d removals of the filter left, want 1:\n%s", n, indent(sh2.err.String()))
 		}

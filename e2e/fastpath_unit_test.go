@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -23,36 +21,13 @@ import (
 func TestFastpathUnprivileged(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	// The binary and the policy must be readable by nobody: t.TempDir and
-	// the build directory are root's (0700).
-	dir, err := os.MkdirTemp("", "packetshaper-unpriv-fp-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	bin, pol := filepath.Join(dir, "packetshaper"), filepath.Join(dir, "policy.toml")
-	if out, err := goBuild(bin, "./cmd/packetshaper"); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	if err := os.WriteFile(pol, []byte(fastpathPolicy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{dir, bin, pol} {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin, pol := nobodyFiles(t, fastpathPolicy)
 	tp := newTopo(t)
 	tp.rules("add", "--fastpath", "--queue", "0")
-	// The kernel's queue table is root's: the unit's ExecStartPre makes it
-	// readable, as here in B.
-	tp.must(tp.B, "sh", "-c", "modprobe -q nfnetlink_queue 2>/dev/null; chmod a+r /proc/net/netfilter/nfnetlink_queue")
+	tp.queueTableReadable()
 	run := func(caps string) *proc {
-		return tp.start(tp.B, "packetshaper (nobody, "+caps+")", "setpriv",
-			"--reuid=65534", "--regid=65534", "--clear-groups",
-			"--bounding-set=-all,"+caps, "--inh-caps=-all,"+caps, "--ambient-caps=-all,"+caps,
-			"--no-new-privs", bin, "--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-required",
-			"--control-socket", "", "--stats-interval", "0")
+		return tp.start(tp.B, "packetshaper (nobody, "+caps+")", asNobody(caps, bin, "--queue", "0", "--policy", pol, "--fastpath", tp.VethB, "--fastpath-required",
+			"--control-socket", "", "--stats-interval", "0")...)
 	}
 
 	// Without CAP_PERFMON: refused, a non-zero exit.

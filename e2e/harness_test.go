@@ -163,30 +163,49 @@ type topo struct {
 func newTopo(t *testing.T) *topo {
 	t.Helper()
 	needExclusiveUnlessParallel(t)
-	var rb [3]byte
-	if _, err := rand.Read(rb[:]); err != nil {
-		t.Fatal(err)
-	}
-	id := hex.EncodeToString(rb[:])
+	id, ns := newNamespaces(t, "a", "b")
 	tp := &topo{
-		t: t, A: fmt.Sprintf("%s%d-%s-a", nsPrefix, os.Getpid(), id), B: fmt.Sprintf("%s%d-%s-b", nsPrefix, os.Getpid(), id),
+		t: t, A: ns[0], B: ns[1],
 		IPA: "10.213.0.1", IPB: "10.213.0.2", IP6A: "fd00:213::1", IP6B: "fd00:213::2",
 	}
 	vA, vB := "pse"+id+"a", "pse"+id+"b"
 	tp.VethA, tp.VethB = vA, vB
-	for _, ns := range []string{tp.A, tp.B} {
-		testutil.NewNetns(t, ns)
-	}
 	tp.host("ip", "link", "add", vA, "netns", tp.A, "type", "veth", "peer", "name", vB, "netns", tp.B)
-	for _, s := range []struct{ ns, dev, ip4, ip6 string }{{tp.A, vA, tp.IPA, tp.IP6A}, {tp.B, vB, tp.IPB, tp.IP6B}} {
-		tp.must(s.ns, "ip", "addr", "add", s.ip4+"/24", "dev", s.dev)
-		tp.must(s.ns, "ip", "-6", "addr", "add", s.ip6+"/64", "dev", s.dev, "nodad")
-		tp.must(s.ns, "ip", "link", "set", s.dev, "up")
-	}
+	tp.addrUp(tp.A, vA, tp.IPA+"/24", tp.IP6A+"/64")
+	tp.addrUp(tp.B, vB, tp.IPB+"/24", tp.IP6B+"/64")
 	// The link may take a moment to come up (carrier, IPv6 neighbour
 	// discovery): the first ping can be lost.
 	tp.pingB(5, "veth link")
 	return tp
+}
+
+// newNamespaces creates a network namespace for each suffix ("a", "b",
+// ...), named nsPrefix, the test process's pid, a random id and the
+// suffix, registers its removal with t.Cleanup (testutil.NewNetns), and
+// returns the id (for the names of veths) and the namespaces' names.
+func newNamespaces(t *testing.T, suffixes ...string) (id string, names []string) {
+	t.Helper()
+	var rb [3]byte
+	if _, err := rand.Read(rb[:]); err != nil {
+		t.Fatal(err)
+	}
+	id = hex.EncodeToString(rb[:])
+	for _, s := range suffixes {
+		ns := fmt.Sprintf("%s%d-%s-%s", nsPrefix, os.Getpid(), id, s)
+		testutil.NewNetns(t, ns)
+		names = append(names, ns)
+	}
+	return id, names
+}
+
+// addrUp gives dev in ns the IPv4 and IPv6 addresses ip4 and ip6 (with
+// their prefix lengths; IPv6 without duplicate address detection) and
+// brings it up.
+func (tp *topo) addrUp(ns, dev, ip4, ip6 string) {
+	tp.t.Helper()
+	tp.must(ns, "ip", "addr", "add", ip4, "dev", dev)
+	tp.must(ns, "ip", "-6", "addr", "add", ip6, "dev", dev, "nodad")
+	tp.must(ns, "ip", "link", "set", dev, "up")
 }
 
 // pingB pings B's IPv4 and IPv6 addresses from A, each up to tries times
@@ -454,16 +473,19 @@ func (tp *topo) stopShaper(p *proc) string {
 
 // sendResult and recvResult mirror psend's JSON output.
 type sendResult struct {
-	Flows map[string]struct {
-		Sent    uint64            `json:"sent"`
-		FirstNs int64             `json:"first_ns"`
-		LastNs  int64             `json:"last_ns"`
-		Windows map[string]uint64 `json:"windows"`
-		TimesUs []int64           `json:"times_us"`
-	} `json:"flows"`
-	Sent    uint64  `json:"sent"`
-	Errors  uint64  `json:"errors"`
-	Seconds float64 `json:"seconds"`
+	Flows   map[string]sendFlow `json:"flows"`
+	Sent    uint64              `json:"sent"`
+	Errors  uint64              `json:"errors"`
+	Seconds float64             `json:"seconds"`
+}
+
+// sendFlow is one flow of a sendResult.
+type sendFlow struct {
+	Sent    uint64            `json:"sent"`
+	FirstNs int64             `json:"first_ns"`
+	LastNs  int64             `json:"last_ns"`
+	Windows map[string]uint64 `json:"windows"`
+	TimesUs []int64           `json:"times_us"`
 }
 
 type recvResult struct {

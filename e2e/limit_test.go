@@ -101,14 +101,8 @@ func TestLimitTokenBucketIPv6(t *testing.T) { testLimit(t, "token-bucket", "ipv6
 func testLimit(t *testing.T, algo, family string) {
 	parallel(t)
 	needShaper(t)
-	tp := newTopo(t)
-	dst := tp.IPB + ":9000"
-	if family == "ipv6" {
-		dst = "[" + tp.IP6B + "]:9000"
-	}
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", family)
-	sh := tp.startShaper("--queue", "0", "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--algo", algo)
-	sendLimited(t, tp, sh, algo, dst)
+	tp, sh := newShaper9000(t, family, "--pps", fmt.Sprint(limRate), "--burst", fmt.Sprint(limBurst), "--algo", algo)
+	sendLimited(t, tp, sh, algo, tp.dst9000(family))
 }
 
 // sendLimited sends the limiting traffic to dst through the packetshaper sh

@@ -27,6 +27,25 @@ import (
 // offloadRules are the rules.sh arguments of these tests: UDP to B, IPv4.
 var offloadRules = []string{"--queue", "0", "--proto", "udp", "--family", "ipv4"}
 
+// newOffloadTopo is the opening of the tests of one offloaded 5-tuple
+// from source port sport: newTopo(t), a count of its packets after the
+// queue (countAfterQueue) and rules.sh's divert rule with --offload.
+func newOffloadTopo(t *testing.T, sport int) *topo {
+	t.Helper()
+	tp := newTopo(t)
+	tp.countAfterQueue(sport)
+	tp.rules(append([]string{"add", "--offload"}, offloadRules...)...)
+	return tp
+}
+
+// offloadArgs are packetshaper's flags in those tests: 100 packets/s
+// (burst 5) on queue 0, a stats line a second, a flow offloaded after 100
+// drops for 10 s (the most; the last flag's value).
+func offloadArgs() []string {
+	return []string{"--queue", "0", "--pps", "100", "--burst", "5", "--stats-interval", "1s",
+		"--offload", "--offload-after", "100", "--offload-timeout", "10s"}
+}
+
 // countAfterQueue adds, in B, an nft chain after the queue (priority 10)
 // counting the UDP packets to port 9000 from sport: what the kernel and the
 // shaper let through.
@@ -88,12 +107,9 @@ func (tp *topo) waitQueueEmpty() {
 // limits, it does not blackhole.
 func TestOffloadBurstThenUnder(t *testing.T) {
 	needShaper(t)
-	tp := newTopo(t)
 	const sport = 20000
-	tp.countAfterQueue(sport)
-	tp.rules(append([]string{"add", "--offload"}, offloadRules...)...)
-	sh := tp.startShaper("--queue", "0", "--pps", "100", "--burst", "5", "--stats-interval", "1s",
-		"--offload", "--offload-after", "100", "--offload-timeout", "10s")
+	tp := newOffloadTopo(t, sport)
+	sh := tp.startShaper(offloadArgs()...)
 	rc := tp.startRecv(":9000", "--duration", "40s", "--idle", "5s")
 
 	burst := tp.send("--dst", tp.IPB+":9000", "--flows", "1", "--sport", strconv.Itoa(sport), "--pps", "0",
@@ -298,12 +314,9 @@ func logIntOr(log, name string) uint64 {
 // leaves no element.
 func TestOffloadNeverOutlives(t *testing.T) {
 	needShaper(t)
-	tp := newTopo(t)
 	const sport = 20000
-	tp.countAfterQueue(sport)
-	tp.rules(append([]string{"add", "--offload"}, offloadRules...)...)
-	args := []string{"--queue", "0", "--pps", "100", "--burst", "5", "--stats-interval", "1s",
-		"--offload", "--offload-after", "100", "--offload-timeout", "10s"}
+	tp := newOffloadTopo(t, sport)
+	args := offloadArgs()
 
 	out, err := tp.run(tp.B, append([]string{shaperBin}, append(args[:len(args)-1:len(args)-1], "11s")...)...)
 	if err == nil || !strings.Contains(out, "--offload-timeout must be between 100ms and 10s, not 11s") {

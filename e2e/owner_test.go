@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -21,37 +20,6 @@ const (
 	ownFlows = 2
 	ownPPS   = 250
 )
-
-// publicPsend returns a copy of psend that any user may run (the e2e
-// binaries' directory is root's alone), removed in cleanup.
-func publicPsend(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "pse-owner-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	src, err := os.Open(psendBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer src.Close()
-	path := filepath.Join(dir, "psend")
-	dst, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := io.Copy(dst, src); err != nil {
-		t.Fatal(err)
-	}
-	if err := dst.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 // ownerSendArgs are psend send's arguments for the sender whose flows
 // start at source port sport.
@@ -159,7 +127,7 @@ func TestOwnerUIDKey(t *testing.T) {
 	parallel(t)
 	needShaper(t)
 	tp := newTopo(t)
-	psend := publicPsend(t)
+	psend := publicCopy(t, psendBin)
 	tp.rulesIn(tp.A, "add", "--queue", "0", "--chain", "OUTPUT", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
 	run := ownerRun(t, tp, `
 [[rule]]
@@ -228,7 +196,7 @@ func TestOwnerMarkKey(t *testing.T) {
 		t.Fatal("no cgroup v2 hierarchy (/sys/fs/cgroup or /sys/fs/cgroup/unified): the iptables cgroup --path match needs one")
 	}
 	tp := newTopo(t)
-	psend := publicPsend(t)
+	psend := publicCopy(t, psendBin)
 	var groups []string
 	for _, g := range []string{"a", "b"} {
 		name := fmt.Sprintf("pstest-%d-%s", os.Getpid(), g)

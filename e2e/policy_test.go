@@ -236,21 +236,7 @@ func TestPolicyReload(t *testing.T) {
 	needShaper(t)
 	tp := newTopo(t)
 	pol := filepath.Join(t.TempDir(), "policy.toml")
-	text := func(bRate int) string {
-		return fmt.Sprintf(`
-[[rule]]
-name  = "a"
-match = { dport = ["9000"], proto = ["udp"] }
-pps   = 50
-burst = 100
-
-[[rule]]
-name  = "b"
-match = { dport = ["9001"], proto = ["udp"] }
-pps   = %d
-burst = 100
-`, bRate)
-	}
+	text := func(bRate float64) string { return udpRule("a", "9000", 50, 100) + udpRule("b", "9001", bRate, 100) }
 	writePolicy(t, pol, text(50))
 	tp.rules("add", "--queue", "0", "--proto", "udp", "--family", "ipv4")
 	sh := tp.startShaper("--queue", "0", "--policy", pol)

@@ -173,9 +173,7 @@ func (tp *topo) metricsIn(ns, port string) string {
 // was full (failopen_secs), and the log warned when it began and ended.
 func TestFailOpenCounted(t *testing.T) {
 	needShaper(t)
-	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	sh := tp.startShaper("--queue", "0", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", "100",
+	tp, sh := newShaper9000(t, "ipv4", "--pps", "1000000", "--burst", "1000000", "--queue-maxlen", "100",
 		"--metrics-addr", "127.0.0.1:9464", "--stats-interval", "500ms")
 	rc := tp.startRecv(":9000", "--duration", "30s", "--idle", "3s")
 	sp := tp.startSend("--dst", tp.IPB+":9000", "--flows", "2", "--pps", "1000", "--duration", "4s")

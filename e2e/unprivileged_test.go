@@ -19,38 +19,11 @@ import (
 func TestUnprivileged(t *testing.T) {
 	parallel(t)
 	needShaper(t)
-	// The binary and the policy must be readable by nobody: t.TempDir and
-	// the build directory are root's (0700).
-	dir, err := os.MkdirTemp("", "packetshaper-unpriv-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	bin := filepath.Join(dir, "packetshaper")
-	pol := filepath.Join(dir, "policy.toml")
-	if out, err := goBuild(bin, "./cmd/packetshaper"); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	policy := fmt.Sprintf("[[rule]]\nname = \"udp9000\"\nmatch = { proto = [\"udp\"], dport = [\"9000\"] }\npps = %v\nburst = %v\n", limRate, limBurst)
-	if err := os.WriteFile(pol, []byte(policy), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range []string{dir, bin, pol} {
-		if err := os.Chmod(p, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-
+	bin, pol := nobodyFiles(t, udpRule("udp9000", "9000", limRate, limBurst))
 	tp := newTopo(t)
-	tp.rules("add", "--queue", "0", "--proto", "udp", "--dport", "9000", "--family", "ipv4")
-	// The kernel's queue table, which the fail-open monitor reads, is
-	// root's (0440): the unit makes it readable, in its ExecStartPre, as
-	// here in B.
-	tp.must(tp.B, "sh", "-c", "modprobe -q nfnetlink_queue 2>/dev/null; chmod a+r /proc/net/netfilter/nfnetlink_queue")
-	sh := tp.start(tp.B, "packetshaper (nobody, CAP_NET_ADMIN)", "setpriv",
-		"--reuid=65534", "--regid=65534", "--clear-groups",
-		"--bounding-set=-all,+net_admin", "--inh-caps=-all,+net_admin", "--ambient-caps=-all,+net_admin",
-		"--no-new-privs", bin, "--queue", "0", "--policy", pol, "--metrics-addr", "127.0.0.1:9464", "--stats-interval", "0")
+	tp.divertUDP9000("ipv4")
+	tp.queueTableReadable()
+	sh := tp.start(tp.B, "packetshaper (nobody, CAP_NET_ADMIN)", asNobody("+net_admin", bin, "--queue", "0", "--policy", pol, "--metrics-addr", "127.0.0.1:9464", "--stats-interval", "0")...)
 	tp.waitBound(sh, 0)
 
 	// What the process is: nobody, CAP_NET_ADMIN (bit 12) and nothing else.
@@ -62,6 +35,7 @@ func TestUnprivileged(t *testing.T) {
 	}
 	// Metrics (a TCP listener on loopback) work as that user.
 	var metrics string
+	var err error
 	for try := 0; try < 50; try++ {
 		if metrics, err = tp.run(tp.B, "bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/9464 && printf 'GET /metrics HTTP/1.0\\r\\n\\r\\n' >&3 && cat <&3"); err == nil {
 			break
@@ -76,4 +50,39 @@ func TestUnprivileged(t *testing.T) {
 	sh.waitStderr("reloaded", 5*time.Second)
 
 	sendLimited(t, tp, sh, "token-bucket", tp.IPB+":9000")
+}
+
+// nobodyFiles builds packetshaper and writes policy to a file, both in a
+// publicDir, readable by nobody; it returns the binary's and the policy's
+// paths.
+func nobodyFiles(t *testing.T, policy string) (bin, pol string) {
+	t.Helper()
+	dir := publicDir(t)
+	bin, pol = filepath.Join(dir, "packetshaper"), filepath.Join(dir, "policy.toml")
+	if out, err := goBuild(bin, "./cmd/packetshaper"); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	writePolicy(t, pol, policy)
+	for _, p := range []string{bin, pol} {
+		if err := os.Chmod(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return bin, pol
+}
+
+// queueTableReadable makes the kernel's queue table in B, which the
+// fail-open monitor reads and which is root's (0440), readable to all, as
+// the unit's ExecStartPre does.
+func (tp *topo) queueTableReadable() {
+	tp.t.Helper()
+	tp.must(tp.B, "sh", "-c", "modprobe -q nfnetlink_queue 2>/dev/null; chmod a+r /proc/net/netfilter/nfnetlink_queue")
+}
+
+// asNobody is the command line that runs args as packetshaper.service
+// does: as nobody, with no_new_privs and only the capabilities caps
+// ("+net_admin,+bpf": ambient, inheritable and bounding set).
+func asNobody(caps string, args ...string) []string {
+	return append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+		"--bounding-set=-all," + caps, "--inh-caps=-all," + caps, "--ambient-caps=-all," + caps, "--no-new-privs"}, args...)
 }

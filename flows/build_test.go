@@ -30,31 +30,35 @@ func ip6(src, dst string, next layers.IPProtocol) *layers.IPv6 {
 }
 
 func udp4(t testing.TB, src, dst string, sport, dport uint16, payload int) []byte {
-	ip := ip4(src, dst, layers.IPProtocolUDP)
 	u := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
-	u.SetNetworkLayerForChecksum(ip)
-	return serialize(t, ip, u, gopacket.Payload(make([]byte, payload)))
+	return overIP(t, ip4(src, dst, layers.IPProtocolUDP), u, make([]byte, payload))
 }
 
 func tcp4(t testing.TB, src, dst string, sport, dport uint16) []byte {
-	ip := ip4(src, dst, layers.IPProtocolTCP)
 	tc := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), SYN: true, Window: 1024}
-	tc.SetNetworkLayerForChecksum(ip)
-	return serialize(t, ip, tc)
+	return overIP(t, ip4(src, dst, layers.IPProtocolTCP), tc, nil)
 }
 
 func udp6(t testing.TB, src, dst string, sport, dport uint16) []byte {
-	ip := ip6(src, dst, layers.IPProtocolUDP)
 	u := &layers.UDP{SrcPort: layers.UDPPort(sport), DstPort: layers.UDPPort(dport)}
-	u.SetNetworkLayerForChecksum(ip)
-	return serialize(t, ip, u, gopacket.Payload([]byte("hello")))
+	return overIP(t, ip6(src, dst, layers.IPProtocolUDP), u, []byte("hello"))
 }
 
 func tcp6(t testing.TB, src, dst string, sport, dport uint16) []byte {
-	ip := ip6(src, dst, layers.IPProtocolTCP)
 	tc := &layers.TCP{SrcPort: layers.TCPPort(sport), DstPort: layers.TCPPort(dport), ACK: true, Window: 1024}
-	tc.SetNetworkLayerForChecksum(ip)
-	return serialize(t, ip, tc)
+	return overIP(t, ip6(src, dst, layers.IPProtocolTCP), tc, nil)
+}
+
+// overIP is ip, then l4 with its checksum over ip, then payload.
+func overIP(t testing.TB, ip interface {
+	gopacket.NetworkLayer
+	gopacket.SerializableLayer
+}, l4 interface {
+	SetNetworkLayerForChecksum(gopacket.NetworkLayer) error
+	gopacket.SerializableLayer
+}, payload []byte) []byte {
+	l4.SetNetworkLayerForChecksum(ip)
+	return serialize(t, ip, l4, gopacket.Payload(payload))
 }
 
 func icmp4Echo(t testing.TB, src, dst string, id, seq uint16) []byte {

@@ -11,13 +11,17 @@ func keyPackets(t *testing.T) (p4, p6 Packet) {
 	return p4, p6
 }
 
+// keyCase is a key configuration, a packet, and what the test wants of
+// the two.
+type keyCase struct {
+	c    KeyConfig
+	p    *Packet
+	want string
+}
+
 func TestKeyModes(t *testing.T) {
 	p4, p6 := keyPackets(t)
-	tests := []struct {
-		c    KeyConfig
-		p    *Packet
-		want string
-	}{
+	tests := []keyCase{
 		{KeyConfig{}, &p4, "udp 10.1.2.3:5000 > 10.9.8.7:9000"},
 		{KeyConfig{Mode: Src}, &p4, "src 10.1.2.3"},
 		{KeyConfig{Mode: Dst}, &p4, "dst 10.9.8.7"},
@@ -120,11 +124,7 @@ func TestParseMode(t *testing.T) {
 
 func TestKeyFormat(t *testing.T) {
 	p4, p6 := keyPackets(t)
-	tests := []struct {
-		c    KeyConfig
-		p    *Packet
-		want string
-	}{
+	tests := []keyCase{
 		{KeyConfig{}, &p4, "udp 10.1.2.3:5000 > 10.9.8.7:9000"},
 		{KeyConfig{Mode: Src, SrcPrefix4: 24}, &p4, "src 10.1.2.0/24"},
 		{KeyConfig{Mode: Dst, DstPrefix4: 16}, &p4, "dst 10.9.0.0/16"},

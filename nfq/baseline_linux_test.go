@@ -34,9 +34,7 @@ import (
 func BenchmarkConsumers(b *testing.B) {
 	b.Run("nfq", func(b *testing.B) {
 		const queue = 11
-		netnstest.UnshareQueue(b, queue)
-		p := netnstest.NewUDPPair(b)
-		q := openQueue(b, Config{Queue: queue, FailClosed: true})
+		p, q := pairQueue(b, Config{Queue: queue, FailClosed: true})
 		stop := runQueue(b, q, func([]Packet, []Verdict, int64) {})
 		windowedSend(b, p)
 		stop()

@@ -72,25 +72,16 @@ func TestConntrackLive(t *testing.T) {
 // NFQA_CFG_F_CONNTRACK) still gets a bound queue, with owners, without
 // states, and Logf says so once.
 func TestConntrackRefused(t *testing.T) {
-	old := conntrackFlag
-	conntrackFlag = 1 << 5
-	t.Cleanup(func() { conntrackFlag = old })
-	var mu sync.Mutex
-	var logs []string
-	q, seen := ctRun(t, 14, Config{Logf: func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		logs = append(logs, fmt.Sprintf(format, args...))
-	}})
+	setFlag(t, &conntrackFlag, 1<<5)
+	logf, logged := logLines()
+	q, seen := ctRun(t, 14, Config{Logf: logf})
 	if q.Conntrack() || !q.Owners() {
 		t.Errorf("Conntrack() = %v, Owners() = %v after the kernel refused the conntrack flag", q.Conntrack(), q.Owners())
 	}
 	if strings.Join(seen, ";") != "has=false info=0;has=false info=0" {
 		t.Errorf("states seen %q, want none", seen)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(logs) != 1 || !strings.Contains(logs[0], "does not send packets' connection state") {
+	if logs := logged(); len(logs) != 1 || !strings.Contains(logs[0], "does not send packets' connection state") {
 		t.Errorf("logged %q, want one line saying states are off", logs)
 	}
 }

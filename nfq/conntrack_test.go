@@ -1,8 +1,8 @@
 package nfq
 
 import (
-	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 )
 
@@ -42,11 +42,7 @@ func TestParseConntrack(t *testing.T) {
 			t.Errorf("packet %d: ct %d has %v mark %d data %d, want %d %v 42 38", i, p.CtInfo, p.HasCt, p.Mark, len(p.Data), want.info, want.has)
 		}
 	}
-	ds := [][]byte{ctMsg(1, CtEstablished)}
-	bt := newBatch(7, 4)
-	if a := testing.AllocsPerRun(100, func() { handle(bt, ds, dropOdd) }); a != 0 {
-		t.Errorf("parse with conntrack: %v allocations, want 0", a)
-	}
+	wantNoParseAllocs(t, "conntrack", ctMsg(1, CtEstablished))
 }
 
 // TestConfigMsgConntrack: the bind asks for the connection state
@@ -58,11 +54,7 @@ func TestConfigMsgConntrack(t *testing.T) {
 		mask, flags byte
 	}{{true, true, 11, 11}, {false, true, 3, 3}, {true, false, 9, 9}} {
 		m := configMsg{cmd: nfqnlCfgCmdBind, flags: true, failOpen: true, owners: tc.owners, conntrack: tc.ct}
-		b := m.append(nil, 5, 1)
-		want := []byte{8, 0, 4, 0, 0, 0, 0, tc.mask, 8, 0, 5, 0, 0, 0, 0, tc.flags}
-		if !bytes.HasSuffix(b, want) {
-			t.Errorf("owners %v conntrack %v: message ends %v, want %v", tc.owners, tc.ct, b[len(b)-16:], want)
-		}
+		wantCfgFlags(t, fmt.Sprintf("owners %v conntrack %v", tc.owners, tc.ct), m, tc.mask, tc.flags)
 	}
 }
 

@@ -22,9 +22,7 @@ import (
 func TestHoldRealKernel(t *testing.T) {
 	const queue, n = 5, 300
 	const hold = 150 * time.Millisecond
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue, BatchSize: 16})
+	p, q := pairQueue(t, Config{Queue: queue, BatchSize: 16})
 	var mu sync.Mutex
 	sched := map[uint16]int64{} // seq → At, engine clock
 	var base atomic.Int64       // engine clock − wall clock
@@ -112,9 +110,7 @@ func TestHoldRealKernel(t *testing.T) {
 // and leaves nothing queued in the kernel.
 func TestHoldStop(t *testing.T) {
 	const queue, n = 3, 200
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue})
+	p, q := pairQueue(t, Config{Queue: queue})
 	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
 		for i := range batch {
 			v[i].At = now + int64(time.Hour)
@@ -154,9 +150,7 @@ func TestHoldStop(t *testing.T) {
 // more may be; a verdict with At beyond it is given at once and counted.
 func TestHoldRoom(t *testing.T) {
 	const queue, n = 2, 40
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue, MaxHeld: 10, MaxQueueLen: 100})
+	p, q := pairQueue(t, Config{Queue: queue, MaxHeld: 10, MaxQueueLen: 100})
 	var rooms []int
 	var mu sync.Mutex
 	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
@@ -198,9 +192,7 @@ func TestHoldRoom(t *testing.T) {
 // the netpoller's own timers could not).
 func TestHoldIdleTimer(t *testing.T) {
 	const queue = 1
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue})
+	p, q := pairQueue(t, Config{Queue: queue})
 	var at atomic.Int64
 	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
 		for i := range batch {
@@ -237,9 +229,7 @@ func TestHoldIdleTimer(t *testing.T) {
 //	go test ./nfq -run '^$' -bench HoldLateness -benchtime 4x   (root)
 func BenchmarkHoldLateness(b *testing.B) {
 	const queue = 12
-	netnstest.UnshareQueue(b, queue)
-	p := netnstest.NewUDPPair(b)
-	q := openQueue(b, Config{Queue: queue})
+	p, q := pairQueue(b, Config{Queue: queue})
 	stop := runQueue(b, q, func(batch []Packet, v []Verdict, now int64) {
 		for i := range batch {
 			v[i].At = now + int64(13*time.Millisecond) + 123456
@@ -319,13 +309,7 @@ func BenchmarkHeldVerdicts(b *testing.B) {
 			}
 			w0, m0 := writeNs.Load(), q.Stats().VerdictMsgs
 			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := p.Tx.Write(payload); err != nil {
-					b.Fatal(err)
-				}
-			}
-			p.WaitCount(int64(b.N), 10*time.Second)
-			b.StopTimer()
+			blast(b, p, payload, 10*time.Second)
 			w, m := writeNs.Load()-w0, q.Stats().VerdictMsgs-m0
 			b.ReportMetric(float64(w)/float64(b.N), "write_ns/verdict")
 			b.ReportMetric(float64(m)/float64(b.N), "msgs/packet")

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/packetshaper/packetshaper/internal/netnstest"
 )
@@ -29,12 +28,7 @@ func ownerRun(t *testing.T, queue uint16, c Config) (q *Queue, owners map[string
 		}
 	})
 	const n = 50
-	for i := 0; i < n; i++ {
-		p.Send(t, uint16(i), 8)
-	}
-	if got := p.WaitCount(n, 5*time.Second); got != n {
-		t.Fatalf("%d of %d datagrams arrived", got, n)
-	}
+	sendAll(t, p, n, 8)
 	stop()
 	mu.Lock()
 	defer mu.Unlock()
@@ -59,25 +53,16 @@ func TestOwnersLive(t *testing.T) {
 // NFQA_CFG_F_UID_GID before 3.19) still gets a bound, fail-open queue,
 // without owners, and Logf says so once.
 func TestOwnersRefused(t *testing.T) {
-	old := ownersFlag
-	ownersFlag = 1 << 5 // NFQA_CFG_F_MAX on kernels up to 6.x at least
-	t.Cleanup(func() { ownersFlag = old })
-	var mu sync.Mutex
-	var logs []string
-	q, owners := ownerRun(t, 12, Config{Logf: func(format string, args ...any) {
-		mu.Lock()
-		defer mu.Unlock()
-		logs = append(logs, fmt.Sprintf(format, args...))
-	}})
+	setFlag(t, &ownersFlag, 1<<5) // NFQA_CFG_F_MAX on kernels up to 6.x at least
+	logf, logged := logLines()
+	q, owners := ownerRun(t, 12, Config{Logf: logf})
 	if q.Owners() {
 		t.Error("Owners() = true after the kernel refused the flag")
 	}
 	if owners["has=false uid=0 gid=0"] != 50 || len(owners) != 1 {
 		t.Errorf("owners seen: %v, want 50 without an owner", owners)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(logs) != 1 || !strings.Contains(logs[0], "does not send packets' socket owners") {
+	if logs := logged(); len(logs) != 1 || !strings.Contains(logs[0], "does not send packets' socket owners") {
 		t.Errorf("logged %q, want one line saying owners are off", logs)
 	}
 }

@@ -1,8 +1,8 @@
 package nfq
 
 import (
-	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 )
 
@@ -37,11 +37,7 @@ func TestParseOwner(t *testing.T) {
 			t.Errorf("packet %d: uid %d gid %d has %v mark %d, want %d %d %v 42", i, p.UID, p.GID, p.HasOwner, p.Mark, want.uid, want.gid, want.has)
 		}
 	}
-	ds := [][]byte{ownerMsg(1, 1001, 100)}
-	bt := newBatch(7, 4)
-	if a := testing.AllocsPerRun(100, func() { handle(bt, ds, dropOdd) }); a != 0 {
-		t.Errorf("parse with owners: %v allocations, want 0", a)
-	}
+	wantNoParseAllocs(t, "owners", ownerMsg(1, 1001, 100))
 }
 
 // TestConfigMsgOwners: the bind asks for owners (NFQA_CFG_F_UID_GID) in
@@ -52,13 +48,6 @@ func TestConfigMsgOwners(t *testing.T) {
 		mask, flags      byte
 	}{{true, true, 9, 9}, {false, true, 9, 8}, {true, false, 1, 1}} {
 		m := configMsg{cmd: nfqnlCfgCmdBind, flags: true, failOpen: tc.failOpen, owners: tc.owners}
-		b := m.append(nil, 5, 1)
-		want := []byte{
-			8, 0, 4, 0, 0, 0, 0, tc.mask, // NFQA_CFG_MASK
-			8, 0, 5, 0, 0, 0, 0, tc.flags, // NFQA_CFG_FLAGS
-		}
-		if !bytes.HasSuffix(b, want) {
-			t.Errorf("fail-open %v owners %v: message ends %v, want %v", tc.failOpen, tc.owners, b[len(b)-16:], want)
-		}
+		wantCfgFlags(t, fmt.Sprintf("fail-open %v owners %v", tc.failOpen, tc.owners), m, tc.mask, tc.flags)
 	}
 }

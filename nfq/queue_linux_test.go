@@ -30,6 +30,64 @@ func openQueue(t testing.TB, c Config, opts ...testOption) *Queue {
 	return q
 }
 
+// pairQueue makes a namespace whose divert rule sends to c.Queue
+// (netnstest.UnshareQueue) and returns a UDP pair in it and the queue
+// opened with c and opts.
+func pairQueue(t testing.TB, c Config, opts ...testOption) (*netnstest.UDPPair, *Queue) {
+	t.Helper()
+	netnstest.UnshareQueue(t, c.Queue)
+	p := netnstest.NewUDPPair(t)
+	return p, openQueue(t, c, opts...)
+}
+
+// sendAll sends n datagrams of size bytes (sequence numbers 0 to n-1) and
+// waits for all n to arrive.
+func sendAll(t testing.TB, p *netnstest.UDPPair, n, size int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		p.Send(t, uint16(i), size)
+	}
+	if got := p.WaitCount(int64(n), 5*time.Second); got != int64(n) {
+		t.Fatalf("%d of %d datagrams arrived", got, n)
+	}
+}
+
+// setFlag sets the bind flag *f to v for the test.
+func setFlag(t *testing.T, f *uint32, v uint32) {
+	old := *f
+	*f = v
+	t.Cleanup(func() { *f = old })
+}
+
+// logLines is a Config.Logf that keeps each line, and a function that
+// returns the lines kept so far.
+func logLines() (logf func(format string, args ...any), lines func() []string) {
+	var mu sync.Mutex
+	var logs []string
+	return func(format string, args ...any) {
+			mu.Lock()
+			defer mu.Unlock()
+			logs = append(logs, fmt.Sprintf(format, args...))
+		}, func() []string {
+			mu.Lock()
+			defer mu.Unlock()
+			return slices.Clone(logs)
+		}
+}
+
+// blast writes b.N copies of payload, unpaced, waits (up to timeout) for
+// them to arrive and stops b's timer.
+func blast(b *testing.B, p *netnstest.UDPPair, payload []byte, timeout time.Duration) {
+	b.Helper()
+	for i := 0; i < b.N; i++ {
+		if _, err := p.Tx.Write(payload); err != nil {
+			b.Fatal(err)
+		}
+	}
+	p.WaitCount(int64(b.N), timeout)
+	b.StopTimer()
+}
+
 // runQueue runs q in a goroutine and returns a stop function that cancels
 // it and returns how long Run took to return and its error.
 func runQueue(t testing.TB, q *Queue, fn Handler) (stop func() (time.Duration, error)) {
@@ -42,9 +100,7 @@ func seqOf(p *Packet) (uint16, bool) { return netnstest.SeqOf(p.Data) }
 
 func TestVerdictsReachTheKernel(t *testing.T) {
 	const queue, n = 7, 400
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue, BatchSize: 16})
+	p, q := pairQueue(t, Config{Queue: queue, BatchSize: 16})
 	var bad atomic.Int64
 	stop := runQueue(t, q, func(batch []Packet, v []Verdict, now int64) {
 		for i := range batch {
@@ -107,9 +163,7 @@ func TestVerdictsReachTheKernel(t *testing.T) {
 
 func TestCopyRangeAndLength(t *testing.T) {
 	const queue = 3
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue, CopyRange: 64})
+	p, q := pairQueue(t, Config{Queue: queue, CopyRange: 64})
 	type seen struct{ data, length, id int }
 	var mu sync.Mutex
 	var got []seen
@@ -196,9 +250,7 @@ func TestFailOpenWhenStalled(t *testing.T) {
 	for _, failClosed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("FailClosed=%v", failClosed), func(t *testing.T) {
 			const queue, n, maxLen = 2, 100, 16
-			netnstest.UnshareQueue(t, queue)
-			p := netnstest.NewUDPPair(t)
-			q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
+			p, q := pairQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: failClosed})
 			for i := 0; i < n; i++ {
 				p.Send(t, uint16(i), 16)
 			}
@@ -243,9 +295,7 @@ func TestFailOpenWhenStalled(t *testing.T) {
 // not ErrNotBound: the final stats line must show the queue's drops.
 func TestFinalKernelStats(t *testing.T) {
 	const queue, n, maxLen = 2, 100, 16
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: true})
+	p, q := pairQueue(t, Config{Queue: queue, MaxQueueLen: maxLen, FailClosed: true})
 	for i := 0; i < n; i++ {
 		p.Send(t, uint16(i), 16)
 	}
@@ -367,9 +417,7 @@ func TestSurvivesENOBUFS(t *testing.T) {
 // cancellation ends the wait at once.
 func TestIdleRunParks(t *testing.T) {
 	const queue = 13
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue})
+	p, q := pairQueue(t, Config{Queue: queue})
 	// The fewest running and in system calls before Run, over a few
 	// samples: other goroutines come and go.
 	before := goroutineStates()
@@ -423,20 +471,12 @@ func goroutineStates() [3]uint64 {
 // failed open when the sender outran it).
 func BenchmarkQueueLoopback(b *testing.B) {
 	const queue = 8
-	netnstest.UnshareQueue(b, queue)
-	p := netnstest.NewUDPPair(b)
-	q := openQueue(b, Config{Queue: queue})
+	p, q := pairQueue(b, Config{Queue: queue})
 	stop := runQueue(b, q, func([]Packet, []Verdict, int64) {})
 	payload := make([]byte, 32)
 	b.ReportAllocs()
 	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := p.Tx.Write(payload); err != nil {
-			b.Fatal(err)
-		}
-	}
-	p.WaitCount(int64(b.N), 5*time.Second)
-	b.StopTimer()
+	blast(b, p, payload, 5*time.Second)
 	stop()
 	b.ReportMetric(100*float64(q.Stats().Packets)/float64(b.N), "via_queue_%")
 }
@@ -467,12 +507,7 @@ func TestMarks(t *testing.T) {
 		}
 	})
 	const n = 200
-	for i := 0; i < n; i++ {
-		p.Send(t, uint16(i), 8)
-	}
-	if got := p.WaitCount(n, 5*time.Second); got != n {
-		t.Fatalf("%d of %d datagrams arrived", got, n)
-	}
+	sendAll(t, p, n, 8)
 	stop()
 	mu.Lock()
 	defer mu.Unlock()

@@ -177,9 +177,7 @@ func TestCleanStop(t *testing.T) {
 // queue must be unbound.
 func testCleanStopStream(t *testing.T) {
 	const queue, max = 4, 200000
-	netnstest.UnshareQueue(t, queue)
-	p := netnstest.NewUDPPair(t)
-	q := openQueue(t, Config{Queue: queue})
+	p, q := pairQueue(t, Config{Queue: queue})
 	stop := runQueue(t, q, func([]Packet, []Verdict, int64) {})
 	// The sender runs in this goroutine: its socket is in the namespace.
 	var took time.Duration

@@ -432,3 +432,28 @@ func TestLatencyHistogram(t *testing.T) {
 		t.Errorf("stats = %+v; want Count 1001, P50 502µs, P99 992µs (bucket upper bounds), Max 5ms", s)
 	}
 }
+
+// wantNoParseAllocs fails t (naming what) if handling the packet message
+// d allocates.
+func wantNoParseAllocs(t *testing.T, what string, d []byte) {
+	t.Helper()
+	ds := [][]byte{d}
+	bt := newBatch(7, 4)
+	if a := testing.AllocsPerRun(100, func() { handle(bt, ds, dropOdd) }); a != 0 {
+		t.Errorf("parse with %s: %v allocations, want 0", what, a)
+	}
+}
+
+// wantCfgFlags fails t (naming what) unless m, for queue 5, ends with
+// NFQA_CFG_MASK mask and NFQA_CFG_FLAGS flags.
+func wantCfgFlags(t *testing.T, what string, m configMsg, mask, flags byte) {
+	t.Helper()
+	b := m.append(nil, 5, 1)
+	want := []byte{
+		8, 0, 4, 0, 0, 0, 0, mask, // NFQA_CFG_MASK
+		8, 0, 5, 0, 0, 0, 0, flags, // NFQA_CFG_FLAGS
+	}
+	if !bytes.HasSuffix(b, want) {
+		t.Errorf("%s: message ends %v, want %v", what, b[len(b)-16:], want)
+	}
+}

@@ -100,6 +100,35 @@ func BenchmarkPolicy(b *testing.B) {
 	}
 }
 
+// newEngines is an engine for each policy.
+func newEngines(tb testing.TB, pols ...shaper.Policy) []*shaper.Engine {
+	var engines []*shaper.Engine
+	for _, p := range pols {
+		e, err := shaper.NewPolicy(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		engines = append(engines, e)
+	}
+	return engines
+}
+
+// slicer is decideSlice (passes over pkts on an engine, with m) with its
+// clock carried from call to call, after one call on each of engines (over
+// pkts) to warm them.
+func slicer(engines []*shaper.Engine, pkts [][]byte, m *shaper.Meta, passes int) func(e *shaper.Engine, pkts [][]byte) float64 {
+	var d shaper.Decision
+	now := int64(1e18)
+	slice := func(e *shaper.Engine, pkts [][]byte) (ns float64) {
+		ns, now = decideSlice(e, pkts, m, passes, now, &d)
+		return ns
+	}
+	for _, e := range engines {
+		slice(e, pkts)
+	}
+	return slice
+}
+
 // decideSlice decides pkts with e passes times over, the clock from now
 // on by 100 ns a packet, and returns the time per packet in ns and the
 // clock: one slice of the ratio benchmarks' turns.
@@ -140,23 +169,8 @@ func BenchmarkPolicyRatio(b *testing.B) {
 	trivial.Classifier = modClassifier(100)
 	pols := []shaper.Policy{mustCompile(b, string(example), Options{}).Policy(), big, trivial}
 	names := []string{"example/single", "100rules/single", "100tables-trivial/single"}
-	engines := []*shaper.Engine{single}
-	for _, p := range pols {
-		e, err := shaper.NewPolicy(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		engines = append(engines, e)
-	}
-	var d shaper.Decision
-	now := int64(1e18)
-	slice := func(e *shaper.Engine) (ns float64) {
-		ns, now = decideSlice(e, pkts, nil, passes, now, &d)
-		return ns
-	}
-	for _, e := range engines {
-		slice(e)
-	}
+	engines := append([]*shaper.Engine{single}, newEngines(b, pols...)...)
+	slice := slicer(engines, pkts, nil, passes)
 	// Packets cycling through the flows in order favour one big table
 	// (its entries are touched in the order they were made, which the
 	// hardware prefetches) over many small ones; traffic comes in no such
@@ -176,13 +190,12 @@ func BenchmarkPolicyRatio(b *testing.B) {
 	base := make([][]float64, len(orders))
 	for b.Loop() {
 		for o, order := range orders {
-			pkts = order.pkts
 			ratios[o] = make([][]float64, len(pols))
 			for range turns {
-				a := slice(engines[0])
+				a := slice(engines[0], order.pkts)
 				base[o] = append(base[o], a)
 				for i, e := range engines[1:] {
-					ratios[o][i] = append(ratios[o][i], slice(e)/a)
+					ratios[o][i] = append(ratios[o][i], slice(e, order.pkts)/a)
 				}
 			}
 		}

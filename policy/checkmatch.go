@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -45,17 +46,11 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 		bad("match.family", -1, "unknown family %q (want ipv4 or ipv6)", m.Family)
 	}
 	addrs := func(field string, items []string) []netip.Prefix {
-		var ps []netip.Prefix
+		ps := parseItems(list, bad, field, items, parsePrefix)
 		fam := [2]bool{}
-		list(field, items, func(j int, v string) {
-			p, err := parsePrefix(v)
-			if err != nil {
-				bad(field, j, "%w", err)
-				return
-			}
-			ps = append(ps, p)
+		for _, p := range ps {
 			fam[b2i(p.Addr().Is6())] = true
-		})
+		}
 		if len(ps) > 0 && len(ps) == len(items) && s.family != 0 && !fam[b2i(s.family == 6)] {
 			bad(field, -1, "never matches: no item is an IPv%d address or CIDR, and match.family is %q", s.family, m.Family)
 		}
@@ -63,26 +58,10 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 	}
 	s.src = addrs("match.src", m.Src)
 	s.dst = addrs("match.dst", m.Dst)
-	portProto := false
-	list("match.proto", m.Proto, func(j int, v string) {
-		p, err := parseProto(v)
-		if err != nil {
-			bad("match.proto", j, "%w", err)
-			return
-		}
-		s.proto = append(s.proto, p)
-		portProto = portProto || hasPorts(p)
-	})
+	s.proto = parseItems(list, bad, "match.proto", m.Proto, parseProto)
+	portProto := slices.ContainsFunc(s.proto, hasPorts)
 	ports := func(field string, items []string) []portRange {
-		var rs []portRange
-		list(field, items, func(j int, v string) {
-			r, err := parsePorts(v)
-			if err != nil {
-				bad(field, j, "%w", err)
-				return
-			}
-			rs = append(rs, r)
-		})
+		rs := parseItems(list, bad, field, items, parsePorts)
 		if items != nil && len(s.proto) > 0 && len(s.proto) == len(m.Proto) && !portProto {
 			bad(field, -1, "never matches: no protocol in match.proto has ports (tcp, udp, udplite, sctp)")
 		}
@@ -107,20 +86,8 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 		}
 		s.hasMark, s.mark, s.markMask = true, v, mask
 	}
-	ids := func(field string, items []string) []idRange {
-		var rs []idRange
-		list(field, items, func(j int, v string) {
-			r, err := parseIDs(v)
-			if err != nil {
-				bad(field, j, "%w", err)
-				return
-			}
-			rs = append(rs, r)
-		})
-		return rs
-	}
-	s.uid = ids("match.uid", m.UID)
-	s.gid = ids("match.gid", m.GID)
+	s.uid = parseItems(list, bad, "match.uid", m.UID, parseIDs)
+	s.gid = parseItems(list, bad, "match.gid", m.GID, parseIDs)
 	checkL4(m, &s, bad, list)
 	if m.Queue != nil && len(m.Queue) == 0 {
 		bad("match.queue", -1, "empty list: it would match nothing; give at least one item or leave it out")
@@ -133,6 +100,27 @@ func (f *File) checkMatch(i int, m *Match, errs *errList) matchSpec {
 		s.queue = append(s.queue, uint16(q))
 	}
 	return s
+}
+
+// badFunc reports an error at a match field's item j (the field for j < 0).
+type badFunc = func(field string, j int, format string, args ...any)
+
+// listFunc reports an empty list and calls item on each item.
+type listFunc = func(field string, items []string, item func(j int, v string))
+
+// parseItems is field's items, each parsed by parse (after list's checks);
+// bad reports an item parse refuses, which is left out.
+func parseItems[T any](list listFunc, bad badFunc, field string, items []string, parse func(string) (T, error)) []T {
+	var out []T
+	list(field, items, func(j int, v string) {
+		x, err := parse(v)
+		if err != nil {
+			bad(field, j, "%w", err)
+			return
+		}
+		out = append(out, x)
+	})
+	return out
 }
 
 func b2i(b bool) int {
@@ -195,19 +183,26 @@ func parsePorts(s string) (portRange, error) {
 		}
 		return uint16(n), true
 	}
+	a, b, err := parseRange(s, "port", `a port 0-65535 or a range such as "8000-8100"`, port)
+	return portRange{a, b}, err
+}
+
+// parseRange parses s, a number (num's) or a "lo-hi" range of them, as
+// lo, hi; its errors name s as a what and say that want is wanted.
+func parseRange[T uint16 | uint32](s, what, want string, num func(string) (T, bool)) (T, T, error) {
 	lo, hi, isRange := strings.Cut(s, "-")
-	a, ok1 := port(lo)
-	b, ok2 := a, true
-	if isRange {
-		b, ok2 = port(hi)
+	a, ok := num(lo)
+	b := a
+	if isRange && ok {
+		b, ok = num(hi)
 	}
-	if !ok1 || !ok2 {
-		return portRange{}, fmt.Errorf("bad port %q (want a port 0-65535 or a range such as \"8000-8100\")", s)
+	if !ok {
+		return 0, 0, fmt.Errorf("bad %s %q (want %s)", what, s, want)
 	}
 	if a > b {
-		return portRange{}, fmt.Errorf("bad port range %q: %d is above %d", s, a, b)
+		return 0, 0, fmt.Errorf("bad %s range %q: %d is above %d", what, s, a, b)
 	}
-	return portRange{a, b}, nil
+	return a, b, nil
 }
 
 // parseIDs parses a uid or gid, or a "lo-hi" range of them.
@@ -219,19 +214,8 @@ func parseIDs(s string) (idRange, error) {
 		n, err := strconv.ParseUint(v, 10, 32)
 		return uint32(n), err == nil
 	}
-	lo, hi, isRange := strings.Cut(s, "-")
-	a, ok1 := id(lo)
-	b, ok2 := a, true
-	if isRange {
-		b, ok2 = id(hi)
-	}
-	if !ok1 || !ok2 {
-		return idRange{}, fmt.Errorf("bad id %q (want a number 0-4294967295 or a range such as \"1000-1999\"; names are not looked up)", s)
-	}
-	if a > b {
-		return idRange{}, fmt.Errorf("bad id range %q: %d is above %d", s, a, b)
-	}
-	return idRange{a, b}, nil
+	a, b, err := parseRange(s, "id", `a number 0-4294967295 or a range such as "1000-1999"; names are not looked up`, id)
+	return idRange{a, b}, err
 }
 
 // validIfName reports whether s can name a Linux network interface

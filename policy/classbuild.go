@@ -297,12 +297,34 @@ func (b *builder) portDim(get func(m *matchSpec) []portRange) portDim {
 	}
 	d := portDim{on: true, none: b.intern(free), unknown: b.intern(unknown),
 		frag: b.intern(b.fragDim(func(m *matchSpec) bool { return get(m) != nil }))}
-	starts := []int{0}
+	d.bounds, d.offs = rangeCover(b, get, portBounds, free)
+	if starts := d.bounds; len(starts) > linPorts {
+		d.table = make([]uint16, 1<<16)
+		for k, s := range starts {
+			end := 1 << 16
+			if k+1 < len(starts) {
+				end = int(starts[k+1])
+			}
+			for port := int(s); port < end; port++ {
+				d.table[port] = uint16(k)
+			}
+		}
+	}
+	return d
+}
+
+// rangeCover cuts a range dimension at each start (0, and where one of
+// get's ranges of a rule begins or ends) and returns the starts, sorted,
+// and each interval's rules, interned: free (the rules without the
+// constraint) and those whose ranges (merged with bounds) cover the interval.
+func rangeCover[R any, T uint16 | uint32](b *builder, get func(m *matchSpec) []R, bounds func(*R) (lo, hi *T), free []uint64) ([]T, []int32) {
+	starts := []T{0}
 	for i := range b.specs {
 		for _, r := range get(&b.specs[i].match) {
-			starts = append(starts, int(r.lo))
-			if r.hi < math.MaxUint16 {
-				starts = append(starts, int(r.hi)+1)
+			lo, hi := bounds(&r)
+			starts = append(starts, *lo)
+			if *hi < ^T(0) {
+				starts = append(starts, *hi+1)
 			}
 		}
 	}
@@ -313,39 +335,19 @@ func (b *builder) portDim(get func(m *matchSpec) []portRange) portDim {
 		cover[k] = slices.Clone(free)
 	}
 	for i := range b.specs {
-		for _, r := range mergeRangesOrNil(get(&b.specs[i].match)) {
-			a, _ := slices.BinarySearch(starts, int(r.lo))
-			for k := a; k < len(starts) && starts[k] <= int(r.hi); k++ {
+		for _, r := range mergeRanges(get(&b.specs[i].match), bounds) {
+			lo, hi := bounds(&r)
+			a, _ := slices.BinarySearch(starts, *lo)
+			for k := a; k < len(starts) && starts[k] <= *hi; k++ {
 				setBit(cover[k], i)
 			}
 		}
 	}
-	d.bounds = make([]uint16, len(starts))
-	d.offs = make([]int32, len(starts))
-	for k, s := range starts {
-		d.bounds[k] = uint16(s)
-		d.offs[k] = b.intern(cover[k])
+	offs := make([]int32, len(starts))
+	for k := range starts {
+		offs[k] = b.intern(cover[k])
 	}
-	if len(starts) > linPorts {
-		d.table = make([]uint16, 1<<16)
-		for k, s := range starts {
-			end := 1 << 16
-			if k+1 < len(starts) {
-				end = starts[k+1]
-			}
-			for port := s; port < end; port++ {
-				d.table[port] = uint16(k)
-			}
-		}
-	}
-	return d
-}
-
-func mergeRangesOrNil(rs []portRange) []portRange {
-	if len(rs) == 0 {
-		return nil
-	}
-	return mergeRanges(rs, portBounds)
+	return starts, offs
 }
 
 // idDim is the uid or gid dimension, made as portDim's intervals; an
@@ -356,34 +358,7 @@ func (b *builder) idDim(get func(m *matchSpec) []idRange) idDim {
 		return idDim{}
 	}
 	d := idDim{on: true, none: b.intern(free)}
-	starts := []uint32{0}
-	for i := range b.specs {
-		for _, r := range get(&b.specs[i].match) {
-			starts = append(starts, r.lo)
-			if r.hi < math.MaxUint32 {
-				starts = append(starts, r.hi+1)
-			}
-		}
-	}
-	slices.Sort(starts)
-	starts = slices.Compact(starts)
-	cover := make([][]uint64, len(starts))
-	for k := range cover {
-		cover[k] = slices.Clone(free)
-	}
-	for i := range b.specs {
-		for _, r := range mergeRanges(get(&b.specs[i].match), idBounds) {
-			a, _ := slices.BinarySearch(starts, r.lo)
-			for k := a; k < len(starts) && starts[k] <= r.hi; k++ {
-				setBit(cover[k], i)
-			}
-		}
-	}
-	d.bounds = starts
-	d.offs = make([]int32, len(starts))
-	for k := range starts {
-		d.offs[k] = b.intern(cover[k])
-	}
+	d.bounds, d.offs = rangeCover(b, get, idBounds, free)
 	return d
 }
 

@@ -10,50 +10,19 @@ import (
 	"testing"
 
 	"github.com/packetshaper/packetshaper/flows"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
-const classifyPolicy = `
-[[rule]]
-name = "mgmt"
-match = { src = ["10.9.0.0/16", "fd00:9::/32"], proto = ["tcp"], dport = ["22", "8000-8100"] }
-action = "accept"
-
-[[rule]]
-name = "blocked"
-match = { src = ["10.9.9.0/24"] }
-action = "drop"
-
-[[rule]]
-name = "dns"
-match = { proto = ["udp"], dport = ["53"] }
-pps = 10
-
-[[rule]]
-name = "gre6"
-match = { family = "ipv6", proto = [47] }
-action = "drop"
-
-[[rule]]
-name = "marked"
-match = { mark = "0x10/0xf0" }
-pps = 1
-
-[[rule]]
-name = "q"
-match = { queue = [3, 7], iif = ["eth0"], oif = ["eth1"] }
-pps = 1
-
-[[rule]]
-name = "sports"
-match = { sport = ["1000-2000"], dst = ["192.0.2.0/24"] }
-pps = 1
-
-[[rule]]
-name = "icmp"
-match = { proto = ["icmp", "icmpv6"] }
-pps = 1
-`
+// classifyPolicy has a rule on each match field the classifier indexes.
+var classifyPolicy = ruleTable("mgmt", `src = ["10.9.0.0/16", "fd00:9::/32"], proto = ["tcp"], dport = ["22", "8000-8100"]`, acceptAction) +
+	ruleTable("blocked", `src = ["10.9.9.0/24"]`, dropAction) +
+	ruleTable("dns", `proto = ["udp"], dport = ["53"]`, `pps = 10`) +
+	ruleTable("gre6", `family = "ipv6", proto = [47]`, dropAction) +
+	ruleTable("marked", `mark = "0x10/0xf0"`, `pps = 1`) +
+	ruleTable("q", `queue = [3, 7], iif = ["eth0"], oif = ["eth1"]`, `pps = 1`) +
+	ruleTable("sports", `sport = ["1000-2000"], dst = ["192.0.2.0/24"]`, `pps = 1`) +
+	ruleTable("icmp", `proto = ["icmp", "icmpv6"]`, `pps = 1`)
 
 // pkt makes a decoded packet: "tcp 10.0.0.1:40000 > 10.0.0.2:22", "47
 // fd00::1 > fd00::2", "icmp 10.0.0.1:7 > 10.0.0.2:7" (an echo id), with
@@ -106,17 +75,41 @@ func addr16(a netip.Addr) [16]byte {
 	return a.As16()
 }
 
+// ruleTable is a [[rule]] table (testutil.PolicyRule).
+var ruleTable = testutil.PolicyRule
+
+// The actions of accept and drop rules, as ruleTable's settings.
+const (
+	acceptAction = `action = "accept"`
+	dropAction   = `action = "drop"`
+)
+
 func mustCompile(t testing.TB, src string, o Options) *Compiled {
 	t.Helper()
+	_, c := parseCompile(t, "", src, o)
+	return c
+}
+
+// parseCompile parses src (as p.toml) and compiles it with o; an error of
+// either is fatal, after what (the case, when not empty) and a colon.
+func parseCompile(t testing.TB, what, src string, o Options) (*File, *Compiled) {
+	t.Helper()
+	fatal := func(err error) {
+		t.Helper()
+		if what != "" {
+			t.Fatalf("%s: %v", what, err)
+		}
+		t.Fatal(err)
+	}
 	f, err := Parse("p.toml", []byte(src))
 	if err != nil {
-		t.Fatal(err)
+		fatal(err)
 	}
 	c, err := f.Compile(o)
 	if err != nil {
-		t.Fatal(err)
+		fatal(err)
 	}
-	return c
+	return f, c
 }
 
 func TestClassify(t *testing.T) {
@@ -199,32 +192,13 @@ func TestCompileWarnsUnreachable(t *testing.T) {
 // A reload keeps the state of the rules whose name, match and limit are
 // unchanged, whatever the spelling of their match tables.
 func TestReloadIdentity(t *testing.T) {
-	e, err := shaper.NewPolicy(mustCompile(t, `
-[[rule]]
-name = "dns"
-match = { proto = ["udp"], dport = ["53"] }
-pps = 10
-
-[[rule]]
-name = "web"
-match = { proto = ["tcp"], dport = ["80", "443"] }
-pps = 5
-`, Options{}).Policy())
+	e, err := shaper.NewPolicy(mustCompile(t, ruleTable("dns", `proto = ["udp"], dport = ["53"]`, `pps = 10`)+
+		ruleTable("web", `proto = ["tcp"], dport = ["80", "443"]`, `pps = 5`), Options{}).Policy())
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, kept, err := e.Reload(mustCompile(t, `
-[[rule]]
-name = "dns"
-match = { dport = [53], proto = [17] }
-pps = 10
-burst = 5
-
-[[rule]]
-name = "web"
-match = { proto = ["tcp"], dport = ["80", "443"] }
-pps = 6
-`, Options{}).Policy())
+	_, kept, err := e.Reload(mustCompile(t, ruleTable("dns", `dport = [53], proto = [17]`, `pps = 10`, `burst = 5`)+
+		ruleTable("web", `proto = ["tcp"], dport = ["80", "443"]`, `pps = 6`), Options{}).Policy())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -334,32 +308,10 @@ match = { src = ["10.0.0.0/8", "10.0.0.1/32", "fd00::/8"], proto = ["tcp", "udp"
 }
 
 func TestEngineWithPolicy(t *testing.T) {
-	c := mustCompile(t, `
-[[rule]]
-name = "ssh"
-match = { proto = ["tcp"], dport = ["22"] }
-action = "accept"
-
-[[rule]]
-name = "shadow"
-match = { proto = ["udp"], dport = ["53"] }
-pps = 1
-burst = 1
-mode = "shadow"
-
-[[rule]]
-name = "mark"
-match = { proto = ["udp"], dport = ["123"] }
-pps = 1
-burst = 1
-on-exceed = "mark"
-set-mark = "0x100/0xf00"
-
-[[rule]]
-name = "rest"
-pps = 1
-burst = 1
-`, Options{})
+	c := mustCompile(t, ruleTable("ssh", `proto = ["tcp"], dport = ["22"]`, acceptAction)+
+		ruleTable("shadow", `proto = ["udp"], dport = ["53"]`, `pps = 1`, `burst = 1`, `mode = "shadow"`)+
+		ruleTable("mark", `proto = ["udp"], dport = ["123"]`, `pps = 1`, `burst = 1`, `on-exceed = "mark"`, `set-mark = "0x100/0xf00"`)+
+		ruleTable("rest", "", `pps = 1`, `burst = 1`), Options{})
 	e, err := shaper.NewPolicy(c.Policy())
 	if err != nil {
 		t.Fatal(err)
@@ -753,26 +705,10 @@ func randomPacket(rng *rand.Rand) (*flows.Packet, *shaper.Meta) {
 // fragment: drop rules take it conservatively, and without it the datagram
 // never reassembles.
 func TestClassifyFragments(t *testing.T) {
-	c := mustCompile(t, `
-[[rule]]
-name   = "netbios"
-match  = { proto = ["udp"], dport = ["137-139"] }
-action = "drop"
-
-[[rule]]
-name   = "icmp6"
-match  = { proto = ["icmpv6"] }
-action = "accept"
-
-[[rule]]
-name  = "udp-limit"
-match = { proto = ["udp"], dport = ["4500"] }
-pps   = 100
-
-[[rule]]
-name = "rest"
-pps  = 10
-`, Options{})
+	c := mustCompile(t, ruleTable("netbios", `proto = ["udp"], dport = ["137-139"]`, dropAction)+
+		ruleTable("icmp6", `proto = ["icmpv6"]`, acceptAction)+
+		ruleTable("udp-limit", `proto = ["udp"], dport = ["4500"]`, `pps = 100`)+
+		ruleTable("rest", "", `pps = 10`), Options{})
 	pol := c.Policy()
 	for _, tc := range []struct{ pkt, want string }{
 		{"udp 10.0.0.1:5000 > 10.0.0.2:137", "netbios"},

@@ -49,6 +49,9 @@ func (f *File) Compile(o Options) (*Compiled, error) {
 	for i := range specs {
 		global = global || specs[i].rule.Limit.Global
 	}
+	for _, t := range totals {
+		global = global || t.Limit.Global
+	}
 	if c.redis != nil && !global {
 		c.warnings = append(c.warnings, "[redis]: no rule is global (scope = \"global\"): the store is not used")
 	}
@@ -170,13 +173,7 @@ func (c *Compiled) Redis() *Redis { return c.redis }
 
 // GlobalRules names the global rules (scope = "global").
 func (c *Compiled) GlobalRules() []string {
-	var names []string
-	for _, r := range c.rules {
-		if r.Limit.Global {
-			names = append(names, r.Name)
-		}
-	}
-	return names
+	return globalNames(c.rules, func(r shaper.Rule) (string, bool) { return r.Name, r.Limit.Global })
 }
 
 // IfaceID returns the id that a packet's interface named name must carry in

@@ -32,14 +32,8 @@ func ctPolicies(tb testing.TB) (plain, ct shaper.Policy) {
 func TestDecideCtStateNoAllocs(t *testing.T) {
 	plain, ct := ctPolicies(t)
 	pkts := benchPackets(100)
-	ep, err := shaper.NewPolicy(plain)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ec, err := shaper.NewPolicy(ct)
-	if err != nil {
-		t.Fatal(err)
-	}
+	es := newEngines(t, plain, ct)
+	ep, ec := es[0], es[1]
 	m := &shaper.Meta{CtState: shaper.CtEstablished}
 	var d, d2 shaper.Decision
 	now := int64(1e18)
@@ -70,31 +64,15 @@ func BenchmarkDecideCtState(b *testing.B) {
 	const n, passes, turns = 10_000, 20, 25
 	pkts := benchPackets(n)
 	plain, ct := ctPolicies(b)
-	var engines []*shaper.Engine
-	for _, p := range []shaper.Policy{plain, ct} {
-		e, err := shaper.NewPolicy(p)
-		if err != nil {
-			b.Fatal(err)
-		}
-		engines = append(engines, e)
-	}
-	m := &shaper.Meta{CtState: shaper.CtEstablished}
-	var d shaper.Decision
-	now := int64(1e18)
-	slice := func(e *shaper.Engine) (ns float64) {
-		ns, now = decideSlice(e, pkts, m, passes, now, &d)
-		return ns
-	}
-	for _, e := range engines {
-		slice(e)
-	}
+	engines := newEngines(b, plain, ct)
+	slice := slicer(engines, pkts, &shaper.Meta{CtState: shaper.CtEstablished}, passes)
 	var ratios, base []float64
 	for b.Loop() {
 		for range turns {
 			// Alternate which goes first, so that neither always
 			// follows the other.
-			a, c := slice(engines[0]), slice(engines[1])
-			a2 := slice(engines[0])
+			a, c := slice(engines[0], pkts), slice(engines[1], pkts)
+			a2 := slice(engines[0], pkts)
 			base = append(base, (a+a2)/2)
 			ratios = append(ratios, c/((a+a2)/2))
 		}

@@ -40,9 +40,9 @@ func TestCheckGolden(t *testing.T) {
 	}
 }
 
-// roundTrip checks that Format writes what Parse reads back as f with its
-// defaults filled in, and that this is a fixed point.
-func roundTrip(t testing.TB, f *File) {
+// reformat is Parse(Format(f)), and what Format wrote; an error of either
+// is fatal.
+func reformat(t testing.TB, f *File) (*File, *bytes.Buffer) {
 	t.Helper()
 	var b bytes.Buffer
 	if err := f.Format(&b); err != nil {
@@ -52,6 +52,14 @@ func roundTrip(t testing.TB, f *File) {
 	if err != nil {
 		t.Fatalf("Parse(Format(f)): %v\n%s", err, b.Bytes())
 	}
+	return g, &b
+}
+
+// roundTrip checks that Format writes what Parse reads back as f with its
+// defaults filled in, and that this is a fixed point.
+func roundTrip(t testing.TB, f *File) {
+	t.Helper()
+	g, b := reformat(t, f)
 	want := f.WithDefaults().Rules
 	if !reflect.DeepEqual(g.Rules, want) {
 		t.Fatalf("Parse(Format(f)) != f.WithDefaults():\n got %s\nwant %s\n%s", dump(g.Rules), dump(want), b.Bytes())
@@ -137,14 +145,7 @@ shape = false
 // TestShapeDefaults: shape and max-delay as Compile makes them, with their
 // defaults, and the spellings that mean the same Config.
 func TestShapeDefaults(t *testing.T) {
-	f, err := Parse("p.toml", []byte(shapePolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.Compile(Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := mustCompile(t, shapePolicy, Options{})
 	rules := c.Policy().Rules
 	for i, want := range []struct {
 		shape    bool
@@ -205,30 +206,12 @@ func FuzzParse(f *testing.F) {
 }
 
 // globalPolicy has global rules and a [redis] table.
-const globalPolicy = `
+var globalPolicy = `
 redis = { addrs = ["127.0.0.1:6379"], password-file = "pw", key-prefix = "" }
-
-[[rule]]
-name = "g"
-match = { proto = ["udp"] }
-key = "dst"
-pps = 3000
-burst = 300
-scope = "global"
-global-slack = 0.1
-
-[[rule]]
-name = "fw"
-algo = "fixed-window"
-bitrate = "10mbit"
-window = "100ms"
-scope = "global"
-
-[[rule]]
-name = "rest"
-pps = 1
-scope = "local"
-`
+` +
+	ruleTable("g", `proto = ["udp"]`, `key = "dst"`, `pps = 3000`, `burst = 300`, `scope = "global"`, `global-slack = 0.1`) +
+	ruleTable("fw", "", `algo = "fixed-window"`, `bitrate = "10mbit"`, `window = "100ms"`, `scope = "global"`) +
+	ruleTable("rest", "", `pps = 1`, `scope = "local"`)
 
 // TestBitrateUnits: a bitrate in tc's byte units is accepted with a warning
 // naming the bit-rate it means and the bit form; check prints every bitrate
@@ -250,14 +233,7 @@ func TestBitrateUnits(t *testing.T) {
 		{"0.3bit", "0.3bit", "0.3 bits/s", ""},
 	} {
 		src := "[[rule]]\nname = \"a\"\nbitrate = \"" + c.in + "\"\nburst = 1000000\n"
-		f, err := Parse("p.toml", []byte(src))
-		if err != nil {
-			t.Fatalf("%s: %v", c.in, err)
-		}
-		comp, err := f.Compile(Options{})
-		if err != nil {
-			t.Fatalf("%s: %v", c.in, err)
-		}
+		f, comp := parseCompile(t, c.in, src, Options{})
 		var warns []string
 		if c.warn != "" {
 			warns = []string{c.warn}

@@ -262,15 +262,8 @@ func parseLength(s string) (idRange, error) {
 
 // checkL4 checks the tcp-flags, icmp-type, length, dscp and ct-state
 // items of m into s (bad reports an error at an item, list as checkMatch's).
-func checkL4(m *Match, s *matchSpec, bad func(field string, j int, format string, args ...any), list func(field string, items []string, item func(j int, v string))) {
-	list("match.tcp-flags", m.TCPFlags, func(j int, v string) {
-		p, err := parseTCPFlags(v)
-		if err != nil {
-			bad("match.tcp-flags", j, "%w", err)
-			return
-		}
-		s.tcpFlags = append(s.tcpFlags, p)
-	})
+func checkL4(m *Match, s *matchSpec, bad badFunc, list listFunc) {
+	s.tcpFlags = parseItems(list, bad, "match.tcp-flags", m.TCPFlags, parseTCPFlags)
 	if m.ICMPType != nil {
 		s.icmp = new(icmpSet)
 	}
@@ -279,33 +272,16 @@ func checkL4(m *Match, s *matchSpec, bad func(field string, j int, format string
 			bad("match.icmp-type", j, "%w", err)
 		}
 	})
-	list("match.length", m.Length, func(j int, v string) {
-		r, err := parseLength(v)
-		if err != nil {
-			bad("match.length", j, "%w", err)
-			return
-		}
-		s.length = append(s.length, r)
-	})
+	s.length = parseItems(list, bad, "match.length", m.Length, parseLength)
 	if m.DSCP != nil {
 		s.hasDSCP = true
 	}
-	list("match.dscp", m.DSCP, func(j int, v string) {
-		d, err := parseDSCP(v)
-		if err != nil {
-			bad("match.dscp", j, "%w", err)
-			return
-		}
+	for _, d := range parseItems(list, bad, "match.dscp", m.DSCP, parseDSCP) {
 		s.dscp |= 1 << d
-	})
-	list("match.ct-state", m.CtState, func(j int, v string) {
-		c, err := parseCtState(v)
-		if err != nil {
-			bad("match.ct-state", j, "%w", err)
-			return
-		}
+	}
+	for _, c := range parseItems(list, bad, "match.ct-state", m.CtState, parseCtState) {
 		s.ct |= c
-	})
+	}
 	// A protocol list that excludes what the field needs never matches.
 	if len(s.proto) > 0 && len(s.proto) == len(m.Proto) {
 		if m.TCPFlags != nil && !slices.Contains(s.proto, flows.ProtoTCP) {

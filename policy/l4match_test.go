@@ -121,47 +121,14 @@ func randomL4(rng *rand.Rand, p *flows.Packet, m *shaper.Meta) {
 
 // TestL4Classify: each field's spellings against packets built for it.
 func TestL4Classify(t *testing.T) {
-	c := mustCompile(t, `
-[[rule]]
-name = "syn"
-match = { tcp-flags = ["syn"], dport = [22] }
-pps = 1
-
-[[rule]]
-name = "rst"
-match = { tcp-flags = ["rst/rst"] }
-action = "drop"
-
-[[rule]]
-name = "ping"
-match = { icmp-type = ["echo-request"] }
-pps = 10
-
-[[rule]]
-name = "unreach4"
-match = { icmp-type = ["icmp:3", 129] }
-action = "accept"
-
-[[rule]]
-name = "small"
-match = { length = ["0-60"], proto = ["udp"] }
-pps = 100
-
-[[rule]]
-name = "voice"
-match = { dscp = ["ef", 34] }
-action = "accept"
-
-[[rule]]
-name = "new"
-match = { ct-state = ["new", "related"] }
-pps = 3
-
-[[rule]]
-name = "bad"
-match = { ct-state = ["invalid"] }
-action = "drop"
-`, Options{})
+	c := mustCompile(t, ruleTable("syn", `tcp-flags = ["syn"], dport = [22]`, `pps = 1`)+
+		ruleTable("rst", `tcp-flags = ["rst/rst"]`, dropAction)+
+		ruleTable("ping", `icmp-type = ["echo-request"]`, `pps = 10`)+
+		ruleTable("unreach4", `icmp-type = ["icmp:3", 129]`, acceptAction)+
+		ruleTable("small", `length = ["0-60"], proto = ["udp"]`, `pps = 100`)+
+		ruleTable("voice", `dscp = ["ef", 34]`, acceptAction)+
+		ruleTable("new", `ct-state = ["new", "related"]`, `pps = 3`)+
+		ruleTable("bad", `ct-state = ["invalid"]`, dropAction), Options{})
 	cl := c.Policy().Classifier
 	tcp := func(flags uint8, dport uint16) *flows.Packet {
 		return &flows.Packet{Class: flows.IPv4, Proto: flows.ProtoTCP, HasL4: true, TCPFlags: flags, DstPort: dport, Length: 100}

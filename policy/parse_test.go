@@ -91,25 +91,9 @@ func dump(rs []Rule) string {
 func TestParseGlobal(t *testing.T) {
 	want := &Redis{Addrs: []string{"10.0.0.5:7000", "[fd00::5]:7001"}, Cluster: ptr(true), PasswordFile: "/etc/ps/redis.pw",
 		Timeout: Duration(50 * time.Millisecond), RefreshInterval: Duration(250 * time.Millisecond), KeyPrefix: ptr("ps:")}
-	rules := `
-[[rule]]
-name = "g"
-pps = 3000
-burst = 300
-scope = "global"
-global-slack = 0.1
-
-[[rule]]
-name = "fw"
-algo = "fixed-window"
-bitrate = "10mbit"
-scope = "global"
-
-[[rule]]
-name = "l"
-pps = 5
-scope = "local"
-`
+	rules := ruleTable("g", "", `pps = 3000`, `burst = 300`, `scope = "global"`, `global-slack = 0.1`) +
+		ruleTable("fw", "", `algo = "fixed-window"`, `bitrate = "10mbit"`, `scope = "global"`) +
+		ruleTable("l", "", `pps = 5`, `scope = "local"`)
 	for _, redis := range []string{
 		"[redis]\naddrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\ncluster = true\npassword-file = \"/etc/ps/redis.pw\"\ntimeout = \"50ms\"\nrefresh-interval = \"250ms\"\nkey-prefix = \"ps:\"\n",
 		"redis = { addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"], cluster = true, password-file = \"/etc/ps/redis.pw\", timeout = \"50ms\", refresh-interval = \"250ms\", key-prefix = \"ps:\" }\n",

@@ -24,14 +24,7 @@ func TestPlainStoreWarning(t *testing.T) {
 		{"addrs = [\"10.0.0.5:6379\"]\ntls = true", false},
 	} {
 		src := "[redis]\n" + tc.redis + "\n\n[[rule]]\nname = \"g\"\npps = 10\nscope = \"global\"\n"
-		f, err := Parse("t.toml", []byte(src))
-		if err != nil {
-			t.Fatalf("%s: %v", tc.redis, err)
-		}
-		c, err := f.Compile(Options{})
-		if err != nil {
-			t.Fatalf("%s: %v", tc.redis, err)
-		}
+		_, c := parseCompile(t, tc.redis, src, Options{})
 		w := strings.Join(c.Warnings(), "\n")
 		if got := strings.Contains(w, "not on loopback and tls is off"); got != tc.warn {
 			t.Errorf("%s: warnings %q, want the plain-store warning %v", tc.redis, w, tc.warn)

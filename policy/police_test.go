@@ -23,63 +23,16 @@ func otherWarnings(c *Compiled) []string {
 // measured difference; shaping, shadow, marking, accept, drop and UDP-only
 // rules get none.
 func TestPoliceTCPWarning(t *testing.T) {
-	const src = `
-[[rule]]
-name = "tcp"
-match = { proto = ["tcp"], dport = ["80"] }
-bitrate = "10mbit"
-
-[[rule]]
-name = "any"
-match = { dport = ["8080"] }
-pps = 100
-
-[[rule]]
-name = "window"
-match = { proto = ["udp", "tcp"], dport = ["81"] }
-algo = "fixed-window"
-pps = 10
-
-[[rule]]
-name = "shaped"
-match = { proto = ["tcp"], dport = ["82"] }
-bitrate = "10mbit"
-shape = true
-
-[[rule]]
-name = "leaky"
-match = { proto = ["tcp"], dport = ["83"] }
-algo = "leaky-bucket"
-pps = 10
-
-[[rule]]
-name = "shadow"
-match = { proto = ["tcp"], dport = ["84"] }
-pps = 10
-mode = "shadow"
-
-[[rule]]
-name = "marks"
-match = { proto = ["tcp"], dport = ["85"] }
-pps = 10
-on-exceed = "mark"
-set-mark = "1"
-
-[[rule]]
-name = "udp"
-match = { proto = ["udp"] }
-pps = 10
-
-[[rule]]
-name = "ok"
-match = { proto = ["tcp"], dport = ["22"] }
-action = "accept"
-
-[[rule]]
-name = "no"
-match = { proto = ["tcp"], dport = ["23"] }
-action = "drop"
-`
+	src := ruleTable("tcp", `proto = ["tcp"], dport = ["80"]`, `bitrate = "10mbit"`) +
+		ruleTable("any", `dport = ["8080"]`, `pps = 100`) +
+		ruleTable("window", `proto = ["udp", "tcp"], dport = ["81"]`, `algo = "fixed-window"`, `pps = 10`) +
+		ruleTable("shaped", `proto = ["tcp"], dport = ["82"]`, `bitrate = "10mbit"`, `shape = true`) +
+		ruleTable("leaky", `proto = ["tcp"], dport = ["83"]`, `algo = "leaky-bucket"`, `pps = 10`) +
+		ruleTable("shadow", `proto = ["tcp"], dport = ["84"]`, `pps = 10`, `mode = "shadow"`) +
+		ruleTable("marks", `proto = ["tcp"], dport = ["85"]`, `pps = 10`, `on-exceed = "mark"`, `set-mark = "1"`) +
+		ruleTable("udp", `proto = ["udp"]`, `pps = 10`) +
+		ruleTable("ok", `proto = ["tcp"], dport = ["22"]`, acceptAction) +
+		ruleTable("no", `proto = ["tcp"], dport = ["23"]`, dropAction)
 	c := mustCompile(t, src, Options{})
 	var got []string
 	for _, w := range c.Warnings() {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"testing"
 )
@@ -9,17 +10,25 @@ import (
 // TestReferenceUpToDate fails when docs/configuration-reference.md is not
 // what the schema generates: run go generate ./policy.
 func TestReferenceUpToDate(t *testing.T) {
-	have, err := os.ReadFile("../docs/configuration-reference.md")
+	checkGenerated(t, "docs/configuration-reference.md", WriteReference)
+}
+
+// checkGenerated fails the test when the file doc (from the module's
+// root) is not what write generates, and returns what write generates.
+func checkGenerated(t *testing.T, doc string, write func(io.Writer) error) []byte {
+	t.Helper()
+	have, err := os.ReadFile("../" + doc)
 	if err != nil {
 		t.Fatalf("%v: run go generate ./policy", err)
 	}
 	var want bytes.Buffer
-	if err := WriteReference(&want); err != nil {
+	if err := write(&want); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(have, want.Bytes()) {
-		t.Errorf("docs/configuration-reference.md is stale: run go generate ./policy")
+		t.Errorf("%s is stale: run go generate ./policy", doc)
 	}
+	return want.Bytes()
 }
 
 // TestReferenceHasEveryField checks that the reference names every field

@@ -29,14 +29,7 @@ func TestFlowTimeoutRaised(t *testing.T) {
 		{"pps = 1\nalgo = \"sliding-window-counter\"\nwindow = \"30s\"\n", "", "1m0s"},
 	} {
 		src := "[[rule]]\nname = \"a\"\n" + c.rule
-		f, err := Parse("p.toml", []byte(src))
-		if err != nil {
-			t.Fatalf("%q: %v", c.rule, err)
-		}
-		comp, err := f.Compile(Options{})
-		if err != nil {
-			t.Fatalf("%q: %v", c.rule, err)
-		}
+		f, comp := parseCompile(t, fmt.Sprintf("%q", c.rule), src, Options{})
 		var warns []string
 		for _, w := range comp.Warnings() {
 			if strings.Contains(w, "flow-timeout") {

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"bytes"
 	"errors"
 	"path/filepath"
 	"reflect"
@@ -31,14 +30,7 @@ func TestRedisTLS(t *testing.T) {
 		if !reflect.DeepEqual(f.Redis, want) {
 			t.Errorf("Redis = %+v, want %+v", f.Redis, want)
 		}
-		var b bytes.Buffer
-		if err := f.Format(&b); err != nil {
-			t.Fatal(err)
-		}
-		g, err := Parse("formatted.toml", b.Bytes())
-		if err != nil {
-			t.Fatalf("%v\n%s", err, b.Bytes())
-		}
+		g, b := reformat(t, f)
 		if !reflect.DeepEqual(g.Redis, f.Redis.WithDefaults()) {
 			t.Errorf("Parse(Format(f)).Redis = %+v, want %+v\n%s", g.Redis, f.Redis.WithDefaults(), b.Bytes())
 		}
@@ -115,14 +107,7 @@ func FuzzRedisTLS(f *testing.F) {
 			}
 			return
 		}
-		var b bytes.Buffer
-		if err := file.Format(&b); err != nil {
-			t.Fatal(err)
-		}
-		g, err := Parse("formatted.toml", b.Bytes())
-		if err != nil {
-			t.Fatalf("Parse(Format(f)): %v\n%s", err, b.Bytes())
-		}
+		g, _ := reformat(t, file)
 		if !reflect.DeepEqual(g.Redis, file.Redis.WithDefaults()) {
 			t.Fatalf("Parse(Format(f)).Redis = %+v, want %+v", g.Redis, file.Redis.WithDefaults())
 		}

@@ -24,7 +24,9 @@ type TotalDef struct {
 	Algo string
 	// Window is the window algorithms' window (default 1s).
 	Window Duration
-	// Scope is "local" (the default); "global" is refused for now.
+	// Scope is "local" (the default) or "global": one cap for every host
+	// running it, kept in the [redis] store, each flow's limit still
+	// local (token-bucket and fixed-window; policing rules only).
 	Scope string
 }
 
@@ -115,6 +117,10 @@ func (f *File) checkTotals(specs []ruleSpec, errs *errList) []shaper.Total {
 		seen[t.Name] = true
 		bad := func(field, format string, args ...any) { errs.add(f.totalErr(i, field, format, args...)) }
 		if c, ok := totalConfig(t, bad); ok {
+			if c.Global && f.Redis == nil {
+				bad("scope", "\"global\" needs the [redis] table: the addrs of the store the hosts share")
+				continue
+			}
 			out = append(out, shaper.Total{Name: t.Name, Limit: c})
 		}
 	}
@@ -139,6 +145,10 @@ func (f *File) checkTotals(specs []ruleSpec, errs *errList) []shaper.Total {
 			if !ok {
 				continue
 			}
+			if c.Global && f.Redis == nil {
+				bad("scope", "\"global\" needs the [redis] table: the addrs of the store the hosts share")
+				continue
+			}
 			name = OwnTotalName(r.Name)
 			out = append(out, shaper.Total{Name: name, Limit: c})
 			seen[name] = true
@@ -146,14 +156,56 @@ func (f *File) checkTotals(specs []ruleSpec, errs *errList) []shaper.Total {
 		switch {
 		case !seen[name]:
 			errs.add(f.errAt(i, "total", -1, "no [[total]] named %q", r.Total))
-		case specs[i].rule.Limit.Shape:
-			errs.add(f.errAt(i, "total", -1, "a shaping rule cannot charge a total yet (only policing rules: remove shape)"))
+		case specs[i].rule.Limit.Shape && globalTotal(out, name):
+			errs.add(f.errAt(i, "total", -1, "a shaping rule cannot charge a global total: its budget comes in leases from the store, not as a departure time per packet (make the total local, or police)"))
+		case specs[i].rule.Limit.Shape && !shapingTotal(out, name):
+			errs.add(f.errAt(i, "total", -1, "a shaping rule's total is a token bucket (it holds packets until the total has room): not a window algorithm"))
 		case r.Scope == "global":
 			errs.add(f.errAt(i, "total", -1, "a global rule cannot charge a total: its budget comes in leases from the store, which cannot be handed back when the total refuses a packet"))
 		}
 		specs[i].rule.Total = name
 	}
 	return out
+}
+
+// shapingTotal reports whether the total named name, if it is among
+// totals, can hold a shaping rule's packets: a token bucket.
+func shapingTotal(totals []shaper.Total, name string) bool {
+	for _, t := range totals {
+		if t.Name == name {
+			return t.Limit.Algorithm == shaper.TokenBucket
+		}
+	}
+	return true
+}
+
+// globalTotal reports whether the total named name, if it is among
+// totals, is global.
+func globalTotal(totals []shaper.Total, name string) bool {
+	for _, t := range totals {
+		if t.Name == name {
+			return t.Limit.Global
+		}
+	}
+	return false
+}
+
+// GlobalTotals names the global totals (scope = "global"), as the engine
+// names them (a rule's own: OwnTotalName).
+func (c *Compiled) GlobalTotals() []string {
+	return globalNames(c.totals, func(t shaper.Total) (string, bool) { return t.Name, t.Limit.Global })
+}
+
+// globalNames names the items of xs that are global, in order (nil for
+// none): name returns an item's name and whether it is.
+func globalNames[T any](xs []T, name func(T) (string, bool)) []string {
+	var names []string
+	for _, x := range xs {
+		if n, ok := name(x); ok {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // totalConfig checks the limit of t and returns it; bad reports a
@@ -190,10 +242,9 @@ func totalConfig(t *TotalDef, bad func(field, format string, args ...any)) (shap
 	switch t.Scope {
 	case "", "local":
 	case "global":
-		bad("scope", "a global total (one cap for every host) is not supported yet: only local totals")
-		return c, false
+		c.Global = true
 	default:
-		bad("scope", "unknown scope %q (want local)", t.Scope)
+		bad("scope", "unknown scope %q (want local or global)", t.Scope)
 		return c, false
 	}
 	if t.Burst != nil {

@@ -73,9 +73,15 @@ var totalErrorCases = []struct{ name, in, want string }{
 	{"unknown total", "[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n",
 		`p.toml:4:9: rule "r": total: no [[total]] named "up"`},
 	{"global total", "[[total]]\nname = \"up\"\npps = 10\nscope = \"global\"\n[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n",
-		`p.toml:4:9: total.scope: total up: a global total (one cap for every host) is not supported yet: only local totals`},
-	{"shaping rule", "[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\npps = 1\nshape = true\ntotal = \"up\"\n",
-		`p.toml:8:9: rule "r": total: a shaping rule cannot charge a total yet (only policing rules: remove shape)`},
+		`p.toml:4:9: total.scope: total up: "global" needs the [redis] table: the addrs of the store the hosts share`},
+	{"global total, shaping rule", "[redis]\naddrs = [\"127.0.0.1:6379\"]\n[[total]]\nname = \"up\"\npps = 10\nscope = \"global\"\n[[rule]]\nname = \"r\"\npps = 1\nshape = true\ntotal = \"up\"\n",
+		`p.toml:11:9: rule "r": total: a shaping rule cannot charge a global total: its budget comes in leases from the store, not as a departure time per packet (make the total local, or police)`},
+	{"global total, window counter", "[redis]\naddrs = [\"127.0.0.1:6379\"]\n[[total]]\nname = \"up\"\npps = 10\nalgo = \"sliding-window-counter\"\nscope = \"global\"\n[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n",
+		`p.toml:6:8: total.algo: total up: a global limit is a token-bucket or fixed-window one, not sliding-window-counter`},
+	{"unknown scope", "[[total]]\nname = \"up\"\npps = 10\nscope = \"fleet\"\n[[rule]]\nname = \"r\"\npps = 1\ntotal = \"up\"\n",
+		`p.toml:4:9: total.scope: total up: unknown scope "fleet" (want local or global)`},
+	{"shaping rule, window total", "[[total]]\nname = \"up\"\npps = 10\nalgo = \"fixed-window\"\n[[rule]]\nname = \"r\"\npps = 1\nshape = true\ntotal = \"up\"\n",
+		`p.toml:9:9: rule "r": total: a shaping rule's total is a token bucket (it holds packets until the total has room): not a window algorithm`},
 	{"global rule", "[redis]\naddrs = [\"127.0.0.1:6379\"]\n[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\npps = 1\nscope = \"global\"\ntotal = \"up\"\n",
 		`p.toml:10:9: rule "r": total: a global rule cannot charge a total: its budget comes in leases from the store, which cannot be handed back when the total refuses a packet`},
 	{"accept rule", "[[total]]\nname = \"up\"\npps = 10\n[[rule]]\nname = \"r\"\naction = \"accept\"\ntotal = \"up\"\n",
@@ -175,6 +181,53 @@ var ownTotalErrorCases = []struct{ name, in, want string }{
 		`p.toml:6:9: rule "r": total.burst: must be at least 1, not 0`},
 	{"accept", "[[rule]]\nname = \"r\"\naction = \"accept\"\n[rule.total]\npps = 2\n",
 		`p.toml:4:7: rule "r": total: not allowed on an accept rule: only limit rules take it`},
-	{"shape", "[[rule]]\nname = \"r\"\npps = 1\nshape = true\n[rule.total]\npps = 2\n",
-		`p.toml:5:7: rule "r": total: a shaping rule cannot charge a total yet (only policing rules: remove shape)`},
+	{"global, no [redis]", "[[rule]]\nname = \"r\"\npps = 1\n[rule.total]\npps = 2\nscope = \"global\"\n",
+		`p.toml:6:9: rule "r": total.scope: "global" needs the [redis] table: the addrs of the store the hosts share`},
+	{"shape, window total", "[[rule]]\nname = \"r\"\npps = 1\nshape = true\n[rule.total]\npps = 2\nalgo = \"sliding-window-counter\"\n",
+		`p.toml:5:7: rule "r": total: a shaping rule's total is a token bucket (it holds packets until the total has room): not a window algorithm`},
+}
+
+// TestTotalShaping: a shaping rule may charge a token-bucket total (its
+// keys share it fairly, package shaper's fair.go), and the engine takes it.
+func TestTotalShaping(t *testing.T) {
+	c := mustCompile(t, "[[total]]\nname = \"guests\"\nbitrate = \"20mbit\"\n[[rule]]\nname = \"r\"\nkey = \"src\"\nbitrate = \"5mbit\"\nshape = true\nmax-delay = \"50ms\"\ntotal = \"guests\"\n", Options{})
+	p := c.Policy()
+	if p.Rules[0].Total != "guests" || !p.Rules[0].Limit.Shape {
+		t.Fatalf("rule %+v: want a shaping rule charging guests", p.Rules[0])
+	}
+	if _, err := shaper.NewPolicy(p); err != nil {
+		t.Errorf("the engine refused the compiled policy: %v", err)
+	}
+}
+
+// TestGlobalTotal: scope = "global" on a [[total]] or a rule's own total
+// compiles to a global engine total (its source the daemon's), named by
+// GlobalTotals; the [redis] table is then in use (no warning), the rule
+// itself stays local, and Format writes it back.
+func TestGlobalTotal(t *testing.T) {
+	src := "[redis]\naddrs = [\"127.0.0.1:6379\"]\n[[total]]\nname = \"fleet\"\npps = 2000\nscope = \"global\"\n" +
+		"[[rule]]\nname = \"api\"\nmatch = { proto = [\"tcp\"] }\nkey = \"src\"\npps = 100\ntotal = \"fleet\"\n" +
+		"[[rule]]\nname = \"dns\"\npps = 10\n[rule.total]\npps = 50\nalgo = \"fixed-window\"\nscope = \"global\"\n"
+	c := mustCompile(t, src, Options{})
+	p := c.Policy()
+	want := []shaper.Total{
+		{Name: "fleet", Limit: shaper.TotalConfig{Rate: 2000, Global: true}},
+		{Name: "rule:dns", Limit: shaper.TotalConfig{Algorithm: shaper.FixedWindow, Rate: 50, Global: true}},
+	}
+	if len(p.Totals) != 2 || p.Totals[0] != want[0] || p.Totals[1] != want[1] {
+		t.Errorf("totals %+v, want %+v", p.Totals, want)
+	}
+	if p.Rules[0].Limit.Global || p.Rules[1].Limit.Global {
+		t.Error("a rule under a global total became global")
+	}
+	if got := strings.Join(c.GlobalTotals(), ","); got != "fleet,rule:dns" {
+		t.Errorf("GlobalTotals = %q", got)
+	}
+	if w := otherWarnings(c); len(w) != 0 {
+		t.Errorf("warnings %q, want none: the global totals use the store", w)
+	}
+	if _, err := shaper.NewPolicy(p); err != nil {
+		t.Errorf("the engine refused the compiled policy (no source: local): %v", err)
+	}
+	roundTrip(t, c.file)
 }

@@ -53,20 +53,10 @@ type positions struct {
 // redisAt is where the [redis] table's field (item j, or the value for
 // j < 0) is: the closest known place, down to the table itself.
 func (ps *positions) redisAt(field string, j int) pos {
-	r := ps.redis
-	if r == nil {
+	if ps.redis == nil {
 		return pos{}
 	}
-	if f := r.fields[field]; f != nil {
-		if j >= 0 && j < len(f.items) {
-			return f.items[j]
-		}
-		if f.val.line > 0 {
-			return f.val
-		}
-		return f.key
-	}
-	return r.at
+	return ps.redis.fieldAt(field, j)
 }
 
 // at is where rule i's field (item j, or the value for j < 0) is: the
@@ -75,7 +65,12 @@ func (ps *positions) at(i int, field string, j int) pos {
 	if i < 0 || i >= len(ps.rules) {
 		return pos{}
 	}
-	r := ps.rules[i]
+	return ps.rules[i].fieldAt(field, j)
+}
+
+// fieldAt is where the table's field (item j, or the value for j < 0) is:
+// the closest known place, down to the table's header.
+func (r *rulePos) fieldAt(field string, j int) pos {
 	if f := r.fields[field]; f != nil {
 		if j >= 0 && j < len(f.items) {
 			return f.items[j]

@@ -14,7 +14,6 @@ import (
 	"github.com/gopacket/gopacket/layers"
 
 	"github.com/packetshaper/packetshaper/flows"
-	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -234,21 +233,10 @@ func ctCaptures(t *testing.T) []string {
 // tracking and returns the summary and the dropped records' indexes.
 func replayPolicy(t *testing.T, src, name string) (Summary, *CtStats, map[int]bool, error) {
 	t.Helper()
-	pf, err := policy.Parse("p.toml", []byte(src))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp, err := pf.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(comp.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, eng := compileEngine(t, "p.toml", src)
 	var v bytes.Buffer
 	r := New(eng, Options{Verdicts: &v, Conntrack: true})
-	err = r.ReplayFile(name)
+	err := r.ReplayFile(name)
 	r.Flush()
 	dropped := map[int]bool{}
 	for _, l := range strings.Split(v.String(), "\n") {

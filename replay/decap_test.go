@@ -33,24 +33,17 @@ func TestDecap(t *testing.T) {
 	sll2 := func(proto uint16) []byte { return cat(be16(proto), make([]byte, 18)) }
 	le32 := func(v uint32) []byte { return binary.LittleEndian.AppendUint32(nil, v) }
 	be32 := func(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
-	tlvLE := func(typ uint16, v []byte) []byte {
-		b := binary.LittleEndian.AppendUint16(nil, uint16(4+len(v)))
-		b = binary.LittleEndian.AppendUint16(b, typ)
+	tlv := func(o binary.AppendByteOrder, typ uint16, v []byte) []byte {
+		b := o.AppendUint16(nil, uint16(4+len(v)))
+		b = o.AppendUint16(b, typ)
 		b = append(b, v...)
 		for len(b)%4 != 0 {
 			b = append(b, 0)
 		}
 		return b
 	}
-	tlvBE := func(typ uint16, v []byte) []byte {
-		b := binary.BigEndian.AppendUint16(nil, uint16(4+len(v)))
-		b = binary.BigEndian.AppendUint16(b, typ)
-		b = append(b, v...)
-		for len(b)%4 != 0 {
-			b = append(b, 0)
-		}
-		return b
-	}
+	tlvLE := func(typ uint16, v []byte) []byte { return tlv(binary.LittleEndian, typ, v) }
+	tlvBE := func(typ uint16, v []byte) []byte { return tlv(binary.BigEndian, typ, v) }
 	tests := []struct {
 		name  string
 		lt    layers.LinkType

@@ -127,18 +127,11 @@ func TestTestdataCaptures(t *testing.T) {
 // the same clock.
 func TestTimestamps(t *testing.T) {
 	first := func(name string) []int64 {
-		rd := openCapture(t, filepath.Join(testdata, name))
 		var ts []int64
-		for {
-			_, ci, _, err := rd.Next()
-			if err == io.EOF {
-				return ts
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			ts = append(ts, Nanos(&ci))
+		for _, r := range readRecords(t, openCapture(t, filepath.Join(testdata, name))) {
+			ts = append(ts, r.ts)
 		}
+		return ts
 	}
 	a, b := first("multiflow.pcap"), first("multiflow-ns-be.pcap")
 	if fmt.Sprint(a) != fmt.Sprint(b) {

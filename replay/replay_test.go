@@ -15,6 +15,7 @@ import (
 
 	"github.com/gopacket/gopacket/layers"
 	"github.com/gopacket/gopacket/pcapgo"
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -45,6 +46,20 @@ func (f constFlow) times() []int64 {
 	return ts
 }
 
+// constFlows are flows at rates from 3 to 1000 packets per second, each
+// from its own port, over 4 s from start times of no common phase.
+func constFlows() []constFlow {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	return []constFlow{
+		{sport: 1001, rate: 3, start: t0 + 12_345_678, n: 12},
+		{sport: 1002, rate: 10, start: t0 + 50_000_000, n: 40},
+		{sport: 1003, rate: 13, start: t0 + 7_000_001, n: 52},
+		{sport: 1004, rate: 25, start: t0 + 333_333_333, n: 100},
+		{sport: 1005, rate: 60, start: t0 + 999_999_999, n: 240},
+		{sport: 1006, rate: 1000, start: t0 + 1, n: 2500},
+	}
+}
+
 // Expected accepted counts, each computed from the algorithm's definition
 // (shaper's Algorithm docs) in exact rational arithmetic, independently of
 // the shaper's code.
@@ -52,24 +67,13 @@ func (f constFlow) times() []int64 {
 // tokenBucket: capacity burst, full at the flow's first packet, refilled
 // continuously at rate per second; a packet is accepted iff the bucket
 // holds 1, which is then taken.
+// It is expectByteBucket with every packet of size 1.
 func expectTokenBucket(ts []int64, rate, burst int64) int {
-	tokens := big.NewRat(burst, 1)
-	capacity := big.NewRat(burst, 1)
-	one := big.NewRat(1, 1)
-	n := 0
-	last := ts[0]
-	for _, t := range ts {
-		tokens.Add(tokens, big.NewRat((t-last)*rate, 1e9))
-		if tokens.Cmp(capacity) > 0 {
-			tokens.Set(capacity)
-		}
-		last = t
-		if tokens.Cmp(one) >= 0 {
-			tokens.Sub(tokens, one)
-			n++
-		}
+	ones := make([]int, len(ts))
+	for i := range ones {
+		ones[i] = 1
 	}
-	return n
+	return expectByteBucket(ts, ones, rate, burst)
 }
 
 // fixedWindow: at most limit per window [k*W, (k+1)*W).
@@ -127,15 +131,7 @@ func expectSlidingWindowCounter(ts []int64, w, limit int64) int {
 // constant rates and checks each flow's accepted count against the count
 // computed above from the algorithm's definition.
 func TestAlgorithms(t *testing.T) {
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
-	fl := []constFlow{
-		{sport: 1001, rate: 3, start: t0 + 12_345_678, n: 12},
-		{sport: 1002, rate: 10, start: t0 + 50_000_000, n: 40},
-		{sport: 1003, rate: 13, start: t0 + 7_000_001, n: 52},
-		{sport: 1004, rate: 25, start: t0 + 333_333_333, n: 100},
-		{sport: 1005, rate: 60, start: t0 + 999_999_999, n: 240},
-		{sport: 1006, rate: 1000, start: t0 + 1, n: 2500},
-	}
+	fl := constFlows()
 	var recs []rec
 	for _, f := range fl {
 		for _, ts := range f.times() {
@@ -235,18 +231,14 @@ func TestNoAllocsPerPacket(t *testing.T) {
 	}
 }
 
-// packetAllocs replays the first warm packets of capture through r (to
-// fill the flow table and the buffers), then counts every allocation over
-// the next n (AllocsPerRun would round a rare one down to 0); like
-// AllocsPerRun, on one P so that other goroutines' allocations do not
-// count.
-func packetAllocs(t *testing.T, r *Replayer, capture []byte, warm, n int) uint64 {
+// packetStep is a function that replays capture's next packet through r.
+func packetStep(t *testing.T, r *Replayer, capture []byte) func() {
 	t.Helper()
 	rd, err := NewReader(bytes.NewReader(capture))
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := func() {
+	return func() {
 		data, ci, lt, err := rd.Next()
 		if err != nil {
 			t.Fatal(err)
@@ -255,6 +247,16 @@ func packetAllocs(t *testing.T, r *Replayer, capture []byte, warm, n int) uint64
 			t.Fatal(err)
 		}
 	}
+}
+
+// packetAllocs replays the first warm packets of capture through r (to
+// fill the flow table and the buffers), then counts every allocation over
+// the next n (AllocsPerRun would round a rare one down to 0); like
+// AllocsPerRun, on one P so that other goroutines' allocations do not
+// count.
+func packetAllocs(t *testing.T, r *Replayer, capture []byte, warm, n int) uint64 {
+	t.Helper()
+	step := packetStep(t, r, capture)
 	for range warm {
 		step()
 	}
@@ -373,39 +375,20 @@ func TestOutputMixedLinkTypes(t *testing.T) {
 	orig := openCapture(t, in)
 	// Merge the two outputs back by timestamp: together they must be the
 	// input, record for record, with the same link types.
-	type recd struct {
-		ts   int64
-		lt   layers.LinkType
-		data string
-	}
-	readOut := func(b []byte) []recd {
-		rd, err := NewReader(bytes.NewReader(b))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rs []recd
-		for {
-			data, ci, lt, err := rd.Next()
-			if err == io.EOF {
-				return rs
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			rs = append(rs, recd{Nanos(&ci), lt, string(data)})
-		}
+	readOut := func(b []byte) []record {
+		return readRecords(t, testutil.Must(NewReader(bytes.NewReader(b)))(t))
 	}
 	out := append(readOut(acc.Bytes()), readOut(drp.Bytes())...)
 	sort.Slice(out, func(i, j int) bool { return out[i].ts < out[j].ts })
 	if uint64(len(out)) != s.Packets {
 		t.Fatalf("outputs hold %d records, want %d", len(out), s.Packets)
 	}
-	for i := range out {
-		data, ci, lt, err := orig.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if w := (recd{Nanos(&ci), lt, string(data)}); out[i] != w {
+	recs := readRecords(t, orig)
+	if len(out) != len(recs) {
+		t.Fatalf("%d records written, %d read", len(out), len(recs))
+	}
+	for i, w := range recs {
+		if out[i] != w {
 			t.Errorf("record %d: written %d %v, want %d %v", i+1, out[i].ts, out[i].lt, w.ts, w.lt)
 		}
 	}
@@ -530,42 +513,29 @@ func BenchmarkReplay(b *testing.B) {
 		}
 		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
 	})
-	b.Run("replay", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			eng, _ := shaper.New(shaper.Config{Rate: 10})
-			r := New(eng, Options{})
-			if err := r.ReplayFile(path); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
-	})
-	b.Run("replay+timeline", func(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		o    Options
+	}{
+		{"replay", Options{}},
 		// What --report adds: the per-rule counts over capture time.
-		b.ReportAllocs()
-		for b.Loop() {
-			eng, _ := shaper.New(shaper.Config{Rate: 10})
-			r := New(eng, Options{Timeline: true})
-			if err := r.ReplayFile(path); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
-	})
-	b.Run("replay+outputs", func(b *testing.B) {
+		{"replay+timeline", Options{Timeline: true}},
 		// --verdicts, --write-accepted and --write-dropped, to io.Discard.
-		b.ReportAllocs()
-		for b.Loop() {
-			eng, _ := shaper.New(shaper.Config{Rate: 10})
-			r := New(eng, Options{Verdicts: io.Discard, Accepted: io.Discard, Dropped: io.Discard})
-			if err := r.ReplayFile(path); err != nil {
-				b.Fatal(err)
+		{"replay+outputs", Options{Verdicts: io.Discard, Accepted: io.Discard, Dropped: io.Discard}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				eng, _ := shaper.New(shaper.Config{Rate: 10})
+				r := New(eng, c.o)
+				if err := r.ReplayFile(path); err != nil {
+					b.Fatal(err)
+				}
+				if err := r.Flush(); err != nil {
+					b.Fatal(err)
+				}
 			}
-			if err := r.Flush(); err != nil {
-				b.Fatal(err)
-			}
-		}
-		b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
-	})
+			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "packets/s")
+		})
+	}
 }

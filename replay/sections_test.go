@@ -8,9 +8,6 @@ import (
 	"testing"
 
 	"github.com/gopacket/gopacket/layers"
-
-	"github.com/packetshaper/packetshaper/policy"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // ngSection is one pcapng section, written by hand (pcapgo's writer fixes
@@ -120,18 +117,7 @@ func twoSections() (eth0, mgmt ngSection) {
 // one run over several files) and returns its summary and rules.
 func replaySections(t testing.TB, caps ...[]byte) (Summary, []RuleSummary) {
 	t.Helper()
-	f, err := policy.Parse("sections.toml", []byte(sectionsPolicy))
-	if err != nil {
-		t.Fatal(err)
-	}
-	comp, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(comp.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
+	comp, eng := compileEngine(t, "sections.toml", sectionsPolicy)
 	r := New(eng, Options{IfaceID: comp.IfaceID})
 	for i, c := range caps {
 		if err := r.Replay(fmt.Sprintf("capture %d", i), bytes.NewReader(c), int64(len(c))); err != nil {

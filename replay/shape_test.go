@@ -45,14 +45,7 @@ func expectShape(ts []int64, rate, burst, maxDelay int64) []int64 {
 // its delay), its place and timestamp in --write-accepted (departure
 // order, departure time), and the totals.
 func TestShaping(t *testing.T) {
-	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
-	fl := []constFlow{
-		{sport: 1001, rate: 3, start: t0 + 12_345_678, n: 12},
-		{sport: 1002, rate: 10, start: t0 + 50_000_000, n: 40},
-		{sport: 1003, rate: 13, start: t0 + 7_000_001, n: 52},
-		{sport: 1004, rate: 25, start: t0 + 333_333_333, n: 100},
-		{sport: 1005, rate: 1000, start: t0 + 1, n: 2500},
-	}
+	fl := constFlows()
 	type pkt struct {
 		t, dep int64
 		sport  uint16
@@ -157,19 +150,7 @@ func TestShapingNoAllocs(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := New(eng, Options{Verdicts: io.Discard, Accepted: io.Discard, Dropped: io.Discard})
-	rd, err := NewReader(bytes.NewReader(capture))
-	if err != nil {
-		t.Fatal(err)
-	}
-	next := func() {
-		data, ci, lt, err := rd.Next()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := r.packet(data, &ci, lt); err != nil {
-			t.Fatal(err)
-		}
-	}
+	next := packetStep(t, r, capture)
 	for range 10000 {
 		next()
 	}

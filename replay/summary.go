@@ -95,11 +95,18 @@ func (r *Replayer) Rule(i int) shaper.Rule { return r.eng.Rule(i) }
 
 // Rules returns each rule's counts, in the policy's order.
 func (r *Replayer) Rules() []RuleSummary {
-	rs := make([]RuleSummary, r.eng.NumRules())
-	for i := range rs {
-		rs[i] = RuleSummary{Name: r.eng.Rule(i).Name, RuleStats: r.eng.RuleStats(i)}
+	return each(r.eng.NumRules(), func(i int) RuleSummary {
+		return RuleSummary{Name: r.eng.Rule(i).Name, RuleStats: r.eng.RuleStats(i)}
+	})
+}
+
+// each is f(0), f(1), … f(n-1).
+func each[T any](n int, f func(i int) T) []T {
+	out := make([]T, n)
+	for i := range out {
+		out[i] = f(i)
 	}
-	return rs
+	return out
 }
 
 // TotalSummary is one total's counts (shaper.TotalStats).
@@ -110,11 +117,9 @@ type TotalSummary struct {
 
 // Totals returns each total's counts, in the policy's order.
 func (r *Replayer) Totals() []TotalSummary {
-	ts := make([]TotalSummary, r.eng.NumTotals())
-	for i := range ts {
-		ts[i] = TotalSummary{Name: r.eng.Total(i).Name, TotalStats: r.eng.TotalStats(i)}
-	}
-	return ts
+	return each(r.eng.NumTotals(), func(i int) TotalSummary {
+		return TotalSummary{Name: r.eng.Total(i).Name, TotalStats: r.eng.TotalStats(i)}
+	})
 }
 
 // flowRec is a flow as the report sorts it: no name yet, so that sorting

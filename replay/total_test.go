@@ -2,14 +2,12 @@ package replay
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
 
-	"github.com/gopacket/gopacket/layers"
 	"github.com/packetshaper/packetshaper/shaper"
 )
 
@@ -60,17 +58,10 @@ func TestReplayTotal(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var verdicts bytes.Buffer
-			r := New(eng, Options{Verdicts: &verdicts})
-			if err := r.Replay("total.pcap", bytes.NewReader(pcapBytes(t, layers.LinkTypeEthernet, recs)), 0); err != nil {
-				t.Fatal(err)
-			}
-			if err := r.Flush(); err != nil {
-				t.Fatal(err)
-			}
+			r, verdicts := replayVerdicts(t, eng, "total.pcap", recs)
 			total := gcra{t: 1e9 / tc.totalPPS, tol: (tc.totalBurst - 1) * 1e9 / tc.totalPPS}
 			perKey := map[int]*gcra{}
-			sc := bufio.NewScanner(&verdicts)
+			sc := bufio.NewScanner(verdicts)
 			agree, i, overTotal := 0, 0, 0
 			for ; sc.Scan() && i < n; i++ {
 				k := perKey[keys[i]]

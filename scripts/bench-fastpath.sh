@@ -20,8 +20,12 @@
 #              one of the issue's bars: there the limit drops most packets
 #              at tc ingress, which is cheaper than delivering them)
 #   fastpath_nodivert  the fastpath case without the divert rule: what the
-#              rule's conntrack match (connection tracking on in B, for the
-#              packets the program passes) costs (not a bar either)
+#              rule (its mark test, the defragmentation hooks it turns on)
+#              costs (not a bar either)
+#   fastpath_conntrack  the fastpath case with rules.sh add --fastpath
+#              --conntrack (the rule for policies with ct-state matches:
+#              connection tracking on in B for every packet the program
+#              passes), the divert rule as it was before issue 27 (not a bar)
 #
 # POLICY is one limit rule the kernel runs: token bucket, key 5tuple,
 # pps = LIMIT_RATE, burst = LIMIT_BURST, on UDP to port 9000: the hashlimit
@@ -66,7 +70,7 @@
 #   missing) NFQBENCH=../shared/nfqbench/run.sh NS_A NS_B VETH_A VETH_B
 #   (namespace and veth names; default unique nb-psf<id>-a/-b)
 #   BPF_STATS=1 (0: no bpf_stats run) PROG_BENCH=1 (0: no BenchmarkProgram)
-#   CASES="base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert"
+#   CASES="base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert fastpath_conntrack"
 #   (the cases run, a subset for profiling one: the report's bars need all)
 set -u -o pipefail
 
@@ -81,7 +85,7 @@ case "${1:-}" in -h | --help) awk 'NR > 1 && !/^#/ {exit} NR > 1 {sub(/^# ?/, ""
 OUT=$1
 REPS=${REPS:-3}
 DUR=${DUR:-2.5}
-CASES=${CASES:-base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert}
+CASES=${CASES:-base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert fastpath_conntrack}
 FLOWS=${FLOWS:-1000}
 SIZE=${SIZE:-64}
 LIMIT_RATE=${LIMIT_RATE:-100}
@@ -231,8 +235,8 @@ measure() {
 	nfqueue)
 		rules add --queue 0 --proto udp --dport "$DPORT" --family ipv4
 		start_ps "$plog" "$POLICY" ;;
-	fastpath | fastpath_stats | fastpath_pass | fastpath_nodivert)
-		[ "$cs" = fastpath_nodivert ] || rules add --fastpath --queue 0
+	fastpath | fastpath_stats | fastpath_pass | fastpath_nodivert | fastpath_conntrack)
+		case $cs in fastpath_nodivert) ;; fastpath_conntrack) rules add --fastpath --conntrack --queue 0 ;; *) rules add --fastpath --queue 0 ;; esac
 		if [ "$cs" = fastpath_pass ]; then start_ps "$plog" "$POLICY_PASS" --fastpath "$VETH_B"; else start_ps "$plog" "$POLICY" --fastpath "$VETH_B"; fi
 		read -r link prog <<<"$(tcx_link)"
 		[ -n "$prog" ] || die "packetshaper holds no tcx ingress link on $VETH_B after its startup line (log: $plog)"
@@ -265,7 +269,8 @@ measure() {
 	case $cs in
 	hashlimit) nsb iptables -F INPUT ;;
 	nfqueue) rules del --queue 0 --proto udp --dport "$DPORT" --family ipv4 ;;
-	fastpath | fastpath_stats | fastpath_pass | fastpath_nodivert) rules del --fastpath --queue 0
+	fastpath | fastpath_stats | fastpath_pass | fastpath_nodivert | fastpath_conntrack)
+		if [ "$cs" = fastpath_conntrack ]; then rules del --fastpath --conntrack --queue 0; else rules del --fastpath --queue 0; fi
 		! bpftool link show id "$link" >/dev/null 2>&1 || die "the tcx link $link is still there after packetshaper stopped" ;;
 	esac
 	local sent secs bcpu
@@ -290,7 +295,7 @@ LOAD0=$(cut -d' ' -f1-3 /proc/loadavg)
 for rep in $(seq "$REPS"); do
 	# alternate the order, so that a drift in the others' load does not
 	# always favour the same case
-	if [ $((rep % 2)) = 1 ]; then order="base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert"; else order="fastpath_nodivert fastpath_pass fastpath nfqueue hashlimit base"; fi
+	if [ $((rep % 2)) = 1 ]; then order="base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert fastpath_conntrack"; else order="fastpath_conntrack fastpath_nodivert fastpath_pass fastpath nfqueue hashlimit base"; fi
 	for cs in $order; do
 		case " $CASES " in *" $cs "*) ;; *) continue ;; esac
 		log "rep $rep/$REPS: $cs"
@@ -328,7 +333,7 @@ function bar(ok) { return ok ? "holds" : "**MISSED**" }
 END {
 	printf "| case | offered (sent) pps | decided pps (limit rule'"'"'s packets / s) | decided / sent | delivered pps: **median** (min–max) | delivered / expected | queue packets | CPU µs/pkt, all cores | minus base | path CPU µs/pkt | minus base | softirq share | bg load %% | load1 |\n"
 	print "|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-	nc=split("base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert", C, " ")
+	nc=split("base hashlimit nfqueue fastpath fastpath_pass fastpath_nodivert fastpath_conntrack", C, " ")
 	ub=M(us,"base")
 	for (c=1;c<=nc;c++) { k=C[c]; m=n[k]
 		if (!m) { printf "| %s | no runs | | | | | | | | | | | | |\n", k; continue }
@@ -350,6 +355,7 @@ END {
 	e=M(de,"nfqueue"); printf "- (for comparison) NFQUEUE delivered / expected = %.2f%%, decided %.0f pps = %.3f x the no-queue rate\n", 100*e, M(dec,"nfqueue"), (base>0 ? M(dec,"nfqueue")/base : 0)
 	p=M(dec,"fastpath_pass"); if (n["fastpath_pass"]) printf "- (not a bar) fast path deciding and accepting every packet (fastpath_pass): %.0f pps = **%.3f** x the no-queue rate; delivered / sent %.2f%%\n", p, (base>0 ? p/base : 0), 100*M(de,"fastpath_pass")
 	p=M(dec,"fastpath_nodivert"); if (n["fastpath_nodivert"]) printf "- (not a bar) the fast path without the divert rule (fastpath_nodivert, no conntrack in B): %.0f pps = %.3f x the no-queue rate, %.3f x hashlimit'"'"'s offered rate; delivered / expected %.2f%%\n", p, (base>0 ? p/base : 0), (hl>0 ? p/hl : 0), 100*M(de,"fastpath_nodivert")
+	p=M(dec,"fastpath_conntrack"); if (n["fastpath_conntrack"]) printf "- (not a bar) the fast path with the divert rule of ct-state policies (fastpath_conntrack: add --fastpath --conntrack, conntrack in B): %.0f pps = %.3f x the no-queue rate, %.3f x hashlimit'"'"'s offered rate; delivered / expected %.2f%%\n", p, (base>0 ? p/base : 0), (hl>0 ? p/hl : 0), 100*M(de,"fastpath_conntrack")
 	printf "- CPU per packet sent, all cores (raw): base %.3f, hashlimit %.3f, NFQUEUE %.3f, fast path %.3f µs; minus base: hashlimit %+.3f, NFQUEUE %+.3f, fast path %+.3f µs\n",
 		ub, M(us,"hashlimit"), M(us,"nfqueue"), M(us,"fastpath"), M(us,"hashlimit")-ub, M(us,"nfqueue")-ub, M(us,"fastpath")-ub
 	if (n["fastpath_pass"]) printf "- CPU per packet sent, fastpath_pass (raw): %.3f µs, minus base %+.3f µs\n", M(us,"fastpath_pass"), M(us,"fastpath_pass")-ub
@@ -357,7 +363,8 @@ END {
 		pb, M(pu,"hashlimit"), M(pu,"nfqueue"), M(pu,"fastpath"), M(pu,"hashlimit")-pb, M(pu,"nfqueue")-pb, M(pu,"fastpath")-pb
 	if (M(pu,"fastpath")>0) printf "- the same bars per CPU second of the path (packets per path-CPU second, 1 / path CPU per packet: what one core would carry, whatever the others take): fast path / no queue = **%.3f**, fast path / hashlimit = **%.3f**%s%s\n",
 		pb/M(pu,"fastpath"), M(pu,"hashlimit")/M(pu,"fastpath"), (n["fastpath_pass"] ? sprintf(", fastpath_pass / no queue = %.3f", pb/M(pu,"fastpath_pass")) : ""),
-		(n["fastpath_nodivert"] ? sprintf(", fastpath_nodivert / no queue = %.3f, / hashlimit = %.3f", pb/M(pu,"fastpath_nodivert"), M(pu,"hashlimit")/M(pu,"fastpath_nodivert")) : "")
+		(n["fastpath_nodivert"] ? sprintf(", fastpath_nodivert / no queue = %.3f, / hashlimit = %.3f", pb/M(pu,"fastpath_nodivert"), M(pu,"hashlimit")/M(pu,"fastpath_nodivert")) : "") \
+		(n["fastpath_conntrack"] ? sprintf(", fastpath_conntrack / no queue = %.3f, / hashlimit = %.3f", pb/M(pu,"fastpath_conntrack"), M(pu,"hashlimit")/M(pu,"fastpath_conntrack")) : "")
 	if (n["fastpath_stats"]) printf "- the program itself (kernel.bpf_stats_enabled=1, one extra run, not in the bars): **%.0f ns per run** over %d runs, at %.0f pps offered\n",
 		M(bns,"fastpath_stats"), M(bcnt,"fastpath_stats"), M(sp,"fastpath_stats")
 	printf "- load average before: %s, after: %s\n", load0, load1

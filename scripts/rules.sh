@@ -52,6 +52,14 @@
 #                             0x40000000/0x40000000 ... -j NFQUEUE ... --queue-bypass.
 #                             Add no other queue rule for that traffic: the
 #                             packets the program decided must not be queued.
+#                             Its defragmentation comes without connection
+#                             tracking (below); --conntrack keeps the
+#                             conntrack match instead
+#   --conntrack               with --fastpath: the rule carries the conntrack
+#                             match of every state (below) rather than the
+#                             socket-match rule: for a policy whose rules
+#                             match connection states (ct-state), which the
+#                             queue then gets; del needs it too
 #   --policy FILE             instead of --proto/--dport/--sport/--src/--family:
 #                             the rules the rule file's matches need, one
 #                             add (or del) each, as `packetshaper divert
@@ -78,6 +86,20 @@
 # on): `packetshaper divert --policy` gives it when every rule that needs
 # packets has a ct-state match, so established traffic never reaches the
 # queue.
+#
+# --fastpath: the packets the program decided never reach the queue, so
+# its rule tracks no connections (which costs every packet of the namespace:
+# the fast path decided 0.85-0.90x the packets/s of no rule with it, see
+# docs/fastpath.md); defragmentation, which the punted fragments need, is
+# kept on by a second rule, "-m mark --mark PUNT/PUNT -m socket" with the
+# comment "packetshaper fastpath-defrag", appended to mangle PREROUTING
+# (punted packets are queued before it; the others fail its mark test, so
+# the socket match never runs): the socket match turns on nf_defrag_ipv4/
+# ipv6 in the namespace without conntrack. It goes with the last fastpath
+# rule of its family (or del --all). --conntrack: the old rule (conntrack
+# match of every state, no second rule), for policies with ct-state matches.
+# del --fastpath also removes the rule of before (the conntrack match under
+# the comment without "conntrack").
 #
 # --notrack-forwarded: that defragmentation is the namespace's, so forwarded
 # datagrams are reassembled too, which a router without conntrack rules of
@@ -162,7 +184,7 @@ add | del | list) ;;
 *) die "unknown command '$cmd' (add|del|list|--help)" ;;
 esac
 
-backend="" queue="" chain=INPUT proto="" dport="" sport="" src="" family=both netns="" dry=0 all=0 offload=0 policy="" family_given=0 fastpath=0 syn=0 icmptype="" ctstate="" notrack=0
+backend="" queue="" chain=INPUT proto="" dport="" sport="" src="" family=both netns="" dry=0 all=0 offload=0 policy="" family_given=0 fastpath=0 syn=0 icmptype="" ctstate="" notrack=0 fpct=0
 need() { if [ $# -lt 2 ] || [ -z "$2" ]; then die "$1 needs a value"; fi; }
 while [ $# -gt 0 ]; do
 	case "$1" in
@@ -184,6 +206,7 @@ while [ $# -gt 0 ]; do
 	--offload) offload=1; shift ;;
 	--notrack-forwarded) notrack=1; shift ;;
 	--fastpath) fastpath=1; shift ;;
+	--conntrack) fpct=1; shift ;;
 	-h | --help) usage; exit 0 ;;
 	*) die "unknown option '$1' (see --help)" ;;
 	esac
@@ -211,6 +234,7 @@ if [ "$fastpath" = 1 ]; then
 	[ -z "$proto$dport$sport$src$policy" ] && [ "$offload" = 0 ] || die "--fastpath takes no --proto/--dport/--sport/--src/--policy/--offload: the eBPF program decides which packets come to the queue"
 	chain=PREROUTING ipt_table=(-t mangle)
 fi
+[ "$fpct" = 0 ] || [ "$fastpath" = 1 ] || die "--conntrack: only with --fastpath (the other rules always carry the conntrack match)"
 isnum() { case "$1" in '' | *[!0-9]*) return 1 ;; esac; [ ${#1} -le 5 ] && [ "$1" -le "$2" ]; }
 qlo="" qhi=""
 if [ "$cmd" != list ] && [ "$all" = 0 ]; then
@@ -358,6 +382,9 @@ desc="$TAG queue=$queue"
 [ -n "$icmptype" ] && desc="$desc icmptype=$icmptype"
 [ -n "$ctstate" ] && desc="$desc ctstate=$ctstate"
 [ "$fastpath" = 1 ] && desc="$desc fastpath"
+[ "$fpct" = 1 ] && desc="$desc conntrack"
+# The fast path's defragmentation rule (see the top of this file).
+DEFRAG_SPEC=(-m mark --mark "$PUNT_MARK/$PUNT_MARK" -m socket -m comment --comment "$TAG fastpath-defrag")
 
 # ---------------------------------------------------------------- iptables
 ipt_tools() { # the tools for the family
@@ -381,8 +408,9 @@ ipt_spec() { # tool -> rule spec (without chain)
 		if [ "$p" = icmpv6 ]; then spec+=(--icmpv6-type "$icmptype"); else spec+=(--icmp-type "$icmptype"); fi
 	fi
 	[ "$fastpath" = 1 ] && spec+=(-m mark --mark "$PUNT_MARK/$PUNT_MARK")
-	# Defragmentation before the queue (see the top of this file).
-	spec+=(-m conntrack --ctstate "$IPT_CTSTATE")
+	# Defragmentation before the queue (see the top of this file); the
+	# fast path's, unless --conntrack, comes from DEFRAG_SPEC's rule.
+	if [ "$fastpath" = 0 ] || [ "$fpct" = 1 ]; then spec+=(-m conntrack --ctstate "$IPT_CTSTATE"); fi
 	spec+=(-m comment --comment "$desc" -j NFQUEUE)
 	if [ "$qlo" = "$qhi" ]; then spec+=(--queue-num "$qlo"); else spec+=(--queue-balance "$qlo:$qhi"); fi
 	spec+=(--queue-bypass)
@@ -393,6 +421,8 @@ quoted() { local a out=""; for a in "$@"; do case "$a" in *' '*) out="$out \"$a\
 
 ipt_add() {
 	local t spec
+	# The defragmentation rule first: if it cannot be added, no queue rule is.
+	[ "$fastpath" = 0 ] || [ "$fpct" = 1 ] || defrag_add
 	for t in $(ipt_tools); do
 		command -v "$t" >/dev/null || fail "$t not found (apt-get install iptables)"
 		mapfile -t spec < <(ipt_spec "$t")
@@ -405,20 +435,53 @@ ipt_add() {
 	done
 }
 
-ipt_del() {
-	local t spec n
+# defrag_add: the fast path's defragmentation rule, once per family.
+defrag_add() {
+	local t
+	for t in $(ipt_tools); do
+		query "$t" -w -t mangle -C PREROUTING "${DEFRAG_SPEC[@]}" 2>/dev/null && continue
+		command -v "$t" >/dev/null || fail "$t not found (apt-get install iptables)"
+		run "$t" -w -t mangle -A PREROUTING "${DEFRAG_SPEC[@]}" || fail "$t: could not add the defragmentation rule (no socket match, xt_socket, in this kernel?): add --fastpath --conntrack keeps defragmentation on through conntrack instead"
+		[ "$dry" = 1 ] || echo "$PROG: added: $t -t mangle -A PREROUTING $(quoted "${DEFRAG_SPEC[@]}")"
+	done
+}
+
+# defrag_del: that rule, once no fastpath rule of its family is left.
+defrag_del() {
+	local t
 	for t in $(ipt_tools); do
 		command -v "$t" >/dev/null || continue
-		mapfile -t spec < <(ipt_spec "$t")
-		n=0
-		while query "$t" -w "${ipt_table[@]}" -C "$chain" "${spec[@]}" 2>/dev/null; do
-			run "$t" -w "${ipt_table[@]}" -D "$chain" "${spec[@]}" || fail "$t: could not delete the rule"
-			n=$((n + 1))
-			[ "$dry" = 1 ] && break
-			[ $n -lt 100 ] || fail "$t: rule keeps coming back"
-		done
-		[ $n -gt 0 ] && [ "$dry" = 0 ] && echo "$PROG: deleted: $t ${ipt_table[*]} -D $chain $(quoted "${spec[@]}")"
+		ipt_ours "$t" | grep -q ' fastpath[" ]' && continue
+		query "$t" -w -t mangle -C PREROUTING "${DEFRAG_SPEC[@]}" 2>/dev/null || continue
+		run "$t" -w -t mangle -D PREROUTING "${DEFRAG_SPEC[@]}" || fail "$t: could not delete the defragmentation rule"
+		[ "$dry" = 1 ] || echo "$PROG: deleted: $t -t mangle -D PREROUTING $(quoted "${DEFRAG_SPEC[@]}")"
 	done
+}
+
+ipt_del() {
+	local t spec n old
+	for t in $(ipt_tools); do
+		command -v "$t" >/dev/null || continue
+		for old in 0 1; do
+			if [ "$old" = 0 ]; then
+				mapfile -t spec < <(ipt_spec "$t")
+			else
+				# del --fastpath also removes add --fastpath's rule of
+				# before issue 27: the conntrack match, the same comment.
+				[ "$fastpath" = 1 ] && [ "$fpct" = 0 ] || continue
+				mapfile -t spec < <(fpct=1 ipt_spec "$t")
+			fi
+			n=0
+			while query "$t" -w "${ipt_table[@]}" -C "$chain" "${spec[@]}" 2>/dev/null; do
+				run "$t" -w "${ipt_table[@]}" -D "$chain" "${spec[@]}" || fail "$t: could not delete the rule"
+				n=$((n + 1))
+				[ "$dry" = 1 ] && break
+				[ $n -lt 100 ] || fail "$t: rule keeps coming back"
+			done
+			[ $n -gt 0 ] && [ "$dry" = 0 ] && echo "$PROG: deleted: $t ${ipt_table[*]} -D $chain $(quoted "${spec[@]}")"
+		done
+	done
+	[ "$fastpath" = 0 ] || defrag_del
 	return 0
 }
 
@@ -552,16 +615,20 @@ add rule inet $NFT_TABLE $c $(nft_expr)"
 	echo "$PROG: added: nft add rule inet $NFT_TABLE $c $(nft_expr)"
 }
 
-nft_drop_empty_table() {
+# drop_empty_table TABLE ERE: delete nft table inet TABLE unless a line of
+# its listing matches ERE (a rule it exists for).
+drop_empty_table() {
 	[ "$dry" = 1 ] && return 0
 	local t
 	# Read the listing whole: grep -q stopping early would fail the pipe.
-	t=$(query nft list table inet "$NFT_TABLE" 2>/dev/null) || return 0
-	if ! grep -q 'queue' <<<"$t"; then
-		run nft delete table inet "$NFT_TABLE"
+	t=$(query nft list table inet "$1" 2>/dev/null) || return 0
+	if ! grep -Eq "$2" <<<"$t"; then
+		run nft delete table inet "$1"
 	fi
 	return 0
 }
+
+nft_drop_empty_table() { drop_empty_table "$NFT_TABLE" 'queue'; }
 
 nft_del() {
 	local c h
@@ -687,16 +754,7 @@ off_add() {
 }
 
 # The table goes with its last drop rule: its sets hold nothing useful then.
-off_drop_empty_table() {
-	[ "$dry" = 1 ] && return 0
-	local t
-	# Read the listing whole: grep -q stopping early would fail the pipe.
-	t=$(query nft list table inet "$OFF_TABLE" 2>/dev/null) || return 0
-	if ! grep -Eq '@(no)?ports[46] ' <<<"$t"; then
-		run nft delete table inet "$OFF_TABLE"
-	fi
-	return 0
-}
+off_drop_empty_table() { drop_empty_table "$OFF_TABLE" '@(no)?ports[46] '; }
 
 off_del() {
 	local c set h

@@ -69,31 +69,34 @@ func BenchmarkDecideShape(b *testing.B) {
 		for i := range pkts {
 			pkts[i] = udp(i, uint16(i), 36)
 		}
-		b.Run(fmt.Sprintf("flows=%d", n), func(b *testing.B) {
-			// Each flow sees a packet every 100 ns × n; its rate is a
-			// tenth of that.
-			rate := 1e9 / (100 * float64(n)) / 10
-			e := mustNew(b, Config{Rate: rate, Burst: 1, MaxFlows: n, Shape: true, MaxDelay: int64(5e9 / rate)})
-			var d Decision
-			now := t0
-			for _, p := range pkts {
-				e.DecidePacket(p, nil, now, &d)
+		for _, total := range []bool{false, true} {
+			name := fmt.Sprintf("flows=%d", n)
+			if total {
+				name += ",total"
 			}
-			b.ReportAllocs()
-			b.ResetTimer()
-			i := 0
-			for b.Loop() {
-				now += 100
-				e.DecidePacket(pkts[i], nil, now, &d)
-				if i++; i == n {
-					i = 0
-				}
-			}
-			b.StopTimer()
-			s := e.Stats()
-			b.ReportMetric(float64(s.Delayed)/float64(s.Packets), "delayed/op")
-		})
+			b.Run(name, func(b *testing.B) { benchShape(b, pkts, total) })
+		}
 	}
+}
+
+// benchShape is BenchmarkDecideShape over pkts, with or without a total
+// (of half the flows' rates together: the fair share holds them).
+func benchShape(b *testing.B, pkts [][]byte, total bool) {
+	n := len(pkts)
+	// Each flow sees a packet every 100 ns × n; its rate is a
+	// tenth of that.
+	rate := 1e9 / (100 * float64(n)) / 10
+	c := Config{Rate: rate, Burst: 1, MaxFlows: n, Shape: true, MaxDelay: int64(5e9 / rate)}
+	p := Policy{Rules: []Rule{{Name: "r", Limit: c}}}
+	if total {
+		p.Rules[0].Total = "t"
+		p.Totals = []Total{{Name: "t", Limit: TotalConfig{Rate: rate * float64(n) / 2, Burst: 1}}}
+	}
+	e := mustPolicy(b, p)
+	loopDecide(b, e, pkts)
+	b.StopTimer()
+	s := e.Stats()
+	b.ReportMetric(float64(s.Delayed)/float64(s.Packets), "delayed/op")
 }
 
 // BenchmarkDecideGlobal measures a global rule's Decide beside the same

@@ -402,7 +402,11 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 		}
 		if rs.shape {
 			f.stats.Packets++
-			e.shape(rs, f, p, now, cost, d)
+			if r.tot != nil {
+				e.shapeTotal(r, f, p, m, now, cost, d)
+			} else {
+				e.shape(rs, f, p, now, cost, d)
+			}
 			return
 		}
 		if r.tot != nil {
@@ -472,20 +476,32 @@ func (e *Engine) DecidePacket(pkt []byte, m *Meta, now int64, d *Decision) {
 func (e *Engine) shape(rs *ruleState, f *flow, p *flows.Packet, now, cost int64, d *Decision) {
 	dep, ok := rs.lim.Depart(&f.state, now, cost, e.holdRoom > 0)
 	if ok {
-		f.stats.Accepted++
-		f.dropRun = 0
-		rs.stats.Accepted++
-		e.stats.Accepted++
-		d.Verdict = Accept
-		if dep > now {
-			d.Depart = dep
-			e.holdRoom--
-			rs.stats.Delayed++
-			e.stats.Delayed++
-			e.delays.Add(dep - now)
-		}
+		e.accepted(rs, f, now, dep, d)
 		return
 	}
+	e.overflow(rs, f, p, d)
+}
+
+// accepted counts a shaped packet of flow f accepted at dep (now or, held,
+// later) and writes it to d.
+func (e *Engine) accepted(rs *ruleState, f *flow, now, dep int64, d *Decision) {
+	f.stats.Accepted++
+	f.dropRun = 0
+	rs.stats.Accepted++
+	e.stats.Accepted++
+	d.Verdict = Accept
+	if dep > now {
+		d.Depart = dep
+		e.holdRoom--
+		rs.stats.Delayed++
+		e.stats.Delayed++
+		e.delays.Add(dep - now)
+	}
+}
+
+// overflow counts a shaped packet of flow f dropped because it would wait
+// too long or could not be held, and writes it to d.
+func (e *Engine) overflow(rs *ruleState, f *flow, p *flows.Packet, d *Decision) {
 	f.stats.Dropped++
 	rs.stats.Dropped++
 	rs.stats.ShapeOverflow++

@@ -121,7 +121,9 @@ type State struct {
 	// has no windows: win:cur (high:low words, as uint64) is the fraction
 	// of a nano-unit its refill has earned and not yet added to tokens, in
 	// units of 2⁻¹²⁸, so that no refill is lost to rounding (State stays
-	// 72 bytes; flows' TestFlowStateSize).
+	// 72 bytes; flows' TestFlowStateSize). A token bucket that shapes
+	// under a total keeps its key's fair tag in prev and the epochs it
+	// was last counted in in head and n (fair.go).
 	win       int64
 	cur, prev int64
 	// log is the sliding-window log: a ring of accepted timestamps,
@@ -322,19 +324,8 @@ func (l *Limiter) Allow(s *State, now int64, cost int64) bool {
 		return true
 	case SlidingWindowCounter:
 		l.rollCounter(s, now)
-		room := l.limit - s.cur - cost
-		if room < 0 {
+		if !l.swcRoom(s, now, cost) {
 			return false
-		}
-		if s.prev > 0 {
-			// prev × left / window ≤ room, in exact integers:
-			// prev × left ≤ room × window, as 128-bit products.
-			left := l.window - (now - s.win*l.window) // in (0, window]
-			ph, pl := bits.Mul64(uint64(s.prev), uint64(left))
-			rh, rl := bits.Mul64(uint64(room), uint64(l.window))
-			if ph > rh || ph == rh && pl > rl {
-				return false
-			}
 		}
 		s.cur += cost
 		return true
@@ -435,6 +426,13 @@ func (l *Limiter) Left(s *State, now int64) float64 {
 // nanosecond: the departure of the rational token bucket (see nano),
 // rounded up, never early. It does not allocate.
 func (l *Limiter) Depart(s *State, now int64, cost int64, hold bool) (depart int64, ok bool) {
+	return l.departWithin(s, now, cost, hold, l.maxDelay)
+}
+
+// departWithin is Depart with a max delay of maxDelay (at most
+// MaxMaxDelay, and rate × maxDelay at most MaxBurst) in place of l's: a
+// total's bucket holds a shaping rule's packets up to the rule's max delay.
+func (l *Limiter) departWithin(s *State, now int64, cost int64, hold bool, maxDelay int64) (depart int64, ok bool) {
 	if now < s.last {
 		now = s.last
 	}
@@ -452,13 +450,13 @@ func (l *Limiter) Depart(s *State, now int64, cost int64, hold bool) (depart int
 	// ⌈(c − tokens − fraction) / rate⌉, the rational departure rounded up.
 	need := uint64(c - s.tokens) // > 0; < 2⁶² (tokens ≥ −rate × MaxDelay)
 	hi, lo := uint64(s.win), uint64(s.cur)
-	if l.grow(uint64(l.maxDelay), hi, lo) < need {
-		return 0, false // it would wait longer than MaxDelay
+	if l.grow(uint64(maxDelay), hi, lo) < need {
+		return 0, false // it would wait longer than maxDelay
 	}
 	// A float estimate, off by at most a nanosecond or two (w ≤ 10 s, so
 	// its relative error of ~2⁻⁵² is far below 1 ns), then made exact.
 	fr := (float64(hi) + float64(lo)/(1<<64)) / (1 << 64)
-	w := min(max(int64(math.Ceil((float64(need)-fr)/l.rate)), 1), l.maxDelay)
+	w := min(max(int64(math.Ceil((float64(need)-fr)/l.rate)), 1), maxDelay)
 	for w > 1 && l.grow(uint64(w-1), hi, lo) >= need {
 		w--
 	}

@@ -61,36 +61,22 @@ func (l *Limiter) AllowNeed(s *State, now, cost int64, need Need) bool {
 	case TokenBucket:
 		l.refill(s, now)
 		c := cost * nano
-		h := c
-		if need == NeedCapped && h > l.burstN {
-			h = l.burstN
-		}
-		if need != NeedNone && s.tokens < h {
+		if need != NeedNone && s.tokens < capped(c, l.burstN, need) {
 			return false
 		}
 		s.tokens = max(s.tokens-c, -debtMax)
 		return true
 	case FixedWindow:
 		l.rollFixed(s, now)
-		h := cost
-		if need == NeedCapped && h > l.limit {
-			h = l.limit
-		}
-		if need != NeedNone && s.cur+h > l.limit {
+		if need != NeedNone && s.cur+capped(cost, l.limit, need) > l.limit {
 			return false
 		}
 		s.cur = min(s.cur+cost, debtMax)
 		return true
 	case SlidingWindowCounter:
 		l.rollCounter(s, now)
-		h := cost
-		if need == NeedCapped && h > l.limit {
-			h = l.limit
-		}
-		if need != NeedNone {
-			if !l.swcRoom(s, now, h) {
-				return false
-			}
+		if need != NeedNone && !l.swcRoom(s, now, capped(cost, l.limit, need)) {
+			return false
 		}
 		s.cur = min(s.cur+cost, debtMax)
 		return true
@@ -103,6 +89,15 @@ func (l *Limiter) AllowNeed(s *State, now, cost int64, need Need) bool {
 	return false
 }
 
+// capped is what a flow must hold of cost h under need: h, or at most
+// capacity when NeedCapped.
+func capped(h, capacity int64, need Need) int64 {
+	if need == NeedCapped {
+		return min(h, capacity)
+	}
+	return h
+}
+
 // swcRoom is the sliding-window counter's check of Allow for a packet of
 // cost h, the window already brought to now.
 func (l *Limiter) swcRoom(s *State, now, h int64) bool {
@@ -111,6 +106,8 @@ func (l *Limiter) swcRoom(s *State, now, h int64) bool {
 		return false
 	}
 	if s.prev > 0 {
+		// prev × left / window ≤ room, in exact integers:
+		// prev × left ≤ room × window, as 128-bit products.
 		left := l.window - (now - s.win*l.window) // in (0, window]
 		ph, pl := bits.Mul64(uint64(s.prev), uint64(left))
 		rh, rl := bits.Mul64(uint64(room), uint64(l.window))

@@ -1,6 +1,10 @@
 package shaper
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/packetshaper/packetshaper/flows"
+)
 
 // TotalConfig is the limit of a total: one limiter over everything the
 // rules that charge it accept together, beside each flow's own limit (a
@@ -22,6 +26,13 @@ type TotalConfig struct {
 	// window in nanoseconds.
 	Burst  float64
 	Window int64
+	// Global makes the total one cap for every host that runs it (scope
+	// = "global"): its budget is one key's, taken in leases from the
+	// source in Total.Global, while each flow's own limit stays local.
+	// Only TokenBucket and FixedWindow, and only for policing rules (a
+	// lease has no departure time to hold a shaped packet to). A total
+	// without a source runs as a local one (replay).
+	Global bool
 }
 
 // Total is a limit several rules may charge (Rule.Total names it).
@@ -29,7 +40,16 @@ type Total struct {
 	// Name names the total in Rule.Total, counters and listings.
 	Name  string
 	Limit TotalConfig
+	// Global is the budget source of a total whose Limit.Global is set
+	// (its one key: TotalKey); nil runs it as a local total. Reload keeps
+	// a total's state only with the same source, so its dynamic type
+	// must be comparable (a pointer).
+	Global Global
 }
+
+// TotalKey is the one flow key a global total asks its source for: no
+// address, no owner (Key.String is "").
+var TotalKey = flows.Key{Mode: flows.NoAddr}
 
 // TotalStats counts the packets of a total's rules that met it: those its
 // limiter allowed and that were charged to it (Accepted: their flow allowed
@@ -49,6 +69,14 @@ type totalState struct {
 	state State
 	bytes bool
 	stats TotalStats
+	fair  fairState // its shaping rules' fair share (fair.go)
+	// A global total's source, lease and the local limiter state was
+	// last used with (fallback or overflow); g is nil for a local one.
+	g      *globalRule
+	lease  *Lease
+	key    flows.Key // TotalKey, here so that handing it over allocates nothing
+	local  *Limiter
+	global bool // Limit.Global, with a source or not
 }
 
 // engineTotal is one of an Engine's totals: its settings and its state.
@@ -57,15 +85,16 @@ type engineTotal struct {
 	st *totalState
 }
 
-// config is the Config whose limiter the total runs (no flows, no key).
-func (c TotalConfig) config() Config {
-	return Config{Algorithm: c.Algorithm, Rate: c.Rate, Bytes: c.Bytes, Burst: c.Burst, Window: c.Window}
+// Config is the Config whose limiter the total runs (no flows, no key;
+// Global as the total's): what a global total's source is made with.
+func (c TotalConfig) Config() Config {
+	return Config{Algorithm: c.Algorithm, Rate: c.Rate, Bytes: c.Bytes, Burst: c.Burst, Window: c.Window, Global: c.Global}
 }
 
 // LimiterConfig returns the limiter parameters c resolves to, defaults
 // applied.
 func (c TotalConfig) LimiterConfig() LimiterConfig {
-	cc := c.config()
+	cc := c.Config()
 	return cc.LimiterConfig()
 }
 
@@ -79,7 +108,7 @@ func checkTotal(c TotalConfig) (*Limiter, error) {
 	if c.Algorithm == SlidingWindow {
 		return nil, configErr(about(SettingAlgorithm), "a total is a token-bucket, fixed-window or sliding-window-counter limit, not sliding-window")
 	}
-	return checkLimit(c.config())
+	return checkLimit(c.Config())
 }
 
 // buildTotals makes e's totals from p's, taking over old's state of a
@@ -107,8 +136,11 @@ func (e *Engine) buildTotals(p Policy, old *Engine) error {
 			if err != nil {
 				return fmt.Errorf("total %s: %w", t.Name, err)
 			}
-			ts = &totalState{lim: *lim, bytes: t.Limit.Bytes}
+			ts = &totalState{lim: *lim, bytes: t.Limit.Bytes, global: t.Limit.Global, key: TotalKey}
 			ts.lim.Reset(&ts.state, 0)
+			if t.Limit.Global && t.Global != nil {
+				ts.g = &globalRule{src: t.Global, local: t.Global.Local()}
+			}
 		}
 		byName[t.Name] = ts
 		e.totals = append(e.totals, engineTotal{Total: t, st: ts})
@@ -123,8 +155,12 @@ func (e *Engine) buildTotals(p Policy, old *Engine) error {
 			return fmt.Errorf("rule %s: no total named %q", r.Name, r.Total)
 		case r.Action != ActionLimit:
 			return fmt.Errorf("rule %s: a total is for limit rules, not %v ones", r.Name, r.Action)
-		case r.Limit.Shape:
-			return fmt.Errorf("rule %s: a shaping rule cannot have a total yet (only policing rules)", r.Name)
+		case r.Limit.Shape && ts.global:
+			return fmt.Errorf("rule %s: a shaping rule cannot charge a global total (its budget comes in leases, not a departure time per packet): make the total local, or police", r.Name)
+		case r.Limit.Shape && ts.lim.algo != TokenBucket:
+			return fmt.Errorf("rule %s: a shaping rule's total is a token bucket, not %v (it holds packets until the total has room)", r.Name, ts.lim.algo)
+		case r.Limit.Shape && ts.lim.rate*float64(e.hot[i].st.lim.maxDelay)/1e9 > MaxBurst:
+			return fmt.Errorf("rule %s: the total's rate × the rule's max delay is over %g, a queue too long: lower the max delay", r.Name, float64(MaxBurst))
 		case r.Limit.Global:
 			return fmt.Errorf("rule %s: a global rule cannot have a total (its leases cannot be handed back when the total refuses)", r.Name)
 		}
@@ -146,27 +182,31 @@ func allowTotal(t *totalState, rs *ruleState, f *flow, length int, m *Meta, now,
 		return false, false
 	}
 	t.stats.Packets++
-	tc := int64(1)
-	if t.bytes {
-		tc = int64(length)
-	}
-	if m != nil && m.Cost.Set {
-		tc = m.Cost.Packets
-		if t.bytes {
-			tc = m.Cost.Bytes
+	tc := totalCost(t, length, m)
+	lim := &t.lim
+	if t.g != nil {
+		var lease bool
+		switch lim, lease = t.globalLocal(now, tc); {
+		case lease:
+			return t.allowLease(rs, f, now, cost, tc, need)
+		case lim == nil:
+			// Neither a lease nor a local limiter yet (as a global
+			// rule's flow without a lease): refused.
+			t.stats.Dropped++
+			return false, true
 		}
 	}
 	// What a limiter without a log changes: put back as it was, when
 	// the flow refuses (a total has no log: checkTotal).
 	last, tokens, win, cur, prev := t.state.last, t.state.tokens, t.state.win, t.state.cur, t.state.prev
 	if need == NeedAll {
-		if !t.lim.Allow(&t.state, now, tc) {
+		if !lim.Allow(&t.state, now, tc) {
 			t.stats.Dropped++
 			return false, true
 		}
 		ok = rs.lim.Allow(&f.state, now, cost)
 	} else {
-		if !t.lim.AllowNeed(&t.state, now, tc, need) {
+		if !lim.AllowNeed(&t.state, now, tc, need) {
 			t.stats.Dropped++
 			return false, true
 		}
@@ -174,6 +214,63 @@ func allowTotal(t *totalState, rs *ruleState, f *flow, length int, m *Meta, now,
 	}
 	if !ok {
 		t.state.last, t.state.tokens, t.state.win, t.state.cur, t.state.prev = last, tokens, win, cur, prev
+		return false, false
+	}
+	t.stats.Accepted++
+	return true, false
+}
+
+// globalLocal returns the local limiter a global total decides with at
+// now, or lease when its lease decides: the source's fallback limiter
+// while the store is gone (the total's state starts spent, as a global
+// rule's flow does: it earns its share's rate from then on; its lease, if
+// any, sees the demand, so that the source keeps asking for it), else the
+// overflow limiter (nil until the source sets one) when the source has no
+// lease for it (it holds as many keys as it may, or was closed by a
+// reload).
+func (t *totalState) globalLocal(now, tc int64) (lim *Limiter, lease bool) {
+	if lim := t.g.local.fallback.Load(); lim != nil {
+		if t.lease != nil {
+			t.lease.Demand(tc)
+		}
+		if t.local != lim {
+			lim.ResetSpent(&t.state, now)
+			t.local = lim
+		}
+		return lim, false
+	}
+	if t.lease != nil && !t.lease.Retired() {
+		return nil, true
+	}
+	if t.lease = t.g.src.Lease(&t.key); t.lease != nil {
+		return nil, true
+	}
+	if lim = t.g.local.overflow.Load(); lim != nil && t.local != lim {
+		lim.Reset(&t.state, now)
+		t.local = lim
+	}
+	return lim, false
+}
+
+// allowLease decides a packet of a global total against its lease (the
+// fleet's one budget) and then its flow's local limit. A packet the flow
+// refuses hands its tokens back to the lease: the store granted them to
+// this host, which may still spend them. (A source that expires the lease
+// between the take and the hand-back may see one packet's tokens more at
+// its next grant.) The lease decides the whole cost, whatever need says
+// but NeedOver, as a global rule's does.
+func (t *totalState) allowLease(rs *ruleState, f *flow, now, cost, tc int64, need Need) (ok, overTotal bool) {
+	if !t.lease.Take(now, tc) {
+		t.stats.Dropped++
+		return false, true
+	}
+	if need == NeedAll {
+		ok = rs.lim.Allow(&f.state, now, cost)
+	} else {
+		ok = rs.lim.AllowNeed(&f.state, now, cost, need)
+	}
+	if !ok {
+		t.lease.tokens.Add(tc)
 		return false, false
 	}
 	t.stats.Accepted++

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/packetshaper/packetshaper/flows"
 )
@@ -244,7 +245,8 @@ func TestTotalPolicyErrors(t *testing.T) {
 	}{
 		{Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1}, Total: "u"}}, Totals: tot}, `no total named "u"`},
 		{Policy{Rules: []Rule{{Name: "r", Action: ActionAccept, Total: "t"}}, Totals: tot}, "for limit rules"},
-		{Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1, Shape: true}, Total: "t"}}, Totals: tot}, "shaping rule"},
+		{Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1, Shape: true}, Total: "t"}}, Totals: []Total{{Name: "t", Limit: TotalConfig{Algorithm: FixedWindow, Rate: 10}}}}, "shaping rule's total is a token bucket"},
+		{Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1, Shape: true, MaxDelay: int64(time.Second)}, Total: "t"}}, Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: 2e9}}}}, "max delay"},
 		{Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1, Global: true}, Total: "t", Global: newFakeGlobal()}}, Totals: tot}, "global rule"},
 		{Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1}}}, Totals: []Total{{Name: "t", Limit: TotalConfig{Algorithm: SlidingWindow, Rate: 1}}}}, "not sliding-window"},
 		{Policy{Rules: []Rule{{Name: "r", Limit: Config{Rate: 1}}}, Totals: []Total{{Name: "t", Limit: TotalConfig{Rate: 0}}}}, "total t: rate must be"},

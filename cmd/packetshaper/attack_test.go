@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/packetshaper/packetshaper/internal/testutil"
 )
 
 // The replay-level attack of issue 12 ("Under attack"): a random-source UDP
@@ -114,46 +116,6 @@ func writeAttackCapture(t *testing.T, dir, name string, sources int) (string, in
 	return path, c.n, legit
 }
 
-// exactTokenBucket is how many packets at times ns (nanoseconds, in order)
-// an exact token bucket accepts: capacity burst packets, full at the first
-// packet, refilled at rate packets/s. Integer arithmetic in billionths of
-// a packet: nothing is lost to rounding.
-func exactTokenBucket(ns []int64, burst, rate int64) int {
-	const unit = 1_000_000_000 // a packet
-	capacity := burst * unit
-	tokens, n := capacity, 0
-	for i, t := range ns {
-		if i > 0 {
-			// rate packets/s = rate billionths of a packet per ns.
-			tokens = min(capacity, tokens+rate*(t-ns[i-1]))
-		}
-		if tokens >= unit {
-			tokens -= unit
-			n++
-		}
-	}
-	return n
-}
-
-func TestExactTokenBucket(t *testing.T) {
-	ms := int64(time.Millisecond)
-	for _, tc := range []struct {
-		ns          []int64
-		burst, rate int64
-		want        int
-	}{
-		{[]int64{0, 0, 0, 0}, 3, 1, 3},
-		{[]int64{0, 0, 1000 * ms, 1000 * ms}, 1, 1, 2},
-		{[]int64{0, 0, 999 * ms}, 1, 1, 1},
-		// 2 → 1, +0.5 → 0.5, +0.5 → 0, 0.5 (dropped), +0.5 → 0.
-		{[]int64{0, 10 * ms, 20 * ms, 30 * ms, 40 * ms}, 2, 50, 4},
-	} {
-		if got := exactTokenBucket(tc.ns, tc.burst, tc.rate); got != tc.want {
-			t.Errorf("exactTokenBucket(%v, %d, %d) = %d, want %d", tc.ns, tc.burst, tc.rate, got, tc.want)
-		}
-	}
-}
-
 // TestReplayUnderAttack replays the random-source flood of issue 12 (a
 // million packets, each from a new source, at 90 000 packets/s) beside four
 // legitimate flows of 100 packets/s with --max-flows 10000 --pps 50, with
@@ -222,7 +184,7 @@ func TestReplayUnderAttack(t *testing.T) {
 						got++
 					}
 				}
-				want := exactTokenBucket(l.ns, tc.burst, attackRate)
+				want := testutil.ExactTokenBucket(l.ns, tc.burst, attackRate)
 				dev := float64(got-want) / float64(want)
 				msg := fmt.Sprintf("%s: %d packets, accepted %d, an exact token bucket accepts %d (%+.1f %%)", l.name, len(l.ns), got, want, 100*dev)
 				if math.Abs(dev) > 0.05 {

@@ -12,7 +12,6 @@ import (
 // where each rule would run and why; stdout stays the printed policy, the
 // same as without the flag.
 func TestCheckFastpath(t *testing.T) {
-	pol := filepath.Join(t.TempDir(), "p.toml")
 	const file = `
 [[rule]]
 name = "tb"
@@ -32,9 +31,7 @@ name = "log"
 algo = "sliding-window"
 pps = 100
 `
-	if err := os.WriteFile(pol, []byte(file), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pol := writeFile(t, "p.toml", file)
 	var plain, plainErr bytes.Buffer
 	if code := run([]string{"check", pol}, &plain, &plainErr); code != 0 {
 		t.Fatalf("check: %d %s", code, plainErr.String())

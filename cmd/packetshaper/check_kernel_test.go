@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,7 +12,6 @@ import (
 // memory of its maps; a max-flows over the maximum is said, not an error
 // (the policy runs, through NFQUEUE).
 func TestCheckFastpathKernel(t *testing.T) {
-	dir := t.TempDir()
 	for _, c := range []struct {
 		flows string
 		want  string
@@ -22,25 +19,17 @@ func TestCheckFastpathKernel(t *testing.T) {
 		{"65536", " MiB preallocated (at most 256 MiB)"},
 		{"4194304", "over the 256 MiB maximum: packetshaper --fastpath would refuse the program"},
 	} {
-		pol := filepath.Join(dir, "p.toml")
-		if err := os.WriteFile(pol, []byte("[[rule]]\nname = \"tb\"\nmatch.proto = [\"udp\"]\npps = 100\nmax-flows = "+c.flows+"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		pol := writeFile(t, "p.toml", "[[rule]]\nname = \"tb\"\nmatch.proto = [\"udp\"]\npps = 100\nmax-flows = "+c.flows+"\n")
 		var out, errb bytes.Buffer
 		if code := run([]string{"check", "--fastpath", pol}, &out, &errb); code != 0 {
 			t.Fatalf("check --fastpath: %d %s", code, errb.String())
 		}
 		e := errb.String()
-		for _, w := range []string{
+		wantLines(t, "max-flows "+c.flows+": check --fastpath's stderr", e,
 			"packetshaper check: fastpath kernel: the program needs Linux ",
 			"attached by tcx from 6.6, by tc (clsact + cls_bpf",
 			"on an older kernel the kernel refuses the program and the whole policy runs through NFQUEUE",
-			c.want,
-		} {
-			if !strings.Contains(e, w) {
-				t.Errorf("max-flows %s: check --fastpath's stderr lacks %q:\n%s", c.flows, w, e)
-			}
-		}
+			c.want)
 		if strings.Contains(e, "bpf_loop") != strings.Contains(e, "needs Linux 5.17") {
 			t.Errorf("the release does not follow the helpers named:\n%s", e)
 		}

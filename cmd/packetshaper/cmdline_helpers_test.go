@@ -2,6 +2,8 @@ package main
 
 import (
 	"io"
+	"strings"
+	"testing"
 
 	"github.com/packetshaper/packetshaper/replay"
 )
@@ -23,3 +25,13 @@ type (
 	jsonReport = replay.JSONReport
 	jsonRule   = replay.JSONRule
 )
+
+// wantLines checks that out (what names it) holds each of wants.
+func wantLines(t *testing.T, what, out string, wants ...string) {
+	t.Helper()
+	for _, w := range wants {
+		if !strings.Contains(out, w) {
+			t.Errorf("%s lacks %q:\n%s", what, w, out)
+		}
+	}
+}

@@ -186,12 +186,7 @@ func writeHeldShape(t *testing.T, path string, n int) int64 {
 // interface options (and custom options and blocks), and a shaping replay
 // with --write-accepted of 256 KiB records that all wait.
 func TestReplayCraftedMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and replays captures that inflate to gigabytes")
-	}
-	if raceEnabled {
-		t.Skip("peak RSS means nothing under the race detector (scripts/test.sh runs this test without -race first)")
-	}
+	skipRSSTest(t, "builds the binary and replays captures that inflate to gigabytes")
 	bin := buildShaper(t)
 	dir := t.TempDir()
 	for _, tc := range []struct {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -76,10 +75,7 @@ func TestStatusTotalsTable(t *testing.T) {
 // its counters: one source at 10/s with a total of 20/s, so the total
 // refuses only what passes the source's limit and overflows it.
 func TestReplayTotalsSummary(t *testing.T) {
-	pol := filepath.Join(t.TempDir(), "p.toml")
-	if err := os.WriteFile(pol, []byte("[[rule]]\nname = \"r\"\nkey = \"src\"\npps = 10\n[rule.total]\npps = 20\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	pol := writeFile(t, "p.toml", "[[rule]]\nname = \"r\"\nkey = \"src\"\npps = 10\n[rule.total]\npps = 20\n")
 	var stdout, stderr bytes.Buffer
 	if code := runReplayArgs([]string{"--policy", pol, filepath.Join(testdata, "multiflow-ns-be.pcap")}, &stdout, &stderr); code != 0 {
 		t.Fatalf("replay: exit %d\n%s", code, stderr.String())

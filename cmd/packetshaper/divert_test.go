@@ -10,28 +10,19 @@ import (
 	"github.com/packetshaper/packetshaper/internal/divert"
 )
 
-const dnsPolicy = `
-[[rule]]
-name  = "dns"
-match = { proto = ["udp"], dport = ["53"] }
-pps   = 10
-
-[[rule]]
-name  = "app"
-match = { proto = ["udp"], dport = ["9000"] }
-pps   = 10
-
-[[rule]]
-name  = "q1"
-match = { queue = [1] }
-pps   = 10
+// dnsPolicy: rules for udp/53 and udp/9000 on queue 0, and one of queue 1
+// (as an array of inline tables, the other spelling of [[rule]]).
+const dnsPolicy = `rule = [
+  { name = "dns", match = { proto = ["udp"], dport = ["53"] }, pps = 10 },
+  { name = "app", match = { proto = ["udp"], dport = ["9000"] }, pps = 10 },
+  { name = "q1", match = { queue = [1] }, pps = 10 },
+]
 `
 
 // TestRulesFromPolicy: packetshaper divert prints rules.sh's options for
 // each divert rule the file needs, and warns about a rule of another queue.
 func TestRulesFromPolicy(t *testing.T) {
-	pol := filepath.Join(t.TempDir(), "p.toml")
-	os.WriteFile(pol, []byte(dnsPolicy), 0o644)
+	pol := writeFile(t, "p.toml", dnsPolicy)
 	var out, errb bytes.Buffer
 	if code := run([]string{"divert", "--policy", pol, "--queue", "0"}, &out, &errb); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
@@ -60,8 +51,7 @@ func TestCheckWarnsFromDefault(t *testing.T) {
 		t.Skip("divert rules are in force in this namespace: they, not the test's file, are checked")
 	}
 	dir := t.TempDir()
-	pol := filepath.Join(dir, "p.toml")
-	os.WriteFile(pol, []byte(dnsPolicy), 0o644)
+	pol := writeFile(t, "p.toml", dnsPolicy)
 	def := filepath.Join(dir, "default")
 	old := divertDefault
 	divertDefault = def
@@ -108,8 +98,7 @@ func TestCheckWarnsOwnerChain(t *testing.T) {
 		t.Skip("divert rules are in force in this namespace: they, not the test's file, are checked")
 	}
 	dir := t.TempDir()
-	pol := filepath.Join(dir, "p.toml")
-	os.WriteFile(pol, []byte("[[rule]]\nname = \"users\"\nmatch = { uid = [\"1000-1999\"], proto = [\"udp\"] }\nkey = \"uid\"\npps = 100\n"), 0o644)
+	pol := writeFile(t, "p.toml", "[[rule]]\nname = \"users\"\nmatch = { uid = [\"1000-1999\"], proto = [\"udp\"] }\nkey = \"uid\"\npps = 100\n")
 	def := filepath.Join(dir, "default")
 	old := divertDefault
 	divertDefault = def

@@ -61,17 +61,24 @@ func writeManyFlows(t *testing.T, path string, n int) {
 	}
 }
 
+// skipRSSTest skips a test of peak RSS with -short (what says what it
+// does, too long for -short) and under the race detector.
+func skipRSSTest(t *testing.T, what string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip(what)
+	}
+	if raceEnabled {
+		t.Skip("peak RSS means nothing under the race detector, whose launcher process alone exceeds the bound (scripts/test.sh runs this test without -race first)")
+	}
+}
+
 // TestReplayMemory replays a million distinct flows through tables of 1000
 // and of a million flows and checks the peak RSS of each against the
 // figures of docs/design.md (replayRSSPerFlow, replayRSSFixed); the small table
 // measures the fixed part, the difference the cost per flow.
 func TestReplayMemory(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and replays a million flows")
-	}
-	if raceEnabled {
-		t.Skip("peak RSS means nothing under the race detector, whose launcher process alone exceeds the bound (scripts/test.sh runs this test without -race first)")
-	}
+	skipRSSTest(t, "builds the binary and replays a million flows")
 	bin := buildShaper(t)
 	capPath := filepath.Join(t.TempDir(), "flows.pcap")
 	writeManyFlows(t, capPath, memFlows)

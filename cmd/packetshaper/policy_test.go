@@ -250,15 +250,9 @@ func TestPolicyMixRules(t *testing.T) {
 		got[r.Name] = r
 	}
 	// Classify the capture by hand.
-	f, err := os.Open(testdata + "/policy-mix.pcapng")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := testutil.Must(os.Open(testdata + "/policy-mix.pcapng"))(t)
 	defer f.Close()
-	rd, err := replay.NewReader(f)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rd := testutil.Must(replay.NewReader(f))(t)
 	type counts struct{ packets, accepted float64 }
 	want := map[string]*counts{"mgmt": {}, "lab": {}, "dns": {}, "web-trial": {}, "rest": {}}
 	var shadow float64
@@ -385,16 +379,7 @@ func netnsUDP(t *testing.T, queue int) (received *[256]atomic.Int64, nsFd int) {
 	}
 	t.Cleanup(func() { rx.Close() })
 	received = new([256]atomic.Int64)
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := rx.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			received[from.IP.To4()[3]].Add(1)
-		}
-	}()
+	testutil.Receive(rx, func(from net.Addr, _ []byte) { received[from.(*net.UDPAddr).IP.To4()[3]].Add(1) })
 	return received, nsFd
 }
 
@@ -548,57 +533,46 @@ func TestReloadInNetns(t *testing.T) {
 	}
 	code, log := runLiveDriven(t, nsFd, []string{"--queue", "5", "--policy", pol, "--stats-interval", "0"}, func(log *testutil.SyncBuffer, ctl string) error {
 		sock = ctl
-		got, err := send(10, 4)
-		if err != nil {
-			return err
+		// Each step writes the policy anew (write, when given), reloads it
+		// and waits for the nth line with hup (when given), then sends from
+		// 4 flows (127.0.0.first up) and checks that each got want.
+		for _, st := range []struct {
+			write, hup string
+			n          int
+			phase      string
+			first      int
+			want       int64
+		}{
+			{"", "", 0, "burst 5", 10, 5},
+			// The same file: the flows keep their empty buckets.
+			{"", "kept_state=r\n", 1, "after an unchanged reload", 10, 0},
+			// A changed rule: fresh flows with burst 20.
+			{rule(20), "msg=reloaded", 2, "after reload to burst 20", 10, 20},
+			// A bad rule: old flows keep their empty buckets, new flows
+			// get burst 20, not 50.
+			{rule(50) + "algo = \"leaky\"\n", `level=ERROR`, 1, "old flows after a bad reload", 10, 0},
+			{"", "", 0, "new flows after a bad reload", 20, 20},
+		} {
+			if st.write != "" {
+				if err := write(st.write); err != nil {
+					return err
+				}
+			}
+			if st.hup != "" {
+				syscall.Kill(os.Getpid(), syscall.SIGHUP)
+				if err := waitLog(log, st.hup, st.n); err != nil {
+					return err
+				}
+			}
+			got, err := send(st.first, 4)
+			if err != nil {
+				return err
+			}
+			if err := check(st.phase, got, st.want); err != nil {
+				return err
+			}
 		}
-		if err := check("burst 5", got, 5); err != nil {
-			return err
-		}
-		// The same file: the flows keep their empty buckets.
-		syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		if err := waitLog(log, "kept_state=r\n", 1); err != nil {
-			return err
-		}
-		if got, err = send(10, 4); err != nil {
-			return err
-		}
-		if err := check("after an unchanged reload", got, 0); err != nil {
-			return err
-		}
-		// A changed rule: fresh flows with burst 20.
-		if err := write(rule(20)); err != nil {
-			return err
-		}
-		syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		if err := waitLog(log, "msg=reloaded", 2); err != nil {
-			return err
-		}
-		if got, err = send(10, 4); err != nil {
-			return err
-		}
-		if err := check("after reload to burst 20", got, 20); err != nil {
-			return err
-		}
-		if err := write(rule(50) + "algo = \"leaky\"\n"); err != nil {
-			return err
-		}
-		syscall.Kill(os.Getpid(), syscall.SIGHUP)
-		if err := waitLog(log, `level=ERROR`, 1); err != nil {
-			return err
-		}
-		// Old flows keep their empty buckets, new flows get burst 20,
-		// not 50.
-		if got, err = send(10, 4); err != nil {
-			return err
-		}
-		if err := check("old flows after a bad reload", got, 0); err != nil {
-			return err
-		}
-		if got, err = send(20, 4); err != nil {
-			return err
-		}
-		return check("new flows after a bad reload", got, 20)
+		return nil
 	})
 	if code != 0 {
 		t.Fatalf("runLive = %d, want 0\nlog:\n%s", code, log)

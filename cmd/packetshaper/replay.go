@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/internal/clihelp"
+	"github.com/packetshaper/packetshaper/internal/daemon"
 	"github.com/packetshaper/packetshaper/internal/report"
 	"github.com/packetshaper/packetshaper/internal/term"
 	"github.com/packetshaper/packetshaper/nfq"
@@ -89,9 +90,12 @@ func runReplay(fs *pflag.FlagSet, pf *policyFlags, rf *replayFlags, files []stri
 		fmt.Fprintln(stderr, "packetshaper replay:", oneLine(err.Error()))
 		return 2
 	}
-	// Global rules run as local ones: a capture holds one host's view.
-	// Their Global is nil, which is how the engine runs them.
+	// Global rules and totals run as local ones: a capture holds one
+	// host's view. Their Global is nil, which is how the engine runs them.
 	asLocal := comp.GlobalRules()
+	for _, n := range comp.GlobalTotals() {
+		asLocal = append(asLocal, daemon.TotalStoreName(n))
+	}
 	if len(asLocal) > 0 {
 		fmt.Fprintf(stderr, "packetshaper replay: global rule(s) %s replayed as local: a capture holds one host's view\n", strings.Join(asLocal, ", "))
 	}

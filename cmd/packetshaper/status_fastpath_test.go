@@ -22,12 +22,7 @@ func TestStatusFastpathLinks(t *testing.T) {
 		{Interface: "wg0", Ifindex: 9, Attach: "tcx", State: "attached", Reattached: 1},
 		{Interface: "veth1", State: "interface gone"},
 	}})
-	for _, w := range []string{
+	wantLines(t, "status", b.String(),
 		"fast path at wg0: attached (tcx, ifindex 9); attached again 1 times\n",
-		"fast path at veth1: interface gone; attached again 0 times\n",
-	} {
-		if !strings.Contains(b.String(), w) {
-			t.Errorf("status lacks %q:\n%s", w, b.String())
-		}
-	}
+		"fast path at veth1: interface gone; attached again 0 times\n")
 }

@@ -80,12 +80,12 @@ type from uint8
 
 const (
 	fromQueue      from = iota // a queueSample: label queue
-	fromEngine                 // an engine's snapshot: label queue, the queues it serves
-	fromRule                   // a rule of an engine's snapshot: labels queue, rule, path
+	fromEngine                 // the engine's snapshot: label queue, the queues it serves
+	fromRule                   // a rule of the engine's snapshot: labels queue, rule, path
 	fromGlobalRule             // a global rule's lease state: label rule
 	fromStore                  // the global rules' store client: no label
 	fromOffload                // the offloader: no label
-	fromTotal                  // a total of an engine's snapshot: labels queue, total
+	fromTotal                  // a total of the engine's snapshot: labels queue, total
 )
 
 var fromLabels = [...][]string{
@@ -106,8 +106,7 @@ const (
 	fMode                 // leases (0) or fallback (1)
 )
 
-// merge is how the stats line combines a counter of several queues or
-// engines.
+// merge is how the stats line combines a counter of several queues.
 type merge uint8
 
 const (
@@ -243,11 +242,11 @@ var counters = []counter{
 		get: func(s *src) float64 { return u(s.e.Delayed) }},
 	{Key: countname.ShapeOverflow, Metric: metric("", countname.ShapeOverflow+"_total"), Help: "Packets shaping rules dropped: their queue was full (max-delay) or --max-held packets were held.", Kind: kCounter, Scope: scopeShaping, from: fromEngine,
 		get: func(s *src) float64 { return u(s.e.ShapeOverflow) }},
-	{Key: countname.DelayP50Us, Help: "The median delay shaping rules gave packets (the worst engine's).", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros, merge: mMax,
+	{Key: countname.DelayP50Us, Help: "The median delay shaping rules gave packets.", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros,
 		get: func(s *src) float64 { return ns(s.e.delays.P50) }},
-	{Key: countname.DelayP99Us, Help: "The 99th percentile of the delays shaping rules gave packets (the worst engine's).", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros, merge: mMax,
+	{Key: countname.DelayP99Us, Help: "The 99th percentile of the delays shaping rules gave packets.", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros,
 		get: func(s *src) float64 { return ns(s.e.delays.P99) }},
-	{Key: countname.DelayMaxUs, Metric: metric("", "shape_delay_max_seconds"), Help: "The longest delay a shaping rule gave a packet.", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros, merge: mMax,
+	{Key: countname.DelayMaxUs, Metric: metric("", "shape_delay_max_seconds"), Help: "The longest delay a shaping rule gave a packet.", Kind: kGauge, Scope: scopeShaping, from: fromEngine, fmt: fMicros,
 		get: func(s *src) float64 { return ns(s.e.delays.Max) }},
 	{Key: countname.LateP50Us, Help: "The median lateness of held packets' verdicts after their departure time (the worst queue's).", Kind: kGauge, Scope: scopeShaping, from: fromQueue, fmt: fMicros, merge: mTotal,
 		get: func(s *src) float64 { return secs(s.q.hold.Late.P50) }},
@@ -319,7 +318,7 @@ var counters = []counter{
 }
 
 // distribution is a histogram family: what it measures, per queue
-// (fromQueue) or per engine (fromEngine).
+// (fromQueue) or of the engine (fromEngine).
 type distribution struct {
 	Metric, Help string
 	Scope        scope

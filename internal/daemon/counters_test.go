@@ -152,14 +152,14 @@ func TestStatsLineOnlyMoved(t *testing.T) {
 	d, _ := testState(t)
 	final := lineValues(d.statsAttrs(time.Second, true))
 	periodic := lineValues(d.statsAttrs(time.Second, false))
-	// Queue 3: 6 packets (3 dropped), queue 4: 6 (1 dropped); the
+	// Queue 3: 6 packets (3 dropped), queue 4: 6 (2 dropped); the
 	// kernel's socket drops 6 each; queue 3 passed 1234567 by fail-open
 	// (the monitor's total, fakeMonitor's, is 0: the line's fail-open is
 	// the total's).
 	for k, want := range map[string]any{
-		"packets": uint64(12), "accepted": uint64(8), "dropped": uint64(4), "socket_drops": uint64(12), "queue_drops": uint64(10),
-		"queued": uint64(10), "flows": uint64(3), "batches": uint64(2), "verdict_msgs": uint64(4),
-		"rule.a.packets": uint64(5), "rule.a.dropped": uint64(3), "rule.b.packets": uint64(5), "rule.b.dropped": uint64(1),
+		"packets": uint64(12), "accepted": uint64(7), "dropped": uint64(5), "socket_drops": uint64(12), "queue_drops": uint64(10),
+		"queued": uint64(10), "flows": uint64(2), "batches": uint64(2), "verdict_msgs": uint64(4),
+		"rule.a.packets": uint64(5), "rule.a.dropped": uint64(3), "rule.b.packets": uint64(5), "rule.b.dropped": uint64(2),
 		"rule.rest.accepted": uint64(2),
 	} {
 		if final[k] != want || periodic[k] != want {
@@ -220,10 +220,11 @@ func TestShapeHistograms(t *testing.T) {
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "packetshaper_release_late_seconds"); err != nil {
 		t.Error(err)
 	}
-	// The engines' delays: a histogram per engine, with delayBounds.
+	// The engine's delays: one histogram, with delayBounds, labelled
+	// with the queues it serves.
 	none := nfq.LatencyHistogram{Cumulative: make([]uint64, len(delayBounds))}
 	want = wantHistograms("packetshaper_shape_delay_seconds", "Delays shaping rules gave packets (from arrival to departure time).",
-		delayBounds, map[string]nfq.LatencyHistogram{"3": none, "4": none})
+		delayBounds, map[string]nfq.LatencyHistogram{"3-4": none})
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "packetshaper_shape_delay_seconds"); err != nil {
 		t.Error(err)
 	}

@@ -1,35 +1,12 @@
 package daemon
 
-import (
-	"testing"
-
-	"github.com/packetshaper/packetshaper/policy"
-)
+import "testing"
 
 // TestDescribeRuleShape: status (and top, and the rule_info metric) say
 // which rules shape, with the rate as the rule was written.
 func TestDescribeRuleShape(t *testing.T) {
-	f, err := policy.Parse("p.toml", []byte(`
-[[rule]]
-name = "tcp"
-match = { proto = ["tcp"] }
-bitrate = "20mbit"
-shape = true
-max-delay = "50ms"
-
-[[rule]]
-name = "udp"
-match = { proto = ["udp"] }
-pps = 100
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rules := c.Policy().Rules
+	rules := compilePolicy(t, rule("tcp", `proto = ["tcp"]`, `bitrate = "20mbit"`, "shape = true", `max-delay = "50ms"`)+
+		rule("udp", `proto = ["udp"]`, "pps = 100")).Rules
 	tcp, udp := describeRule(&rules[0]), describeRule(&rules[1])
 	if !tcp.Shape || tcp.MaxDelaySecs != 0.05 || tcp.RateText() != "20 Mbit/s" {
 		t.Errorf("tcp: Shape %v MaxDelaySecs %v RateText %q, want true 0.05 \"20 Mbit/s\"", tcp.Shape, tcp.MaxDelaySecs, tcp.RateText())

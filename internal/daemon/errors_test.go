@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -19,10 +17,7 @@ import (
 // flag's name as context and no "control socket: " inside, whether it is
 // returned or, for an optional socket, logged.
 func TestControlSocketErrorTyped(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	file := writeFile(t, t.TempDir(), "file", "", 0o644)
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
 	ln, err := listenControl(&Config{ControlSocket: file}, log)

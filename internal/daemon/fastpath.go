@@ -62,17 +62,22 @@ func addFast(fc *atomic.Pointer[fastCounts], s *snapshot) {
 		if k.kernel {
 			s.rules[i].path = pathKernel
 		}
-		r := &s.rules[i].RuleStats
-		r.Packets += k.Packets
-		r.Accepted += k.Accepted
-		r.Dropped += k.Dropped
-		r.ShadowDropped += k.ShadowDropped
-		r.Marked += k.Marked
-		r.Flows += k.Flows
-		r.Evictions += k.Evictions
+		addRule(&s.rules[i].RuleStats, &k.RuleStats)
 		s.Flows += k.Flows
 		s.Evictions += k.Evictions
 	}
+}
+
+// addRule adds the counts of k to r: the kernel's to the engine's, or a
+// program's to those of the programs it replaced.
+func addRule(r, k *shaper.RuleStats) {
+	r.Packets += k.Packets
+	r.Accepted += k.Accepted
+	r.Dropped += k.Dropped
+	r.ShadowDropped += k.ShadowDropped
+	r.Marked += k.Marked
+	r.Flows += k.Flows
+	r.Evictions += k.Evictions
 }
 
 // fastpathRuleHints checks the queue rules (failopen.QueueRules) against

@@ -71,7 +71,7 @@ func (fp *fastPath) countFlows() {
 				continue // not a limit rule
 			}
 			c, _ := prog.RuleCounters(i)
-			jobs = append(jobs, job{name, t, fp.carry[name].Inserts + c.Inserts})
+			jobs = append(jobs, job{name, t, fp.carry[name].inserts + c.Inserts})
 		}
 	}
 	fp.mu.Unlock()

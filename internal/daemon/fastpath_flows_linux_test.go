@@ -39,7 +39,7 @@ func loadFast(t *testing.T, text string) *fastPath {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fp := &fastPath{log: slog.New(slog.NewTextHandler(io.Discard, nil)), punt: spec.PuntMark, prog: prog, index: kernelRules(spec), carry: map[string]fastpath.Counters{}}
+	fp := &fastPath{log: slog.New(slog.NewTextHandler(io.Discard, nil)), punt: spec.PuntMark, prog: prog, index: kernelRules(spec), carry: map[string]carried{}}
 	t.Cleanup(fp.close)
 	return fp
 }
@@ -75,15 +75,7 @@ func sendFast(t *testing.T, fp *fastPath, i int) {
 // at once (go test -race).
 func TestFastpathFlowCounts(t *testing.T) {
 	const sources = 300
-	pol := `
-[[rule]]
-name = "k"
-match = { proto = ["udp"], dport = ["9000"] }
-pps = 10
-burst = 10
-key = "src"
-max-flows = 128
-`
+	pol := rule("k", udpDport(9000), "pps = 10", "burst = 10", `key = "src"`, "max-flows = 128")
 	fp := loadFast(t, pol)
 	for i := range sources {
 		sendFast(t, fp, i)

@@ -45,7 +45,7 @@ type fastPath struct {
 	all   *fastpath.PuntAll // the punt-everything program of the fallback
 	index map[string]int    // kernel rule name → index in prog
 	// carry: the counts of programs replaced by reloads, by rule name.
-	carry map[string]fastpath.Counters
+	carry map[string]carried
 	// flows: the kernel limit rules' flows and evictions, by name, as
 	// countFlows last counted them (every flowsEvery, never on the
 	// queues' goroutines).
@@ -90,7 +90,7 @@ func startFastpath(log *slog.Logger, fc FastpathConfig, comp *policy.Compiled) (
 	if mode == "" {
 		mode = fastpath.AttachAuto
 	}
-	fp := &fastPath{log: log, punt: spec.PuntMark, mode: mode, carry: map[string]fastpath.Counters{}}
+	fp := &fastPath{log: log, punt: spec.PuntMark, mode: mode, carry: map[string]carried{}}
 	fp.prog, fp.mapBytes, err = load(spec, nil)
 	if err != nil {
 		if fc.Required {
@@ -179,33 +179,34 @@ func (fp *fastPath) puntMark() uint32 {
 func (fp *fastPath) counts(name string) (fastRule, bool) {
 	fp.mu.Lock()
 	defer fp.mu.Unlock()
-	c, carried := fp.carry[name]
+	c, wasCarried := fp.carry[name]
 	i, ok := fp.index[name]
-	if ok && fp.prog != nil {
-		if k, err := fp.prog.RuleCounters(i); err == nil {
-			c = add(c, k)
-		}
-	}
-	if !ok && !carried {
+	if !ok && !wasCarried {
 		return fastRule{}, false
 	}
-	r := fastRule{RuleStats: shaper.RuleStats{Packets: c.Packets, Accepted: c.Accepted, Dropped: c.Dropped, ShadowDropped: c.Shadow, Marked: c.Marked}, kernel: ok && fp.prog != nil}
+	r := fastRule{RuleStats: c.RuleStats, kernel: ok && fp.prog != nil}
 	if r.kernel {
+		if k, err := fp.prog.RuleCounters(i); err == nil {
+			ks := ruleStats(k)
+			addRule(&r.RuleStats, &ks)
+		}
 		f := fp.flows[name]
 		r.Flows, r.Evictions = f.flows, f.evictions
 	}
 	return r, true
 }
 
-func add(a, b fastpath.Counters) fastpath.Counters {
-	a.Packets += b.Packets
-	a.Accepted += b.Accepted
-	a.Dropped += b.Dropped
-	a.Shadow += b.Shadow
-	a.Marked += b.Marked
-	a.Punted += b.Punted
-	a.Inserts += b.Inserts
-	return a
+// carried is what the programs reloads replaced counted of a rule: its
+// counters, and the flows they inserted (less those of the maps a reload
+// dropped with a changed rule).
+type carried struct {
+	shaper.RuleStats
+	inserts uint64
+}
+
+// ruleStats is a kernel rule's counters as the engine's.
+func ruleStats(c fastpath.Counters) shaper.RuleStats {
+	return shaper.RuleStats{Packets: c.Packets, Accepted: c.Accepted, Dropped: c.Dropped, ShadowDropped: c.Shadow, Marked: c.Marked}
 }
 
 // fpNext is a reload's program, loaded and filled (prepare), not yet
@@ -274,10 +275,13 @@ func (fp *fastPath) commit(n *fpNext) error {
 	}
 	for name, i := range fp.index {
 		if c, err := fp.prog.RuleCounters(i); err == nil {
-			t := add(fp.carry[name], c)
+			t := fp.carry[name]
+			ks := ruleStats(c)
+			addRule(&t.RuleStats, &ks)
+			t.inserts += c.Inserts
 			if !slices.Contains(n.prog.Kept, name) {
 				// Its flows go with the old map: not evictions.
-				t.Inserts -= min(t.Inserts, fp.flows[name].flows)
+				t.inserts -= min(t.inserts, fp.flows[name].flows)
 			}
 			fp.carry[name] = t
 		}

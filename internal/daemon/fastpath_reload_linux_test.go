@@ -15,17 +15,11 @@ import (
 // refusals: the test variable for a rule, and a blocklist whose kernel maps
 // would be over the maximum.
 func TestFastpathPrepareRefused(t *testing.T) {
-	const pol = `
-[[rule]]
-name  = "k"
-match = { proto = ["udp"], dport = ["9000"] }
-pps   = 10
-burst = 10
-`
+	pol := rule("k", udpDport(9000), "pps = 10", "burst = 10")
 	fp := loadFast(t, pol)
 	old := fp.prog
 	t.Setenv(refuseRuleEnv, "block")
-	block := pol + "\n[[rule]]\nname = \"block\"\nmatch = { proto = [\"udp\"], dport = [\"9001\"] }\naction = \"drop\"\n"
+	block := pol + rule("block", udpDport(9001), `action = "drop"`)
 	big := strings.Replace(pol, "burst = 10", "burst = 10\nmax-flows = 4194304", 1)
 	for what, text := range map[string]string{"a rule refused": block, "maps over the maximum": big} {
 		n, err := fp.prepare(compile(t, text))
@@ -36,7 +30,7 @@ burst = 10
 			t.Errorf("%s: the refused reload changed the running program (%v)", what, fp.index)
 		}
 	}
-	n, err := fp.prepare(compile(t, strings.Replace(pol, "pps   = 10", "pps   = 20", 1)))
+	n, err := fp.prepare(compile(t, strings.Replace(pol, "pps = 10", "pps = 20", 1)))
 	if err != nil || n == nil {
 		t.Fatalf("prepare of a program the kernel takes: %v", err)
 	}
@@ -44,7 +38,7 @@ burst = 10
 	if fp.prog != old {
 		t.Error("abort changed the running program")
 	}
-	n, err = fp.prepare(compile(t, strings.Replace(pol, "pps   = 10", "pps   = 20", 1)))
+	n, err = fp.prepare(compile(t, strings.Replace(pol, "pps = 10", "pps = 20", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}

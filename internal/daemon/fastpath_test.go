@@ -15,16 +15,7 @@ import (
 // the punt mark or'ed into its mark; the engine must see the mark the
 // packet had before, so that a mark match decides as the kernel's does.
 func TestPuntMarkCleared(t *testing.T) {
-	eng, err := shaper.NewPolicy(compilePolicy(t, `
-[[rule]]
-name = "unmarked"
-match = { mark = "0x0/0xffffffff" }
-action = "drop"
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorker(0, eng)
+	w := newTestWorker(t, rule("unmarked", `mark = "0x0/0xffffffff"`, `action = "drop"`))
 	w.punt = fastpath.DefaultPuntMark
 	d := udp4(1000)
 	batch := []nfq.Packet{{ID: 1, Data: d, Len: len(d), Mark: fastpath.DefaultPuntMark}, {ID: 2, Data: d, Len: len(d), Mark: fastpath.DefaultPuntMark | 1}}
@@ -41,24 +32,8 @@ action = "drop"
 // bit, and one dropped, get no mark in their verdict; all of it without
 // allocating.
 func TestPuntMarkClearedInVerdict(t *testing.T) {
-	eng, err := shaper.NewPolicy(compilePolicy(t, `
-[[rule]]
-name = "drop"
-match = { sport = ["1000"], proto = ["udp"] }
-action = "drop"
-
-[[rule]]
-name = "set"
-match = { sport = ["1001"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-on-exceed = "mark"
-set-mark = "0x10/0x10"
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorker(0, eng)
+	w := newTestWorker(t, rule("drop", udpSport(1000), `action = "drop"`)+
+		rule("set", udpSport(1001), "pps = 0.001", "burst = 1", `on-exceed = "mark"`, `set-mark = "0x10/0x10"`))
 	const punt = fastpath.DefaultPuntMark
 	w.punt = punt
 	a, b, c := udp4(1000), udp4(1001), udp4(2000)
@@ -86,11 +61,7 @@ set-mark = "0x10/0x10"
 		}
 	}
 	now := int64(1e18)
-	if n := testing.AllocsPerRun(100, func() {
-		now += 1e6
-		clear(v)
-		w.decide(batch, v, now)
-	}); n != 0 {
+	if n := decideAllocs(100, w, batch, v, &now, 1e6); n != 0 {
 		t.Errorf("decide with punted packets: %v allocations, want 0", n)
 	}
 }

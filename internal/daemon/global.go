@@ -45,7 +45,7 @@ func newGlobals(log *slog.Logger) *globals {
 
 // prepare opens the store connection that comp needs (a new one when its
 // [redis] table changed) and returns p, comp's engine policy, with each
-// global rule's leases attached, and what to close once no engine uses the
+// global rule's and total's leases attached, and what to close once no engine uses the
 // previous policy. It does not wait for the store: one that is down makes
 // the rules fall back. Errors are in the configuration (a password file
 // that cannot be read), for a one-line message.
@@ -53,10 +53,9 @@ func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	rd := comp.Redis()
-	names := comp.GlobalRules()
 	var oldClient *global.Client
 	client := g.client
-	if len(names) == 0 {
+	if len(comp.GlobalRules()) == 0 && len(comp.GlobalTotals()) == 0 {
 		rd = nil
 	}
 	if !reflect.DeepEqual(rd, g.redis) {
@@ -68,11 +67,10 @@ func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy
 			}
 		}
 	}
-	rules := map[ruleIdent]*global.Rule{}
-	byName := map[string]*global.Rule{}
-	var made []*global.Rule
-	fail := func(err error) (shaper.Policy, func(), error) {
-		for _, gr := range made {
+	at := &attacher{g: g, client: client, rules: map[ruleIdent]*global.Rule{}, byName: map[string]*global.Rule{}}
+	ap, err := at.attachAll(p)
+	if err != nil {
+		for _, gr := range at.made {
 			gr.Close()
 		}
 		if client != g.client {
@@ -80,29 +78,7 @@ func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy
 		}
 		return p, nil, err
 	}
-	p.Rules = append([]shaper.Rule(nil), p.Rules...)
-	for i := range p.Rules {
-		r := &p.Rules[i]
-		if r.Action != shaper.ActionLimit || !r.Limit.Global {
-			continue
-		}
-		id := ruleIdent{r.Name, r.Match, r.Limit}
-		gr := g.rules[id]
-		if gr == nil || client != g.client {
-			maxFlows := r.Limit.MaxFlows
-			if maxFlows <= 0 {
-				maxFlows = flows.DefaultMaxFlows
-			}
-			var err error
-			if gr, err = client.NewRule(global.RuleConfig{Name: r.Name, Limit: r.Limit, MaxKeys: maxFlows}); err != nil {
-				return fail(fmt.Errorf("rule %s: %w", r.Name, err))
-			}
-			made = append(made, gr)
-		}
-		rules[id] = gr
-		byName[r.Name] = gr
-		r.Global = gr
-	}
+	rules, byName := at.rules, at.byName
 	// What the previous policy used and this one does not.
 	var drop []*global.Rule
 	for id, gr := range g.rules {
@@ -111,6 +87,7 @@ func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy
 		}
 	}
 	g.client, g.redis, g.rules, g.byName = client, rd, rules, byName
+	p = ap
 	done := func() {
 		for _, gr := range drop {
 			gr.Close()
@@ -121,6 +98,73 @@ func (g *globals) prepare(p shaper.Policy, comp *policy.Compiled) (shaper.Policy
 	}
 	return p, done, nil
 }
+
+// attacher gives a policy's global rules and totals their leases: those
+// of g's previous policy for a limit it keeps on the same client, else new
+// ones on client (made).
+type attacher struct {
+	g      *globals
+	client *global.Client
+	rules  map[ruleIdent]*global.Rule
+	byName map[string]*global.Rule
+	made   []*global.Rule
+}
+
+// attach returns the leases of the global limit id.
+func (a *attacher) attach(id ruleIdent, maxKeys int) (*global.Rule, error) {
+	gr := a.g.rules[id]
+	if gr == nil || a.client != a.g.client {
+		var err error
+		if gr, err = a.client.NewRule(global.RuleConfig{Name: id.name, Limit: id.limit, MaxKeys: maxKeys}); err != nil {
+			return nil, err
+		}
+		a.made = append(a.made, gr)
+	}
+	a.rules[id] = gr
+	a.byName[id.name] = gr
+	return gr, nil
+}
+
+// attachAll returns p with the leases of its global rules and totals
+// attached (p's slices copied, not changed).
+func (a *attacher) attachAll(p shaper.Policy) (shaper.Policy, error) {
+	p.Rules = append([]shaper.Rule(nil), p.Rules...)
+	for i := range p.Rules {
+		r := &p.Rules[i]
+		if r.Action != shaper.ActionLimit || !r.Limit.Global {
+			continue
+		}
+		maxFlows := r.Limit.MaxFlows
+		if maxFlows <= 0 {
+			maxFlows = flows.DefaultMaxFlows
+		}
+		gr, err := a.attach(ruleIdent{r.Name, r.Match, r.Limit}, maxFlows)
+		if err != nil {
+			return p, fmt.Errorf("rule %s: %w", r.Name, err)
+		}
+		r.Global = gr
+	}
+	// A global total is one key (shaper.TotalKey) of a global limit named
+	// after it (TotalStoreName: no rule's name has a "/").
+	p.Totals = append([]shaper.Total(nil), p.Totals...)
+	for i := range p.Totals {
+		t := &p.Totals[i]
+		if !t.Limit.Global {
+			continue
+		}
+		gr, err := a.attach(ruleIdent{name: TotalStoreName(t.Name), limit: t.Limit.Config()}, 1)
+		if err != nil {
+			return p, fmt.Errorf("total %s: %w", t.Name, err)
+		}
+		t.Global = gr
+	}
+	return p, nil
+}
+
+// TotalStoreName is the name a global total's leases have in the store
+// and in the global rules' stats and metrics: "total/" and the engine's
+// name of the total.
+func TotalStoreName(total string) string { return "total/" + total }
 
 // openClient connects to the store rd names (not waiting for it).
 func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {

@@ -3,7 +3,6 @@ package daemon
 import (
 	"io"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,7 +25,7 @@ func closed(g shaper.Global) bool {
 func TestGlobalsAcrossReloads(t *testing.T) {
 	const redisA = "[redis]\naddrs = [\"127.0.0.1:1\"]\n"
 	const redisB = "[redis]\naddrs = [\"127.0.0.1:2\"]\n"
-	const rules = "[[rule]]\nname = \"a\"\npps = 10\nscope = \"global\"\n\n[[rule]]\nname = \"b\"\npps = %s\nscope = \"global\"\n\n[[rule]]\nname = \"l\"\npps = 1\n"
+	rules := rule("a", "", "pps = 10", `scope = "global"`) + rule("b", "", "pps = %s", `scope = "global"`) + rule("l", "", "pps = 1")
 	gl := newGlobals(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer gl.close()
 	prep := func(text string) (shaper.Policy, func()) {
@@ -68,7 +67,7 @@ func TestGlobalsAcrossReloads(t *testing.T) {
 	if _, _, ok := gl.stats(); !ok {
 		t.Error("no stats with global rules")
 	}
-	_, done4 := prep("[[rule]]\nname = \"l\"\npps = 1\n")
+	_, done4 := prep(rule("l", "", "pps = 1"))
 	done4()
 	if _, _, ok := gl.stats(); ok || gl.client != nil {
 		t.Error("a connection without global rules")
@@ -79,13 +78,10 @@ func TestGlobalsAcrossReloads(t *testing.T) {
 // cannot be read is a one-line error naming it.
 func TestGlobalsPasswordFile(t *testing.T) {
 	dir := t.TempDir()
-	pw := filepath.Join(dir, "pw")
-	if err := os.WriteFile(pw, []byte("s3cret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	pw := writeFile(t, dir, "pw", "s3cret\n", 0o600)
 	gl := newGlobals(slog.New(slog.NewTextHandler(io.Discard, nil)))
 	defer gl.close()
-	text := "[redis]\naddrs = [\"127.0.0.1:1\"]\npassword-file = %q\n[[rule]]\nname = \"a\"\npps = 10\nscope = \"global\"\n"
+	text := "[redis]\naddrs = [\"127.0.0.1:1\"]\npassword-file = %q\n" + rule("a", "", "pps = 10", `scope = "global"`)
 	c := compile(t, strings.Replace(text, "%q", `"`+pw+`"`, 1))
 	if _, _, err := gl.prepare(c.Policy(), c); err != nil {
 		t.Fatal(err)

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -21,9 +22,8 @@ func TestGlobalsTLS(t *testing.T) {
 	other := testcerts.Write(t, dir, "other-")
 	_, addr := testutil.StartRedisTLS(t, certs)
 	text := func(ca string) string {
-		return "[redis]\naddrs = [\"" + addr + "\"]\ntimeout = \"200ms\"\ntls = true\nca-file = \"" + ca +
-			"\"\ncert-file = \"" + certs.ClientCert + "\"\nkey-file = \"" + certs.ClientKey + "\"\n" +
-			"[[rule]]\nname = \"g\"\npps = 1000\nscope = \"global\"\n"
+		return fmt.Sprintf("[redis]\naddrs = [%q]\ntimeout = \"200ms\"\ntls = true\nca-file = %q\ncert-file = %q\nkey-file = %q\n", addr, ca, certs.ClientCert, certs.ClientKey) +
+			rule("g", "", "pps = 1000", `scope = "global"`)
 	}
 	for _, tc := range []struct {
 		name string

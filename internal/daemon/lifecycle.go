@@ -56,8 +56,7 @@ type daemon struct {
 	rl   reloader
 
 	gl  *globals
-	sh  *shared // the one engine, serving every queue
-	ws  []*worker
+	sh  *shared // the one engine, serving every queue (sh.ws)
 	qs  []*nfq.Queue
 	fp  *fastPath // nil without a fast path
 	mon *failopen.Monitor
@@ -133,8 +132,7 @@ func (d *daemon) openEngine() error {
 	if err != nil {
 		return UsageError{err}
 	}
-	d.ws = newWorkers(d.cfg.Queues, eng)
-	d.sh = d.ws[0].shared
+	d.sh = newEngine(d.cfg.Queues, eng)
 	return nil
 }
 
@@ -161,7 +159,7 @@ func (d *daemon) openQueues() error {
 			q.Close()
 		}
 	})
-	for _, w := range d.ws {
+	for _, w := range d.sh.ws {
 		w.failClosed = d.cfg.Queue.FailClosed
 		qc := d.cfg.Queue
 		qc.Queue, qc.Idle, qc.Logf = w.queue, w.idle, d.logf
@@ -197,7 +195,7 @@ func (d *daemon) openFastpath() error {
 	if fp != nil {
 		d.fp = fp
 		d.onClose(fp.close)
-		for _, w := range d.ws {
+		for _, w := range d.sh.ws {
 			w.punt = fp.puntMark()
 		}
 		d.sh.fast.Store(&fastCounts{get: fp.counts})
@@ -242,12 +240,10 @@ func (d *daemon) openOffload() error {
 				d.log.Warn("offload: removing the offloaded flows: " + oneLine(err.Error()))
 			}
 		})
-		for _, w := range d.ws {
-			w.off = off
-		}
+		d.sh.off = off
 	}
 	start := time.Now()
-	d.st = &state{cfg: &d.cfg, ws: d.ws, mon: d.mon, off: d.off, gl: d.gl, fp: d.fp, policy: d.src.Describe(), start: start, loaded: start}
+	d.st = &state{cfg: &d.cfg, sh: d.sh, mon: d.mon, off: d.off, gl: d.gl, fp: d.fp, policy: d.src.Describe(), start: start, loaded: start}
 	return nil
 }
 

@@ -216,7 +216,7 @@ func (sh *shared) listFlows(ctx context.Context, rule string, emit func(*control
 			fi := &c.flows[i]
 			r := &c.rules[fi.Rule]
 			f = control.Flow{
-				Queue: sh.queues[0], Rule: r.name, Path: pathQueue, Key: r.key.Format(fi.Key),
+				Queue: sh.ws[0].queue, Rule: r.name, Path: pathQueue, Key: r.key.Format(fi.Key),
 				Packets: fi.Packets, Accepted: fi.Accepted, Dropped: fi.Dropped,
 				Left: fi.Left, Unit: r.unit, IdleSecs: float64(max(c.now-fi.Last, 0)) / 1e9, Expired: fi.Expired,
 			}

@@ -12,17 +12,11 @@ import (
 // BenchmarkListingSocket lists a million flows through the control socket,
 // server and client: the listing's own cost, without a kernel.
 func BenchmarkListingSocket(b *testing.B) {
-	w := newTestWorker(b, `
-[[rule]]
-name = "a"
-pps = 0.001
-burst = 1
-max-flows = 1000000
-`)
+	w := newTestWorker(b, rule("a", "", "pps = 0.001", "burst = 1", "max-flows = 1000000"))
 	loadFlows(w, 1000000)
 	r := startFakeRun(w, 100*time.Millisecond, nil)
 	defer r.halt()
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 	path := filepath.Join(b.TempDir(), "s.sock")
 	ln, err := control.Listen(path)
 	if err != nil {

@@ -9,28 +9,9 @@ import (
 	"github.com/packetshaper/packetshaper/nfq"
 )
 
-const shadowListPolicy = `
-[[rule]]
-name = "enforced"
-match = { sport = ["1000"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-
-[[rule]]
-name = "trial"
-match = { sport = ["1001"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-mode = "shadow"
-
-[[rule]]
-name = "marking"
-match = { sport = ["1002"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-on-exceed = "mark"
-set-mark = "0x1/0x1"
-`
+var shadowListPolicy = rule("enforced", udpSport(1000), "pps = 0.001", "burst = 1") +
+	rule("trial", udpSport(1001), "pps = 0.001", "burst = 1", `mode = "shadow"`) +
+	rule("marking", udpSport(1002), "pps = 0.001", "burst = 1", `on-exceed = "mark"`, `set-mark = "0x1/0x1"`)
 
 // TestListFlowsShadowMarks: a listing (packetshaper flows) counts the
 // packets over a shadow rule's limit as shadow_dropped and those over a
@@ -48,7 +29,7 @@ func TestListFlowsShadowMarks(t *testing.T) {
 	w.decide(batch, make([]nfq.Verdict, len(batch)), int64(2e18))
 	r := startFakeRun(w, time.Millisecond, nil)
 	defer r.halt()
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 	got := map[string]control.Flow{}
 	if err := d.Flows(context.Background(), "", func(f *control.Flow) error { got[f.Rule] = *f; return nil }); err != nil {
 		t.Fatal(err)

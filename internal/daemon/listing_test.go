@@ -11,7 +11,6 @@ import (
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/internal/timing"
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // udpFrom returns an IPv4/UDP packet from 10.a.b.c:sport to 10.0.0.2:9000,
@@ -25,7 +24,7 @@ func udpFrom(i int, sport uint16) []byte {
 
 // fakeRun is a worker's queue goroutine without a kernel: it decides a
 // batch of traffic(n) every period (no traffic if traffic is nil), calls
-// idle when woken, and closes the worker's stopped at the end.
+// idle when woken, and stops the worker at the end (worker.stop).
 type fakeRun struct {
 	w      *worker
 	wakeCh chan struct{}
@@ -44,7 +43,7 @@ func startFakeRun(w *worker, period time.Duration, traffic func(n int) []nfq.Pac
 	}
 	go func() {
 		defer close(r.done)
-		defer close(w.stopped)
+		defer func() { w.stop(r.now) }()
 		t := time.NewTicker(period)
 		defer t.Stop()
 		for n := 0; ; n++ {
@@ -99,31 +98,8 @@ func b2i(b bool) int {
 	return 0
 }
 
-func newTestWorker(t testing.TB, text string) *worker {
-	t.Helper()
-	eng, err := shaper.NewPolicy(compilePolicy(t, text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorker(0, eng)
-	w.q = &fakeQueue{}
-	return w
-}
-
-const listPolicy = `
-[[rule]]
-name = "a"
-match = { sport = ["1000"], proto = ["udp"] }
-pps = 0.001
-burst = 1
-max-flows = 200000
-
-[[rule]]
-name = "b"
-match = { sport = ["1001"], proto = ["udp"] }
-pps = 10
-burst = 5
-`
+var listPolicy = rule("a", udpSport(1000), "pps = 0.001", "burst = 1", "max-flows = 200000") +
+	rule("b", udpSport(1001), "pps = 10", "burst = 5")
 
 // TestListFlows: a listing while traffic flows (new flows and old ones
 // sending) sees every flow held all along once, with its counters; rule b's
@@ -139,7 +115,7 @@ func TestListFlows(t *testing.T) {
 		return []nfq.Packet{{Data: a, Len: len(a)}, {Data: b, Len: len(b)}}
 	})
 	defer r.halt()
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 	seen := map[string]control.Flow{}
 	t0 := time.Now()
 	err := d.Flows(context.Background(), "", func(f *control.Flow) error {
@@ -186,7 +162,7 @@ func TestListFlowsIdle(t *testing.T) {
 	loadFlows(w, n)
 	r := startFakeRun(w, 100*time.Millisecond, nil) // idle every 100 ms, as nfq's timeout
 	defer r.halt()
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 	count := 0
 	t0 := time.Now()
 	if err := d.Flows(context.Background(), "a", func(*control.Flow) error { count++; return nil }); err != nil {
@@ -212,7 +188,7 @@ func TestListFlowsEnds(t *testing.T) {
 	w := newTestWorker(t, listPolicy)
 	loadFlows(w, 5000)
 	r := startFakeRun(w, time.Millisecond, nil)
-	d := &state{cfg: &Config{}, ws: []*worker{w}}
+	d := &state{cfg: &Config{}, sh: w.shared}
 
 	// The reader gives up after 10 flows.
 	stopErr := errors.New("enough")

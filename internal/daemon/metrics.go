@@ -58,21 +58,9 @@ var delayBoundsNS = func() []int64 {
 	return b
 }()
 
-// engineSample is what a scrape reads of one engine: its snapshot, and its
-// queue label, the queues it serves ("20-23"; "3" for an engine of one
-// queue). The daemon runs one engine for all its queues, so that a key is
-// limited once whichever queue its packets arrive on: its counters (the
-// rules', flows, malformed, ...) are the engine's, not any one queue's.
-type engineSample struct {
-	snap  *snapshot
-	label string
-}
-
 // queueSample is what a scrape reads of one queue.
 type queueSample struct {
 	nfq.Stats
-	snap     *snapshot // its engine's
-	first    bool      // the first queue of its engine
 	kernel   nfq.KernelStats
 	bound    bool
 	maxLen   uint32
@@ -153,9 +141,13 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 
 // scrape is what one scrape reads, each part once.
 type scrape struct {
-	queues   []queueSample
-	qlabels  []string
-	engines  []engineSample
+	queues  []queueSample
+	qlabels []string
+	// snap is the engine's snapshot; elabel its queue label, the queues
+	// it serves ("20-23"; "3" for one queue): its counters (the rules',
+	// flows, malformed, ...) are the engine's, not any one queue's.
+	snap     *snapshot
+	elabel   string
 	global   map[string]global.RuleStats
 	gnames   []string // global rules, sorted
 	store    global.Stats
@@ -164,13 +156,10 @@ type scrape struct {
 }
 
 func (d *state) scrape() *scrape {
-	s := &scrape{queues: make([]queueSample, len(d.ws))}
-	for i, w := range d.ws {
+	s := &scrape{queues: make([]queueSample, len(d.sh.ws)), snap: d.sh.snap.Load(), elabel: d.sh.label()}
+	for i, w := range d.sh.ws {
 		s.queues[i] = d.sample(w)
 		s.qlabels = append(s.qlabels, strconv.Itoa(int(w.queue)))
-	}
-	for _, sh := range engines(d.ws) {
-		s.engines = append(s.engines, engineSample{snap: sh.snap.Load(), label: sh.label()})
 	}
 	s.global, s.store, s.hasStore = d.gl.stats()
 	s.gnames = sortedStrings(slices.Collect(maps.Keys(s.global)))
@@ -190,15 +179,11 @@ func (s *scrape) each(f from, fn func(*src, ...string)) {
 			fn(&src{q: &s.queues[i]}, s.qlabels[i])
 		}
 	case fromEngine:
-		for _, es := range s.engines {
-			fn(&src{e: es.snap}, es.label)
-		}
+		fn(&src{e: s.snap}, s.elabel)
 	case fromRule:
-		for _, es := range s.engines {
-			for j := range es.snap.rules {
-				r := &es.snap.rules[j]
-				fn(&src{e: es.snap, r: r}, es.label, r.name, r.pathLabel())
-			}
+		for j := range s.snap.rules {
+			r := &s.snap.rules[j]
+			fn(&src{e: s.snap, r: r}, s.elabel, r.name, r.pathLabel())
 		}
 	case fromGlobalRule:
 		for _, n := range s.gnames {
@@ -210,11 +195,9 @@ func (s *scrape) each(f from, fn func(*src, ...string)) {
 			fn(&src{gs: &s.store})
 		}
 	case fromTotal:
-		for _, es := range s.engines {
-			for j := range es.snap.totals {
-				t := &es.snap.totals[j]
-				fn(&src{e: es.snap, t: t}, es.label, t.total.Name)
-			}
+		for j := range s.snap.totals {
+			t := &s.snap.totals[j]
+			fn(&src{e: s.snap, t: t}, s.elabel, t.total.Name)
 		}
 	case fromOffload:
 		if s.off != nil {
@@ -252,13 +235,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.daemon[1], prometheus.GaugeValue, b2f(last == nil || last.ok))
 	ch <- prometheus.MustNewConstMetric(c.daemon[2], prometheus.GaugeValue, float64(d.loadedAt().UnixNano())/1e9)
 	ch <- prometheus.MustNewConstMetric(c.daemon[3], prometheus.GaugeValue, 1, d.cfg.Version, runtime.Version())
-	for _, es := range s.engines {
-		for j := range es.snap.rules {
-			r := &es.snap.rules[j]
-			cr := describeRule(&r.rule)
-			ch <- prometheus.MustNewConstMetric(c.daemon[4], prometheus.GaugeValue, 1,
-				es.label, r.name, r.pathLabel(), cr.Action, cr.Algorithm, strconv.FormatBool(cr.Shape), cr.RateText())
-		}
+	for j := range s.snap.rules {
+		r := &s.snap.rules[j]
+		cr := describeRule(&r.rule)
+		ch <- prometheus.MustNewConstMetric(c.daemon[4], prometheus.GaugeValue, 1,
+			s.elabel, r.name, r.pathLabel(), cr.Action, cr.Algorithm, strconv.FormatBool(cr.Shape), cr.RateText())
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 
 	"github.com/packetshaper/packetshaper/internal/failopen"
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // fakeQueue stands for an nfq.Queue whose counters the test sets.
@@ -77,59 +76,29 @@ func (m fakeMonitor) Total() failopen.FailOpenStats         { return failopen.Fa
 
 // testPolicy is two limit rules, by source port: "a" (sport 1000, burst 2)
 // and "b" (sport 1001, burst 3), and "rest" accepting the others.
-const testPolicy = `
-[[rule]]
-name = "a"
-match = { sport = ["1000"], proto = ["udp"] }
-pps = 0.001
-burst = 2
+var testPolicy = rule("a", udpSport(1000), "pps = 0.001", "burst = 2") +
+	rule("b", udpSport(1001), "pps = 0.001", "burst = 3") + acceptRest
 
-[[rule]]
-name = "b"
-match = { sport = ["1001"], proto = ["udp"] }
-pps = 0.001
-burst = 3
-
-[[rule]]
-name = "rest"
-action = "accept"
-`
-
-// decidedWorker is a worker of queue q over a fake queue, with an engine of
-// the policy text, that has decided a batch of a UDP packet from each of
-// sports at now (the verdicts) and published its snapshot.
-func decidedWorker(t *testing.T, q uint16, text string, sports []uint16, now int64) (*worker, *fakeQueue, []nfq.Verdict) {
+// decidedEngine is the engine of the policy text serving queues 3, 4, ...
+// (one per element of sports) over fake queues: queue 3+i, in turn, has
+// decided at now a batch of a UDP packet from each port of sports[i], its
+// fake queue counting the verdicts; the snapshot is published.
+func decidedEngine(t *testing.T, text string, now int64, sports ...[]uint16) (*shared, []*fakeQueue) {
 	t.Helper()
-	eng, err := shaper.NewPolicy(compilePolicy(t, text))
-	if err != nil {
-		t.Fatal(err)
+	var queues []uint16
+	for i := range sports {
+		queues = append(queues, uint16(3+i))
 	}
-	w := newWorker(q, eng)
-	fq := &fakeQueue{}
-	w.q, w.wake = fq, fq.Wake
-	var batch []nfq.Packet
-	for _, sp := range sports {
-		d := udp4(sp)
-		batch = append(batch, nfq.Packet{Data: d, Len: len(d)})
-	}
-	v := make([]nfq.Verdict, len(batch))
-	w.decide(batch, v, now)
-	w.snapshot(now)
-	return w, fq, v
-}
-
-// testState is a daemon state over fake queues 3 and 4, whose workers
-// have decided: queue 3, 5 packets of a's flow and 1 of b's; queue 4, 4 of
-// b's and 2 others.
-func testState(t *testing.T) (*state, []*fakeQueue) {
-	t.Helper()
-	cfg := &Config{Queue: nfq.Config{MaxQueueLen: 100}, Version: "v1.2.3"}
-	var ws []*worker
-	var fqs []*fakeQueue
-	now := int64(1e18)
-	for i, sports := range [][]uint16{{1000, 1000, 1000, 1000, 1000, 1001}, {1001, 1001, 1001, 1001, 1002, 1003}} {
-		w, fq, v := decidedWorker(t, uint16(3+i), testPolicy, sports, now)
-		var st nfq.Stats
+	sh, fqs := newTestEngine(t, text, queues...)
+	for i, w := range sh.ws {
+		var batch []nfq.Packet
+		for _, sp := range sports[i] {
+			d := udp4(sp)
+			batch = append(batch, nfq.Packet{Data: d, Len: len(d)})
+		}
+		v := make([]nfq.Verdict, len(batch))
+		w.decide(batch, v, now)
+		st := &fqs[i].stats
 		for _, x := range v {
 			st.Packets++
 			if x.Action == nfq.Drop {
@@ -138,15 +107,27 @@ func testState(t *testing.T) (*state, []*fakeQueue) {
 				st.Accepted++
 			}
 		}
-		st.Batches, st.VerdictMsgs = 1, 2
-		fq.stats = st
+		st.Batches = 1
+	}
+	sh.snapshot(now)
+	return sh, fqs
+}
+
+// testState is a daemon state of one engine over fake queues 3 and 4,
+// whose workers have decided: queue 3, 5 packets of a's flow and 1 of b's;
+// queue 4, 4 of b's (the same flow: b's burst of 3 is spent by its second)
+// and 2 others.
+func testState(t *testing.T) (*state, []*fakeQueue) {
+	t.Helper()
+	cfg := &Config{Queue: nfq.Config{MaxQueueLen: 100}, Version: "v1.2.3"}
+	sh, fqs := decidedEngine(t, testPolicy, int64(1e18), []uint16{1000, 1000, 1000, 1000, 1000, 1001}, []uint16{1001, 1001, 1001, 1001, 1002, 1003})
+	for i, fq := range fqs {
+		fq.stats.VerdictMsgs = 2
 		fq.kernel = nfq.KernelStats{PortID: 77, QueueTotal: uint64(10 * i), QueueDropped: 5, UserDropped: 6}
-		ws = append(ws, w)
-		fqs = append(fqs, fq)
 	}
 	mon := fakeMonitor{3: {Passed: 1234567, Secs: 2.5, Exact: true}, 4: {Active: true}}
 	start := time.Unix(1_700_000_000, 0)
-	return &state{cfg: cfg, ws: ws, mon: mon, policy: "p.toml", start: start, loaded: start}, fqs
+	return &state{cfg: cfg, sh: sh, mon: mon, policy: "p.toml", start: start, loaded: start}, fqs
 }
 
 func TestCollector(t *testing.T) {
@@ -163,15 +144,13 @@ packetshaper_packets_total{queue="4"} 6
 # HELP packetshaper_dropped_total Packets dropped.
 # TYPE packetshaper_dropped_total counter
 packetshaper_dropped_total{queue="3"} 3
-packetshaper_dropped_total{queue="4"} 1
+packetshaper_dropped_total{queue="4"} 2
 # HELP packetshaper_unmatched_total Packets no rule matched (accepted).
 # TYPE packetshaper_unmatched_total counter
-packetshaper_unmatched_total{queue="3"} 0
-packetshaper_unmatched_total{queue="4"} 0
+packetshaper_unmatched_total{queue="3-4"} 0
 # HELP packetshaper_flows Flows in the flow tables (with --fastpath, the kernel's flow maps' too).
 # TYPE packetshaper_flows gauge
-packetshaper_flows{queue="3"} 2
-packetshaper_flows{queue="4"} 1
+packetshaper_flows{queue="3-4"} 2
 # HELP packetshaper_queue_packets Packets the kernel holds in the queue waiting for a verdict (queued).
 # TYPE packetshaper_queue_packets gauge
 packetshaper_queue_packets{queue="3"} 0
@@ -194,20 +173,14 @@ packetshaper_failopen_active{queue="3"} 0
 packetshaper_failopen_active{queue="4"} 1
 # HELP packetshaper_rule_dropped_total Packets a rule dropped.
 # TYPE packetshaper_rule_dropped_total counter
-packetshaper_rule_dropped_total{path="queue",queue="3",rule="a"} 3
-packetshaper_rule_dropped_total{path="queue",queue="3",rule="b"} 0
-packetshaper_rule_dropped_total{path="queue",queue="3",rule="rest"} 0
-packetshaper_rule_dropped_total{path="queue",queue="4",rule="a"} 0
-packetshaper_rule_dropped_total{path="queue",queue="4",rule="b"} 1
-packetshaper_rule_dropped_total{path="queue",queue="4",rule="rest"} 0
+packetshaper_rule_dropped_total{path="queue",queue="3-4",rule="a"} 3
+packetshaper_rule_dropped_total{path="queue",queue="3-4",rule="b"} 2
+packetshaper_rule_dropped_total{path="queue",queue="3-4",rule="rest"} 0
 # HELP packetshaper_rule_packets_total Packets a rule decided.
 # TYPE packetshaper_rule_packets_total counter
-packetshaper_rule_packets_total{path="queue",queue="3",rule="a"} 5
-packetshaper_rule_packets_total{path="queue",queue="3",rule="b"} 1
-packetshaper_rule_packets_total{path="queue",queue="3",rule="rest"} 0
-packetshaper_rule_packets_total{path="queue",queue="4",rule="a"} 0
-packetshaper_rule_packets_total{path="queue",queue="4",rule="b"} 4
-packetshaper_rule_packets_total{path="queue",queue="4",rule="rest"} 2
+packetshaper_rule_packets_total{path="queue",queue="3-4",rule="a"} 5
+packetshaper_rule_packets_total{path="queue",queue="3-4",rule="b"} 5
+packetshaper_rule_packets_total{path="queue",queue="3-4",rule="rest"} 2
 # HELP packetshaper_reloads_total Policy reloads (SIGHUP), by result: ok, or failed (the previous policy kept).
 # TYPE packetshaper_reloads_total counter
 packetshaper_reloads_total{result="failed"} 0
@@ -300,8 +273,9 @@ func TestMetricsHandler(t *testing.T) {
 }
 
 // TestStatus: the control socket's status from the same state as the
-// metrics: queues, rules with their settings and counters summed over the
-// queues, reloads.
+// metrics: queues, each with its own counters and the first with the
+// engine's, rules with their settings and the engine's counters (of every
+// queue), reloads.
 func TestStatus(t *testing.T) {
 	d, _ := testState(t)
 	d.reloaded(reloadRecord{at: time.Unix(1_700_000_100, 0), ok: true, kept: []string{"a"}})
@@ -319,8 +293,11 @@ func TestStatus(t *testing.T) {
 	if q3.Queue != 3 || !q3.Bound || q3.Packets != 6 || q3.Dropped != 3 || q3.FailOpenPassed != 1234567 || !q3.FailOpenExact || q3.Flows != 2 || q3.MaxLen != 100 {
 		t.Errorf("queue 3: %+v", q3)
 	}
-	if q4.Queue != 4 || q4.Queued != 10 || q4.Fill != 0.1 || !q4.FailOpenActive || q4.QueueDrops != 5 || q4.SocketDrops != 6 {
+	if q4.Queue != 4 || q4.Packets != 6 || q4.Dropped != 2 || q4.Queued != 10 || q4.Fill != 0.1 || !q4.FailOpenActive || q4.QueueDrops != 5 || q4.SocketDrops != 6 {
 		t.Errorf("queue 4: %+v", q4)
+	}
+	if q4.Flows != 0 || q4.Unmatched != 0 || q4.Malformed != 0 {
+		t.Errorf("queue 4 shows the engine's counters (%+v): they belong on its first queue only", q4)
 	}
 	if len(st.Rules) != 3 {
 		t.Fatalf("rules: %+v", st.Rules)
@@ -332,8 +309,8 @@ func TestStatus(t *testing.T) {
 		a.Key != "5tuple" || a.MaxFlows != 65536 || a.FlowTimeoutSecs != 2000 || a.Packets != 5 || a.Dropped != 3 || a.Flows != 1 {
 		t.Errorf("rule a: %+v", a)
 	}
-	if b.Name != "b" || b.Packets != 5 || b.Accepted != 4 || b.Dropped != 1 || b.Flows != 2 {
-		t.Errorf("rule b (summed over the queues): %+v", b)
+	if b.Name != "b" || b.Packets != 5 || b.Accepted != 3 || b.Dropped != 2 || b.Flows != 1 {
+		t.Errorf("rule b (one flow, one bucket over both queues): %+v", b)
 	}
 	if rest.Name != "rest" || rest.Action != "accept" || rest.Algorithm != "" || rest.Packets != 2 || rest.Accepted != 2 {
 		t.Errorf("rule rest: %+v", rest)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/packetshaper/packetshaper/nfq"
-	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // BenchmarkDecideQueues measures the cost per packet (ns/op is per packet)
@@ -37,19 +36,8 @@ func BenchmarkDecideQueues(b *testing.B) {
 }
 
 func benchQueues(b *testing.B, nq int, concurrent bool) {
-	const pol = `
-[[rule]]
-name = "per-src"
-match = { proto = ["udp"] }
-key = "src"
-pps = 100
-burst = 5
-`
-	eng, err := shaper.NewPolicy(compilePolicy(b, pol))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ws := newWorkers(mqQueues[:nq], eng)
+	sh, _ := newTestEngine(b, srcPolicy("100"), mqQueues[:nq]...)
+	ws := sh.ws
 	const batchLen = 64
 	batches := make([][]nfq.Packet, nq)
 	for q := range batches {

@@ -18,20 +18,15 @@ import (
 // key's packets over the queues of --queue N-M; the key still has one
 // bucket.
 
-// mqPolicy limits each source to 5 packets (burst 5, a rate too low to
-// refill within a test), and accepts what it does not match.
-const mqPolicy = `
-[[rule]]
-name = "per-src"
-match = { proto = ["udp"] }
-key = "src"
-pps = 0.001
-burst = 5
+// srcPolicy limits each UDP source to a burst of 5 packets at pps packets
+// a second, and accepts what it does not match.
+func srcPolicy(pps string) string {
+	return rule("per-src", `proto = ["udp"]`, `key = "src"`, "pps = "+pps, "burst = 5") + acceptRest
+}
 
-[[rule]]
-name = "rest"
-action = "accept"
-`
+// mqPolicy limits each source to 5 packets (a rate too low to refill
+// within a test).
+var mqPolicy = srcPolicy("0.001")
 
 var mqQueues = []uint16{20, 21, 22, 23}
 
@@ -39,23 +34,8 @@ var mqQueues = []uint16{20, 21, 22, 23}
 // fake queues.
 func newMQWorkers(t testing.TB, text string) ([]*worker, []*fakeQueue) {
 	t.Helper()
-	eng, err := shaper.NewPolicy(compilePolicy(t, text))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := newWorkers(mqQueues, eng)
-	var fqs []*fakeQueue
-	for _, w := range ws {
-		fq := &fakeQueue{}
-		w.q = fq
-		fqs = append(fqs, fq)
-	}
-	ws[0].wake = func() {
-		for _, fq := range fqs {
-			fq.Wake()
-		}
-	}
-	return ws, fqs
+	sh, fqs := newTestEngine(t, text, mqQueues...)
+	return sh.ws, fqs
 }
 
 // srcPackets returns n packets of source 10.0.0.(1+src), each its own
@@ -117,7 +97,7 @@ func TestQueuesShareOneBucket(t *testing.T) {
 		t.Errorf("snapshot: packets %d flows %d, rule per-src %+v; want 160 packets, 2 flows, 10 accepted", sn.Packets, sn.Flows, sn.rules[0].RuleStats)
 	}
 
-	d := &state{cfg: &Config{Queue: nfq.Config{MaxQueueLen: 100}}, ws: ws, mon: fakeMonitor{}, policy: "p.toml", start: time.Unix(1_700_000_000, 0)}
+	d := &state{cfg: &Config{Queue: nfq.Config{MaxQueueLen: 100}}, sh: ws[0].shared, mon: fakeMonitor{}, policy: "p.toml", start: time.Unix(1_700_000_000, 0)}
 	st := d.Status()
 	if len(st.Queues) != 4 || len(st.Rules) != 2 || st.Rules[0].Packets != 160 || st.Rules[0].Accepted != 10 || st.Rules[0].Flows != 2 {
 		t.Errorf("status: %d queues, rules %+v; want 4 queues, per-src with 160 packets, 10 accepted, 2 flows", len(st.Queues), st.Rules)
@@ -145,7 +125,7 @@ func TestQueuesShareOneBucket(t *testing.T) {
 		b := srcPackets(qi%2, 2)
 		w.decide(b, make([]nfq.Verdict, len(b)), now)
 	}
-	d2 := &state{cfg: d.cfg, ws: ws2, mon: fakeMonitor{}}
+	d2 := &state{cfg: d.cfg, sh: ws2[0].shared, mon: fakeMonitor{}}
 	runs := make([]*fakeRun, len(ws2))
 	for i, w := range ws2 {
 		runs[i] = startFakeRun(w, time.Millisecond, func(n int) []nfq.Packet { return srcPackets(n%2, 2) })
@@ -328,7 +308,7 @@ func TestQueuesHoldRoom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := newWorkers([]uint16{0, 1}, eng)
+	ws := newEngine([]uint16{0, 1}, eng).ws
 	full, roomy := &holdQueue{room: 0}, &holdQueue{room: 1000}
 	ws[0].q, ws[1].q = full, roomy
 	now := int64(1e18)

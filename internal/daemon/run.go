@@ -67,12 +67,12 @@ func (d *daemon) logStart() {
 	if d.cfg.Queue.FailClosed {
 		mode = "fail-closed"
 	}
-	eng := d.ws[0].eng
+	eng := d.sh.eng
 	d.log.Info("shaping", append([]any{"queues", nfq.FormatQueues(d.cfg.Queues), "policy", d.src.Describe(),
 		"rule_count", eng.NumRules(), "rules", ruleNames(eng),
 		"metrics", d.metricsAt, "control_socket", d.controlAt,
 		"queue_maxlen", d.cfg.Queue.MaxQueueLen, "copy_range", d.cfg.Queue.CopyRange, "mode", mode, "offload", d.cfg.Offload,
-		"max_held", d.ws[0].q.HoldStats().MaxHeld,
+		"max_held", d.sh.ws[0].q.HoldStats().MaxHeld,
 		"tables_max_mib", fmt.Sprintf("%.0f", float64(eng.MaxBytes())/(1<<20)),
 		"kernel_maps_mib", d.fp.kernelMapsMiB()}, d.gl.describe()...)...)
 }
@@ -81,9 +81,9 @@ func (d *daemon) logStart() {
 // closed once all have returned, errs holds their errors (one failing
 // stops all).
 func (d *daemon) runQueues(ctx context.Context, cancel func()) (finished chan struct{}, errs chan error) {
-	errs = make(chan error, len(d.ws))
+	errs = make(chan error, len(d.sh.ws))
 	var wg sync.WaitGroup
-	for _, w := range d.ws {
+	for _, w := range d.sh.ws {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -163,7 +163,7 @@ func (d *daemon) reload(c cause, stop <-chan struct{}) (stopped bool) {
 	if c.counted {
 		d.st.reloaded(reloadRecord{at: time.Now(), ok: true, kept: kept})
 	}
-	if ct := next.CtStateRules(); len(ct) > 0 && !d.ws[0].askedCt {
+	if ct := next.CtStateRules(); len(ct) > 0 && !d.sh.ws[0].askedCt {
 		d.log.Warn(fmt.Sprintf("rule(s) %s match ct-state, but the queues were bound without asking the kernel for connection states: every queued packet's state is unknown (limit and drop rules take it, accept rules do not) until a restart", strings.Join(ct, ", ")))
 	}
 	d.comp = next

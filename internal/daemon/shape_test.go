@@ -2,9 +2,10 @@ package daemon
 
 import (
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
-	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -14,18 +15,17 @@ import (
 // not one long function whose order of defers matters.
 const maxFuncLines = 80
 
-// sources parses the package's non-test files.
+// sources parses the package's non-test files, those of every platform.
 func sources(t *testing.T, fset *token.FileSet) []*ast.File {
 	t.Helper()
-	names, err := filepath.Glob("*.go")
-	if err != nil || len(names) == 0 {
-		t.Fatalf("no files: %v", err)
+	bp, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
 	}
+	// IgnoredGoFiles: the other platforms' (and their tests).
+	names := slices.DeleteFunc(append(bp.GoFiles, bp.IgnoredGoFiles...), func(n string) bool { return strings.HasSuffix(n, "_test.go") })
 	var files []*ast.File
 	for _, f := range names {
-		if strings.HasSuffix(f, "_test.go") {
-			continue
-		}
 		file, err := parser.ParseFile(fset, f, nil, 0)
 		if err != nil {
 			t.Fatal(err)

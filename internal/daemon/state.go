@@ -19,7 +19,7 @@ import (
 // goroutine.
 type state struct {
 	cfg    *Config
-	ws     []*worker
+	sh     *shared // the one engine; sh.ws, its queues' workers
 	mon    failOpen
 	off    *offload.Offloader // nil without --offload
 	gl     *globals
@@ -76,8 +76,8 @@ func (d *state) maxQueueLen() uint32 {
 
 // sample reads one queue's counters now.
 func (d *state) sample(w *worker) queueSample {
-	s := queueSample{Stats: w.q.Stats(), snap: w.snap.Load(), hold: w.q.HoldStats(), first: w.queue == w.queues[0],
-		maxLen: d.maxQueueLen(), latency: w.q.Latency(), lateHist: cumulative(w.q.LateHistogram(latencyBounds), latencyBounds)}
+	s := queueSample{Stats: w.q.Stats(), hold: w.q.HoldStats(), maxLen: d.maxQueueLen(),
+		latency: w.q.Latency(), lateHist: cumulative(w.q.LateHistogram(latencyBounds), latencyBounds)}
 	if d.cfg.Queue.Latency {
 		s.latencyHist = cumulative(w.q.LatencyHistogram(latencyBounds), latencyBounds)
 	}
@@ -116,77 +116,66 @@ func (d *state) Status() control.Status {
 	if last != nil {
 		st.Reloads.Last = &control.Reload{Time: last.at, OK: last.ok, Error: last.err, KeptState: last.kept}
 	}
-	for _, w := range d.ws {
-		s := d.sample(w)
-		q := control.Queue{
-			Queue: w.queue, Bound: s.bound, MaxLen: s.maxLen,
-			FailOpenSecs: s.failOpen.Secs, FailOpenExact: s.failOpen.Exact, FailOpenActive: s.failOpen.Active,
-		}
-		x := &src{q: &s, e: s.snap}
-		for i := range counters {
-			c := &counters[i]
-			// The engine's counters, once: on the first of the
-			// queues that share it.
-			if c.queueField == nil || c.from == fromEngine && !s.first {
-				continue
-			}
-			*c.queueField(&q) = uint64(c.get(x))
-		}
-		if q.MaxLen > 0 {
-			q.Fill = float64(q.Queued) / float64(q.MaxLen)
-		}
-		st.Queues = append(st.Queues, q)
+	sn := d.sh.snap.Load()
+	for i, w := range d.sh.ws {
+		// The engine's counters, once: on its first queue.
+		st.Queues = append(st.Queues, d.statusQueue(w, sn, i == 0))
 	}
-	// Rules as the policy in force has them (every engine has the same),
-	// counters summed over the engines (one, serving every queue).
-	byName := map[string]int{}
-	for _, sh := range engines(d.ws) {
-		sn := sh.snap.Load()
-		for j := range sn.rules {
-			r := &sn.rules[j]
-			i, seen := byName[r.name]
-			if !seen {
-				i = len(st.Rules)
-				byName[r.name] = i
-				st.Rules = append(st.Rules, describeRule(&r.rule))
-				st.Rules[i].Path = r.pathLabel()
-			}
-			x := &src{e: sn, r: r}
-			for k := range counters {
-				if c := &counters[k]; c.ruleField != nil {
-					*c.ruleField(&st.Rules[i]) += uint64(c.get(x))
-				}
+	// The rules and totals of the policy in force, with their counters.
+	for j := range sn.rules {
+		r := &sn.rules[j]
+		cr := describeRule(&r.rule)
+		cr.Path = r.pathLabel()
+		x := &src{e: sn, r: r}
+		for k := range counters {
+			if c := &counters[k]; c.ruleField != nil {
+				*c.ruleField(&cr) = uint64(c.get(x))
 			}
 		}
-		for j := range sn.totals {
-			addTotal(&st.Totals, &sn.totals[j])
-		}
+		st.Rules = append(st.Rules, cr)
+	}
+	for j := range sn.totals {
+		st.Totals = append(st.Totals, describeTotal(&sn.totals[j]))
 	}
 	return st
 }
 
-// addTotal adds total t as status shows it to ts, its counters summed
-// with those of the same total of another engine (every engine has the
-// same totals).
-func addTotal(ts *[]control.Total, t *totalSnap) {
-	i := slices.IndexFunc(*ts, func(o control.Total) bool { return o.Name == t.total.Name })
-	if i < 0 {
-		lc := t.total.Limit.LimiterConfig()
-		out := control.Total{Name: t.total.Name, Algorithm: lc.Algorithm.String(), Rate: lc.Rate, Unit: unit(t.total.Limit.Bytes)}
-		if lc.Algorithm == shaper.TokenBucket {
-			out.Burst = lc.Burst
-		} else {
-			out.WindowSecs = float64(lc.Window) / 1e9
+// statusQueue is queue w as status shows it: its counters, and with
+// engine, those of the engine sn (which serves every queue).
+func (d *state) statusQueue(w *worker, sn *snapshot, engine bool) control.Queue {
+	s := d.sample(w)
+	q := control.Queue{
+		Queue: w.queue, Bound: s.bound, MaxLen: s.maxLen,
+		FailOpenSecs: s.failOpen.Secs, FailOpenExact: s.failOpen.Exact, FailOpenActive: s.failOpen.Active,
+	}
+	x := &src{q: &s, e: sn}
+	for i := range counters {
+		if c := &counters[i]; c.queueField != nil && (c.from != fromEngine || engine) {
+			*c.queueField(&q) = uint64(c.get(x))
 		}
-		i = len(*ts)
-		*ts = append(*ts, out)
+	}
+	if q.MaxLen > 0 {
+		q.Fill = float64(q.Queued) / float64(q.MaxLen)
+	}
+	return q
+}
+
+// describeTotal is total t as status shows it: its settings and counters.
+func describeTotal(t *totalSnap) control.Total {
+	lc := t.total.Limit.LimiterConfig()
+	out := control.Total{Name: t.total.Name, Algorithm: lc.Algorithm.String(), Rate: lc.Rate, Unit: unit(t.total.Limit.Bytes)}
+	if lc.Algorithm == shaper.TokenBucket {
+		out.Burst = lc.Burst
+	} else {
+		out.WindowSecs = float64(lc.Window) / 1e9
 	}
 	x := &src{t: t}
 	for k := range counters {
 		if c := &counters[k]; c.totalField != nil {
-			*c.totalField(&(*ts)[i]) += uint64(c.get(x))
+			*c.totalField(&out) = uint64(c.get(x))
 		}
 	}
+	return out
 }
 
 // StatusColumn is a counter column of `packetshaper status`'s rule table.
@@ -234,20 +223,15 @@ func describeRule(r *shaper.Rule) control.Rule {
 	return out
 }
 
-// Flows lists the flows of every engine (one, serving every queue), one
-// after the other, then the fast path's (control.Handler).
+// Flows lists the flows of the engine, then the fast path's
+// (control.Handler).
 func (d *state) Flows(ctx context.Context, rule string, emit func(*control.Flow) error) error {
-	if rule != "" {
-		// Every queue has the same rules: an unknown name is known
-		// before listing anything.
-		if !slices.ContainsFunc(d.ws[0].snap.Load().rules, func(r ruleSnap) bool { return r.name == rule }) {
-			return errNoRule(rule)
-		}
+	// An unknown name is known before listing anything.
+	if rule != "" && !slices.ContainsFunc(d.sh.snap.Load().rules, func(r ruleSnap) bool { return r.name == rule }) {
+		return errNoRule(rule)
 	}
-	for _, sh := range engines(d.ws) {
-		if err := sh.listFlows(ctx, rule, emit); err != nil {
-			return err
-		}
+	if err := d.sh.listFlows(ctx, rule, emit); err != nil {
+		return err
 	}
 	// Then the kernel's (--fastpath).
 	return d.fp.listFlows(ctx, rule, emit)

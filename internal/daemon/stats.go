@@ -58,34 +58,20 @@ func (d *state) statsAttrs(elapsed time.Duration, all bool) []any {
 	return attrs
 }
 
-// totalGroups are the totals' groups, by name, in the policy's order: each
-// total's counters summed over the engines.
+// totalGroups are the totals' groups, by name, in the policy's order.
 func totalGroups(sc *scrape, all bool) []any {
-	var names []string
-	byName := map[string][]*src{}
-	sc.each(fromTotal, func(x *src, labels ...string) {
-		n := labels[1]
-		if _, ok := byName[n]; !ok {
-			names = append(names, n)
-		}
-		byName[n] = append(byName[n], x)
-	})
 	var groups []any
-	for _, n := range names {
+	sc.each(fromTotal, func(x *src, labels ...string) {
 		var fields []any
 		for i := range counters {
 			if c := &counters[i]; c.Key != "" && c.from == fromTotal {
-				var v float64
-				for _, x := range byName[n] {
-					v += c.get(x)
-				}
-				fields = addAttr(fields, c, v, all)
+				fields = addAttr(fields, c, c.get(x), all)
 			}
 		}
 		if len(fields) > 0 {
-			groups = append(groups, slog.Group(n, fields...))
+			groups = append(groups, slog.Group(labels[1], fields...))
 		}
-	}
+	})
 	return groups
 }
 
@@ -133,19 +119,9 @@ func (d *state) totalAttrs(sc *scrape, all bool) []any {
 // rule's counters (with a global rule's), and its path if the kernel runs
 // it.
 func ruleAttrs(sc *scrape, all bool) []any {
-	var names []string
-	byName := map[string][]*src{}
-	kernel := map[string]bool{}
+	var rules []any
 	sc.each(fromRule, func(x *src, labels ...string) {
 		n := labels[1]
-		if _, ok := byName[n]; !ok {
-			names = append(names, n)
-		}
-		byName[n] = append(byName[n], x)
-		kernel[n] = labels[2] == pathKernel
-	})
-	var rules []any
-	for _, n := range names {
 		g, global := sc.global[n]
 		var fields []any
 		for i := range counters {
@@ -153,26 +129,20 @@ func ruleAttrs(sc *scrape, all bool) []any {
 			if c.Key == "" || c.globalOnly && !global {
 				continue
 			}
-			switch c.from {
-			case fromRule:
-				var v float64
-				for _, x := range byName[n] {
-					v += c.get(x)
-				}
-				fields = addAttr(fields, c, v, all)
-			case fromGlobalRule:
-				if global {
-					fields = addAttr(fields, c, c.get(&src{g: &g}), all)
-				}
+			switch {
+			case c.from == fromRule:
+				fields = addAttr(fields, c, c.get(x), all)
+			case c.from == fromGlobalRule && global:
+				fields = addAttr(fields, c, c.get(&src{g: &g}), all)
 			}
 		}
 		if len(fields) > 0 {
-			if kernel[n] {
+			if labels[2] == pathKernel {
 				fields = append([]any{"path", pathKernel}, fields...)
 			}
 			rules = append(rules, slog.Group(n, fields...))
 		}
-	}
+	})
 	return rules
 }
 
@@ -187,7 +157,7 @@ func (d *state) totalSample(sc *scrape) queueSample {
 	}
 	for i := range sc.queues {
 		q := &sc.queues[i]
-		if !failClosed(d.ws) {
+		if !failClosed(d.sh.ws) {
 			t.failOpen.Passed += q.Lost
 		}
 		worst(&t.latency, q.latency)

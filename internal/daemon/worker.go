@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +43,7 @@ type offloader interface {
 // the generation's channel (install returns it), so a reload waits for it
 // without polling.
 type shared struct {
-	queues []uint16 // served by this engine, in order
+	ws []*worker // its queues' workers, in the order of the queues
 
 	mu       sync.Mutex
 	eng      *shaper.Engine // under mu
@@ -134,27 +133,20 @@ func (r *ruleSnap) pathLabel() string {
 
 const snapEvery = int64(100 * time.Millisecond)
 
-// newWorker returns the worker of one queue with its own engine.
-func newWorker(queue uint16, eng *shaper.Engine) *worker {
-	return newWorkers([]uint16{queue}, eng)[0]
-}
-
-// newWorkers returns the workers of queues, all deciding with eng.
-func newWorkers(queues []uint16, eng *shaper.Engine) []*worker {
-	sh := &shared{queues: queues, eng: eng, listTurn: make(chan struct{}, 1), done: make(chan struct{})}
+// newEngine returns the engine eng serving queues, with their workers.
+func newEngine(queues []uint16, eng *shaper.Engine) *shared {
+	sh := &shared{eng: eng, listTurn: make(chan struct{}, 1), done: make(chan struct{})}
 	ws := make([]*worker, len(queues))
 	for i, q := range queues {
 		ws[i] = &worker{shared: sh, queue: q, stopped: make(chan struct{})}
 		ws[i].meta.Queue = q
 	}
-	if len(ws) == 1 {
-		sh.done = ws[0].stopped // one channel: tests close stopped
-	}
+	sh.ws = ws
 	sh.wake = func() {}
 	sh.running.Store(int32(len(ws)))
 	sh.cur.Store(eng)
 	sh.snapshot(0)
-	return ws
+	return sh
 }
 
 // stop records that the queue's Run has returned: its stopped is closed,
@@ -165,7 +157,7 @@ func (w *worker) stop(now int64) {
 	w.snapshot(now)
 	w.mu.Unlock()
 	close(w.stopped)
-	if w.running.Add(-1) == 0 && w.done != w.stopped {
+	if w.running.Add(-1) == 0 {
 		close(w.done)
 	}
 }
@@ -319,16 +311,10 @@ func (sh *shared) snapshot(now int64) {
 
 // label names the queues the engine serves, as the metrics' queue label
 // and the flag have them: "0", "20-23".
-func (sh *shared) label() string { return nfq.FormatQueues(sh.queues) }
-
-// engines returns the engines of ws, each once, in the order of their
-// first queue.
-func engines(ws []*worker) []*shared {
-	var out []*shared
-	for _, w := range ws {
-		if !slices.Contains(out, w.shared) {
-			out = append(out, w.shared)
-		}
+func (sh *shared) label() string {
+	qs := make([]uint16, len(sh.ws))
+	for i, w := range sh.ws {
+		qs[i] = w.queue
 	}
-	return out
+	return nfq.FormatQueues(qs)
 }

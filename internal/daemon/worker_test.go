@@ -37,12 +37,7 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 	v := make([]nfq.Verdict, len(batch))
 	now := int64(1e18)
 	w.decide(batch, v, now) // the flows enter the table
-	allocs := testing.AllocsPerRun(100, func() {
-		now += int64(time.Millisecond)
-		clear(v)
-		w.decide(batch, v, now)
-	})
-	if allocs != 0 {
+	if allocs := decideAllocs(100, w, batch, v, &now, int64(time.Millisecond)); allocs != 0 {
 		t.Errorf("decide of a 64-packet batch: %v allocations, want 0", allocs)
 	}
 	// 8 flows, burst 5: the first batch accepted 5 of each flow's 8.
@@ -55,15 +50,11 @@ func TestDecideDoesNotAllocate(t *testing.T) {
 // the next batch; a rule whose settings did not change keeps its flows'
 // state, a changed one starts afresh; the snapshot's counters go on.
 func TestWorkerReload(t *testing.T) {
-	const a = "[[rule]]\nname = \"a\"\nmatch = { sport = [\"1000\"], proto = [\"udp\"] }\npps = 0.001\nburst = 2\n"
+	a := rule("a", udpSport(1000), "pps = 0.001", "burst = 2")
 	b := func(burst int) string {
-		return fmt.Sprintf("[[rule]]\nname = \"b\"\nmatch = { sport = [\"1001\"], proto = [\"udp\"] }\npps = 0.001\nburst = %d\n", burst)
+		return rule("b", udpSport(1001), "pps = 0.001", fmt.Sprintf("burst = %d", burst))
 	}
-	eng, err := shaper.NewPolicy(compilePolicy(t, a+b(2)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := newWorker(0, eng)
+	w := newTestWorker(t, a+b(2))
 	batch := func() ([]nfq.Packet, []nfq.Verdict) {
 		var bs []nfq.Packet
 		for i := 0; i < 4; i++ {
@@ -111,11 +102,7 @@ func TestWorkerReload(t *testing.T) {
 		t.Errorf("snapshot after the reload: %+v", s)
 	}
 	// No allocation per batch when nothing is pending.
-	if allocs := testing.AllocsPerRun(50, func() {
-		now += int64(time.Microsecond)
-		clear(v)
-		w.decide(bt, v, now)
-	}); allocs != 0 {
+	if allocs := decideAllocs(50, w, bt, v, &now, int64(time.Microsecond)); allocs != 0 {
 		t.Errorf("decide: %v allocations, want 0", allocs)
 	}
 }
@@ -155,11 +142,7 @@ func TestWorkerShape(t *testing.T) {
 	if s := w.snap.Load(); s.Delayed != 4 || s.delays.Count != 4 {
 		t.Errorf("snapshot %+v", s)
 	}
-	if allocs := testing.AllocsPerRun(50, func() {
-		now += int64(time.Millisecond)
-		clear(v)
-		w.decide(batch, v, now)
-	}); allocs != 0 {
+	if allocs := decideAllocs(50, w, batch, v, &now, int64(time.Millisecond)); allocs != 0 {
 		t.Errorf("decide with shaping: %v allocations, want 0", allocs)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
 )
 
@@ -15,6 +16,15 @@ func parse(t *testing.T, text string) *policy.File {
 	}
 	return f
 }
+
+// rule is a [[rule]] table (testutil.PolicyRule).
+var rule = testutil.PolicyRule
+
+// A rule's commonest settings: accept, or limit to 10 packets/s.
+const (
+	accept = `action = "accept"`
+	pps10  = "pps = 10"
+)
 
 // rules writes a policy of one limit rule per match.
 func rules(matches ...string) string {
@@ -89,21 +99,9 @@ func anySees(ds []Rule, r *policy.Rule) bool {
 }
 
 func TestNeededLeavesAcceptRulesOut(t *testing.T) {
-	f := parse(t, `
-[[rule]]
-name = "mgmt"
-match = { proto = ["tcp"], dport = ["22"] }
-action = "accept"
-
-[[rule]]
-name = "dns"
-match = { proto = ["udp"], dport = ["53"] }
-pps = 10
-
-[[rule]]
-name = "rest"
-action = "accept"
-`)
+	f := parse(t, rule("mgmt", `proto = ["tcp"], dport = ["22"]`, accept)+
+		rule("dns", `proto = ["udp"], dport = ["53"]`, pps10)+
+		rule("rest", "", accept))
 	got, _ := Needed(f, nil)
 	if argLines(got) != "--family both --proto udp --dport 53" {
 		t.Errorf("Needed: %s; want only udp/53 (accept rules' packets pass anyway)", argLines(got))
@@ -201,37 +199,12 @@ func TestFromOptions(t *testing.T) {
 }
 
 func TestUnseen(t *testing.T) {
-	const pol = `
-[[rule]]
-name = "dns"
-match = { proto = ["udp"], dport = ["53"] }
-pps = 10
-
-[[rule]]
-name = "app"
-match = { proto = ["udp"], dport = ["9000-9100"] }
-pps = 10
-
-[[rule]]
-name = "other-queue"
-match = { queue = [1] }
-pps = 10
-
-[[rule]]
-name = "v6"
-match = { src = ["fd00::/8"] }
-pps = 10
-
-[[rule]]
-name = "tcp-any"
-match = { proto = ["tcp"] }
-pps = 10
-
-[[rule]]
-name = "rest"
-action = "accept"
-`
-	f := parse(t, pol)
+	f := parse(t, rule("dns", `proto = ["udp"], dport = ["53"]`, pps10)+
+		rule("app", `proto = ["udp"], dport = ["9000-9100"]`, pps10)+
+		rule("other-queue", `queue = [1]`, pps10)+
+		rule("v6", `src = ["fd00::/8"]`, pps10)+
+		rule("tcp-any", `proto = ["tcp"]`, pps10)+
+		rule("rest", "", accept))
 	ds := ParseIptables(iptablesS, IPv4)[:1] // udp dport 9000, queue 0, IPv4
 	var got []string
 	for _, w := range Unseen(f, ds) {
@@ -259,24 +232,9 @@ action = "accept"
 // divert rules feed from INPUT or FORWARD only sees no packet with an
 // owner: a warning; fed from OUTPUT (or a chain not known), none.
 func TestUnseenOwner(t *testing.T) {
-	const pol = `
-[[rule]]
-name = "users"
-match = { uid = ["1000-1999"], proto = ["udp"] }
-key = "uid"
-pps = 100
-
-[[rule]]
-name = "by-gid"
-key = "gid+dst"
-pps = 100
-
-[[rule]]
-name = "by-mark"
-key = "mark"
-pps = 100
-`
-	f := parse(t, pol)
+	f := parse(t, rule("users", `uid = ["1000-1999"], proto = ["udp"]`, `key = "uid"`, "pps = 100")+
+		rule("by-gid", "", `key = "gid+dst"`, "pps = 100")+
+		rule("by-mark", "", `key = "mark"`, "pps = 100"))
 	for _, tc := range []struct {
 		chains []string
 		want   string

@@ -38,22 +38,13 @@ func ParseTag(comment, family string) (r Rule, ok bool) {
 		case "sport":
 			r.Sport, err = parsePorts(v)
 		case "src":
-			r.Src, err = netip.ParsePrefix(v)
-			if err != nil {
-				var a netip.Addr
-				if a, err = netip.ParseAddr(v); err == nil {
-					r.Src = netip.PrefixFrom(a, a.BitLen())
-				}
-			}
+			r.Src, err = parseSrc(v)
 		case "family":
 			r.Family = v
 		case "syn":
 			r.Syn = true
 		case "icmptype":
-			var n uint64
-			if n, err = strconv.ParseUint(v, 10, 8); err == nil {
-				r.ICMPType, r.HasICMPType = uint8(n), true
-			}
+			r.ICMPType, r.HasICMPType, err = parseICMPType(v)
 		case "ctstate":
 			r.CtState = v
 		default:
@@ -189,13 +180,7 @@ func FromOptions(queue string, opts []string) (r Rule, policyFile string, err er
 		case "--sport":
 			r.Sport, err = parsePorts(v)
 		case "--src":
-			r.Src, err = netip.ParsePrefix(v)
-			if err != nil {
-				var a netip.Addr
-				if a, err = netip.ParseAddr(v); err == nil {
-					r.Src = netip.PrefixFrom(a, a.BitLen())
-				}
-			}
+			r.Src, err = parseSrc(v)
 			if err == nil && r.Family == Both {
 				r.Family = []string{IPv4, IPv6}[b2i(r.Src.Addr().Is6())]
 			}
@@ -207,10 +192,7 @@ func FromOptions(queue string, opts []string) (r Rule, policyFile string, err er
 		case "--chain":
 			r.Chain = strings.ToUpper(v)
 		case "--icmp-type":
-			var n uint64
-			if n, err = strconv.ParseUint(v, 10, 8); err == nil {
-				r.ICMPType, r.HasICMPType = uint8(n), true
-			}
+			r.ICMPType, r.HasICMPType, err = parseICMPType(v)
 		case "--ctstate":
 			r.CtState = strings.ToUpper(v)
 		case "--policy":
@@ -423,4 +405,25 @@ func describeMatch(m *policy.Match) string {
 		return "every packet (of its interfaces or mark)"
 	}
 	return strings.Join(w, " ")
+}
+
+// parseSrc parses a source: a CIDR, or an address (its host prefix).
+func parseSrc(v string) (netip.Prefix, error) {
+	p, err := netip.ParsePrefix(v)
+	if err != nil {
+		var a netip.Addr
+		if a, err = netip.ParseAddr(v); err == nil {
+			p = netip.PrefixFrom(a, a.BitLen())
+		}
+	}
+	return p, err
+}
+
+// parseICMPType parses an ICMP type, 0-255; has is whether it parsed.
+func parseICMPType(v string) (typ uint8, has bool, err error) {
+	n, err := strconv.ParseUint(v, 10, 8)
+	if err != nil {
+		return 0, false, err
+	}
+	return uint8(n), true, nil
 }

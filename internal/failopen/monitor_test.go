@@ -66,6 +66,14 @@ func (s *sim) sample(dt int64) {
 	s.c.sample(s.now, s.lookup)
 }
 
+// run takes n samples 100 ms apart, queue q showing total and ids at each.
+func (s *sim) run(q uint16, n int, total, ids uint64) {
+	for range n {
+		s.set(q, total, ids)
+		s.sample(100 * ms)
+	}
+}
+
 // settle advances time by dt, samples and settles with rules.
 func (s *sim) settle(dt int64, rules []QueueRule, err error) {
 	s.now += dt
@@ -308,10 +316,8 @@ func TestCoreRulesChange(t *testing.T) {
 	r := rule(1, 0, 1, 0)
 	s.settle(0, []QueueRule{r}, nil)
 	s.steady(5, 100, nil)
-	s.set(0, 100, 100)
-	s.sample(100 * ms)
-	s.set(0, 100, 0)
-	s.sample(100 * ms) // est 100
+	s.run(0, 1, 100, 100)
+	s.run(0, 1, 100, 0) // est 100
 	r2 := rule(2, 0, 1, 0)
 	s.set(0, 0, 100)
 	s.settle(100*ms, []QueueRule{r, r2}, nil)
@@ -416,10 +422,7 @@ func TestCoreGSO(t *testing.T) {
 	for i := range 5 {
 		// 1 s of a TCP transfer: 100 GSO packets of 4.3 segments a
 		// 100 ms sample, 430 ids, far below the 1000 free.
-		for range 9 {
-			s.set(0, 3, 430)
-			s.sample(100 * ms)
-		}
+		s.run(0, 9, 3, 430)
 		s.set(0, 3, 430)
 		r.Packets += 1000
 		s.settle(100*ms, []QueueRule{r}, nil)
@@ -436,12 +439,8 @@ func TestCoreGSO(t *testing.T) {
 	// Now it fills, stays full for 0.3 s and drains: estimated (4300/s
 	// arrivals, 100 got in each 100 ms: 330 passed in each of the four
 	// intervals with a full end), not exact.
-	s.set(0, 1000, 997)
-	s.sample(100 * ms)
-	for range 3 {
-		s.set(0, 1000, 100)
-		s.sample(100 * ms)
-	}
+	s.run(0, 1, 1000, 997)
+	s.run(0, 3, 1000, 100)
 	s.set(0, 0, 100)
 	r.Packets += 400
 	s.settle(100*ms, []QueueRule{r}, nil)

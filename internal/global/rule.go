@@ -500,10 +500,15 @@ func (r *Rule) retireIdle(list []*entry, now int64) {
 	defer r.mu.Unlock()
 	for _, e := range gone {
 		e.retired = true
-		e.l.Retire()
 		if r.m[e.k] == e {
 			delete(r.m, e.k)
 		}
+	}
+	// The key count first, then the leases told: whoever sees a lease
+	// retired sees the rule without its key (TestRetireIdle).
+	r.keys.Store(int64(len(r.m)))
+	for _, e := range gone {
+		e.l.Retire()
 	}
 	r.retiredSinceComp += len(gone)
 	if r.retiredSinceComp > len(r.list)/4 {
@@ -515,7 +520,6 @@ func (r *Rule) retireIdle(list []*entry, now int64) {
 		}
 		r.list, r.retiredSinceComp = live, 0
 	}
-	r.keys.Store(int64(len(r.m)))
 }
 
 // measure updates the rule's share of the grants and the hosts seen.

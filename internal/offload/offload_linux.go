@@ -397,12 +397,7 @@ func (o *Offloader) flush(items []item, now time.Time) {
 		adds[set] = append(adds[set], kelem{key: append([]byte(nil), b[:n]...), timeout: o.timeout, lim: lim})
 		ps = append(ps, pending{k: *k, set: set, lim: lim, refresh: refresh})
 	}
-	if len(ps) == 0 {
-		return
-	}
-	if err := o.send(&adds); err != nil {
-		o.c.errors.Add(uint64(len(ps)))
-		o.logRefusal(now, len(ps), err)
+	if !o.commit(&adds, len(ps), now) {
 		return
 	}
 	for _, p := range ps {
@@ -479,12 +474,7 @@ func (o *Offloader) refreshDropping(now time.Time) {
 		adds[set] = append(adds[set], kelem{key: append([]byte(nil), b[:n]...), timeout: o.timeout, lim: e.lim})
 		ks = append(ks, k)
 	}
-	if len(ks) == 0 {
-		return
-	}
-	if err := o.send(&adds); err != nil {
-		o.c.errors.Add(uint64(len(ks)))
-		o.logRefusal(now, len(ks), err)
+	if !o.commit(&adds, len(ks), now) {
 		return
 	}
 	for _, k := range ks {
@@ -493,6 +483,21 @@ func (o *Offloader) refreshDropping(now time.Time) {
 		o.live[k] = e
 		o.c.refreshed.Add(1)
 	}
+}
+
+// commit sends adds, the n elements gathered (none: nothing to send); a
+// refusal counts n errors and is logged. It reports whether the kernel
+// took them.
+func (o *Offloader) commit(adds *[numSets][]kelem, n int, now time.Time) bool {
+	if n == 0 {
+		return false
+	}
+	if err := o.send(adds); err != nil {
+		o.c.errors.Add(uint64(n))
+		o.logRefusal(now, n, err)
+		return false
+	}
+	return true
 }
 
 func (o *Offloader) logRefusal(now time.Time, n int, err error) {

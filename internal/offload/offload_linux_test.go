@@ -88,7 +88,7 @@ type receiver struct {
 	conn *net.UDPConn
 	mu   sync.Mutex
 	got  map[int]int
-	done chan struct{}
+	done <-chan struct{}
 }
 
 func newReceiver(t testing.TB, network, addr string) *receiver {
@@ -101,20 +101,12 @@ func newReceiver(t testing.TB, network, addr string) *receiver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &receiver{conn: c, got: map[int]int{}, done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		buf := make([]byte, 2048)
-		for {
-			_, from, err := c.ReadFromUDP(buf)
-			if err != nil {
-				return
-			}
-			r.mu.Lock()
-			r.got[from.Port]++
-			r.mu.Unlock()
-		}
-	}()
+	r := &receiver{conn: c, got: map[int]int{}}
+	r.done = testutil.Receive(c, func(from net.Addr, _ []byte) {
+		r.mu.Lock()
+		r.got[from.(*net.UDPAddr).Port]++
+		r.mu.Unlock()
+	})
 	t.Cleanup(func() { c.Close(); <-r.done })
 	return r
 }
@@ -278,20 +270,13 @@ func TestOffloadNoPorts(t *testing.T) {
 	defer rx.Close()
 	var mu sync.Mutex
 	got := map[byte]int{} // by the payload's first byte: the destination's last byte
-	go func() {
-		buf := make([]byte, 2048)
-		for {
-			n, _, err := rx.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			if n > 0 {
-				mu.Lock()
-				got[buf[0]]++
-				mu.Unlock()
-			}
+	testutil.Receive(rx, func(_ net.Addr, b []byte) {
+		if len(b) > 0 {
+			mu.Lock()
+			got[b[0]]++
+			mu.Unlock()
 		}
-	}()
+	})
 	o.Add(key(47, "127.0.0.1", "127.0.0.2", 0, 0), perMinute5)
 	waitStats(t, o, "the element", func(s Stats) bool { return s.Offloaded == 1 })
 	if l := listSet(t, "noports4"); !strings.Contains(l, "127.0.0.1 . 127.0.0.2 . gre") {

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/net/html"
 
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/replay"
 	"github.com/packetshaper/packetshaper/shaper"
@@ -25,19 +26,9 @@ func replayed(t *testing.T, pol string, files ...string) (*replay.Replayer, *pol
 	if !filepath.IsAbs(pol) {
 		pol = filepath.Join(testdata, pol)
 	}
-	f, err := policy.Load(pol)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := f.Compile(policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := shaper.NewPolicy(c.Policy())
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := replay.New(eng, replay.Options{Timeline: true, IfaceID: c.IfaceID})
+	f := testutil.Must(policy.Load(pol))(t)
+	c := testutil.Must(f.Compile(policy.Options{}))(t)
+	r := replay.New(testutil.Must(shaper.NewPolicy(c.Policy()))(t), replay.Options{Timeline: true, IfaceID: c.IfaceID})
 	for _, name := range files {
 		if err := r.ReplayFile(filepath.Join(testdata, name)); err != nil {
 			t.Fatal(err)

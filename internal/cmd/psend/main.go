@@ -41,6 +41,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -48,9 +50,26 @@ import (
 // maxDuration bounds every mode, whatever the flags say.
 const maxDuration = 10 * time.Minute
 
+// psendMode is a mode of psend: its name and what runs it, which returns
+// what psend prints as JSON (nothing for nil).
+type psendMode struct {
+	name string
+	run  func(context.Context, []string) (any, error)
+}
+
+// modes are psend's modes, in the order usage names them.
+var modes = []psendMode{
+	{"send", runSend}, {"send6x", runSend6x}, {"send6hbh", runSend6hbh}, {"sendtun", runSendTun},
+	{"recv", runRecv}, {"tcp-serve", runTCPServe}, {"tcp-send", runTCPSend},
+	{"tcp-connect", runTCPConnect}, {"tcp-accept", runTCPAccept}, {"report", runReport},
+}
+
 func usage() {
-	fmt.Fprint(os.Stderr, `usage: psend send|send6x|send6hbh|sendtun|recv|tcp-serve|tcp-send|tcp-connect|tcp-accept|report [flags]   (psend MODE --help for flags)
-`)
+	names := make([]string, len(modes))
+	for i, m := range modes {
+		names[i] = m.name
+	}
+	fmt.Fprintf(os.Stderr, "usage: psend %s [flags]   (psend MODE --help for flags)\n", strings.Join(names, "|"))
 }
 
 func main() {
@@ -61,40 +80,18 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	var (
-		res any
-		err error
-	)
-	args := os.Args[2:]
-	switch os.Args[1] {
-	case "send":
-		res, err = runSend(ctx, args)
-	case "send6x":
-		res, err = runSend6x(ctx, args)
-	case "send6hbh":
-		res, err = runSend6hbh(ctx, args)
-	case "sendtun":
-		res, err = runSendTun(ctx, args)
-	case "recv":
-		res, err = runRecv(ctx, args)
-	case "tcp-serve":
-		res, err = runTCPServe(ctx, args)
-	case "tcp-send":
-		res, err = runTCPSend(ctx, args)
-	case "tcp-connect":
-		res, err = runTCPConnect(ctx, args)
-	case "tcp-accept":
-		res, err = runTCPAccept(ctx, args)
-	case "report":
-		res, err = runReport(ctx, args)
-	case "-h", "--help", "help":
+	mode := os.Args[1]
+	if mode == "-h" || mode == "--help" || mode == "help" {
 		usage()
 		return
-	default:
-		fmt.Fprintf(os.Stderr, "psend: unknown mode %q\n", os.Args[1])
+	}
+	i := slices.IndexFunc(modes, func(m psendMode) bool { return m.name == mode })
+	if i < 0 {
+		fmt.Fprintf(os.Stderr, "psend: unknown mode %q\n", mode)
 		usage()
 		os.Exit(2)
 	}
+	res, err := modes[i].run(ctx, os.Args[2:])
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "psend %s: %v\n", os.Args[1], err)
 		if _, ok := err.(usageError); ok {

@@ -120,8 +120,21 @@ func TestSendUnpaced(t *testing.T) {
 	}
 }
 
+// wantUsageErrors checks that run (mode's) refuses each of argss with a
+// usage error.
+func wantUsageErrors(t *testing.T, mode string, run func(context.Context, []string) (any, error), argss [][]string) {
+	t.Helper()
+	for _, args := range argss {
+		if _, err := run(context.Background(), args); err == nil {
+			t.Errorf("%s %q: no error", mode, args)
+		} else if _, ok := err.(usageError); !ok {
+			t.Errorf("%s %q: %v is not a usage error", mode, args, err)
+		}
+	}
+}
+
 func TestSendBadFlags(t *testing.T) {
-	for _, args := range [][]string{
+	wantUsageErrors(t, "send", runSend, [][]string{
 		{"--dst", "1.2.3.4"},
 		{"--dst", "127.0.0.1:9", "--flows", "0"},
 		{"--dst", "127.0.0.1:9", "--pps", "-1"},
@@ -132,13 +145,7 @@ func TestSendBadFlags(t *testing.T) {
 		{"--dst", "127.0.0.1:9", "--batch", "0"},
 		{"--dst", "127.0.0.1:9", "--pps", "0", "--times"},
 		{"--bogus"},
-	} {
-		if _, err := runSend(context.Background(), args); err == nil {
-			t.Errorf("send %q: no error", args)
-		} else if _, ok := err.(usageError); !ok {
-			t.Errorf("send %q: %v is not a usage error", args, err)
-		}
-	}
+	})
 }
 
 func TestTCPLoopback(t *testing.T) {

@@ -218,7 +218,7 @@ func (o *sendOpts) parse(fs *flag.FlagSet, args []string) ([]netip.AddrPort, err
 
 // parseMode parses a mode's flags other than send's (fs made with
 // addSendFlags as o, and the mode's own): the destinations, send's checks,
-// and --gso and --sizes refused (send only).
+// and --gso, --sizes and --seq refused (send only).
 func (o *sendOpts) parseMode(mode string, fs *flag.FlagSet, args []string) ([]netip.AddrPort, error) {
 	dsts, err := o.parse(fs, args)
 	if err != nil {
@@ -226,6 +226,9 @@ func (o *sendOpts) parseMode(mode string, fs *flag.FlagSet, args []string) ([]ne
 	}
 	if o.gso != 0 || o.sizes != "" {
 		return nil, badFlag("--gso and --sizes: send only, not %s", mode)
+	}
+	if o.seq {
+		return nil, badFlag("--seq: send only, not %s", mode)
 	}
 	return dsts, nil
 }
@@ -524,12 +527,12 @@ func runTargets(ctx context.Context, o *sendOpts, dsts []netip.AddrPort, targets
 	return res
 }
 
-// packetTargets is, for each of o's flows, a target per destination that
-// writes the whole packet build makes for it (from source src(d), the flow's
-// source port, o's payload) with write: the senders of whole IP packets
-// (send6hbh, sendtun).
-func packetTargets(o *sendOpts, dsts []netip.AddrPort, src func(netip.AddrPort) (netip.Addr, error),
-	build func(src netip.Addr, d netip.AddrPort, sport uint16, payload []byte) []byte, write func([]byte) error) ([][]target, error) {
+// sendPackets sends as o says (runTargets), for each of o's flows, to
+// each destination d the whole packet build makes for it (from source
+// src(d), the flow's source port, o's payload), written with write: the
+// senders of whole IP packets (send6hbh, sendtun).
+func sendPackets(ctx context.Context, o *sendOpts, dsts []netip.AddrPort, src func(netip.AddrPort) (netip.Addr, error),
+	build func(src netip.Addr, d netip.AddrPort, sport uint16, payload []byte) []byte, write func([]byte) error) (any, error) {
 	payload := make([]byte, o.size)
 	fillPayload(payload)
 	targets := make([][]target, o.flows)
@@ -543,5 +546,5 @@ func packetTargets(o *sendOpts, dsts []netip.AddrPort, src func(netip.AddrPort) 
 			targets[f] = append(targets[f], target{write: func() error { return write(buf) }, buf: buf})
 		}
 	}
-	return targets, nil
+	return runTargets(ctx, o, dsts, targets, &SendResult{}), nil
 }

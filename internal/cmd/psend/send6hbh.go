@@ -31,8 +31,6 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	switch {
-	case o.seq:
-		return nil, badFlag("--seq: send only, not send6hbh")
 	case o.pps == 0:
 		return nil, badFlag("--pps 0: send6hbh sends paced only")
 	case *iface == "":
@@ -64,11 +62,7 @@ func runSend6hbh(ctx context.Context, args []string) (any, error) {
 		}
 		return routeSource(d)
 	}
-	targets, err := packetTargets(o, dsts, src, hbhZeroPacket, ps.send)
-	if err != nil {
-		return nil, err
-	}
-	return runTargets(ctx, o, dsts, targets, &SendResult{}), nil
+	return sendPackets(ctx, o, dsts, src, hbhZeroPacket, ps.send)
 }
 
 // hbhZeroPacket is a whole IPv6 packet from src to dst: payload length 0,

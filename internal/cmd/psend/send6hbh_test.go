@@ -40,7 +40,7 @@ func TestHBHZeroPacket(t *testing.T) {
 }
 
 func TestSend6hbhBadFlags(t *testing.T) {
-	for _, args := range [][]string{
+	wantUsageErrors(t, "send6hbh", runSend6hbh, [][]string{
 		{"--dst", "127.0.0.1:9", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01"},
 		{"--dst", "[::1]:9", "--dst-mac", "02:00:00:00:00:01"},
 		{"--dst", "[::1]:9", "--iface", "lo"},
@@ -48,23 +48,12 @@ func TestSend6hbhBadFlags(t *testing.T) {
 		{"--dst", "[::1]:9", "--iface", "no-such-device0", "--dst-mac", "02:00:00:00:00:01"},
 		{"--dst", "[::1]:9", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01", "--pps", "0", "--count", "1"},
 		{"--dst", "[::1]:9", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01", "--size", "65500"},
-	} {
-		if _, err := runSend6hbh(context.Background(), args); err == nil {
-			t.Errorf("send6hbh %q: no error", args)
-		} else if _, ok := err.(usageError); !ok {
-			t.Errorf("send6hbh %q: %v is not a usage error", args, err)
-		}
-	}
-	for _, args := range [][]string{
+		{"--dst", "[::1]:9", "--iface", "lo", "--dst-mac", "02:00:00:00:00:01", "--seq"},
+	})
+	wantUsageErrors(t, "send", runSend, [][]string{
 		{"--dst", "127.0.0.1:9", "--size", "65508"},
 		{"--dst", "127.0.0.1:9", "--size", "-1"},
-	} {
-		if _, err := runSend(context.Background(), args); err == nil {
-			t.Errorf("send %q: no error", args)
-		} else if _, ok := err.(usageError); !ok {
-			t.Errorf("send %q: %v is not a usage error", args, err)
-		}
-	}
+	})
 	if _, err := runSend6x(context.Background(), []string{"--dst", "[::1]:9", "--size", "65500", "--dstopt-len", "64"}); err == nil {
 		t.Errorf("send6x: --size 65500 with 64 bytes of headers: no error")
 	}

@@ -70,9 +70,6 @@ func runSend6x(ctx context.Context, args []string) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.seq {
-		return nil, badFlag("--seq: send only, not send6x")
-	}
 	hlen := (*optLen + 7) &^ 7
 	switch {
 	case *nopts < 1 || *nopts > maxDstOpts:

@@ -149,7 +149,7 @@ func TestSend6xLoopback(t *testing.T) {
 }
 
 func TestSend6xBadFlags(t *testing.T) {
-	for _, args := range [][]string{
+	wantUsageErrors(t, "send6x", runSend6x, [][]string{
 		{"--dst", "127.0.0.1:9"},
 		{"--dst", "[::1]:9", "--dstopts", "0"},
 		{"--dst", "[::1]:9", "--dstopts", "65"},
@@ -157,11 +157,6 @@ func TestSend6xBadFlags(t *testing.T) {
 		{"--dst", "[::1]:9", "--dstopt-len", "2049"},
 		{"--dst", "[::1]:9", "--dstopts", "3", "--dstopt-len", "2048"},
 		{"--dst", "[::1]:9", "--src", "10.0.0.1"},
-	} {
-		if _, err := runSend6x(context.Background(), args); err == nil {
-			t.Errorf("send6x %q: no error", args)
-		} else if _, ok := err.(usageError); !ok {
-			t.Errorf("send6x %q: %v is not a usage error", args, err)
-		}
-	}
+		{"--dst", "[::1]:9", "--seq"},
+	})
 }

@@ -27,8 +27,6 @@ func runSendTun(ctx context.Context, args []string) (any, error) {
 	}
 	src, err := netip.ParseAddr(o.src)
 	switch {
-	case o.seq:
-		return nil, badFlag("--seq: send only, not sendtun")
 	case o.pps == 0:
 		return nil, badFlag("--pps 0: sendtun sends paced only")
 	case *dev == "":
@@ -48,11 +46,7 @@ func runSendTun(ctx context.Context, args []string) (any, error) {
 		return nil, fmt.Errorf("tun device %s (needs root): %w", *dev, err)
 	}
 	defer tun.close()
-	targets, err := packetTargets(o, dsts, func(netip.AddrPort) (netip.Addr, error) { return src, nil }, ipv4UDPPacket, tun.write)
-	if err != nil {
-		return nil, err
-	}
-	return runTargets(ctx, o, dsts, targets, &SendResult{}), nil
+	return sendPackets(ctx, o, dsts, func(netip.AddrPort) (netip.Addr, error) { return src, nil }, ipv4UDPPacket, tun.write)
 }
 
 // ipv4UDPPacket is a whole IPv4 packet from src:sport to dst: TTL 64, DF

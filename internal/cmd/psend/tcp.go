@@ -67,9 +67,7 @@ func runTCPServe(ctx context.Context, args []string) (any, error) {
 		return nil, fmt.Errorf("accept: %w", err)
 	}
 	defer c.Close()
-	stopc := context.AfterFunc(ctx, func() { c.Close() })
-	defer stopc()
-	_ = c.SetDeadline(deadline)
+	defer closeOnDone(ctx, c, deadline)()
 	start := time.Now()
 	h := sha256.New()
 	n, err := io.Copy(h, c)
@@ -105,9 +103,7 @@ func runTCPSend(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	defer c.Close()
-	stop := context.AfterFunc(ctx, func() { c.Close() })
-	defer stop()
-	_ = c.SetDeadline(deadline)
+	defer closeOnDone(ctx, c, deadline)()
 	start := time.Now()
 	h := sha256.New()
 	src := io.LimitReader(rand.NewChaCha8([32]byte{'p', 's', 'e', 'n', 'd'}), *nbytes)
@@ -121,4 +117,11 @@ func runTCPSend(ctx context.Context, args []string) (any, error) {
 	// Wait for the peer to close: it has read everything.
 	_, _ = io.Copy(io.Discard, c)
 	return &TCPResult{Bytes: n, SHA256: hex.EncodeToString(h.Sum(nil)), Seconds: time.Since(start).Seconds(), Peer: c.RemoteAddr().String()}, nil
+}
+
+// closeOnDone gives c deadline and closes it when ctx is done (a signal);
+// the function it returns stops the latter.
+func closeOnDone(ctx context.Context, c net.Conn, deadline time.Time) (stop func() bool) {
+	_ = c.SetDeadline(deadline)
+	return context.AfterFunc(ctx, func() { c.Close() })
 }

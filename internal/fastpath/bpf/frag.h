@@ -2,8 +2,9 @@
 // Fragments: every fragment of a datagram is decided as its first fragment
 // was, by the same rule and charged to the same flow, as cilium's fragment
 // map (bpf/lib/ipv4.h, ipv6.h) carries a first fragment's ports to the
-// later ones. The queue path sees datagrams whole (the divert rule's
-// conntrack match keeps the kernel's defragmentation on, before the queue):
+// later ones. The queue path sees datagrams whole (rules.sh add
+// --fastpath's socket-match rule, or --conntrack's conntrack match, keeps
+// the kernel's defragmentation on, before the queue):
 // this gives the kernel path the same datagram, decided at its first
 // fragment.
 //
