@@ -153,33 +153,27 @@ bench() {
 	return 1
 }
 
-# wallrun NAME BENCH: the benchmark's ns/op of one run.
-wallrun() {
-	local out ns
-	out=$(cd "$TMP" && "$TMP/$1.test" -test.run '^$' -test.bench "^$2\$/^engine/flows=$FLOWS\$" \
+# benchrun NAME UNIT ARGS...: the first value in UNIT (ns/op, cpu-ns/op)
+# of one run of NAME's test binary with ARGS.
+benchrun() {
+	local name=$1 unit=$2 out ns
+	shift 2
+	out=$(cd "$TMP" && "$TMP/$name.test" -test.run '^$' "$@" \
 		-test.benchtime "$BENCHTIME" -test.cpu "$CPU" -test.count 1 2>&1) || { echo "$out" >&2; return 1; }
-	ns=$(awk '/^Benchmark/ { for (i = 2; i < NF; i++) if ($(i+1) == "ns/op") { print $i; exit } }' <<<"$out")
+	ns=$(awk -v unit="$unit" '/^Benchmark/ { for (i = 2; i < NF; i++) if ($(i+1) == unit) { print $i; exit } }' <<<"$out")
 	if [ -z "$ns" ]; then
-		echo "bench-ab: $1: no ns/op in:" >&2
+		echo "bench-ab: $name: no $unit in:" >&2
 		echo "$out" >&2
 		return 1
 	fi
 	echo "$ns"
 }
 
+# wallrun NAME BENCH: the benchmark's ns/op of one run.
+wallrun() { benchrun "$1" ns/op -test.bench "^$2\$/^engine/flows=$FLOWS\$"; }
+
 # cpurun NAME BENCH: the CPU ns per Decide of one run (BENCHTIME).
-cpurun() {
-	local out ns
-	out=$(cd "$TMP" && AB_FLOWS=$FLOWS "$TMP/$1.test" -test.run '^$' -test.bench "^$2\$" \
-		-test.benchtime "$BENCHTIME" -test.cpu "$CPU" -test.count 1 2>&1) || { echo "$out" >&2; return 1; }
-	ns=$(awk '/^Benchmark/ { for (i = 2; i < NF; i++) if ($(i+1) == "cpu-ns/op") { print $i; exit } }' <<<"$out")
-	if [ -z "$ns" ]; then
-		echo "bench-ab: $1: no cpu-ns/op in:" >&2
-		echo "$out" >&2
-		return 1
-	fi
-	echo "$ns"
-}
+cpurun() { AB_FLOWS=$FLOWS benchrun "$1" cpu-ns/op -test.bench "^$2\$"; }
 
 # run NAME BENCH: ns/op of one run, as MODE measures it.
 run() {

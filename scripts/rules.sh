@@ -615,16 +615,20 @@ add rule inet $NFT_TABLE $c $(nft_expr)"
 	echo "$PROG: added: nft add rule inet $NFT_TABLE $c $(nft_expr)"
 }
 
-nft_drop_empty_table() {
+# drop_empty_table TABLE ERE: delete nft table inet TABLE unless a line of
+# its listing matches ERE (a rule it exists for).
+drop_empty_table() {
 	[ "$dry" = 1 ] && return 0
 	local t
 	# Read the listing whole: grep -q stopping early would fail the pipe.
-	t=$(query nft list table inet "$NFT_TABLE" 2>/dev/null) || return 0
-	if ! grep -q 'queue' <<<"$t"; then
-		run nft delete table inet "$NFT_TABLE"
+	t=$(query nft list table inet "$1" 2>/dev/null) || return 0
+	if ! grep -Eq "$2" <<<"$t"; then
+		run nft delete table inet "$1"
 	fi
 	return 0
 }
+
+nft_drop_empty_table() { drop_empty_table "$NFT_TABLE" 'queue'; }
 
 nft_del() {
 	local c h
@@ -750,16 +754,7 @@ off_add() {
 }
 
 # The table goes with its last drop rule: its sets hold nothing useful then.
-off_drop_empty_table() {
-	[ "$dry" = 1 ] && return 0
-	local t
-	# Read the listing whole: grep -q stopping early would fail the pipe.
-	t=$(query nft list table inet "$OFF_TABLE" 2>/dev/null) || return 0
-	if ! grep -Eq '@(no)?ports[46] ' <<<"$t"; then
-		run nft delete table inet "$OFF_TABLE"
-	fi
-	return 0
-}
+off_drop_empty_table() { drop_empty_table "$OFF_TABLE" '@(no)?ports[46] '; }
 
 off_del() {
 	local c set h

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
 	"github.com/packetshaper/packetshaper/shaper"
 )
@@ -151,7 +152,7 @@ func runFlood(t *testing.T, rate, burst int64, tol float64, wantAgree bool, legi
 		packets, flood, maxFlows, took.Round(time.Millisecond), 100*float64(agree)/float64(packets), rc.Inserts, present)
 	for j := range got {
 		sent := times[j][:next[j]]
-		want := exactTokenBucket(sent, burst, rate)
+		want := testutil.ExactTokenBucket(sent, burst, rate)
 		t.Logf("legitimate source %d: %d of %d accepted, an exact bucket %d", j, got[j], len(sent), want)
 		if math.Abs(float64(got[j]-want)) > tol*float64(want) {
 			t.Errorf("source %d: %d accepted, want %d ± %.0f %%", j, got[j], want, 100*tol)
@@ -163,24 +164,4 @@ func runFlood(t *testing.T, rate, burst int64, tol float64, wantAgree bool, legi
 	if wantAgree && agree != packets {
 		t.Errorf("%d of %d packets disagree with the Go engine", packets-agree, packets)
 	}
-}
-
-// exactTokenBucket is how many packets at times ns (in order) an exact
-// token bucket accepts: capacity burst packets, full at the first packet,
-// refilled at rate packets/s (cmd/packetshaper's, for its flood test).
-// Integer arithmetic in billionths of a packet.
-func exactTokenBucket(ns []int64, burst, rate int64) int {
-	const unit = 1_000_000_000
-	capacity := burst * unit
-	tokens, n := capacity, 0
-	for i, t := range ns {
-		if i > 0 {
-			tokens = min(capacity, tokens+rate*(t-ns[i-1]))
-		}
-		if tokens >= unit {
-			tokens -= unit
-			n++
-		}
-	}
-	return n
 }

@@ -34,7 +34,7 @@
 // 4 s on the host's clock; a fixed window's ends with its window) and, for
 // a key still active, before it expires. A host the store could not serve
 // again gets a slot in the key's queue of visits (the field q: each slot
-// after the last by the refill of what the host took, at most half a
+// after the last by the refill of the host's ask, at most half a
 // bucket) and asks at it while the key is active: the hosts of a key above
 // its limit come back one after another, each finding about its cap, so
 // that the asks per second are about hosts / I per key (2 × rate / burst

@@ -27,6 +27,7 @@ type fakeStore struct {
 	cap      int64
 	hosts    int64
 	share    float64 // this host's share of the grants (own / total)
+	left     int64   // the window (or rate lease) left a reply says, µs
 	asks     []askArgs
 	keys     []string
 	loads    int
@@ -56,7 +57,7 @@ func (s *fakeStore) ask(ctx context.Context, keys []string, args []askArgs, res 
 			res[i] = askResult{err: errors.New("NOSCRIPT No matching script"), noScript: true}
 		default:
 			g := min(args[i].want, max(s.cap-args[i].held, 0))
-			res[i] = askResult{rep: reply{granted: g, hosts: s.hosts, cap: s.cap, own: s.share * 100, total: 100}}
+			res[i] = askResult{rep: reply{granted: g, hosts: s.hosts, cap: s.cap, leftUs: s.left, own: s.share * 100, total: 100}}
 		}
 	}
 }
@@ -393,5 +394,53 @@ func TestRefresherRunOnDemand(t *testing.T) {
 	t.Logf("%d turns (2 asks, then 200 ms idle)", c.turns.Load())
 	if n := c.turns.Load(); n > 8 {
 		t.Errorf("%d turns for 2 asks with Sweep an hour: the refresher polls", n)
+	}
+}
+
+// TestRateRenewalLeadFake: a rate lease is renewed before it ends by the
+// lead (a poll and four round trips), at most a quarter interval: with
+// round trips of about 0.5 s (1 000 refreshers on two loaded cores) the
+// lead, 2.1 s, is longer than the lease left (1.5 s), and every renewal was due
+// at once (asks 2.1-3.6 × hosts ÷ interval in BenchmarkFleet), and its
+// low-water mark above what the lease may hold.
+func TestRateRenewalLeadFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.cap, st.left = 500_000, 1_500_000 // (its share 500/s, the lease 1.5 s)
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	close(c.done)
+	r, err := c.NewRule(RuleConfig{Name: "g", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.rtt = 0.6e9
+	k := fkey(1)
+	l := r.Lease(&k)
+	l.Take(clk.add(time.Millisecond), 1)
+	c.step(clk.get())
+	if st.nAsks() != 1 || l.Until() != clk.get()+st.left*1000 {
+		t.Fatalf("%d asks, lease until %d: want one ask, a lease of 1.5 s", st.nAsks(), l.Until()-clk.get())
+	}
+	// Its low-water mark is what its rate makes in that quarter interval
+	// at most (125), within what it may hold (500): not 1 051, which woke
+	// the refresher at every packet.
+	if e := r.m[k]; e.low != 125 || e.low > e.cap {
+		t.Fatalf("low-water mark %d (cap %d), want 125", e.low, e.cap)
+	}
+	// Active, a packet every 10 ms: renewed once an interval (up to 2 %
+	// early), before the lease ends.
+	renewed := time.Duration(0)
+	for d := 10 * time.Millisecond; d < 1500*time.Millisecond && renewed == 0; d += 10 * time.Millisecond {
+		l.Take(clk.add(10*time.Millisecond), 1)
+		c.step(clk.get())
+		if st.nAsks() > 1 {
+			renewed = d
+		}
+	}
+	if iv := time.Duration(c.interval); renewed < iv*98/100 || renewed > iv {
+		t.Fatalf("renewed %v after the grant: want an interval (%v, up to 2 %% early), before the lease ends (1.5 s)", renewed, iv)
 	}
 }

@@ -56,10 +56,10 @@ import (
 // all shares ×1000}: wait is how long the host should wait before asking
 // again when the bucket cannot serve its ask again: with a token bucket
 // until its slot in the key's queue of visits (after the last slot given
-// by the time the bucket takes to refill what this host took, or its ask
-// if nothing, at most half a bucket: the hosts come back one after
-// another, each finding about its ask, so the asks per second do not grow
-// with the packets); with a fixed window that ran out, its end. window
+// by the time the bucket takes to refill this host's ask, at most half a
+// bucket: the hosts come back one after another, each finding about its
+// ask, so the asks per second do not grow with the packets); with a fixed
+// window that ran out, its end. window
 // left is the time to the end of the fixed window the grant belongs to.
 const leaseScript = `
 local t = redis.call('TIME')
@@ -206,15 +206,14 @@ if algo == 0 then
     -- The bucket cannot serve this ask again (or others are queued for
     -- what it holds): the host's next visit
     -- gets a slot in the key's queue of visits (q, the last slot given),
-    -- after the one before by the time the bucket takes to refill what
-    -- it took, or if nothing its ask, at most half a bucket (a visit
-    -- late by up to that loses no refill).
-    -- The hosts come back one after another, each finding about its
-    -- ask: a key above its limit costs about rate / ask visits a
-    -- second, whatever the packets.
-    local need = ask
-    if g > 0 then need = g end -- (what it takes at a visit)
-    need = math.min(need, size / 2)
+    -- after the one before by the time the bucket takes to refill its
+    -- ask, at most half a bucket (a visit late by up to that loses no
+    -- refill). The hosts come back one after another, each finding about
+    -- its ask: a key above its limit costs about rate / ask visits a
+    -- second, whatever the packets. (Not the refill of what it took: a
+    -- host served short would come back as short after the one before,
+    -- and find as little again, each turn.)
+    local need = math.min(ask, size / 2)
     local slot
     if q > now then
       slot = q + need / rate * 1e6

@@ -65,6 +65,14 @@ func TestScriptTokenBucket(t *testing.T) {
 	// (a alone again, its bucket empty, no visit queued)
 	c.HDel(context.Background(), key, "q", "g:b", "g:c")
 	c.Del(context.Background(), scriptKeys(key)[1])
+	// Served short (3 of its ask of 10, half a token left): its slot is
+	// after the refill of its ask (0.1 s), not of what it took (0.03 s):
+	// a host served short would come back as short after the one before
+	// each turn, and find as little again (TestRogueWriter's token cases:
+	// one host held to a seventh of the grants for a second).
+	c.HSet(context.Background(), key, "tk", 3.5, "ts", storeNow(t, c))
+	step(44, tb("a", 0, 0, 10), func(r reply) bool { return r.granted == 3 && r.waitUs > 90_000 && r.waitUs <= 100_000 })
+	c.HDel(context.Background(), key, "q")
 	c.HSet(context.Background(), key, "tk", 0)
 	// 60 ms at 100/s: 6 more (5, 6 or 7 with the scheduler's slack).
 	time.Sleep(60 * time.Millisecond)
