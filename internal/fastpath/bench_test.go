@@ -31,8 +31,24 @@ func benchFrames() map[string][]byte {
 // run; the flow is over its limit after the burst, so mostly drops).
 //
 //	go test -run '^$' -bench 'Kernel|GoEngine' ./internal/fastpath
-func BenchmarkKernel(b *testing.B) {
-	s, _, err := Compile(mixed(), policy.Options{})
+func BenchmarkKernel(b *testing.B) { benchKernel(b, mixed()) }
+
+// BenchmarkKernelTotal is BenchmarkKernel with the tb and rest rules
+// charging one total (a limit far above the traffic's: the key's limit
+// decides, the total put back), for the cost of the total's lock and state.
+func BenchmarkKernelTotal(b *testing.B) {
+	f := mixed()
+	f.Totals = []policy.TotalDef{{Name: "all", PPS: ptr(1e9), Burst: ptr(1e6)}}
+	for i := range f.Rules {
+		if n := f.Rules[i].Name; n == "udp-tb" || n == "rest" {
+			f.Rules[i].Total = "all"
+		}
+	}
+	benchKernel(b, f)
+}
+
+func benchKernel(b *testing.B, f *policy.File) {
+	s, _, err := Compile(f, policy.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
