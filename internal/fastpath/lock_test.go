@@ -34,29 +34,7 @@ func TestStateLockAcrossCPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	fr := build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	for cpu := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			runtime.LockOSThread()
-			defer runtime.UnlockOSThread()
-			var set unix.CPUSet
-			set.Set(cpu)
-			if err := unix.SchedSetaffinity(0, &set); err != nil {
-				errs[cpu] = err
-				return
-			}
-			_, errs[cpu] = p.Prog().Run(&ebpf.RunOptions{Data: fr, Repeat: n})
-		}()
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	onTwoCPUs(t, p, [2][]byte{fr, fr}, n)
 	c, err := p.RuleCounters(0)
 	if err != nil {
 		t.Fatal(err)
@@ -71,6 +49,84 @@ func TestStateLockAcrossCPUs(t *testing.T) {
 	if c.Packets != 2*n || c.Accepted != burst || c.Dropped+c.Punted != 2*n-burst || c.Punted > maxPunted {
 		t.Errorf("%d packets, %d accepted, %d dropped, %d punted: want %d, %d, %d dropped or punted, at most %d punted (one bucket of %d across the CPUs)",
 			c.Packets, c.Accepted, c.Dropped, c.Punted, 2*n, burst, 2*n-burst, maxPunted, burst)
+	}
+}
+
+// onTwoCPUs runs frs[i] n times on CPU i (BPF_PROG_TEST_RUN with repeat,
+// one thread pinned to each CPU), both at once.
+func onTwoCPUs(t *testing.T, p *Program, frs [2][]byte, n uint32) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for cpu := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			var set unix.CPUSet
+			set.Set(cpu)
+			if err := unix.SchedSetaffinity(0, &set); err != nil {
+				errs[cpu] = err
+				return
+			}
+			_, errs[cpu] = p.Prog().Run(&ebpf.RunOptions{Data: frs[cpu], Repeat: n})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestTotalLockAcrossCPUs: two rules' keys, each on its own CPU at once,
+// charge one total in the kernel: at a fixed time (no refill), a total of
+// burst B accepts exactly B of the 2 × n > B packets, however the CPUs
+// interleave (its state changed under its own lock), the keys' limits far
+// above it.
+func TestTotalLockAcrossCPUs(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("one CPU")
+	}
+	const n, burst = 400_000, 500_000
+	f := &policy.File{
+		Totals: []policy.TotalDef{{Name: "up", PPS: ptr(1.0), Burst: ptr(float64(burst))}},
+		Rules: []policy.Rule{
+			{Name: "udp", PPS: ptr(1.0), Burst: ptr(1e6), Total: "up", Match: &policy.Match{Proto: []string{"udp"}}},
+			{Name: "tcp", PPS: ptr(1.0), Burst: ptr(1e6), Total: "up", Match: &policy.Match{Proto: []string{"tcp"}}},
+		},
+	}
+	s, _, err := Compile(f, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := needKernel(t, s)
+	if err := p.SetNow(1_700_000_000_000_000_000); err != nil {
+		t.Fatal(err)
+	}
+	a, b := netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1")
+	onTwoCPUs(t, p, [2][]byte{build(flowDesc{a, b, 17, 4000, 5000}, 64), build(flowDesc{a, b, 6, 4000, 5000}, 64)}, n)
+	var acc, punted uint64
+	for i := range 2 {
+		c, err := p.RuleCounters(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rule %s: %d packets, %d accepted, %d dropped, %d punted", s.Entries[i].Name, c.Packets, c.Accepted, c.Dropped, c.Punted)
+		acc, punted = acc+c.Accepted, punted+c.Punted
+	}
+	tc, _, err := p.TotalCounters("up")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("total: %+v", tc)
+	// As in TestStateLockAcrossCPUs, a packet whose CPU waits out
+	// LOCK_SPINS goes to user space uncharged; every other shares the
+	// one total.
+	if acc != burst || tc.Accepted != burst || tc.Dropped+punted != 2*n-burst || punted > 2*n/1000 {
+		t.Errorf("%d accepted (the total's %d), %d refused by the total, %d punted: want %d accepted, the rest refused or punted (at most %d)", acc, tc.Accepted, tc.Dropped, punted, burst, 2*n/1000)
 	}
 }
 
