@@ -40,11 +40,12 @@ type fastRule struct {
 	kernel bool
 }
 
-// fastCounts gives the kernel's counts of a rule by name, to add to the
-// engine's in the snapshots (so status, metrics and the stats line count
-// both paths).
+// fastCounts gives the kernel's counts of a rule, and of a total, by name,
+// to add to the engine's in the snapshots (so status, metrics and the
+// stats line count both paths).
 type fastCounts struct {
-	get func(name string) (fastRule, bool)
+	get   func(name string) (fastRule, bool)
+	total func(name string) (shaper.TotalStats, bool)
 }
 
 // addFast adds the kernel's counts to the rules of a snapshot and to its
@@ -66,6 +67,22 @@ func addFast(fc *atomic.Pointer[fastCounts], s *snapshot) {
 		s.Flows += k.Flows
 		s.Evictions += k.Evictions
 	}
+	if f.total == nil {
+		return
+	}
+	for i := range s.totals {
+		if k, ok := f.total(s.totals[i].total.Name); ok {
+			addTotal(&s.totals[i].TotalStats, k)
+		}
+	}
+}
+
+// addTotal adds the counts of k to t: a kernel total's to the engine's, or
+// a program's to those of the programs it replaced.
+func addTotal(t *shaper.TotalStats, k shaper.TotalStats) {
+	t.Packets += k.Packets
+	t.Accepted += k.Accepted
+	t.Dropped += k.Dropped
 }
 
 // addRule adds the counts of k to r: the kernel's to the engine's, or a

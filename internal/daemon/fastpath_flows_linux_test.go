@@ -136,3 +136,37 @@ func TestFastpathFlowCounts(t *testing.T) {
 		t.Errorf("a new flow after the reload: %+v; want 1 flow, %d evictions", k4, k.Evictions)
 	}
 }
+
+// TestFastpathTotalCounts: a total whose rules all run in the kernel is
+// counted there; status, the metrics and the stats line get its counts
+// (totalCounts, added to the engine's by addFast), those of the programs
+// reloads replaced carried on.
+func TestFastpathTotalCounts(t *testing.T) {
+	const sources, burst = 20, 5
+	pol := "[[total]]\nname = \"up\"\npps = 1\nburst = 5\n" +
+		rule("k", udpDport(9000), "pps = 100", "burst = 100", `key = "src"`, `total = "up"`)
+	fp := loadFast(t, pol)
+	if _, ok := fp.index["k"]; !ok {
+		t.Fatalf("rule k is not a kernel rule: %v", fp.index)
+	}
+	for i := range sources {
+		sendFast(t, fp, i)
+	}
+	k, ok := fp.totalCounts("up")
+	// 1/s refills at most a packet or two while the test runs.
+	if !ok || k.Packets != sources || k.Accepted < burst || k.Accepted > burst+2 || k.Accepted+k.Dropped != sources {
+		t.Fatalf("total up: %+v (%v); want %d packets, %d-%d accepted, the rest dropped", k, ok, sources, burst, burst+2)
+	}
+	if _, ok := fp.totalCounts("other"); ok {
+		t.Error("a total the program does not decide has counts")
+	}
+	// A reload keeping the total: the new program's counters start at
+	// zero, the old program's are carried.
+	if err := fp.reload(compile(t, pol)); err != nil {
+		t.Fatal(err)
+	}
+	sendFast(t, fp, 0)
+	if k2, _ := fp.totalCounts("up"); k2.Packets != sources+1 || k2.Accepted+k2.Dropped != sources+1 || k2.Accepted < k.Accepted {
+		t.Errorf("after a reload: %+v; want %d packets (%+v before)", k2, sources+1, k)
+	}
+}

@@ -44,8 +44,10 @@ type fastPath struct {
 	prog  *fastpath.Program // nil in the fallback
 	all   *fastpath.PuntAll // the punt-everything program of the fallback
 	index map[string]int    // kernel rule name → index in prog
-	// carry: the counts of programs replaced by reloads, by rule name.
-	carry map[string]carried
+	// carry: the counts of programs replaced by reloads, by rule name;
+	// carryTotals the same of the kernel's totals, by total name.
+	carry       map[string]carried
+	carryTotals map[string]shaper.TotalStats
 	// flows: the kernel limit rules' flows and evictions, by name, as
 	// countFlows last counted them (every flowsEvery, never on the
 	// queues' goroutines).
@@ -196,6 +198,41 @@ func (fp *fastPath) counts(name string) (fastRule, bool) {
 	return r, true
 }
 
+// totalCounts is fastCounts.total: a kernel total's counts, those of
+// replaced programs included.
+func (fp *fastPath) totalCounts(name string) (shaper.TotalStats, bool) {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	t, wasCarried := fp.carryTotals[name]
+	if fp.prog == nil {
+		return t, wasCarried
+	}
+	k, ok, err := fp.prog.TotalCounters(name)
+	if err != nil || !ok {
+		return t, wasCarried
+	}
+	addTotal(&t, shaper.TotalStats{Packets: k.Packets, Accepted: k.Accepted, Dropped: k.Dropped})
+	return t, true
+}
+
+// carryOldTotals keeps what the program a reload replaces counted of its
+// totals (the new one's counters start at zero); under mu.
+func (fp *fastPath) carryOldTotals() {
+	if fp.prog == nil {
+		return
+	}
+	for _, name := range fp.prog.TotalNames() {
+		if k, ok, err := fp.prog.TotalCounters(name); err == nil && ok {
+			if fp.carryTotals == nil {
+				fp.carryTotals = map[string]shaper.TotalStats{}
+			}
+			t := fp.carryTotals[name]
+			addTotal(&t, shaper.TotalStats{Packets: k.Packets, Accepted: k.Accepted, Dropped: k.Dropped})
+			fp.carryTotals[name] = t
+		}
+	}
+}
+
 // carried is what the programs reloads replaced counted of a rule: its
 // counters, and the flows they inserted (less those of the maps a reload
 // dropped with a changed rule).
@@ -286,6 +323,7 @@ func (fp *fastPath) commit(n *fpNext) error {
 			fp.carry[name] = t
 		}
 	}
+	fp.carryOldTotals()
 	old := fp.prog
 	fp.prog, fp.index, fp.mapBytes = n.prog, kernelRules(n.spec), n.mapBytes
 	old.Close()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/packetshaper/packetshaper/internal/control"
 	"github.com/packetshaper/packetshaper/policy"
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
 type fastPath struct{}
@@ -20,7 +21,10 @@ func startFastpath(_ any, fc FastpathConfig, _ *policy.Compiled) (*fastPath, err
 }
 func (fp *fastPath) puntMark() uint32               { return 0 }
 func (fp *fastPath) counts(string) (fastRule, bool) { return fastRule{}, false }
-func (fp *fastPath) reload(*policy.Compiled) error  { return nil }
+func (fp *fastPath) totalCounts(string) (shaper.TotalStats, bool) {
+	return shaper.TotalStats{}, false
+}
+func (fp *fastPath) reload(*policy.Compiled) error { return nil }
 
 type fpNext struct{}
 

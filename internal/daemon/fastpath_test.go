@@ -120,3 +120,23 @@ func TestFastpathRuleHints(t *testing.T) {
 		}
 	}
 }
+
+// TestAddFastTotals: the kernel's counts of a total are added to the
+// engine's of the same name in a snapshot; other totals are left alone.
+func TestAddFastTotals(t *testing.T) {
+	var fc atomic.Pointer[fastCounts]
+	s := &snapshot{totals: []totalSnap{
+		{total: shaper.Total{Name: "k"}, TotalStats: shaper.TotalStats{Packets: 1, Accepted: 1}},
+		{total: shaper.Total{Name: "u"}, TotalStats: shaper.TotalStats{Packets: 2, Dropped: 2}},
+	}}
+	fc.Store(&fastCounts{get: func(string) (fastRule, bool) { return fastRule{}, false }, total: func(name string) (shaper.TotalStats, bool) {
+		return shaper.TotalStats{Packets: 10, Accepted: 4, Dropped: 6}, name == "k"
+	}})
+	addFast(&fc, s)
+	if k := s.totals[0].TotalStats; k != (shaper.TotalStats{Packets: 11, Accepted: 5, Dropped: 6}) {
+		t.Errorf("kernel total %+v, want 11 packets, 5 accepted, 6 dropped", k)
+	}
+	if u := s.totals[1].TotalStats; u != (shaper.TotalStats{Packets: 2, Dropped: 2}) {
+		t.Errorf("user-space total %+v", u)
+	}
+}

@@ -198,7 +198,7 @@ func (d *daemon) openFastpath() error {
 		for _, w := range d.sh.ws {
 			w.punt = fp.puntMark()
 		}
-		d.sh.fast.Store(&fastCounts{get: fp.counts})
+		d.sh.fast.Store(&fastCounts{get: fp.counts, total: fp.totalCounts})
 	}
 	if rules, err := failopen.QueueRules(); err == nil {
 		bound, _ := nfq.BoundQueues()

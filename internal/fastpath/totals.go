@@ -76,3 +76,12 @@ func (p *Program) TotalCounters(name string) (TotalCounters, bool, error) {
 	}
 	return TotalCounters{}, false, nil
 }
+
+// TotalNames names the totals the program decides, in its map's order.
+func (p *Program) TotalNames() []string {
+	names := make([]string, len(p.spec.Totals))
+	for i, t := range p.spec.Totals {
+		names[i] = t.Name
+	}
+	return names
+}
