@@ -123,6 +123,21 @@ func needKernel(t testing.TB, s Spec) *Program {
 	return p
 }
 
+// loadAt compiles f, loads its program (needKernel) and sets its clock to
+// now (0: the kernel's clock).
+func loadAt(t testing.TB, f *policy.File, now int64) *Program {
+	t.Helper()
+	s, _, err := Compile(f, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := needKernel(t, s)
+	if err := p.SetNow(now); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // run runs one frame through the program at now: its tc verdict, the mark
 // it leaves and the input interface it saw (skb->ingress_ifindex).
 func run(t testing.TB, p *Program, fr *frame, now int64) (int, uint32, uint32) {

@@ -48,14 +48,7 @@ func BenchmarkKernelTotal(b *testing.B) {
 }
 
 func benchKernel(b *testing.B, f *policy.File) {
-	s, _, err := Compile(f, policy.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	p := needKernel(b, s)
-	if err := p.SetNow(1_700_000_000_000_000_000); err != nil {
-		b.Fatal(err)
-	}
+	p := loadAt(b, f, 1_700_000_000_000_000_000)
 	for name, fr := range benchFrames() {
 		b.Run(name, func(b *testing.B) {
 			_, d, err := p.Prog().Benchmark(fr, b.N, nil)

@@ -25,14 +25,7 @@ func TestStateLockAcrossCPUs(t *testing.T) {
 		t.Skip("one CPU")
 	}
 	const n, burst = 400_000, 500_000
-	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(float64(burst))}}}, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	if err := p.SetNow(1_700_000_000_000_000_000); err != nil {
-		t.Fatal(err)
-	}
+	p := loadAt(t, &policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(float64(burst))}}}, 1_700_000_000_000_000_000)
 	fr := build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
 	onTwoCPUs(t, p, [2][]byte{fr, fr}, n)
 	c, err := p.RuleCounters(0)
@@ -98,14 +91,7 @@ func TestTotalLockAcrossCPUs(t *testing.T) {
 			{Name: "tcp", PPS: ptr(1.0), Burst: ptr(1e6), Total: "up", Match: &policy.Match{Proto: []string{"tcp"}}},
 		},
 	}
-	s, _, err := Compile(f, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	if err := p.SetNow(1_700_000_000_000_000_000); err != nil {
-		t.Fatal(err)
-	}
+	p := loadAt(t, f, 1_700_000_000_000_000_000)
 	a, b := netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1")
 	onTwoCPUs(t, p, [2][]byte{build(flowDesc{a, b, 17, 4000, 5000}, 64), build(flowDesc{a, b, 6, 4000, 5000}, 64)}, n)
 	var acc, punted uint64
@@ -114,7 +100,7 @@ func TestTotalLockAcrossCPUs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Logf("rule %s: %d packets, %d accepted, %d dropped, %d punted", s.Entries[i].Name, c.Packets, c.Accepted, c.Dropped, c.Punted)
+		t.Logf("rule %s: %d packets, %d accepted, %d dropped, %d punted", f.Rules[i].Name, c.Packets, c.Accepted, c.Dropped, c.Punted)
 		acc, punted = acc+c.Accepted, punted+c.Punted
 	}
 	tc, _, err := p.TotalCounters("up")
@@ -191,14 +177,7 @@ func TestNewFlowsMoveAndEviction(t *testing.T) {
 // started afresh: 3 of 3.)
 func TestNewFlowsRoundRobin(t *testing.T) {
 	const flows, maxFlows = 500, 1000 // half: an LRU map evicts before it is full
-	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(1.0), Key: "5tuple", MaxFlows: ptr(maxFlows)}}}, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	if err := p.SetNow(1_700_000_000_000_000_000); err != nil {
-		t.Fatal(err)
-	}
+	p := loadAt(t, &policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(1.0), Key: "5tuple", MaxFlows: ptr(maxFlows)}}}, 1_700_000_000_000_000_000)
 	fr := build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
 	accepted := 0
 	for range 3 {

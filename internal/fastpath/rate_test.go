@@ -31,17 +31,10 @@ func TestRateE2E(t *testing.T) {
 	f := &policy.File{Rules: []policy.Rule{
 		{Name: "per-flow", PPS: ptr(rate), Burst: ptr(burst), Match: &policy.Match{Proto: []string{"udp"}, Dport: []string{"9100-9199"}}},
 	}}
-	s, _, err := Compile(f, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	if err := p.SetNow(0); err != nil {
-		t.Fatal(err)
-	}
+	p := loadAt(t, f, 0)
 	nsA, nsB := vethPair(t)
 	recv := make([]*net.UDPConn, nflows)
-	err = testutil.Do(nsB, func() error {
+	err := testutil.Do(nsB, func() error {
 		ifc, err := net.InterfaceByName("vfb")
 		if err != nil {
 			return err
