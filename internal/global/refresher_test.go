@@ -206,15 +206,8 @@ func TestRefresherStepFake(t *testing.T) {
 // grants (measured on the sweep before), or 1 / the most hosts seen when
 // that is more; a probe that is answered puts it back on leases.
 func TestRefresherFallbackFake(t *testing.T) {
-	st, clk := newFakeStore(), &fakeClock{now: 1e18}
-	st.hosts, st.share = 4, 0.5 // a half of the grants, of 4 hosts
-	c, r := fakeClient(t, st, clk)
-	k := fkey(2)
-	l := r.Lease(&k)
-	l.Take(clk.add(time.Millisecond), 1)
-	c.step(clk.get())
-	// A sweep measures the share.
-	c.step(clk.add(time.Duration(c.sweep)))
+	// A half of the grants, of 4 hosts; a sweep measures the share.
+	st, clk, c, r, l := sweptFake(t, 4, 0.5, 2)
 	if s := r.Stats(); s.Share != 0.5 || s.Hosts != 4 {
 		t.Fatalf("after a sweep: share %v hosts %d, want 0.5 of 4", s.Share, s.Hosts)
 	}
@@ -282,17 +275,24 @@ func TestRefresherFallbackFake(t *testing.T) {
 	}
 }
 
-// TestRefresherFallbackHostsFake: with a smaller share than 1 / the most
-// hosts seen, the fallback takes 1 / hosts.
-func TestRefresherFallbackHostsFake(t *testing.T) {
+// sweptFake is a fake client whose store says share of the grants of
+// hosts hosts, after key i's lease is taken, asked for and a sweep.
+func sweptFake(t *testing.T, hosts int64, share float64, i int) (*fakeStore, *fakeClock, *Client, *Rule, *shaper.Lease) {
 	st, clk := newFakeStore(), &fakeClock{now: 1e18}
-	st.hosts, st.share = 4, 0.1
+	st.hosts, st.share = hosts, share
 	c, r := fakeClient(t, st, clk)
-	k := fkey(3)
+	k := fkey(i)
 	l := r.Lease(&k)
 	l.Take(clk.add(time.Millisecond), 1)
 	c.step(clk.get())
 	c.step(clk.add(time.Duration(c.sweep)))
+	return st, clk, c, r, l
+}
+
+// TestRefresherFallbackHostsFake: with a smaller share than 1 / the most
+// hosts seen, the fallback takes 1 / hosts.
+func TestRefresherFallbackHostsFake(t *testing.T) {
+	st, clk, c, r, l := sweptFake(t, 4, 0.1, 3)
 	st.mu.Lock()
 	st.fail = errors.New("down")
 	st.mu.Unlock()
