@@ -106,7 +106,7 @@ struct flow_key {
 	__u16 sport, dport;
 	__u8 proto, family;
 	__u8 _pad[2]; // zero
-};
+} __attribute__((aligned(8))); // stored and hashed by words, not by halfwords (clang's stores follow the type's alignment)
 
 // A flow's state: what shaper.State holds for the three algorithms (the
 // token bucket's tokens and the sliding-window counter's previous count
