@@ -1,6 +1,9 @@
 package global
 
-import "math"
+import (
+	"math"
+	"sync/atomic"
+)
 
 // Rate leases (issue 33, Doorman's design): not yet wired in. A client
 // opened with Config.rateLeases gives its token-bucket rules rate leases
@@ -131,6 +134,17 @@ type rateState struct {
 	prevTo int64   // that lease's end (host clock)
 }
 
+// rateLoss counts where this host's rate leases went that its packets
+// could not spend (milli cost units), for the fleet simulation: refill
+// dropped at the local bucket's cap, rate not earned while a key had no
+// valid lease (its renewal late), tokens dropped (a lease expired, or
+// above a new cap), the leases that expired so; and the asks sent again
+// soon, by cause.
+type rateLoss struct {
+	capped, unleased, expired, dropped atomic.Uint64
+	short, over, free                  atomic.Uint64
+}
+
 // rateCap is what a host with rate rr may hold: what rr makes in
 // max(Interval, global-slack × 1 s) (so that the hosts together hold at
 // most Rule.slack), at least one packet of any size.
@@ -155,6 +169,7 @@ func (r *Rule) refill(e *entry, now int64) {
 	}
 	room := r.rateCap(s.rr) - e.l.Tokens()
 	if n >= room {
+		r.loss.capped.Add(uint64((s.carry - float64(max(room, 0))) * 1000))
 		n, s.carry = max(room, 0), 0
 	} else {
 		s.carry -= float64(n)
@@ -174,9 +189,10 @@ func (r *Rule) considerRate(e *entry, now int64, batch []*entry) []*entry {
 	until := e.l.Until()
 	fresh := until == math.MaxInt64
 	if !fresh && until <= now && until != 0 {
-		e.l.Expire()
+		r.loss.dropped.Add(uint64(e.l.Expire()))
 		e.lastTokens = e.l.Tokens()
 		e.rs.rr = 0
+		r.loss.expired.Add(1)
 	}
 	active := now-e.lastActive < r.c.life
 	if !fresh && !(active && now >= e.nextAsk) {
@@ -213,11 +229,16 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 	if end := min(now, s.prevTo); end > s.fillAt {
 		s.carry += min(s.prev, float64(rep.granted)/1000) * float64(end-s.fillAt) / 1e9
 	}
+	if from := max(s.prevTo, e.born); s.prevTo != 0 && from < now {
+		r.loss.unleased.Add(uint64(float64(rep.granted) * float64(now-from) / 1e9))
+	}
 	s.prev = 0
 	s.rr, s.share, s.until, s.fillAt = float64(rep.granted)/1000, float64(rep.cap)/1000, until, now
 	b := r.rateCap(s.rr)
 	if t := e.l.Tokens(); t > b {
-		e.l.Grant(min(e.l.Expire(), b), until)
+		x := e.l.Expire()
+		r.loss.dropped.Add(uint64(x - min(x, b)))
+		e.l.Grant(min(x, b), until)
 	} else {
 		e.l.Grant(0, until)
 	}
@@ -235,6 +256,7 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 	if s.rr < 0.9*s.share {
 		// less than its share (others still hold the rest): again soon
 		next = now + r.c.interval/4
+		r.loss.short.Add(1)
 	}
 	// Before the lease ends by the lead (a poll and a few round trips),
 	// at most a quarter interval: the lease lasts at least an interval

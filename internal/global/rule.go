@@ -70,6 +70,7 @@ type Rule struct {
 	retiredSinceComp int
 
 	asks, granted, errs, noLease atomic.Uint64
+	loss                         rateLoss // (rate leases, for the fleet simulation)
 	keys, hosts                  atomic.Int64
 	shareBits, fbRateBits        atomic.Uint64
 }
