@@ -57,6 +57,9 @@ func (s *fakeStore) ask(ctx context.Context, keys []string, args []askArgs, res 
 			res[i] = askResult{err: errors.New("NOSCRIPT No matching script"), noScript: true}
 		default:
 			g := min(args[i].want, max(s.cap-args[i].held, 0))
+			if args[i].rateLease {
+				g = s.cap // (a rate lease is granted its share)
+			}
 			res[i] = askResult{rep: reply{granted: g, hosts: s.hosts, cap: s.cap, leftUs: s.left, own: s.share * 100, total: 100}}
 		}
 	}
@@ -430,17 +433,22 @@ func TestRateRenewalLeadFake(t *testing.T) {
 	if e := r.m[k]; e.low != 125 || e.low > e.cap {
 		t.Fatalf("low-water mark %d (cap %d), want 125", e.low, e.cap)
 	}
-	// Active, a packet every 10 ms: renewed once an interval (up to 2 %
-	// early), before the lease ends.
-	renewed := time.Duration(0)
-	for d := 10 * time.Millisecond; d < 1500*time.Millisecond && renewed == 0; d += 10 * time.Millisecond {
-		l.Take(clk.add(10*time.Millisecond), 1)
-		c.step(clk.get())
-		if st.nAsks() > 1 {
-			renewed = d
+	// Active, a packet every 10 ms: asked again a quarter interval after
+	// its first grant (500/s, more than twice the demand it saw, one
+	// packet), then renewed once an interval (up to 2 % early), before
+	// the lease ends.
+	iv := time.Duration(c.interval)
+	for i, want := range [][2]time.Duration{{iv / 4, iv / 4}, {iv * 98 / 100, iv}} {
+		renewed := time.Duration(0)
+		for d := 10 * time.Millisecond; d < 1500*time.Millisecond && renewed == 0; d += 10 * time.Millisecond {
+			l.Take(clk.add(10*time.Millisecond), 1)
+			c.step(clk.get())
+			if st.nAsks() > i+1 {
+				renewed = d
+			}
 		}
-	}
-	if iv := time.Duration(c.interval); renewed < iv*98/100 || renewed > iv {
-		t.Fatalf("renewed %v after the grant: want an interval (%v, up to 2 %% early), before the lease ends (1.5 s)", renewed, iv)
+		if renewed < want[0] || renewed > want[1] {
+			t.Fatalf("ask %d %v after the grant before: want %v to %v, before the lease ends (1.5 s)", i+2, renewed, want[0], want[1])
+		}
 	}
 }
