@@ -28,6 +28,7 @@ type fakeStore struct {
 	hosts    int64
 	share    float64 // this host's share of the grants (own / total)
 	left     int64   // the window (or rate lease) left a reply says, µs
+	free     int64   // a rate lease's reply: the rate no lease holds, ×1000
 	asks     []askArgs
 	keys     []string
 	loads    int
@@ -61,6 +62,9 @@ func (s *fakeStore) ask(ctx context.Context, keys []string, args []askArgs, res 
 				g = s.cap // (a rate lease is granted its share)
 			}
 			res[i] = askResult{rep: reply{granted: g, hosts: s.hosts, cap: s.cap, leftUs: s.left, own: s.share * 100, total: 100}}
+			if args[i].rateLease {
+				res[i].rep.waitUs = s.free
+			}
 		}
 	}
 }
@@ -450,5 +454,49 @@ func TestRateRenewalLeadFake(t *testing.T) {
 		if renewed < want[0] || renewed > want[1] {
 			t.Fatalf("ask %d %v after the grant before: want %v to %v, before the lease ends (1.5 s)", i+2, renewed, want[0], want[1])
 		}
+	}
+}
+
+// TestRateFreeFake: a host whose demand is above its rate asks again a
+// quarter interval after its grant while a tenth of the rate is held by no
+// lease (the shares granted before summed to less than the rate), and a
+// whole interval after it when all is held.
+func TestRateFreeFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.cap, st.left = 10_000, 1_500_000 // (its share 10/s of 1 000/s, the lease 1.5 s)
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	close(c.done)
+	r, err := c.NewRule(RuleConfig{Name: "g", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fkey(1)
+	l := r.Lease(&k)
+	// A packet every 10 ms (100/s, above its 10/s): the time between
+	// asks, with 500/s held by no lease at the second grant, none at the
+	// third.
+	var at []time.Duration
+	var since time.Duration
+	for i := 0; i < 300 && len(at) < 4; i++ {
+		if n := st.nAsks(); n == 1 {
+			st.free = 500_000 // (the second ask's reply)
+		} else if n == 2 {
+			st.free = 0
+		}
+		l.Take(clk.add(10*time.Millisecond), 1)
+		since += 10 * time.Millisecond
+		n := st.nAsks()
+		c.step(clk.get())
+		if st.nAsks() > n {
+			at, since = append(at, since), 0
+		}
+	}
+	iv := time.Duration(c.interval)
+	if len(at) < 4 || at[2] != iv/4 || at[3] < iv*98/100 || at[3] > iv {
+		t.Fatalf("asks %v apart: want the third a quarter interval (%v) after the second (500/s free), the fourth an interval after the third (none free)", at, iv/4)
 	}
 }
