@@ -348,6 +348,27 @@ func fleetRun(b *testing.B, nodes []*testutil.Redis, n int) {
 		return 0
 	}
 	time.Sleep(time.Duration(2*hosts[0].c.life) + time.Second) // the hot key idle: leases retired
+	if os.Getenv("FLEET_TRACE") != "" {
+		go func() {
+			rc := rawClient(b, hotNode.Addr())
+			t0 := time.Now()
+			time.Sleep(half - 250*time.Millisecond)
+			for i := 0; i < 12; i++ {
+				v, _ := rc.HMGet(context.Background(), hosts[0].hot.storeKey(&hotKey), "e", "Rc", "Rp", "Wc", "Wp", "Nc", "Np").Result()
+				var hs []string
+				for _, h := range []*fleetHost{hosts[0], hosts[tenth]} {
+					if h.hotL == nil {
+						hs = append(hs, "[none]")
+						continue
+					}
+					e := h.hotL.Owner.(*entry)
+					hs = append(hs, fmt.Sprintf("[rr %.0f share %.0f est %.0f tok %d next %.2fs asks %d]", e.rs.rr, e.rs.share, e.est(h.c.clock()), h.hotL.Tokens(), float64(e.nextAsk-h.c.clock())/1e9, h.hot.asks.Load()))
+				}
+				b.Logf("moved t=%.2fs store %v %s", time.Since(t0).Seconds()-half.Seconds(), v, strings.Join(hs, " "))
+				time.Sleep(250 * time.Millisecond)
+			}
+		}()
+	}
 	res = drive(context.Background(), moved, 2*half)
 	// Recovery: the first whole interval from the move that accepted at
 	// least 95 % of rate × interval, in intervals.
@@ -368,6 +389,15 @@ func fleetRun(b *testing.B, nodes []*testutil.Redis, n int) {
 	for _, v := range res.accepted {
 		total += v
 	}
+	seg = seg[:0]
+	for i := first; i+5 <= len(res.accepted); i += 5 {
+		var x int64
+		for _, v := range res.accepted[i : i+5] {
+			x += v
+		}
+		seg = append(seg, fmt.Sprintf("%.2f", float64(x)/(fleetRate/2)))
+	}
+	b.Logf("after the move, accepted ÷ rate per 500 ms: %s", strings.Join(seg, " "))
 	b.ReportMetric(recover, "recover-intervals")
 	b.ReportMetric(float64(total)/(fleetBurst+fleetRate*(2*half).Seconds()), "shift-accepted/ideal")
 	b.ReportMetric(float64(errs()-errs0), "errors")

@@ -133,6 +133,7 @@ type rateState struct {
 	carry  float64 // refill not yet a whole cost unit
 	prev   float64 // the rate of the lease the ask in flight replaces
 	prevTo int64   // that lease's end (host clock)
+	busy   bool    // the demands at the last ask may take the rate
 }
 
 // rateLoss counts where this host's rate leases went that its packets
@@ -196,12 +197,19 @@ func (r *Rule) considerRate(e *entry, now int64, batch []*entry) []*entry {
 		r.loss.expired.Add(1)
 	}
 	active := now-e.lastActive < r.c.life
-	if !fresh && !(active && now >= e.nextAsk) {
+	// A host whose demand fell below half its rate, of a key whose
+	// demands may take the rate, gives the rest back without waiting
+	// for its renewal (a quarter interval after its last ask at the
+	// soonest): the demand moved elsewhere, and the hosts it went to
+	// get it as they ask again.
+	s := &e.rs
+	release := s.busy && s.rr > 2*e.rateDemand(now)+r.mincap && now-e.sentAt >= r.c.interval/4
+	if !fresh && !(active && (now >= e.nextAsk || release)) {
 		at := e.nextAsk
 		if !active {
 			return batch
 		}
-		if s := &e.rs; s.rr > 0 && e.l.Tokens() < e.low {
+		if s.rr > 0 && e.l.Tokens() < e.low {
 			// the next whole unit of refill
 			at = min(at, now+int64(max(1-s.carry, 0)/s.rr*1e9)+1)
 		}
@@ -249,6 +257,7 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 	}
 	s.prev = 0
 	s.rr, s.share, s.until, s.fillAt = float64(rep.granted)/1000, float64(rep.cap)/1000, until, now
+	s.busy = rep.total >= r.rate/2
 	b := r.rateCap(s.rr)
 	if t := e.l.Tokens(); t > b {
 		x := e.l.Expire()
@@ -269,14 +278,15 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 	// within 1.2 × hosts ÷ interval with the re-asks below)
 	next := now + r.c.interval - int64(0.02*float64(r.c.interval)*r.c.rng.Float64())
 	d := e.rateDemand(now)
-	if s.rr < 0.75*s.share {
+	if short := s.share - s.rr; short > 0.25*s.share || short > 0.1*s.share && short > 0.02*r.rate {
 		// less than its share (others still hold the rest): again soon
-		// (not under 0.9 of it: the demands of hosts at 4 packets/s
-		// move by ±25 % between asks, and 40 % of 1 000 hosts asked
-		// again each second, 1.45 × hosts ÷ interval in all)
+		// (short by a tenth of it only when that is 2 % of the rate:
+		// the demands of hosts at 4 packets/s move by ±25 % between
+		// asks, and 40 % of 1 000 hosts asked again each second for a
+		// tenth of 2 packets/s, 1.45 × hosts ÷ interval in all)
 		next = now + r.c.interval/4
 		r.loss.short.Add(1)
-	} else if s.rr > 2*d+r.mincap && (first || rep.total >= r.rate/2) {
+	} else if s.rr > 2*d+r.mincap && (first || s.busy) {
 		// More than twice its demand, at its first grant or of a key
 		// whose demands may take the rate: again soon, to give the
 		// rest back. The first host to ask for a key new to all is

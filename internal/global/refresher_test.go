@@ -29,6 +29,7 @@ type fakeStore struct {
 	share    float64 // this host's share of the grants (own / total)
 	left     int64   // the window (or rate lease) left a reply says, µs
 	free     int64   // a rate lease's reply: the rate no lease holds, ×1000
+	total    float64 // a rate lease's reply: all demands (0: 100)
 	asks     []askArgs
 	keys     []string
 	loads    int
@@ -64,6 +65,9 @@ func (s *fakeStore) ask(ctx context.Context, keys []string, args []askArgs, res 
 			res[i] = askResult{rep: reply{granted: g, hosts: s.hosts, cap: s.cap, leftUs: s.left, own: s.share * 100, total: 100}}
 			if args[i].rateLease {
 				res[i].rep.waitUs = s.free
+				if s.total > 0 {
+					res[i].rep.total = s.total
+				}
 			}
 		}
 	}
@@ -499,4 +503,49 @@ func TestRateFreeFake(t *testing.T) {
 	if len(at) < 4 || at[2] != iv/4 || at[3] < iv*98/100 || at[3] > iv {
 		t.Fatalf("asks %v apart: want the third a quarter interval (%v) after the second (500/s free), the fourth an interval after the third (none free)", at, iv/4)
 	}
+}
+
+// TestRateReleaseFake: a host whose demand falls below half its rate, of a
+// key whose demands may take the rate, asks again at once (a quarter
+// interval after its last ask at the soonest) to give the rest back, not at
+// its renewal an interval later.
+func TestRateReleaseFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.cap, st.left, st.total = 500_000, 1_500_000, 2000 // (its share 500/s of 1 000/s, demands 2 000/s)
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	close(c.done)
+	r, err := c.NewRule(RuleConfig{Name: "g", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fkey(1)
+	l := r.Lease(&k)
+	// 400/s (4 every 10 ms) for 2.5 s, then nothing: the time from the
+	// last ask before the demand stopped to the next.
+	var last, stop time.Duration
+	asks := st.nAsks()
+	for d := 10 * time.Millisecond; d < 4*time.Second; d += 10 * time.Millisecond {
+		clk.add(10 * time.Millisecond)
+		if d < 2500*time.Millisecond {
+			l.Take(clk.get(), 4)
+		} else if stop == 0 {
+			stop = d
+		}
+		c.step(clk.get())
+		if n := st.nAsks(); n > asks {
+			asks = n
+			if stop != 0 {
+				if d-stop > 400*time.Millisecond {
+					t.Fatalf("asked %v after the ask before, %v after the demand stopped: want within half an interval", d-last, d-stop)
+				}
+				return
+			}
+			last = d
+		}
+	}
+	t.Fatalf("no ask in 1.5 s after the demand stopped (the last %v before)", stop-last)
 }
