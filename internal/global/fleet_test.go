@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,6 +75,8 @@ type fleetHost struct {
 	debt      float64 // hot packets due
 	coolDebt  float64
 	next      int // the cool key of the next packet
+	offered   atomic.Uint64
+	taken     atomic.Uint64
 }
 
 func fleetRun(b *testing.B, nodes []*testutil.Redis, n int) {
@@ -175,10 +178,12 @@ func fleetRun(b *testing.B, nodes []*testutil.Redis, n int) {
 							t := h.c.clock()
 							h.debt += pps(i, since) * dt
 							for ; h.debt >= 1; h.debt-- {
+								h.offered.Add(1)
 								if h.hotL == nil || h.hotL.Retired() {
 									h.hotL = h.hot.Lease(&hotKey)
 								}
 								if h.hotL != nil && h.hotL.Take(t, 1) {
+									h.taken.Add(1)
 									local[bin]++
 								} else if fb := h.hot.Local().Fallback(); fb != nil {
 									h.hotL.Demand(1) // (counted as refused)
@@ -231,34 +236,99 @@ func fleetRun(b *testing.B, nodes []*testutil.Redis, n int) {
 	const warm, steady = 2 * time.Second, 4 * time.Second
 	var a0, a1 uint64
 	var c0, c1, h0, h1 float64
-	var t0, t1 time.Time
+	var t0, t1, tc0, tc1 time.Time
 	measured := make(chan struct{})
+	var l0, l1 fleetLoss
+	var held, stock, hostRate float64 // the rates of the hot key's leases valid, as the store counts them, sampled
+	start := time.Now()
+	if os.Getenv("FLEET_TRACE") != "" {
+		go func() {
+			rc := rawClient(b, hotNode.Addr())
+			for i := 0; i < 6; i++ {
+				time.Sleep(400 * time.Millisecond)
+				v, _ := rc.HMGet(context.Background(), hosts[0].hot.storeKey(&hotKey), "e", "Rc", "Rp", "Wc", "Wp", "Nc", "Np", "x").Result()
+				var hs []string
+				var sum float64
+				nz := 0
+				for j, h := range hosts {
+					if h.hotL == nil {
+						continue
+					}
+					e := h.hotL.Owner.(*entry)
+					sum += e.rs.rr
+					if e.rs.rr > 0 {
+						nz++
+					}
+					if j%250 == 0 {
+						hs = append(hs, fmt.Sprintf("[rr %.2f share %.2f est %.1f tok %d next %.2fs asks %d]", e.rs.rr, e.rs.share, e.est(h.c.clock()), h.hotL.Tokens(), float64(e.nextAsk-h.c.clock())/1e9, h.hot.asks.Load()))
+					}
+				}
+				b.Logf("t=%.1fs store %v hosts Σrr %.0f (%d > 0) %s", time.Since(start).Seconds(), v, sum, nz, strings.Join(hs, " "))
+			}
+		}()
+	}
 	go func() {
 		defer close(measured)
 		time.Sleep(warm)
-		a0, c0, h0, t0 = hotAsks(), cpuAll(), cpuSeconds(b, hotNode), time.Now()
-		time.Sleep(steady - 100*time.Millisecond)
-		a1, c1, h1, t1 = hotAsks(), cpuAll(), cpuSeconds(b, hotNode), time.Now()
+		c0, h0, tc0 = cpuAll(), cpuSeconds(b, hotNode), time.Now()
+		a0, t0, l0 = hotAsks(), time.Now(), lossOf(hosts)
+		held, stock, hostRate = storeHeld(b, hotNode, hosts[0].hot.storeKey(&hotKey), interval, warm+steady-time.Since(start), func() (float64, float64) { l := lossOf(hosts); return float64(l.tokens), l.hostRate })
+		a1, t1, l1 = hotAsks(), time.Now(), lossOf(hosts)
+		c1, h1, tc1 = cpuAll(), cpuSeconds(b, hotNode), time.Now()
 	}()
-	res := drive(context.Background(), even, warm+steady)
+	// (driven half a second more, not measured: the counters' window ends
+	// while the packets still come, and spans whole intervals)
+	res := drive(context.Background(), even, warm+steady+500*time.Millisecond)
 	<-measured
 	secs := t1.Sub(t0).Seconds()
 	var total, inSteady int64
 	for i, v := range res.accepted {
-		total += v
-		if at := time.Duration(i) * 100 * time.Millisecond; at >= warm && at < warm+steady {
+		at := time.Duration(i) * 100 * time.Millisecond
+		if at < warm+steady {
+			total += v
+		}
+		if at >= warm && at < warm+steady {
 			inSteady += v
 		}
 	}
+	var seg []string
+	for i := 0; i+5 <= len(res.accepted); i += 5 {
+		var x int64
+		for _, v := range res.accepted[i : i+5] {
+			x += v
+		}
+		seg = append(seg, fmt.Sprintf("%.2f", float64(x)/(fleetRate/2)))
+	}
+	b.Logf("accepted ÷ rate per 500 ms: %s", strings.Join(seg, " "))
 	ideal := fleetBurst + fleetRate*(warm+steady).Seconds()
 	reqs := float64(a1-a0) / secs
 	bar := float64(n) / interval
 	b.ReportMetric(reqs, "hot-req/s")
 	b.ReportMetric(reqs/bar, "req/bar")
-	b.ReportMetric((h1-h0)/secs, "hot-cpu/s")
-	b.ReportMetric((c1-c0)/secs, "cpu/s")
+	b.ReportMetric((h1-h0)/tc1.Sub(tc0).Seconds(), "hot-cpu/s")
+	b.ReportMetric((c1-c0)/tc1.Sub(tc0).Seconds(), "cpu/s")
 	b.ReportMetric(float64(total)/ideal, "accepted/ideal")
 	b.ReportMetric(float64(inSteady)/(fleetRate*steady.Seconds()), "steady/rate")
+	if hosts[0].hot.rateLease {
+		// Where the rate went (÷ rate × the time): held by the leases
+		// valid (the store's sums), refilled into the hosts' buckets,
+		// dropped at their caps, not earned without a valid lease.
+		per := fleetRate * secs
+		b.ReportMetric(held/fleetRate, "held/rate")
+		b.ReportMetric(float64(l1.refilled-l0.refilled)/per, "refilled/rate")
+		b.ReportMetric(float64(l1.capped-l0.capped)/1000/per, "capped/rate")
+		b.ReportMetric(float64(l1.unleased-l0.unleased)/1000/per, "unleased/rate")
+		b.ReportMetric(float64(l1.expired-l0.expired), "expired")
+		b.ReportMetric(float64(l1.dropped-l0.dropped)/per, "dropped/rate")
+		b.ReportMetric((float64(l1.tokens)-float64(l0.tokens))/per, "Δheld/rate")
+		b.ReportMetric(stock/float64(n), "tokens/host")
+		b.ReportMetric(hostRate/fleetRate, "hostrates/rate")
+		b.ReportMetric(float64(l1.taken-l0.taken)/per, "taken/rate")
+		b.ReportMetric(float64(l1.short-l0.short)/secs, "again-short/s")
+		b.ReportMetric(float64(l1.over-l0.over)/secs, "again-over/s")
+		b.ReportMetric(float64(l1.free-l0.free)/secs, "again-free/s")
+		b.ReportMetric(float64(l1.offered-l0.offered)/per, "offered/rate")
+	}
 
 	// Moved: 10 % of the hosts offer it all, then another 10 % from
 	// halfway.
@@ -278,6 +348,27 @@ func fleetRun(b *testing.B, nodes []*testutil.Redis, n int) {
 		return 0
 	}
 	time.Sleep(time.Duration(2*hosts[0].c.life) + time.Second) // the hot key idle: leases retired
+	if os.Getenv("FLEET_TRACE") != "" {
+		go func() {
+			rc := rawClient(b, hotNode.Addr())
+			t0 := time.Now()
+			time.Sleep(half - 250*time.Millisecond)
+			for i := 0; i < 12; i++ {
+				v, _ := rc.HMGet(context.Background(), hosts[0].hot.storeKey(&hotKey), "e", "Rc", "Rp", "Wc", "Wp", "Nc", "Np").Result()
+				var hs []string
+				for _, h := range []*fleetHost{hosts[0], hosts[tenth]} {
+					if h.hotL == nil {
+						hs = append(hs, "[none]")
+						continue
+					}
+					e := h.hotL.Owner.(*entry)
+					hs = append(hs, fmt.Sprintf("[rr %.0f share %.0f est %.0f tok %d next %.2fs asks %d]", e.rs.rr, e.rs.share, e.est(h.c.clock()), h.hotL.Tokens(), float64(e.nextAsk-h.c.clock())/1e9, h.hot.asks.Load()))
+				}
+				b.Logf("moved t=%.2fs store %v %s", time.Since(t0).Seconds()-half.Seconds(), v, strings.Join(hs, " "))
+				time.Sleep(250 * time.Millisecond)
+			}
+		}()
+	}
 	res = drive(context.Background(), moved, 2*half)
 	// Recovery: the first whole interval from the move that accepted at
 	// least 95 % of rate × interval, in intervals.
@@ -298,6 +389,15 @@ func fleetRun(b *testing.B, nodes []*testutil.Redis, n int) {
 	for _, v := range res.accepted {
 		total += v
 	}
+	seg = seg[:0]
+	for i := first; i+5 <= len(res.accepted); i += 5 {
+		var x int64
+		for _, v := range res.accepted[i : i+5] {
+			x += v
+		}
+		seg = append(seg, fmt.Sprintf("%.2f", float64(x)/(fleetRate/2)))
+	}
+	b.Logf("after the move, accepted ÷ rate per 500 ms: %s", strings.Join(seg, " "))
 	b.ReportMetric(recover, "recover-intervals")
 	b.ReportMetric(float64(total)/(fleetBurst+fleetRate*(2*half).Seconds()), "shift-accepted/ideal")
 	b.ReportMetric(float64(errs()-errs0), "errors")
@@ -323,4 +423,70 @@ func ownsSlot(s *testutil.Redis, slot int) bool {
 		}
 	}
 	return false
+}
+
+// fleetLoss sums the hosts' hot-key counters of rate leases.
+type fleetLoss struct {
+	refilled, capped, unleased, expired, dropped, tokens, offered, taken, short, over, free uint64
+	hostRate                                                                                float64
+}
+
+func lossOf(hosts []*fleetHost) (l fleetLoss) {
+	for _, h := range hosts {
+		r := h.hot
+		l.refilled += r.granted.Load()
+		l.capped += r.loss.capped.Load()
+		l.unleased += r.loss.unleased.Load()
+		l.expired += r.loss.expired.Load()
+		l.dropped += r.loss.dropped.Load()
+		l.short += r.loss.short.Load()
+		l.over += r.loss.over.Load()
+		l.free += r.loss.free.Load()
+		if h.hotL != nil {
+			l.tokens += uint64(max(h.hotL.Tokens(), 0))
+			if e, ok := h.hotL.Owner.(*entry); ok {
+				// (read racily: a figure, not a check)
+				rr := e.rs.rr
+				if rr == 0 && e.rs.prevTo > h.c.clock() {
+					rr = e.rs.prev
+				}
+				l.hostRate += rr
+			}
+		}
+		l.offered += h.offered.Load()
+		l.taken += h.taken.Load()
+	}
+	return l
+}
+
+// storeHeld samples for d, every 50 ms, the rates of key's leases valid
+// now as the store counts them (Rc and Rp of the current epoch, Rc of the
+// one before), and returns their mean.
+func storeHeld(b *testing.B, node *testutil.Redis, key string, interval float64, d time.Duration, tokens func() (float64, float64)) (float64, float64, float64) {
+	c := rawClient(b, node.Addr())
+	ctx := context.Background()
+	var sum, toks, rates float64
+	var n int
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		v, err := c.HMGet(ctx, key, "e", "Rc", "Rp").Result()
+		if err != nil {
+			continue
+		}
+		ep := float64(storeNow(b, c)) / 1e6 / interval
+		f := func(i int) float64 {
+			s, _ := v[i].(string)
+			x, _ := strconv.ParseFloat(s, 64)
+			return x
+		}
+		switch e := f(0); {
+		case e == math.Floor(ep):
+			sum += f(1) + f(2)
+		case e == math.Floor(ep)-1:
+			sum += f(1)
+		}
+		n++
+		t, r := tokens()
+		toks, rates = toks+t, rates+r
+	}
+	return sum / float64(max(n, 1)), toks / float64(max(n, 1)), rates / float64(max(n, 1))
 }

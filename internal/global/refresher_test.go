@@ -28,6 +28,8 @@ type fakeStore struct {
 	hosts    int64
 	share    float64 // this host's share of the grants (own / total)
 	left     int64   // the window (or rate lease) left a reply says, µs
+	free     int64   // a rate lease's reply: the rate no lease holds, ×1000
+	total    float64 // a rate lease's reply: all demands (0: 100)
 	asks     []askArgs
 	keys     []string
 	loads    int
@@ -57,7 +59,16 @@ func (s *fakeStore) ask(ctx context.Context, keys []string, args []askArgs, res 
 			res[i] = askResult{err: errors.New("NOSCRIPT No matching script"), noScript: true}
 		default:
 			g := min(args[i].want, max(s.cap-args[i].held, 0))
+			if args[i].rateLease {
+				g = s.cap // (a rate lease is granted its share)
+			}
 			res[i] = askResult{rep: reply{granted: g, hosts: s.hosts, cap: s.cap, leftUs: s.left, own: s.share * 100, total: 100}}
+			if args[i].rateLease {
+				res[i].rep.waitUs = s.free
+				if s.total > 0 {
+					res[i].rep.total = s.total
+				}
+			}
 		}
 	}
 }
@@ -430,17 +441,111 @@ func TestRateRenewalLeadFake(t *testing.T) {
 	if e := r.m[k]; e.low != 125 || e.low > e.cap {
 		t.Fatalf("low-water mark %d (cap %d), want 125", e.low, e.cap)
 	}
-	// Active, a packet every 10 ms: renewed once an interval (up to 2 %
-	// early), before the lease ends.
-	renewed := time.Duration(0)
-	for d := 10 * time.Millisecond; d < 1500*time.Millisecond && renewed == 0; d += 10 * time.Millisecond {
-		l.Take(clk.add(10*time.Millisecond), 1)
-		c.step(clk.get())
-		if st.nAsks() > 1 {
-			renewed = d
+	// Active, a packet every 10 ms: asked again a quarter interval after
+	// its first grant (500/s, more than twice the demand it saw, one
+	// packet), then renewed once an interval (up to 2 % early), before
+	// the lease ends.
+	iv := time.Duration(c.interval)
+	for i, want := range [][2]time.Duration{{iv / 4, iv / 4}, {iv * 98 / 100, iv}} {
+		renewed := time.Duration(0)
+		for d := 10 * time.Millisecond; d < 1500*time.Millisecond && renewed == 0; d += 10 * time.Millisecond {
+			l.Take(clk.add(10*time.Millisecond), 1)
+			c.step(clk.get())
+			if st.nAsks() > i+1 {
+				renewed = d
+			}
+		}
+		if renewed < want[0] || renewed > want[1] {
+			t.Fatalf("ask %d %v after the grant before: want %v to %v, before the lease ends (1.5 s)", i+2, renewed, want[0], want[1])
 		}
 	}
-	if iv := time.Duration(c.interval); renewed < iv*98/100 || renewed > iv {
-		t.Fatalf("renewed %v after the grant: want an interval (%v, up to 2 %% early), before the lease ends (1.5 s)", renewed, iv)
+}
+
+// TestRateFreeFake: a host whose demand is above its rate asks again a
+// quarter interval after its grant while a tenth of the rate is held by no
+// lease (the shares granted before summed to less than the rate), and a
+// whole interval after it when all is held.
+func TestRateFreeFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.cap, st.left = 10_000, 1_500_000 // (its share 10/s of 1 000/s, the lease 1.5 s)
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(func() { c.Close() })
+	close(c.done)
+	r, err := c.NewRule(RuleConfig{Name: "g", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fkey(1)
+	l := r.Lease(&k)
+	// A packet every 10 ms (100/s, above its 10/s): the time between
+	// asks, with 500/s held by no lease at the second grant, none at the
+	// third.
+	var at []time.Duration
+	var since time.Duration
+	for i := 0; i < 300 && len(at) < 4; i++ {
+		if n := st.nAsks(); n == 1 {
+			st.free = 500_000 // (the second ask's reply)
+		} else if n == 2 {
+			st.free = 0
+		}
+		l.Take(clk.add(10*time.Millisecond), 1)
+		since += 10 * time.Millisecond
+		n := st.nAsks()
+		c.step(clk.get())
+		if st.nAsks() > n {
+			at, since = append(at, since), 0
+		}
+	}
+	iv := time.Duration(c.interval)
+	if len(at) < 4 || at[2] != iv/4 || at[3] < iv*98/100 || at[3] > iv {
+		t.Fatalf("asks %v apart: want the third a quarter interval (%v) after the second (500/s free), the fourth an interval after the third (none free)", at, iv/4)
+	}
+}
+
+// TestRateReleaseFake: a host whose demand falls below half its rate, of a
+// key whose demands may take the rate, asks again at once (a quarter
+// interval after its last ask at the soonest) to give the rest back, not at
+// its renewal an interval later.
+func TestRateReleaseFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.cap, st.left, st.total = 500_000, 1_500_000, 2000 // (its share 500/s of 1 000/s, demands 2 000/s)
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	close(c.done)
+	r, err := c.NewRule(RuleConfig{Name: "g", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := fkey(1)
+	l := r.Lease(&k)
+	// 400/s (4 every 10 ms) for 2.5 s, then nothing: the time from the
+	// last ask before the demand stopped to the next.
+	var last, stop time.Duration
+	asks := st.nAsks()
+	for d := 10 * time.Millisecond; d < 4*time.Second; d += 10 * time.Millisecond {
+		clk.add(10 * time.Millisecond)
+		if d < 2500*time.Millisecond {
+			l.Take(clk.get(), 4)
+		} else if stop == 0 {
+			stop = d
+		}
+		c.step(clk.get())
+		if n := st.nAsks(); n > asks {
+			asks = n
+			if stop != 0 {
+				if d-stop > 400*time.Millisecond {
+					t.Fatalf("asked %v after the ask before, %v after the demand stopped: want within half an interval", d-last, d-stop)
+				}
+				return
+			}
+			last = d
+		}
+	}
+	t.Fatalf("no ask in 1.5 s after the demand stopped (the last %v before)", stop-last)
 }

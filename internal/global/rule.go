@@ -70,6 +70,7 @@ type Rule struct {
 	retiredSinceComp int
 
 	asks, granted, errs, noLease atomic.Uint64
+	loss                         rateLoss // (rate leases, for the fleet simulation)
 	keys, hosts                  atomic.Int64
 	shareBits, fbRateBits        atomic.Uint64
 }
@@ -272,7 +273,7 @@ func (r *Rule) args(e *entry) askArgs {
 		known: e.replied != 0 && r.c.clock()-e.replied < horizon,
 	}
 	if r.rateLease {
-		a.rateLease, a.windowUs, a.want = true, r.c.interval/1000, int64(e.est(r.c.clock())*1000)
+		a.rateLease, a.windowUs, a.want = true, r.c.interval/1000, int64(e.rateDemand(r.c.clock())*1000)
 	}
 	return a
 }
