@@ -4,6 +4,8 @@ package fastpath
 
 import (
 	"net/netip"
+	"strings"
+	"time"
 	"testing"
 	"unsafe"
 
@@ -70,5 +72,31 @@ func TestSeenTimeRange(t *testing.T) {
 		return nil
 	}); err != nil || n != 1 {
 		t.Errorf("%d flows listed (%v), want the one decided in the kernel", n, err)
+	}
+}
+
+// TestLoadRefusesClockPastRange: a load whose clock is within a year of the
+// seen word's end (or before 1970) is refused with a line naming the clock,
+// so that a clock set far ahead is an error at start, not every kernel
+// limit rule's packets left to user space.
+func TestLoadRefusesClockPastRange(t *testing.T) {
+	end := int64(1)<<(64-fastpathLockWordLOCK_BITS) - 1
+	for _, c := range []struct {
+		now int64
+		ok  bool
+	}{
+		{time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC).UnixNano(), true},
+		{end - int64(seenMargin), true},
+		{end - int64(seenMargin) + 1, false},
+		{end, false},
+		{-1, false},
+	} {
+		err := inSeenRange(c.now)
+		if (err == nil) != c.ok {
+			t.Errorf("clock %d: %v, want ok %v", c.now, err, c.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "the clock reads") {
+			t.Errorf("clock %d: %q does not name the clock", c.now, err)
+		}
 	}
 }

@@ -211,8 +211,32 @@ func (p *Program) fill(s Spec, old *Program) error {
 			return fmt.Errorf("filling the rule table: %w", err)
 		}
 	}
+	var bt unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_BOOTTIME, &bt)
+	if err := inSeenRange(bootOffset() + bt.Nano()); err != nil {
+		return err
+	}
 	p.cfg = fastpathCfg{SrcFree: srcFree, DstFree: dstFree, Offset: bootOffset(), Nrules: uint32(n), PuntMark: s.PuntMark, Lpm: lpm}
 	return p.objs.Config.Put(uint32(0), &p.cfg)
+}
+
+// seenMargin is how long before the end of the seen word's range a load is
+// refused: a program loaded later would send every limited packet to user
+// space within that time.
+const seenMargin = 366 * 24 * time.Hour
+
+// inSeenRange refuses a kernel time base (Unix ns) the flow state's seen
+// word (the time above the lock's LOCK_BITS: up to 2^62 ns, the year 2116)
+// cannot hold for at least seenMargin: a clock set past it (a broken RTC or
+// time source) would leave every packet of the kernel's limit rules to
+// user space, uncharged there by nothing but the queue.
+func inSeenRange(now int64) error {
+	end := int64(uint64(1)<<(64-fastpathLockWordLOCK_BITS) - 1)
+	if now < 0 || now > end-int64(seenMargin) {
+		return fmt.Errorf("the clock reads %s, outside the fast path's time range (to %s less a year): check the system clock",
+			time.Unix(0, now).UTC().Format(time.RFC3339), time.Unix(0, end).UTC().Format("2006-01-02"))
+	}
+	return nil
 }
 
 // minNewFlows is the least a limit rule's map of new flows holds.

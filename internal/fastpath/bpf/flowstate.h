@@ -14,8 +14,9 @@
 // hash's values cannot hold a bpf_spin_lock): the low LOCK_BITS of the
 // state's seen word, the table's time above them (one word fewer per
 // flow: a state of 40 bytes). Taken by compare-and-swap of the whole word,
-// released by an exchange (both full barriers); while it is held only its
-// holder writes the word. Held for the few instructions of the limiter,
+// released by an exchange (both sequentially consistent; the exchange is
+// __atomic_exchange_n, as __sync_lock_test_and_set is only an acquire to
+// the compiler); while it is held only its holder writes the word. Held for the few instructions of the limiter,
 // never across a helper call. A tc program runs in softirq context and is
 // not preempted while holding it, so the spin is short; LOCK_SPINS bounds
 // it all the same.
@@ -88,7 +89,7 @@ static __always_inline int state_lock(struct flow_state *f, struct spin_ctx *c)
 // state_set_lock ends f's hold (its holder's) with the lock l.
 static __always_inline void state_set_lock(struct flow_state *f, __u64 l)
 {
-	__sync_lock_test_and_set(&f->seen, (f->seen & ~(__u64)LOCK_MASK) | l);
+	__atomic_exchange_n(&f->seen, (f->seen & ~(__u64)LOCK_MASK) | l, __ATOMIC_SEQ_CST);
 }
 
 static __always_inline void state_unlock(struct flow_state *f)
