@@ -5,8 +5,8 @@ package fastpath
 import (
 	"net/netip"
 	"strings"
-	"time"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/packetshaper/packetshaper/policy"
