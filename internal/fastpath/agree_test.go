@@ -123,6 +123,22 @@ func needKernel(t testing.TB, s Spec) *Program {
 	return p
 }
 
+// loadRule loads the program of a one-rule policy, on the kernel's clock
+// (needKernel).
+func loadRule(t testing.TB, r policy.Rule) (*Program, Spec) {
+	t.Helper()
+	s, _, err := Compile(&policy.File{Rules: []policy.Rule{r}}, policy.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return needKernel(t, s), s
+}
+
+// oneFlow is the UDP flow of the one-flow tests, as a 64-byte frame.
+func oneFlow() []byte {
+	return build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
+}
+
 // loadAt compiles f, loads its program (needKernel) and sets its clock to
 // now (0: the kernel's clock).
 func loadAt(t testing.TB, f *policy.File, now int64) *Program {

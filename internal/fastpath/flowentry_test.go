@@ -3,7 +3,6 @@
 package fastpath
 
 import (
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -42,12 +41,8 @@ func TestFlowEntrySize(t *testing.T) {
 // decided in the kernel. Without the program's check the packet at 2^62
 // was decided in the kernel, its seen time cut to 0.
 func TestSeenTimeRange(t *testing.T) {
-	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(1.0)}}}, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	fr := &frame{b: build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)}
+	p, s := loadRule(t, policy.Rule{Name: "lim", PPS: ptr(1.0), Burst: ptr(1.0)})
+	fr := &frame{b: oneFlow()}
 	last := int64(1)<<(64-fastpathLockWordLOCK_BITS) - 1
 	for _, c := range []struct {
 		now  int64

@@ -27,7 +27,7 @@ func TestStateLockAcrossCPUs(t *testing.T) {
 	}
 	const n, burst = 400_000, 500_000
 	p := loadAt(t, &policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(float64(burst))}}}, 1_700_000_000_000_000_000)
-	fr := build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
+	fr := oneFlow()
 	onTwoCPUs(t, p, [2][]byte{fr, fr}, n)
 	c, err := p.RuleCounters(0)
 	if err != nil {
@@ -56,12 +56,8 @@ func TestStateLockLiveClock(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("one CPU")
 	}
-	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1e6), Burst: ptr(1000.0)}}}, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	fr := build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
+	p, _ := loadRule(t, policy.Rule{Name: "lim", PPS: ptr(1e6), Burst: ptr(1000.0)})
+	fr := oneFlow()
 	start := time.Now()
 	for round := range 3 {
 		onTwoCPUs(t, p, [2][]byte{fr, fr}, 300_000)
@@ -166,12 +162,8 @@ func TestTotalLockAcrossCPUs(t *testing.T) {
 // that map has since evicted it, its next packet starts it afresh (as in
 // one LRU map), neither punted nor stuck on the marker the move left.
 func TestNewFlowsMoveAndEviction(t *testing.T) {
-	s, _, err := Compile(&policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(2.0)}}}, policy.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := needKernel(t, s)
-	fr := &frame{b: build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)}
+	p, s := loadRule(t, policy.Rule{Name: "lim", PPS: ptr(1.0), Burst: ptr(2.0)})
+	fr := &frame{b: oneFlow()}
 	now := int64(1_700_000_000_000_000_000)
 	count := func(m *ebpf.Map) int {
 		n := 0
@@ -223,7 +215,7 @@ func TestNewFlowsMoveAndEviction(t *testing.T) {
 func TestNewFlowsRoundRobin(t *testing.T) {
 	const flows, maxFlows = 500, 1000 // half: an LRU map evicts before it is full
 	p := loadAt(t, &policy.File{Rules: []policy.Rule{{Name: "lim", PPS: ptr(1.0), Burst: ptr(1.0), Key: "5tuple", MaxFlows: ptr(maxFlows)}}}, 1_700_000_000_000_000_000)
-	fr := build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)
+	fr := oneFlow()
 	accepted := 0
 	for range 3 {
 		for i := range flows {

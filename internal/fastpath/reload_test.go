@@ -3,7 +3,6 @@
 package fastpath
 
 import (
-	"net/netip"
 	"slices"
 	"testing"
 	"time"
@@ -74,7 +73,7 @@ func TestReloadMovedRuleKeepsFlows(t *testing.T) {
 		return policy.Rule{Name: name, Action: "accept", Match: &policy.Match{Proto: []string{"tcp"}, Dport: []string{"22"}}}
 	}
 	p := needKernel(t, mk(lim))
-	fr := &frame{b: build(flowDesc{netip.MustParseAddr("10.1.0.1"), netip.MustParseAddr("10.8.0.1"), 17, 4000, 5000}, 64)}
+	fr := &frame{b: oneFlow()}
 	now := int64(1_700_000_000_000_000_000)
 	for i, want := range []int{tcOK, tcOK, tcShot} {
 		if v, _, _ := run(t, p, fr, now); v != want {
