@@ -384,7 +384,7 @@ func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []fra
 // hasFlow reports whether the program's flow map holds the state of the
 // Go engine's key k of rule i.
 func (p *Program) hasFlow(k *flows.Key, i int) bool {
-	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family, Mode: uint8(k.Mode), Rule: p.ids[i]}
+	fk := fastpathFlowKey{Src: k.Src, Dst: k.Dst, Sport: k.SrcPort, Dport: k.DstPort, Proto: k.Proto, Family: k.Family}
 	var st fastpathFlowState
 	return p.tables[i] != nil && (p.tables[i].Lookup(&fk, &st) == nil || p.news[i].Lookup(&fk, &st) == nil)
 }

@@ -18,14 +18,17 @@
 // package flows does; it charges a GSO/GRO packet its segments, and decides
 // a datagram's later fragments as its first fragment (bpf/frag.h); it keys
 // flows as
-// flows.KeyConfig does (a rule's identity in the key survives a reload that
-// keeps the rule, wherever it moves), and keeps each limit rule's flows in
-// an LRU map of the rule's max-flows, behind a map of new flows of the same
-// size (at least 128) that a flow's first packet enters and its second
-// leaves for the main map with its state, so that one-packet flows (a
-// spoofed flood) evict only each other, as S3-FIFO's small queue does in
-// user space. A key's state changes under its own lock word
-// (compare-and-swap), so the CPUs share one bucket per key. Packets it cannot decide — malformed IP
+// flows.KeyConfig does, and keeps each limit rule's flows in its own LRU
+// map of the rule's max-flows (so the key holds no rule: a reload that keeps
+// the rule keeps its maps, wherever the rule moves), behind a map of new
+// flows of the same size (at least 128) that a flow's first packet enters
+// and its second leaves for the main map with its state, so that one-packet
+// flows (a spoofed flood) evict only each other, as S3-FIFO's small queue
+// does in user space. A flow's element is 128 bytes (a 40-byte key, a
+// 40-byte state, the kernel's 48-byte header: two cache lines). A key's
+// state changes under its own lock (compare-and-swap of the word that
+// holds the lock's bits and the flow's seen time), so the CPUs share one
+// bucket per key. Packets it cannot decide — malformed IP
 // headers, IPv6 packets with a longer extension header chain, packets of
 // user-space rules — it passes with the punt mark (Spec.PuntMark) or'ed
 // into skb->mark. The program is

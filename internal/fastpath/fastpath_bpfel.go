@@ -63,20 +63,16 @@ type fastpathFlowKey struct {
 	Dport  uint16
 	Proto  uint8
 	Family uint8
-	Mode   uint8
-	Pad    uint8
-	Rule   uint32
+	Pad    [2]uint8
 }
 
 type fastpathFlowState struct {
 	_      structs.HostLayout
 	Last   int64
-	Seen   int64
+	Seen   uint64
 	Tokens int64
 	Win    uint64
 	Cur    uint64
-	Prev   int64
-	Lock   uint64
 }
 
 type fastpathFragKey struct {
@@ -130,6 +126,13 @@ const (
 	fastpathLockStateLOCK_FREE  fastpathLockState = 0
 	fastpathLockStateLOCK_HELD  fastpathLockState = 1
 	fastpathLockStateLOCK_MOVED fastpathLockState = 2
+)
+
+type fastpathLockWord uint32
+
+const (
+	fastpathLockWordLOCK_BITS fastpathLockWord = 2
+	fastpathLockWordLOCK_MASK fastpathLockWord = 3
 )
 
 type fastpathLpmFlag uint32
@@ -198,16 +201,15 @@ type fastpathRuleEntry struct {
 	Src6      uint8
 	Dst6      uint8
 	_         [3]byte
-	Id        uint32
 	Total     uint32
 	Tbytes    uint8
 	Tpad      [3]uint8
+	_         [4]byte
 }
 
 type fastpathScratch struct {
 	_   structs.HostLayout
 	Key fastpathFlowKey
-	_   [4]byte
 	Nf  fastpathFlowState
 	Kc  fastpathFlowState
 }
@@ -245,6 +247,7 @@ const (
 	fastpathVarUnusedFlowState = "unused_flow_state"
 	fastpathVarUnusedKeyMode   = "unused_key_mode"
 	fastpathVarUnusedLockState = "unused_lock_state"
+	fastpathVarUnusedLockWord  = "unused_lock_word"
 	fastpathVarUnusedLpmFlag   = "unused_lpm_flag"
 	fastpathVarUnusedOver      = "unused_over"
 )
@@ -323,6 +326,7 @@ type fastpathVariableSpecs struct {
 	UnusedFlowState *ebpf.VariableSpec `ebpf:"unused_flow_state"`
 	UnusedKeyMode   *ebpf.VariableSpec `ebpf:"unused_key_mode"`
 	UnusedLockState *ebpf.VariableSpec `ebpf:"unused_lock_state"`
+	UnusedLockWord  *ebpf.VariableSpec `ebpf:"unused_lock_word"`
 	UnusedLpmFlag   *ebpf.VariableSpec `ebpf:"unused_lpm_flag"`
 	UnusedOver      *ebpf.VariableSpec `ebpf:"unused_over"`
 }
@@ -387,6 +391,7 @@ type fastpathVariables struct {
 	UnusedFlowState *ebpf.Variable `ebpf:"unused_flow_state"`
 	UnusedKeyMode   *ebpf.Variable `ebpf:"unused_key_mode"`
 	UnusedLockState *ebpf.Variable `ebpf:"unused_lock_state"`
+	UnusedLockWord  *ebpf.Variable `ebpf:"unused_lock_word"`
 	UnusedLpmFlag   *ebpf.Variable `ebpf:"unused_lpm_flag"`
 	UnusedOver      *ebpf.Variable `ebpf:"unused_over"`
 }

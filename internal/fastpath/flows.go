@@ -101,16 +101,18 @@ func (t *FlowTable) Flows(now int64, max int, fn func(*Flow) error) (int, error)
 	f.Rule = t.rule
 	listed := 0
 	each := func(k *fastpathFlowKey, s *fastpathFlowState) error {
-		if s.Lock == uint64(fastpathLockStateLOCK_MOVED) {
+		if lockOf(s) == fastpathLockStateLOCK_MOVED {
 			return nil // a marker: the flow is in t.m
 		}
-		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: modeOf(k.Mode)}
-		f.Last = s.Seen
-		f.Expired = e.Timeout > 0 && now-s.Seen > e.Timeout
+		f.Key = flows.Key{Src: k.Src, Dst: k.Dst, SrcPort: k.Sport, DstPort: k.Dport, Proto: k.Proto, Family: k.Family, Mode: e.Key.Mode}
+		f.Last = seenOf(s)
+		f.Expired = e.Timeout > 0 && now-f.Last > e.Timeout
 		if f.Expired {
 			f.Left = e.Limiter.Capacity()
 		} else {
-			st := shaper.StateOf(s.Last, s.Tokens, int64(s.Win), int64(s.Cur), s.Prev)
+			// Tokens is the token bucket's, or the sliding-window
+			// counter's previous count (one word: bpf/common.h).
+			st := shaper.StateOf(s.Last, s.Tokens, int64(s.Win), int64(s.Cur), s.Tokens)
 			f.Left = e.Limiter.Left(&st, now)
 		}
 		listed++
@@ -137,12 +139,20 @@ func (t *FlowTable) Count() (int, error) {
 	}
 	m := 0
 	_, err = readFlows(t.small, 0, func(_ *fastpathFlowKey, s *fastpathFlowState) error {
-		if s.Lock != uint64(fastpathLockStateLOCK_MOVED) {
+		if lockOf(s) != fastpathLockStateLOCK_MOVED {
 			m++
 		}
 		return nil
 	})
 	return n + m, err
+}
+
+// seenOf and lockOf are a flow state's seen time and its lock, which share
+// a word (bpf/flowstate.h: the lock in its low LOCK_BITS).
+func seenOf(s *fastpathFlowState) int64 { return int64(s.Seen >> fastpathLockWordLOCK_BITS) }
+
+func lockOf(s *fastpathFlowState) fastpathLockState {
+	return fastpathLockState(s.Seen & uint64(fastpathLockWordLOCK_MASK))
 }
 
 // Entry is the rule the map is of.

@@ -177,7 +177,7 @@ func BenchmarkFlowCount(b *testing.B) {
 		m := min(len(keys), n-i)
 		for j := range m {
 			x := uint32(i + j)
-			keys[j] = fastpathFlowKey{Src: [16]byte{11, byte(x >> 16), byte(x >> 8), byte(x)}, Family: 4, Mode: 1}
+			keys[j] = fastpathFlowKey{Src: [16]byte{11, byte(x >> 16), byte(x >> 8), byte(x)}, Family: 4}
 		}
 		if _, err := p.tables[0].BatchUpdate(keys[:m], vals[:m], nil); err != nil {
 			b.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"reflect"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -30,11 +29,7 @@ type Program struct {
 	inner  *ebpf.MapSpec
 	tables []*ebpf.Map
 	news   []*ebpf.Map
-	// ids[i] is rule i's identity in its flows' keys (flow_key.rule):
-	// a kept rule's is the old program's, so that its flows are found
-	// wherever it moves in the rule list; a new rule's is fresh (nextID).
-	ids  []uint32
-	spec Spec
+	spec   Spec
 	// Kept names the limit rules whose flow map Reload took over.
 	Kept []string
 }
@@ -147,10 +142,6 @@ var readBootOffset = func() int64 {
 	return time.Duration(rt.Nano() - bt.Nano()).Nanoseconds()
 }
 
-// nextID gives the rules' identities in flow keys: unique within the
-// process, so that no two rules' flows ever share a key.
-var nextID atomic.Uint32
-
 func (p *Program) fill(s Spec, old *Program) error {
 	p.spec = s
 	n := len(s.Entries)
@@ -194,9 +185,7 @@ func (p *Program) fill(s Spec, old *Program) error {
 	}
 	p.tables = make([]*ebpf.Map, n)
 	p.news = make([]*ebpf.Map, n)
-	p.ids = make([]uint32, n)
 	for i, e := range s.Entries {
-		p.ids[i] = nextID.Add(1)
 		if e.Action != Limit {
 			continue
 		}
@@ -208,7 +197,7 @@ func (p *Program) fill(s Spec, old *Program) error {
 		return err
 	}
 	for i, e := range s.Entries {
-		r := ruleEntry(&e, p.ids[i])
+		r := ruleEntry(&e)
 		r.Total = totalNone
 		for ti, t := range s.Totals {
 			if t.Name == e.Total && e.Total != "" {
@@ -251,15 +240,16 @@ func flowMapSize(outer string, n int) int {
 }
 
 // flowMaps gives limit rule i (Entry e) its two flow maps: old's, if old
-// has the rule unchanged (its flows keep their state; the rule keeps its
-// identity in their keys), else new, empty ones.
+// has the rule unchanged (its flows keep their state, wherever the rule
+// moves in the list: the maps are the rule's own, their keys hold no rule),
+// else new, empty ones.
 func (p *Program) flowMaps(i int, e *Entry, old *Program) error {
-	if m, small, id := old.table(e); m != nil {
+	if m, small := old.table(e); m != nil {
 		c, err := m.Clone()
 		if err == nil {
 			cs, err := small.Clone()
 			if err == nil {
-				p.tables[i], p.news[i], p.ids[i] = c, cs, id
+				p.tables[i], p.news[i] = c, cs
 				p.Kept = append(p.Kept, e.Name)
 				return p.putFlowMaps(i)
 			}
@@ -297,17 +287,17 @@ func (p *Program) putFlowMaps(i int) error {
 }
 
 // table is the flow maps (flows, flows_new) of p's limit rule named e.Name
-// if its Entry is e, and that rule's identity in the maps' keys.
-func (p *Program) table(e *Entry) (*ebpf.Map, *ebpf.Map, uint32) {
+// if its Entry is e.
+func (p *Program) table(e *Entry) (*ebpf.Map, *ebpf.Map) {
 	if p == nil {
-		return nil, nil, 0
+		return nil, nil
 	}
 	for i := range p.spec.Entries {
 		if o := &p.spec.Entries[i]; o.Name == e.Name && o.Action == Limit && p.tables[i] != nil && p.news[i] != nil && reflect.DeepEqual(*o, *e) {
-			return p.tables[i], p.news[i], p.ids[i]
+			return p.tables[i], p.news[i]
 		}
 	}
-	return nil, nil, 0
+	return nil, nil
 }
 
 // Spec is the policy p runs.
@@ -372,23 +362,13 @@ func num[K comparable, V ~uint32](m map[K]V, k K) uint8 {
 	return 0xff
 }
 
-// modeOf is the key mode of the program's number m.
-func modeOf(m uint8) flows.Mode {
-	for k, v := range modes {
-		if uint8(v) == m {
-			return k
-		}
-	}
-	return flows.Mode(0xff)
-}
-
-func ruleEntry(e *Entry, id uint32) fastpathRuleEntry {
+func ruleEntry(e *Entry) fastpathRuleEntry {
 	r := fastpathRuleEntry{
 		Burst: uint64(e.BurstN), RateInt: e.RateInt, RateHi: e.RateHi, RateLo: e.RateLo,
 		Window: e.Window, Limit: e.Limit, Timeout: e.Timeout,
 		Mark: e.Mark, MarkMask: e.Mask, SetMark: e.SetMark, SetMask: e.SetMask,
 		Family: e.Family, Action: num(actions, e.Action), Algo: num(algos, e.Algo), Mode: num(modes, e.Key.Mode),
-		Over: num(overs, e.Over), Id: id,
+		Over: num(overs, e.Over),
 	}
 	switch e.Orig {
 	case shaper.ActionAccept:

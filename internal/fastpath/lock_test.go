@@ -131,7 +131,7 @@ func TestNewFlowsMoveAndEviction(t *testing.T) {
 	count := func(m *ebpf.Map) int {
 		n := 0
 		_, err := readFlows(m, 0, func(_ *fastpathFlowKey, s *fastpathFlowState) error {
-			if s.Lock != uint64(fastpathLockStateLOCK_MOVED) {
+			if lockOf(s) != fastpathLockStateLOCK_MOVED {
 				n++
 			}
 			return nil

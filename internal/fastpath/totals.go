@@ -5,6 +5,8 @@ package fastpath
 import (
 	"fmt"
 	"reflect"
+
+	"github.com/packetshaper/packetshaper/shaper"
 )
 
 // totalNone is bpf/common.h's TOTAL_NONE: a rule that charges no total.
@@ -27,7 +29,9 @@ func (p *Program) fillTotals(s Spec, old *Program) error {
 		if t.Bytes {
 			v.Lim.Bytes = 1
 		}
-		v.St.Tokens = t.BurstN // shaper's Reset at 0: a full bucket, empty windows
+		if t.Algo == shaper.TokenBucket {
+			v.St.Tokens = t.BurstN // shaper's Reset at 0: a full bucket (for the windows, the word is prev: 0)
+		}
 		if st, ok := old.totalState(t); ok {
 			v.St = st
 		}
@@ -49,7 +53,7 @@ func (p *Program) totalState(t *TotalEntry) (fastpathFlowState, bool) {
 			if err := p.objs.Totals.Lookup(uint32(i), &v); err != nil {
 				return fastpathFlowState{}, false
 			}
-			v.St.Lock = 0
+			v.St.Seen &^= uint64(fastpathLockWordLOCK_MASK) // its lock free
 			return v.St, true
 		}
 	}

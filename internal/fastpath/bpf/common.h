@@ -71,7 +71,6 @@ struct rule_entry {
 	__u8 over;     // OVER_*
 	__u8 symmetric;
 	__u8 src4, dst4, src6, dst6; // key prefix lengths (full when not masked)
-	__u32 id;      // the rule's identity in flow keys
 	__u32 total;   // the total it charges: its index in totals, or TOTAL_NONE
 	__u8 tbytes;   // the total's cost is the IP length
 	__u8 _tpad[3];
@@ -97,21 +96,31 @@ struct lpm_key {
 	__u8 data[17];   // family (4 or 6), then the address
 };
 
+// A flow's key in its rule's maps (each limit rule has its own: the rule
+// and its key mode are not in the key), as flows.Key; 40 bytes (a
+// multiple of 4: the kernel hashes such a key by words, jhash2, another by
+// bytes), and a state of 40: one LRU element of the kernel (its 48-byte
+// header, key and value) is 128 bytes, two cache lines.
 struct flow_key {
 	__u8 src[16], dst[16];
 	__u16 sport, dport;
-	__u8 proto, family, mode, _pad;
-	__u32 rule;
-};
+	__u8 proto, family;
+	__u8 _pad[2]; // zero
+} __attribute__((aligned(8))); // stored and hashed by words, not by halfwords (clang's stores follow the type's alignment)
 
+// A flow's state: what shaper.State holds for the three algorithms (the
+// token bucket's tokens and the sliding-window counter's previous count
+// share a word: no algorithm uses both), and the table's time, which
+// shares its word with the lock (flowstate.h).
 struct flow_state {
 	__s64 last;   // newest time seen by the limiter
-	__s64 seen;   // newest time seen by the table (idle timeout)
-	__s64 tokens; // token bucket, nano-units
+	__u64 seen;   // newest time seen by the table (idle timeout) << LOCK_BITS | the lock (enum lock_state)
+	union {
+		__s64 tokens; // token bucket, nano-units
+		__s64 prev;   // sliding-window counter: previous window's count
+	};
 	__u64 win;    // window index, or the fraction's high word
 	__u64 cur;    // current window's count, or the fraction's low word
-	__s64 prev;   // previous window's count
-	__u64 lock;   // 1 while a CPU changes the state (flowstate.h)
 };
 
 // A class total (shaper/total.go) of kernel rules: one state for every

@@ -60,8 +60,6 @@ static __always_inline void flow_key_of(struct rule_entry *r, struct pkt *p, str
 		dport = tp;
 	}
 	key->family = p->family;
-	key->mode = r->mode;
-	key->rule = r->id;
 	switch (r->mode) {
 	case MODE_5TUPLE:
 		__builtin_memcpy(key->src, src, 16);

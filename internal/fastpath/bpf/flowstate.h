@@ -10,27 +10,52 @@
 #include "limiter.h"
 
 // The CPUs a key's packets arrive on take turns on its state, as shaper's
-// one goroutine per engine does, under the state's own lock word (an LRU
-// hash's values cannot hold a bpf_spin_lock): taken by compare-and-swap,
-// released by an exchange (both full barriers), held for the few
-// instructions of the limiter, never across a helper call. A tc program
-// runs in softirq context and is not preempted while holding it, so the
-// spin is short; LOCK_SPINS bounds it all the same.
+// one goroutine per engine does, under the state's own lock (an LRU
+// hash's values cannot hold a bpf_spin_lock): the low LOCK_BITS of the
+// state's seen word, the table's time above them (one word fewer per
+// flow: a state of 40 bytes). Taken by compare-and-swap of the whole word,
+// released by an exchange (both full barriers); while it is held only its
+// holder writes the word. Held for the few instructions of the limiter,
+// never across a helper call. A tc program runs in softirq context and is
+// not preempted while holding it, so the spin is short; LOCK_SPINS bounds
+// it all the same.
 #define LOCK_SPINS (1 << 16)
 
-// A state's lock word: free, held, or moved (a state of flows_new that
-// went to flows: look there).
+// A state's lock: free, held, or moved (a state of flows_new that went to
+// flows: look there).
 enum lock_state { LOCK_FREE = 0, LOCK_HELD = 1, LOCK_MOVED = 2 };
+// The lock's bits at the bottom of flow_state.seen; the time above them
+// is the seen time, unsigned: a time from 0 to 2^(64 - LOCK_BITS) - 1 ns
+// (the year 2116 in Unix ns); the program leaves a packet of a time
+// outside that range to user space (flow_verdict).
+enum lock_word { LOCK_BITS = 2, LOCK_MASK = (1 << LOCK_BITS) - 1 };
+
+const enum lock_state *unused_lock_state __attribute__((unused));
+const enum lock_word *unused_lock_word __attribute__((unused));
+
+static __always_inline __s64 seen_of(struct flow_state *f)
+{
+	return (__s64)(f->seen >> LOCK_BITS);
+}
+
+// set_seen sets f's seen time, its lock as it is (f's lock held).
+static __always_inline void set_seen(struct flow_state *f, __s64 t)
+{
+	f->seen = ((__u64)t << LOCK_BITS) | (f->seen & LOCK_MASK);
+}
 
 // state_trylock: 1 taken, 0 held by another CPU, -2 moved.
-const enum lock_state *unused_lock_state __attribute__((unused));
-
 static __always_inline int state_trylock(struct flow_state *f)
 {
-	__u64 v = __sync_val_compare_and_swap(&f->lock, LOCK_FREE, LOCK_HELD);
-	if (v == LOCK_FREE)
+	__u64 w = *(volatile __u64 *)&f->seen;
+	if ((w & LOCK_MASK) == LOCK_MOVED)
+		return -2;
+	if ((w & LOCK_MASK) != LOCK_FREE)
+		return 0;
+	__u64 v = __sync_val_compare_and_swap(&f->seen, w, w | LOCK_HELD);
+	if (v == w)
 		return 1;
-	return v == LOCK_MOVED ? -2 : 0;
+	return (v & LOCK_MASK) == LOCK_MOVED ? -2 : 0;
 }
 
 struct spin_ctx {
@@ -60,9 +85,26 @@ static __always_inline int state_lock(struct flow_state *f, struct spin_ctx *c)
 	return c->got;
 }
 
+// state_set_lock ends f's hold (its holder's) with the lock l.
+static __always_inline void state_set_lock(struct flow_state *f, __u64 l)
+{
+	__sync_lock_test_and_set(&f->seen, (f->seen & ~(__u64)LOCK_MASK) | l);
+}
+
 static __always_inline void state_unlock(struct flow_state *f)
 {
-	__sync_lock_test_and_set(&f->lock, 0);
+	state_set_lock(f, LOCK_FREE);
+}
+
+// state_copy copies the limiter's state and the seen time from s to f,
+// f's lock as it is.
+static __always_inline void state_copy(struct flow_state *f, struct flow_state *s)
+{
+	f->last = s->last;
+	f->tokens = s->tokens;
+	f->win = s->win;
+	f->cur = s->cur;
+	set_seen(f, seen_of(s));
 }
 
 // touch is what the flow table does to a flow's state f at now before its
@@ -70,10 +112,11 @@ static __always_inline void state_unlock(struct flow_state *f)
 // rule's timeout starts afresh; seen moves on.
 static __always_inline void touch(struct rule_entry *r, struct flow_state *f, __s64 now)
 {
-	if (r->timeout > 0 && now - f->seen > r->timeout)
+	__s64 seen = seen_of(f);
+	if (r->timeout > 0 && now - seen > r->timeout)
 		reset(r, f, now);
-	if (now > f->seen)
-		f->seen = now;
+	if (now > seen)
+		set_seen(f, now);
 }
 
 // charge charges cost to the flow's state f at now (its lock held), need
@@ -107,7 +150,7 @@ static __always_inline int total_decide(struct rule_entry *r, int ok, __s64 now,
 	if (state_lock(&t->st, c) != 1)
 		return -1;
 	t->packets++;
-	__s64 last = t->st.last, tokens = t->st.tokens, prev = t->st.prev;
+	__s64 last = t->st.last, tokens = t->st.tokens;
 	__u64 win = t->st.win, cur = t->st.cur;
 	int v = TOT_PASS;
 	if (!allow(&t->lim, &t->st, now, tcost, need)) {
@@ -118,7 +161,6 @@ static __always_inline int total_decide(struct rule_entry *r, int ok, __s64 now,
 		t->st.tokens = tokens;
 		t->st.win = win;
 		t->st.cur = cur;
-		t->st.prev = prev;
 		v = TOT_KEY;
 	} else {
 		t->accepted++;
@@ -143,13 +185,8 @@ static __always_inline int charge_total(struct rule_entry *r, struct flow_state 
 	int v = total_decide(r, allow(r, k, now, cost, need), now, tcost, need, c);
 	if (v < 0)
 		return -1;
-	if (v != TOT_OVER) {
-		f->last = k->last;
-		f->tokens = k->tokens;
-		f->win = k->win;
-		f->cur = k->cur;
-		f->prev = k->prev;
-	}
+	if (v != TOT_OVER)
+		state_copy(f, k);
 	return v == TOT_PASS;
 }
 
@@ -187,8 +224,8 @@ static __always_inline int flow_new(struct rule_entry *r, void *main, void *smal
 static __always_inline int flow_verdict(struct rule_entry *r, struct rule_counters *cs, __u32 ri, struct flow_key *key, __s64 now, __s64 cost,
 					__s64 tcost, int need)
 {
-	if (!key || ri >= MAX_RULES)
-		return -1;
+	if (!key || ri >= MAX_RULES || (__u64)now >> (64 - LOCK_BITS))
+		return -1; // (a time the seen word cannot hold)
 	struct spin_ctx sc = {};
 	void *main = bpf_map_lookup_elem(&flows, &ri);
 	if (!main)
@@ -224,7 +261,7 @@ static __always_inline int flow_new(struct rule_entry *r, void *main, void *smal
 	if (!f) {
 		__builtin_memset(nf, 0, sizeof(*nf));
 		reset(r, nf, now);
-		nf->seen = now;
+		set_seen(nf, now);
 		if (bpf_map_update_elem(small, key, nf, BPF_NOEXIST) == 0) {
 			cs->c[C_INSERTS]++;
 			fresh = 1;
@@ -240,10 +277,12 @@ static __always_inline int flow_new(struct rule_entry *r, void *main, void *smal
 		// Moved, then evicted from flows: the marker becomes the flow's
 		// fresh state (one CPU turns it; another CPU's packet at that
 		// instant goes to user space).
-		if (__sync_val_compare_and_swap(&f->lock, LOCK_MOVED, LOCK_HELD) != LOCK_MOVED)
+		__u64 w = *(volatile __u64 *)&f->seen;
+		if ((w & LOCK_MASK) != LOCK_MOVED ||
+		    __sync_val_compare_and_swap(&f->seen, w, (w & ~(__u64)LOCK_MASK) | LOCK_HELD) != w)
 			return -1;
 		reset(r, f, now);
-		f->seen = now;
+		set_seen(f, now);
 		cs->c[C_INSERTS]++;
 		fresh = 1;
 		got = 1;
@@ -254,7 +293,7 @@ static __always_inline int flow_new(struct rule_entry *r, void *main, void *smal
 	// second packet it goes to flows, the state left here locked until
 	// flows holds it, then saying where it went.
 	*nf = *f;
-	nf->lock = LOCK_FREE;
+	nf->seen &= ~(__u64)LOCK_MASK;
 	int ok = charge(r, nf, now, cost, need);
 	if (r->total != TOTAL_NONE) {
 		int v = total_decide(r, ok, now, tcost, need, c);
@@ -266,18 +305,13 @@ static __always_inline int flow_new(struct rule_entry *r, void *main, void *smal
 			// Refused by the total: the key's state as the table
 			// left it, its limiter uncharged.
 			*nf = *f;
-			nf->lock = LOCK_FREE;
+			nf->seen &= ~(__u64)LOCK_MASK;
 			touch(r, nf, now);
 		}
 		ok = v == TOT_PASS;
 	}
 	if (fresh) {
-		f->last = nf->last;
-		f->seen = nf->seen;
-		f->tokens = nf->tokens;
-		f->win = nf->win;
-		f->cur = nf->cur;
-		f->prev = nf->prev;
+		state_copy(f, nf);
 		state_unlock(f);
 		return ok;
 	}
@@ -286,7 +320,7 @@ static __always_inline int flow_new(struct rule_entry *r, void *main, void *smal
 		state_unlock(f);
 		return 2;
 	}
-	__sync_lock_test_and_set(&f->lock, LOCK_MOVED);
+	state_set_lock(f, LOCK_MOVED);
 	return ok;
 }
 

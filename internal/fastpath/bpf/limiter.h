@@ -128,14 +128,19 @@ static __always_inline int allow(struct rule_entry *r, struct flow_state *s, __s
 	return 1;
 }
 
-// reset is shaper.Limiter.Reset: a full bucket, empty windows.
+// reset is shaper.Limiter.Reset: a full bucket, empty windows (tokens and
+// prev share a word: the algorithm's).
 static __always_inline void reset(struct rule_entry *r, struct flow_state *s, __s64 now)
 {
 	s->last = now;
-	s->tokens = r->burst;
-	s->win = r->algo == ALGO_TB ? 0 : floor_div(now, r->window);
 	s->cur = 0;
-	s->prev = 0;
+	if (r->algo == ALGO_TB) {
+		s->tokens = r->burst;
+		s->win = 0;
+	} else {
+		s->prev = 0;
+		s->win = floor_div(now, r->window);
+	}
 }
 
 #endif
