@@ -98,10 +98,10 @@ func testFastpathRecreated(t *testing.T, mode string) {
 // kernel program still punts it, is limited by the old sliding-window log
 // (±5 % of its ideal), and the kernel rule's by its token bucket.
 func TestFastpathRefusedReload(t *testing.T) {
-	needShaper(t) // not parallel: t.Setenv
-
-	t.Setenv("PACKETSHAPER_TEST_REFUSE_FASTPATH_RULE", "block")
+	needShaper(t)
+	parallel(t)
 	tp := newTopo(t)
+	tp.Env = append(tp.Env, "PACKETSHAPER_TEST_REFUSE_FASTPATH_RULE=block")
 	pol, sock := tp.divertFastpath(fastpathPolicy)
 	sh := tp.startFastpathShaper(pol, "--control-socket", sock)
 	const block = `

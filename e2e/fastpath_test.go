@@ -195,8 +195,9 @@ func testFastpathSplit(t *testing.T, mode string) {
 // queue. With --fastpath-required, packetshaper exits non-zero instead.
 func TestFastpathRefused(t *testing.T) {
 	needShaper(t)
-	t.Setenv("PACKETSHAPER_TEST_REFUSE_FASTPATH", "refused by the test")
+	parallel(t)
 	tp := newTopo(t)
+	tp.Env = append(tp.Env, "PACKETSHAPER_TEST_REFUSE_FASTPATH=refused by the test")
 	kern, user, r, log := runFastpath(t, tp, "tcx")
 	if n := strings.Count(log, "fast path off, the whole policy runs through NFQUEUE: the kernel refused the fast path program: refused by the test"); n != 1 {
 		t.Errorf("%d fallback log lines, want 1:\n%s", n, log)

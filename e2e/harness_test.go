@@ -156,6 +156,10 @@ type topo struct {
 	IPA, IPB, IP6A, IP6B string
 	// The veth pair's ends, in A and in B.
 	VethA, VethB string
+	// Env is added to the environment of every process start runs (the
+	// test variables packetshaper reads): t.Setenv would keep the test
+	// from running beside others (parallel).
+	Env []string
 }
 
 // newTopo creates the namespaces and registers their removal (and that of
@@ -296,6 +300,9 @@ func (tp *topo) start(ns, name string, args ...string) *proc {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	p.cmd = exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", ns}, args...)...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.err
+	if len(tp.Env) > 0 {
+		p.cmd.Env = append(os.Environ(), tp.Env...)
+	}
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := p.cmd.Start(); err != nil {
 		cancel()

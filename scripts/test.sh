@@ -36,7 +36,13 @@
 #            run (it mostly waits for dpkg and systemd, and each fuzz target
 #            runs for a fixed time whatever the CPU it gets), its output
 #            printed after that stage's
-#   fuzz     each fuzz target for FUZZTIME (one test each)
+#   fuzz     each fuzz target for FUZZTIME (one test each; 5 s: the
+#            seed corpora ran in the unit or race stage, this is new
+#            inputs' search, two workers, every target)
+#
+# While vet and unit run, the race and fuzz stages' packages are compiled
+# in the background at idle priority (see prebuild below); the e2e stage
+# starts once that is done.
 #
 # Tests that need root (netns, NFQUEUE, the package) skip as another user,
 # and say so. Every test's outcome is read from go test -json by
@@ -57,7 +63,7 @@
 #   TEST_PKGS    the packages for vet, unit, race and fuzz, e2e only if it is
 #                among them [./...]
 #   TEST_RUN     go test -run for unit, e2e and race [all tests]
-#   FUZZTIME     how long each fuzz target runs; 0: each listed as skipped [10s]
+#   FUZZTIME     how long each fuzz target runs; 0: each listed as skipped [5s]
 # e.g. TEST_STAGES=unit,race TEST_PKGS=./policy TEST_RUN=TestMatch ./scripts/test.sh
 # (with TEST_RUN the RACELESS tests are not run plainly: only its matches run)
 set -uo pipefail
@@ -99,7 +105,7 @@ command -v go >/dev/null || { echo "test.sh: go not found (expected at /usr/loca
 go version
 
 STAGES=${TEST_STAGES:-vet,unit,e2e,race,package,fuzz}
-FUZZTIME=${FUZZTIME:-10s}
+FUZZTIME=${FUZZTIME:-5s}
 for st in ${STAGES//,/ }; do
 	case "$st" in vet | unit | e2e | race | package | fuzz) ;; *)
 		echo "test.sh: TEST_STAGES=$STAGES: unknown stage '$st' (want a comma list of vet, unit, e2e, race, package, fuzz)" >&2
@@ -187,6 +193,51 @@ timed() {
 	"$TS" record -wall $((SECONDS - t0)) >>"$OUT/$stage.json"
 }
 
+# fuzz_pkgs: the packages (of those chosen) with a fuzz target: func
+# FuzzX(f *testing.F) in their test files (go test -list would run e2e's
+# TestMain).
+fuzz_pkgs() {
+	local pkg dir
+	for pkg in "${all[@]}"; do
+		dir=$(go list -f '{{.Dir}}' "$pkg")
+		grep -qs '^func Fuzz[A-Za-z0-9_]*(.*\*testing\.F)' "$dir"/*_test.go && echo "$pkg"
+	done
+}
+
+# prebuild: while vet and unit run (unit's -p 1 leaves a core mostly
+# idle), the race stage's packages are compiled with the race detector
+# and the fuzz stage's with its instrumentation, in the background at
+# idle CPU priority (chrt --idle: any other task runs first), into the
+# build cache: those stages then only link their test binaries (a fresh
+# clone compiles the module's own packages again: their directory is in
+# the cache's key). Nothing else runs beside the e2e stage: it, or the
+# race stage, waits for the prebuild first. Its output is in
+# OUT/prebuild.log; a failure there costs only time (the stage builds
+# again and reports the error).
+prebuild() {
+	{
+		[ ${#race[@]} -gt 0 ] && go test -race -c -o /dev/null "${race[@]}"
+		if stage_on fuzz && [ "$FUZZTIME" != 0 ]; then
+			for pkg in $(fuzz_pkgs); do go test -c -o /dev/null -fuzz . "$pkg"; done
+		fi
+		true
+	} >"$OUT/prebuild.log" 2>&1
+}
+prebuild_wait() {
+	if [ -n "${prebuild_pid:-}" ]; then
+		local t0=$SECONDS
+		wait "$prebuild_pid" || true
+		prebuild_pid=
+		echo "test.sh: waited $((SECONDS - t0))s for the prebuild of the race and fuzz stages (log: $OUT/prebuild.log)"
+	fi
+}
+if { stage_on vet || stage_on unit; } && { stage_on race || stage_on fuzz; }; then
+	idle=()
+	chrt --idle 0 true 2>/dev/null && idle=(chrt --idle 0)
+	"${idle[@]}" nice -n 19 bash -c "$(declare -f prebuild fuzz_pkgs stage_on); $(declare -p race all OUT STAGES FUZZTIME); prebuild" &
+	prebuild_pid=$!
+fi
+
 if stage_on vet; then
 	echo "== vet"
 	: >"$OUT/vet.json"
@@ -218,6 +269,7 @@ if stage_on unit; then
 fi
 
 e2e_stage() {
+	prebuild_wait
 	if [ ${#e2e[@]} -gt 0 ]; then
 		echo "== e2e: go test ./e2e"
 		# The tests marked parallel (e2e/parallel_test.go: mostly
@@ -243,7 +295,11 @@ fi
 if stage_on race; then
 	echo "== race: go test -race over ${race[*]#github.com/packetshaper/packetshaper/}"
 	: >"$OUT/race.json"
-	[ ${#race[@]} -gt 0 ] && timed race gotest race -race -p 1 -count=1 -timeout 20m "${run[@]}" "${race[@]}"
+	race_stage() {
+		prebuild_wait
+		[ ${#race[@]} -gt 0 ] && gotest race -race -p 1 -count=1 -timeout 20m "${run[@]}" "${race[@]}"
+	}
+	timed race race_stage
 	summary+=("race=$OUT/race.json")
 fi
 
@@ -290,9 +346,9 @@ fuzz() {
 }
 
 fuzz_stage() {
-	for pkg in "${all[@]}"; do
-		# The package's fuzz targets: func FuzzX(f *testing.F) in its test
-		# files (go test -list would run e2e's TestMain).
+	prebuild_wait
+	for pkg in $(fuzz_pkgs); do
+		# The package's fuzz targets (see fuzz_pkgs).
 		dir=$(go list -f '{{.Dir}}' "$pkg")
 		for fz in $(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*\*testing\.F).*/\1/p' "$dir"/*_test.go 2>/dev/null); do
 			if [ "$FUZZTIME" = 0 ]; then

@@ -113,6 +113,16 @@ func testHostileStore(t *testing.T, f *testutil.FakeRedis, cfg Config, wantErr s
 	cancel() // no traffic
 	time.Sleep(300 * time.Millisecond)
 	f.Set(goodReply(25))
+	// With no key active a probe is a PING, which the hostile store
+	// answers well: the rule may be back on leases before Set, and the
+	// refresher's turn under way at Set may still be reading a hostile
+	// reply to an ask it sent before (seen under load: "2 more errors",
+	// the two asks of one pipeline refused after the rule was back). The
+	// turns are sequential and each counts its errors before it ends:
+	// once the next one starts, every ask still to come was sent after
+	// Set and gets the good reply.
+	turn := h.c.turns.Load()
+	waitFor("a turn of the refresher after the store answers well", func() bool { return h.c.turns.Load() > turn })
 	waitFor("back on leases", func() bool { return !h.r.Stats().Fallback })
 	// And there to stay: no connection the refused reply poisoned is
 	// used again.
