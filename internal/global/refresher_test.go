@@ -441,12 +441,12 @@ func TestRateRenewalLeadFake(t *testing.T) {
 	if e := r.m[k]; e.low != 125 || e.low > e.cap {
 		t.Fatalf("low-water mark %d (cap %d), want 125", e.low, e.cap)
 	}
-	// Active, a packet every 10 ms: asked again a quarter interval after
-	// its first grant (500/s, more than twice the demand it saw, one
-	// packet), then renewed once an interval (up to 2 % early), before
-	// the lease ends.
+	// Active, a packet every 10 ms: asked again a sixteenth of an
+	// interval after its first grant (500/s, more than twice the demand
+	// it saw, one packet), then renewed once an interval (up to 2 %
+	// early), before the lease ends.
 	iv := time.Duration(c.interval)
-	for i, want := range [][2]time.Duration{{iv / 4, iv / 4}, {iv * 98 / 100, iv}} {
+	for i, want := range [][2]time.Duration{{iv / 16, iv/16 + 10*time.Millisecond}, {iv * 98 / 100, iv}} {
 		renewed := time.Duration(0)
 		for d := 10 * time.Millisecond; d < 1500*time.Millisecond && renewed == 0; d += 10 * time.Millisecond {
 			l.Take(clk.add(10*time.Millisecond), 1)
