@@ -461,13 +461,10 @@ func TestRateRenewalLeadFake(t *testing.T) {
 	}
 }
 
-// TestRateFreeFake: a host whose demand is above its rate asks again a
-// quarter interval after its grant while a tenth of the rate is held by no
-// lease (the shares granted before summed to less than the rate), and a
-// whole interval after it when all is held.
-func TestRateFreeFake(t *testing.T) {
-	st, clk := newFakeStore(), &fakeClock{now: 1e18}
-	st.cap, st.left = 10_000, 1_500_000 // (its share 10/s of 1 000/s, the lease 1.5 s)
+// rateLeaseFake is a rate-lease client on st at clk's time, its refresher
+// stepped by the test (c.step), and the lease of one key of a 1 000/s rule.
+func rateLeaseFake(t *testing.T, st *fakeStore, clk *fakeClock) (*Client, *shaper.Lease) {
+	t.Helper()
 	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
 	if err != nil {
 		t.Fatal(err)
@@ -480,6 +477,17 @@ func TestRateFreeFake(t *testing.T) {
 	}
 	k := fkey(1)
 	l := r.Lease(&k)
+	return c, l
+}
+
+// TestRateFreeFake: a host whose demand is above its rate asks again a
+// quarter interval after its grant while a tenth of the rate is held by no
+// lease (the shares granted before summed to less than the rate), and a
+// whole interval after it when all is held.
+func TestRateFreeFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.cap, st.left = 10_000, 1_500_000 // (its share 10/s of 1 000/s, the lease 1.5 s)
+	c, l := rateLeaseFake(t, st, clk)
 	// A packet every 10 ms (100/s, above its 10/s): the time between
 	// asks, with 500/s held by no lease at the second grant, none at the
 	// third.
@@ -512,18 +520,7 @@ func TestRateFreeFake(t *testing.T) {
 func TestRateReleaseFake(t *testing.T) {
 	st, clk := newFakeStore(), &fakeClock{now: 1e18}
 	st.cap, st.left, st.total = 500_000, 1_500_000, 2000 // (its share 500/s of 1 000/s, demands 2 000/s)
-	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	close(c.done)
-	r, err := c.NewRule(RuleConfig{Name: "g", Limit: shaper.Config{Rate: 1000, Burst: 100, Global: true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := fkey(1)
-	l := r.Lease(&k)
+	c, l := rateLeaseFake(t, st, clk)
 	// 400/s (4 every 10 ms) for 2.5 s, then nothing: the time from the
 	// last ask before the demand stopped to the next.
 	var last, stop time.Duration
