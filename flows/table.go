@@ -352,35 +352,33 @@ func (t *Table[V]) evict(now int64) int32 {
 		t.gmask = uint64(g - 1)
 	}
 	for {
-		if t.small.n >= t.sTarget {
-			i, e := t.pop(&t.small)
-			switch {
-			case t.idle(e, now):
-				t.drop(i, e)
-				t.expired++
-				return i
-			case e.freq > 0:
-				e.freq = 0
-				t.push(&t.main, i, e)
-				continue
-			}
-			t.ghostPut(t.drop(i, e))
-			t.evictions++
-			return i
+		// From small while it is at its target or over; else the table
+		// is full and small below its target: main is not empty.
+		fromSmall := t.small.n >= t.sTarget
+		q := &t.main
+		if fromSmall {
+			q = &t.small
 		}
-		// The table is full and small below its target: main is not empty.
-		i, e := t.pop(&t.main)
-		switch {
-		case t.idle(e, now):
+		i, e := t.pop(q)
+		if t.idle(e, now) {
 			t.drop(i, e)
 			t.expired++
 			return i
-		case e.freq > 0:
-			e.freq--
+		}
+		if e.freq > 0 {
+			// Seen again: small's entry moves to main, main's goes round
+			// once more with one less.
+			if fromSmall {
+				e.freq = 0
+			} else {
+				e.freq--
+			}
 			t.push(&t.main, i, e)
 			continue
 		}
-		t.drop(i, e)
+		if h := t.drop(i, e); fromSmall {
+			t.ghostPut(h)
+		}
 		t.evictions++
 		return i
 	}
