@@ -268,12 +268,7 @@ func itoa(i int) string { return strconv.Itoa(i) }
 func TestAgreement(t *testing.T) {
 	s, p, eng := bothPaths(t, mixed())
 	frames, times := traffic(20000, 7)
-	res := compare(t, p, &s, eng, frames, times, nil)
-	t.Log(res)
-	checkCounters(t, p, &s, eng)
-	if res.agree != res.n {
-		t.Errorf("agreement %.3f%%, want 100%%", res.pct())
-	}
+	res := agreeAll(t, p, &s, eng, frames, times, nil)
 	// The program's own counters: every packet (all of them IP), those it
 	// punted before matching, those no rule matched.
 	own, err := p.RuleCounters(MaxRules)
@@ -304,6 +299,19 @@ func (r result) String() string {
 // engine with the cost of its segments (gsoCost); a fragment as agreeFrag
 // says, fm holding the first fragments seen (nil: a fresh one). It reports
 // the first few disagreements.
+// agreeAll compares frames as compare does, logs the result, checks the
+// counters of both paths and that every packet agreed.
+func agreeAll(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []frame, times []int64, fm *fragMirror) result {
+	t.Helper()
+	res := compare(t, p, s, eng, frames, times, fm)
+	t.Log(res)
+	checkCounters(t, p, s, eng)
+	if res.agree != res.n {
+		t.Errorf("agreement %.3f%%, want 100%%", res.pct())
+	}
+	return res
+}
+
 func compare(t *testing.T, p *Program, s *Spec, eng *shaper.Engine, frames []frame, times []int64, fm *fragMirror) result {
 	t.Helper()
 	if fm == nil {

@@ -415,13 +415,7 @@ func TestAgreementFragments(t *testing.T) {
 	f := mixed()
 	s, p, eng := bothPaths(t, f)
 	frames, times := fragTraffic(20000, 11)
-	fm := newFragMirror()
-	res := compare(t, p, &s, eng, frames, times, fm)
-	t.Log(res)
-	checkCounters(t, p, &s, eng)
-	if res.agree != res.n {
-		t.Errorf("agreement %.3f%%, want 100%%", res.pct())
-	}
+	res := agreeAll(t, p, &s, eng, frames, times, newFragMirror())
 	if res.frags < res.n/2 || res.drops == 0 || res.punted == 0 {
 		t.Errorf("the traffic exercised too little: %v", res)
 	}
@@ -477,12 +471,7 @@ func TestAgreementL3(t *testing.T) {
 	f := mixed()
 	s, p, eng := bothPaths(t, f)
 	frames, times := l3Traffic(10000, 5)
-	res := compare(t, p, &s, eng, frames, times, nil)
-	t.Log(res)
-	checkCounters(t, p, &s, eng)
-	if res.agree != res.n {
-		t.Errorf("agreement %.3f%%, want 100%%", res.pct())
-	}
+	res := agreeAll(t, p, &s, eng, frames, times, nil)
 	if res.drops == 0 || res.kernel < res.n/2 {
 		t.Errorf("the traffic exercised too little: %v", res)
 	}

@@ -107,15 +107,8 @@ func FuzzAgreement(f *testing.F) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		b := make([]byte, 14+len(ip))
-		et := uint16(0x0800)
-		if ip[0]>>4 == 6 {
-			et = 0x86dd
-		}
-		binary.BigEndian.PutUint16(b[12:], et)
-		copy(b[14:], ip)
 		now += int64(step)
-		fr := []frame{{b: b, ip: b[14:], mark: mark &^ s.PuntMark}}
+		fr := []frame{ethFrame(ip, mark&^s.PuntMark)}
 		if res := compare(t, p, &s, eng, fr, []int64{now}, fm); res.agree != 1 {
 			t.Fatalf("disagreement: %v", res)
 		}
