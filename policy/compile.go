@@ -254,21 +254,7 @@ func (s *matchSpec) canonical() string {
 		}
 		m.Proto = out
 	}
-	ports := func(rs []portRange) []string {
-		if rs == nil {
-			return nil
-		}
-		var out []string
-		for _, r := range mergeRanges(rs, portBounds) {
-			if r.lo == r.hi {
-				out = append(out, strconv.Itoa(int(r.lo)))
-			} else {
-				out = append(out, fmt.Sprintf("%d-%d", r.lo, r.hi))
-			}
-		}
-		return out
-	}
-	m.Sport, m.Dport = ports(s.sport), ports(s.dport)
+	m.Sport, m.Dport = rangeList(s.sport, portBounds), rangeList(s.dport, portBounds)
 	names := func(ns []string) []string {
 		if ns == nil {
 			return nil
@@ -281,21 +267,7 @@ func (s *matchSpec) canonical() string {
 	if s.hasMark {
 		m.Mark = formatMark(s.mark, s.markMask)
 	}
-	idList := func(rs []idRange) []string {
-		if rs == nil {
-			return nil
-		}
-		var out []string
-		for _, r := range mergeRanges(rs, idBounds) {
-			if r.lo == r.hi {
-				out = append(out, strconv.FormatUint(uint64(r.lo), 10))
-			} else {
-				out = append(out, fmt.Sprintf("%d-%d", r.lo, r.hi))
-			}
-		}
-		return out
-	}
-	m.UID, m.GID = idList(s.uid), idList(s.gid)
+	m.UID, m.GID = rangeList(s.uid, idBounds), rangeList(s.gid, idBounds)
 	canonicalL4(s, &m)
 	if s.queue != nil {
 		qs := slices.Clone(s.queue)
@@ -318,6 +290,21 @@ func (s *matchSpec) canonical() string {
 		}
 	}
 	return strings.Join(parts, " ")
+}
+
+// rangeList writes ranges merged by mergeRanges as a policy does: "N" for
+// one number, "LO-HI" for more. Nil for none.
+func rangeList[R any, T uint16 | uint32](rs []R, bounds func(*R) (lo, hi *T)) []string {
+	var out []string
+	for _, r := range mergeRanges(rs, bounds) {
+		lo, hi := bounds(&r)
+		if *lo == *hi {
+			out = append(out, strconv.FormatUint(uint64(*lo), 10))
+		} else {
+			out = append(out, fmt.Sprintf("%d-%d", *lo, *hi))
+		}
+	}
+	return out
 }
 
 // mergeRanges sorts ranges and merges those that touch or overlap; bounds

@@ -311,13 +311,7 @@ func canonicalL4(s *matchSpec, m *Match) {
 		m.ICMPType = s.icmp.items()
 	}
 	if s.length != nil {
-		for _, r := range mergeRanges(s.length, idBounds) {
-			if r.lo == r.hi {
-				m.Length = append(m.Length, strconv.FormatUint(uint64(r.lo), 10))
-			} else {
-				m.Length = append(m.Length, fmt.Sprintf("%d-%d", r.lo, r.hi))
-			}
-		}
+		m.Length = rangeList(s.length, idBounds)
 	}
 	if s.hasDSCP {
 		for d := s.dscp; d != 0; d &= d - 1 {
