@@ -1,6 +1,8 @@
 package e2e
 
 import (
+	"github.com/packetshaper/packetshaper/internal/inetsum"
+
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -188,14 +190,7 @@ func spoofUDP(t *testing.T, ns string, src, dst netip.AddrPort, n int) int {
 		s4, d4 := src.Addr().As4(), dst.Addr().As4()
 		copy(p[12:16], s4[:])
 		copy(p[16:20], d4[:])
-		var sum uint32
-		for i := 0; i < 20; i += 2 {
-			sum += uint32(binary.BigEndian.Uint16(p[i:]))
-		}
-		for sum > 0xffff {
-			sum = sum&0xffff + sum>>16
-		}
-		binary.BigEndian.PutUint16(p[10:], ^uint16(sum))
+		binary.BigEndian.PutUint16(p[10:], ^inetsum.Add(p[:20], 0))
 		binary.BigEndian.PutUint16(p[20:], src.Port())
 		binary.BigEndian.PutUint16(p[22:], dst.Port())
 		binary.BigEndian.PutUint16(p[24:], 8+plen) // checksum 0: none (IPv4)

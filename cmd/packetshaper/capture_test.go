@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/packetshaper/packetshaper/internal/inetsum"
+
 	"bufio"
 	"bytes"
 	"encoding/binary"
@@ -68,14 +70,7 @@ func (c *capWriter) udp(ns int64, src, dst [4]byte, sport, dport uint16) error {
 	copy(ip[12:], src[:])
 	copy(ip[16:], dst[:])
 	ip[10], ip[11] = 0, 0
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(be.Uint16(ip[i:]))
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	be.PutUint16(ip[10:], ^uint16(sum))
+	be.PutUint16(ip[10:], ^inetsum.Add(ip[:20], 0))
 	be.PutUint16(ip[20:], sport)
 	be.PutUint16(ip[22:], dport)
 	c.n++

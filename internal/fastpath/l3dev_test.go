@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
+	"github.com/packetshaper/packetshaper/internal/inetsum"
 	"github.com/packetshaper/packetshaper/internal/testutil"
 	"github.com/packetshaper/packetshaper/policy"
 )
@@ -170,14 +171,7 @@ func TestL3Tun(t *testing.T) {
 		b := build(flowDesc{netip.MustParseAddr("10.251.0.2"), netip.MustParseAddr("10.251.0.1"), 17, 40000, dport}, 40)[14:]
 		binary.BigEndian.PutUint16(b[20+4:], 20) // UDP length; checksum 0: none
 		binary.BigEndian.PutUint16(b[4:], uint16(i))
-		var sum uint32
-		for k := 0; k < 20; k += 2 {
-			sum += uint32(binary.BigEndian.Uint16(b[k:]))
-		}
-		for sum > 0xffff {
-			sum = sum&0xffff + sum>>16
-		}
-		binary.BigEndian.PutUint16(b[10:], ^uint16(sum))
+		binary.BigEndian.PutUint16(b[10:], ^inetsum.Add(b[:20], 0))
 		return b
 	}
 	const n = 200

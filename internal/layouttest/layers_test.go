@@ -19,7 +19,7 @@ const module = "github.com/packetshaper/packetshaper"
 // package (its path in the module), the packages of ours its non-test
 // files may import. A package not in the table fails the test until it is
 // given a row: where a new package sits is a decision, written here. The
-// "leaf" helpers (internal/hist, heap, countname, timing, suggest, term) import nothing of
+// "leaf" helpers (internal/hist, heap, countname, timing, suggest, term, inetsum) import nothing of
 // ours. cmd/ and the test helpers may import what they need, but nothing
 // imports cmd/ (TestLayers checks that for every package apart).
 var layers = map[string][]string{
@@ -39,6 +39,7 @@ var layers = map[string][]string{
 	"internal/term":      {},
 	"internal/clihelp":   {"internal/suggest"},
 	"internal/buildinfo": {},
+	"internal/inetsum":   {},
 
 	// What the running shaper is made of.
 	"internal/failopen": {"nfq"},
@@ -54,7 +55,7 @@ var layers = map[string][]string{
 
 	// Wiring, tools and test helpers.
 	"cmd/packetshaper":    {"*"},
-	"internal/cmd/psend":  {},
+	"internal/cmd/psend":  {"internal/inetsum"},
 	"internal/schemagen":  {"policy"},
 	"internal/doccheck":   {},
 	"internal/layouttest": {},

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/packetshaper/packetshaper/internal/inetsum"
 )
 
 // TestSendGSO: with --gso 4 each sendmsg carries 4 datagrams of --size,
@@ -87,14 +89,14 @@ func TestIPv4UDPPacket(t *testing.T) {
 		if len(b) != 28+n || int(binary.BigEndian.Uint16(b[2:])) != 28+n || int(binary.BigEndian.Uint16(b[24:])) != 8+n {
 			t.Fatalf("size %d: lengths %d, %d, %d", n, len(b), binary.BigEndian.Uint16(b[2:]), binary.BigEndian.Uint16(b[24:]))
 		}
-		if s := onesSum(b[:20], 0); s != 0xffff {
+		if s := inetsum.Add(b[:20], 0); s != 0xffff {
 			t.Errorf("size %d: IPv4 header sums to %#x", n, s)
 		}
 		var pseudo [12]byte
 		copy(pseudo[:8], b[12:20])
 		pseudo[9] = protoUDP
 		binary.BigEndian.PutUint16(pseudo[10:], uint16(8+n))
-		if s := onesSum(b[20:], onesSum(pseudo[:], 0)); s != 0xffff {
+		if s := inetsum.Add(b[20:], inetsum.Add(pseudo[:], 0)); s != 0xffff {
 			t.Errorf("size %d: UDP sums to %#x", n, s)
 		}
 	}

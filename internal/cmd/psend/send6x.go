@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/packetshaper/packetshaper/internal/inetsum"
+
 	"context"
 	"encoding/binary"
 	"flag"
@@ -184,28 +186,11 @@ func dstOptsHeader(n int, next byte) []byte {
 // pseudo-header's Next Header is 17 whatever extension headers come
 // between).
 func udp6Checksum(src, dst netip.Addr, udp []byte) uint16 {
-	var sum uint32
-	add := func(b []byte) {
-		for len(b) >= 2 {
-			sum += uint32(b[0])<<8 | uint32(b[1])
-			b = b[2:]
-		}
-		if len(b) == 1 {
-			sum += uint32(b[0]) << 8
-		}
-	}
 	s, d := src.As16(), dst.As16()
-	add(s[:])
-	add(d[:])
 	var tail [8]byte
 	binary.BigEndian.PutUint32(tail[0:], uint32(len(udp)))
 	tail[7] = protoUDP
-	add(tail[:])
-	add(udp)
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	c := ^uint16(sum)
+	c := ^inetsum.Add(udp, inetsum.Add(tail[:], inetsum.Add(d[:], inetsum.Add(s[:], 0))))
 	if c == 0 {
 		c = 0xffff // 0 means "no checksum", which IPv6 forbids
 	}

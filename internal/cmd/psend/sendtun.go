@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"net/netip"
+
+	"github.com/packetshaper/packetshaper/internal/inetsum"
 )
 
 // runSendTun is send for a link without an Ethernet header: it writes whole
@@ -60,7 +62,7 @@ func ipv4UDPPacket(src netip.Addr, dst netip.AddrPort, sport uint16, payload []b
 	s, d := src.As4(), dst.Addr().As4()
 	copy(b[12:16], s[:])
 	copy(b[16:20], d[:])
-	binary.BigEndian.PutUint16(b[10:], ^onesSum(b[:20], 0))
+	binary.BigEndian.PutUint16(b[10:], ^inetsum.Add(b[:20], 0))
 	udp := b[20:28]
 	binary.BigEndian.PutUint16(udp[0:], sport)
 	binary.BigEndian.PutUint16(udp[2:], dst.Port())
@@ -71,26 +73,10 @@ func ipv4UDPPacket(src netip.Addr, dst netip.AddrPort, sport uint16, payload []b
 	copy(pseudo[4:8], d[:])
 	pseudo[9] = protoUDP
 	binary.BigEndian.PutUint16(pseudo[10:], uint16(8+len(payload)))
-	c := ^onesSum(b[20:], onesSum(pseudo[:], 0))
+	c := ^inetsum.Add(b[20:], inetsum.Add(pseudo[:], 0))
 	if c == 0 {
 		c = 0xffff // 0 means "no checksum"
 	}
 	binary.BigEndian.PutUint16(b[26:], c)
 	return b
-}
-
-// onesSum adds b to the folded one's-complement sum start (RFC 1071).
-func onesSum(b []byte, start uint16) uint16 {
-	sum := uint32(start)
-	for len(b) >= 2 {
-		sum += uint32(b[0])<<8 | uint32(b[1])
-		b = b[2:]
-	}
-	if len(b) == 1 {
-		sum += uint32(b[0]) << 8
-	}
-	for sum>>16 != 0 {
-		sum = sum&0xffff + sum>>16
-	}
-	return uint16(sum)
 }
