@@ -61,11 +61,7 @@ func testAttach(t *testing.T, mode AttachMode) {
 
 	var l *Link
 	recv := map[int]*net.UDPConn{}
-	err = testutil.Do(nsB, func() error {
-		ifc, err := net.InterfaceByName("vfb")
-		if err != nil {
-			return err
-		}
+	err = doIfc(nsB, "vfb", func(ifc *net.Interface) (err error) {
 		if l, err = Attach(p.Prog(), ifc.Index, mode); err != nil {
 			return err
 		}
@@ -207,11 +203,7 @@ func TestAttachAutoFallback(t *testing.T) {
 	answer := fmt.Errorf("tcx: %w", ebpf.ErrNotSupported)
 	attachTCX = func(link.TCXOptions) (link.Link, error) { return nil, answer }
 	t.Cleanup(func() { attachTCX = link.AttachTCX })
-	err = testutil.Do(nsB, func() error {
-		ifc, err := net.InterfaceByName("vfb")
-		if err != nil {
-			return err
-		}
+	err = doIfc(nsB, "vfb", func(ifc *net.Interface) (err error) {
 		if _, err := Attach(p.Prog(), ifc.Index, AttachTCX); err == nil {
 			return errors.New("forced tcx attached on a kernel without tcx")
 		}

@@ -23,6 +23,18 @@ import (
 // in, and the attach mode: "NS MODE".
 const childEnv = "FASTPATH_TEST_CHILD_NS"
 
+// doIfc runs f in namespace ns (as testutil.Do) with the interface named
+// name there.
+func doIfc(ns, name string, f func(ifc *net.Interface) error) error {
+	return testutil.Do(ns, func() error {
+		ifc, err := net.InterfaceByName(name)
+		if err != nil {
+			return err
+		}
+		return f(ifc)
+	})
+}
+
 // vethPair makes two namespaces of the test's own joined by a veth pair:
 // vfa (10.77.0.1) in the first, vfb (10.77.0.2) in the second.
 func vethPair(t *testing.T) (nsA, nsB string) {
@@ -51,11 +63,7 @@ func killChild(t *testing.T, ns string, mode AttachMode) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = testutil.Do(ns, func() error {
-		ifc, err := net.InterfaceByName("vfb")
-		if err != nil {
-			return err
-		}
+	err = doIfc(ns, "vfb", func(ifc *net.Interface) (err error) {
 		_, err = Attach(p.Prog(), ifc.Index, mode)
 		return err
 	})
@@ -144,11 +152,7 @@ func testKill(t *testing.T, mode AttachMode) {
 
 	if mode == AttachTC {
 		// The child runs: its filter is not a leftover.
-		if err := testutil.Do(nsB, func() error {
-			ifc, err := net.InterfaceByName("vfb")
-			if err != nil {
-				return err
-			}
+		if err := doIfc(nsB, "vfb", func(ifc *net.Interface) (err error) {
 			n, err := RemoveLeftover(ifc.Index)
 			if err == nil && n != 0 {
 				err = fmt.Errorf("RemoveLeftover removed %d filters of a running process", n)
@@ -197,11 +201,7 @@ func testKill(t *testing.T, mode AttachMode) {
 			t.Error("the left-over filter's program did not drop")
 		}
 		var removed int
-		if err := testutil.Do(nsB, func() error {
-			ifc, err := net.InterfaceByName("vfb")
-			if err != nil {
-				return err
-			}
+		if err := doIfc(nsB, "vfb", func(ifc *net.Interface) (err error) {
 			removed, err = RemoveLeftover(ifc.Index)
 			return err
 		}); err != nil {

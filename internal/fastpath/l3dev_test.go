@@ -85,11 +85,7 @@ func TestL3Ipip(t *testing.T) {
 		testutil.MustRun(t, "ip", append([]string{"-n", c[0]}, c[1:]...)...)
 	}
 	var l *Link
-	err := testutil.Do(nsB, func() error {
-		ifc, err := net.InterfaceByName("ipb")
-		if err != nil {
-			return err
-		}
+	err := doIfc(nsB, "ipb", func(ifc *net.Interface) (err error) {
 		prog, err := p.ProgFor(ifc.Index)
 		if err != nil {
 			return err
@@ -151,11 +147,7 @@ func TestL3Tun(t *testing.T) {
 	var l link.Link
 	testutil.MustRun(t, "ip", "-n", ns, "addr", "add", "10.251.0.1/24", "dev", "pstun0")
 	testutil.MustRun(t, "ip", "-n", ns, "link", "set", "pstun0", "up")
-	err := testutil.Do(ns, func() error {
-		ifc, err := net.InterfaceByName("pstun0")
-		if err != nil {
-			return err
-		}
+	err := doIfc(ns, "pstun0", func(ifc *net.Interface) (err error) {
 		prog, err := p.ProgFor(ifc.Index)
 		if err != nil {
 			return err
@@ -236,11 +228,7 @@ func TestProgForRefuses(t *testing.T) {
 	ns := testutil.NewNetns(t, fmt.Sprintf("psfd-r-%d", os.Getpid()))
 	newTun(t, ns, "psradio0", unix.ARPHRD_IEEE80211_RADIOTAP)
 	newTun(t, ns, "psipip0", unix.ARPHRD_TUNNEL)
-	err := testutil.Do(ns, func() error {
-		ifc, err := net.InterfaceByName("psradio0")
-		if err != nil {
-			return err
-		}
+	err := doIfc(ns, "psradio0", func(ifc *net.Interface) (err error) {
 		_, err = p.ProgFor(ifc.Index)
 		if err == nil {
 			return fmt.Errorf("ProgFor of a radiotap device: no error")

@@ -34,11 +34,7 @@ func TestRateE2E(t *testing.T) {
 	p := loadAt(t, f, 0)
 	nsA, nsB := vethPair(t)
 	recv := make([]*net.UDPConn, nflows)
-	err := testutil.Do(nsB, func() error {
-		ifc, err := net.InterfaceByName("vfb")
-		if err != nil {
-			return err
-		}
+	err := doIfc(nsB, "vfb", func(ifc *net.Interface) (err error) {
 		l, err := p.Attach(ifc.Index)
 		if err != nil {
 			return err
