@@ -28,6 +28,8 @@ import (
 //	Rp, Wp, Np      the same for the hosts whose last ask was in e - 1
 //	he:, hr:, hw:ID per host: the epoch of its last ask, its rate, its
 //	                demand
+//	b, bs           the burst bucket: its tokens and when they were
+//	                counted (store time, µs)
 //
 // A lease granted in epoch e is valid until e + 1 ends, so the leases
 // valid now are those of Rc and Rp: a grant is at most rate - Rc - Rp (a
@@ -40,8 +42,20 @@ import (
 // two epochs and the horizon are dropped from the hosts set (KEYS[2]) at
 // most 8 an ask, with their fields.
 //
+// The burst: beside the shares the key keeps a bucket of at most the
+// burst, full when the key is new to every host, empty after a flush or a
+// forged count, refilled at the rate that no lease valid holds (the rate
+// less Rc and Rp as they were written, piece by piece over the epochs
+// since: the leases of e end with e + 1, those of e - 1 with e). Each ask
+// draws from it up to the room of the host's local bucket (what its new
+// rate lets it hold, less what it holds: ARGV[15]), in the asks the host
+// makes anyway: a fleet that starts on a full bucket, or comes back after
+// it refilled, gets burst + rate × T over T, and no more: the shares and
+// the bucket's refill together are at most the rate.
+//
 // Reply: {rate ×1000, hosts, fair share ×1000, the rate no lease valid
-// holds ×1000, lease left µs, demand ×1000, all demands ×1000}.
+// holds ×1000, lease left µs, demand ×1000, all demands ×1000, burst
+// tokens drawn}.
 const rateLua = `
 if algo == 2 then
   local iv = win
@@ -50,7 +64,7 @@ if algo == 2 then
   local len = redis.call('HLEN', KEYS[1])
   if len > 16 + 3 * maxhosts then redis.call('DEL', KEYS[1]) end
   if redis.call('ZCARD', hz) > maxhosts + 64 then redis.call('DEL', hz) end
-  local names = {'e', 'Rc', 'Rp', 'Wc', 'Wp', 'Nc', 'Np', 'x', 'he:' .. me, 'hr:' .. me, 'hw:' .. me}
+  local names = {'e', 'Rc', 'Rp', 'Wc', 'Wp', 'Nc', 'Np', 'x', 'b', 'bs', 'he:' .. me, 'hr:' .. me, 'hw:' .. me}
   local v = redis.call('HMGET', KEYS[1], unpack(names))
   local f = {}
   for i = 1, #names do if v[i] then f[names[i]] = v[i] end end
@@ -66,11 +80,30 @@ if algo == 2 then
   local Rc, Rp, Wc, Wp, Nc, Np = 0, 0, 0, 0, 0, 0
   -- spent: this epoch was flushed or forged (x, the epoch it happened)
   local spent = fin(f.x) == ep
+  -- The burst bucket (b, bs: its tokens and when it was last refilled):
+  -- it refills at the rate no lease valid holds, up to the burst. Not a
+  -- number, negative or above the burst: empty.
+  local bt, bs = fin(f.b), time(f.bs)
+  if bt == nil or bt < 0 or bt > size then bt = 0 end
   if e == nil or e ~= math.floor(e) or e > ep then
-    -- no state: a new key, or one flushed (this epoch spent), or a
-    -- forged epoch (spent too)
-    if not fresh then Rp, spent = rate, true end
-  elseif e >= ep - 1 then
+    -- no state: a new key (a full burst bucket), or one flushed (this
+    -- epoch spent, the bucket empty), or a forged epoch (the same)
+    if fresh then bt = size else Rp, spent, bt = rate, true, 0 end
+  else
+    -- The rate no lease held since bs: in epoch e the rate less the
+    -- sums written then (the leases of e and e - 1), in e + 1 less
+    -- those of e, after that the whole rate (a sum not valid: the rate).
+    local R0, R1 = sum(f.Rc, rate) or rate, sum(f.Rp, rate) or rate
+    local from = math.max(bs or now, e * iv)
+    local function free(a, b, x)
+      local lo, hi = math.max(a, from), math.min(b, now)
+      if hi <= lo or x <= 0 then return 0 end
+      return (hi - lo) * x / 1e6
+    end
+    bt = math.min(size, bt + free(from, (e + 1) * iv, rate - R0 - R1) +
+      free((e + 1) * iv, (e + 2) * iv, rate - R0) + free((e + 2) * iv, now, rate))
+  end
+  if e ~= nil and e == math.floor(e) and e <= ep and e >= ep - 1 then
     -- (a sum not valid is a spent rate, or no demand, or no host)
     Rc, Rp = sum(f.Rc, rate) or rate, sum(f.Rp, rate) or rate
     Wc, Wp = sum(f.Wc, wmax) or 0, sum(f.Wp, wmax) or 0
@@ -99,8 +132,14 @@ if algo == 2 then
     share = r
   end
   Rc, Wc, Nc = Rc + r, Wc + w, Nc + 1
+  -- Burst tokens for this host, up to the room its local bucket has
+  -- (what its new rate lets it hold, less what it holds: have).
+  local room = math.max(math.max(r / rate * slack, mincap) - math.max(have, 0), 0)
+  local drawn = math.floor(math.min(room, bt))
+  bt = bt - drawn
   redis.call('HSET', KEYS[1], 'e', int(ep), 'Rc', num(Rc), 'Rp', num(Rp), 'Wc', num(Wc), 'Wp', num(Wp),
-    'Nc', int(Nc), 'Np', int(Np), 'x', spent and int(ep) or '', 'he:' .. me, int(ep), 'hr:' .. me, num(r), 'hw:' .. me, num(w))
+    'Nc', int(Nc), 'Np', int(Np), 'x', spent and int(ep) or '', 'b', num(bt), 'bs', int(now),
+    'he:' .. me, int(ep), 'hr:' .. me, num(r), 'hw:' .. me, num(w))
   local old = now - 2 * iv - horizon
   local function drop(ids)
     for i = 1, #ids do
@@ -115,12 +154,14 @@ if algo == 2 then
   drop(redis.call('ZRANGEBYSCORE', hz, '(' .. int(now + horizon), '+inf', 'LIMIT', 0, 8))
   redis.call('ZADD', hz, int(now), me)
   local left = (ep + 2) * iv - now
-  local ms = math.ceil((left + horizon) / 1000) + 1000
+  -- (kept until the burst bucket is full again once every lease ended:
+  -- a key that expires is new, with a full bucket)
+  local ms = math.ceil((left + (size - bt) / rate * 1e6 + horizon) / 1000) + 1000
   redis.call('PEXPIRE', KEYS[1], ms)
   redis.call('PEXPIRE', hz, ms)
   return {math.floor(r * 1000), math.max(Nc + Np, 1), math.floor(share * 1000),
     math.floor(math.max(rate - Rc - Rp, 0) * 1000), math.floor(left),
-    math.floor(w * 1000), math.floor((Wc + Wp) * 1000)}
+    math.floor(w * 1000), math.floor((Wc + Wp) * 1000), drawn}
 end
 `
 
@@ -265,6 +306,18 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 		e.l.Grant(min(x, b), until)
 	} else {
 		e.l.Grant(0, until)
+	}
+	if rep.burst > 0 {
+		// Burst tokens the store drew for it from the key's burst
+		// bucket, up to the room it had when it asked (its bucket may
+		// have filled since: the rest is dropped at the cap).
+		n := min(rep.burst, max(b-e.l.Tokens(), 0))
+		r.loss.capped.Add(uint64(rep.burst-n) * 1000)
+		if n > 0 {
+			e.l.Grant(n, 0)
+			r.granted.Add(uint64(n))
+			r.burst.Add(uint64(n))
+		}
 	}
 	e.lastTokens = e.l.Tokens()
 	e.cap, e.hosts, e.replied = b, rep.hosts, now

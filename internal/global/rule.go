@@ -70,7 +70,8 @@ type Rule struct {
 	retiredSinceComp int
 
 	asks, granted, errs, noLease atomic.Uint64
-	loss                         rateLoss // (rate leases, for the fleet simulation)
+	burst                        atomic.Uint64 // (rate leases: burst tokens drawn, in granted)
+	loss                         rateLoss      // (rate leases, for the fleet simulation)
 	keys, hosts                  atomic.Int64
 	shareBits, fbRateBits        atomic.Uint64
 }
@@ -274,6 +275,7 @@ func (r *Rule) args(e *entry) askArgs {
 	}
 	if r.rateLease {
 		a.rateLease, a.windowUs, a.want = true, r.c.interval/1000, int64(e.rateDemand(r.c.clock())*1000)
+		a.have = max(e.l.Tokens(), 0) // (the room for burst tokens: what its new rate lets it hold, less this)
 	}
 	return a
 }
