@@ -105,7 +105,8 @@ func TestScriptRateLease(t *testing.T) {
 // (rate.go): a key new to every host holds a full burst (20), drawn by the
 // asks up to each host's room (what its new rate lets it hold, less what
 // it holds) and never more than the burst in all; while the leases valid
-// hold the whole rate it does not refill; a forged count (too large, not a
+// hold the whole rate it does not refill; tokens a host dropped are given
+// back, up to the burst; a forged count (too large, not a
 // number, negative) is an empty bucket, and so is a flush (a key new to
 // every host is full again); once the leases end it refills at the rate.
 func TestScriptRateBurst(t *testing.T) {
@@ -136,6 +137,16 @@ func TestScriptRateBurst(t *testing.T) {
 	// b takes the other half: the leases hold the whole rate, nothing
 	// refills.
 	step(4, rl("b", 60, long, true), func(r reply) bool { return r.granted == 50_000 && r.burst == 0 })
+	// Tokens a host's bucket dropped are given back (and count again
+	// against the burst): b gives 7 back and draws them; a gives 100
+	// back, the bucket holds 20 at most, a has no room; b, holding 31 of
+	// its 50, draws 19.
+	drawn = 0
+	back := func(a askArgs, n int64) askArgs { a.back = n; return a }
+	step(41, back(rl("b", 60, long, true), 7), func(r reply) bool { return r.granted == 50_000 && r.burst == 7 })
+	drawn = 0
+	step(42, have(back(rl("a", 60, long, true), 100), 50), func(r reply) bool { return r.granted == 50_000 && r.burst == 0 })
+	step(43, have(rl("b", 60, long, true), 31), func(r reply) bool { return r.granted == 50_000 && r.burst == 19 })
 	// Forged counts: empty.
 	for i, v := range []string{"20", "1e9", "nan", "-5", "inf"} {
 		c.HSet(ctx, key, "b", v)

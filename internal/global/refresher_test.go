@@ -443,8 +443,12 @@ func TestRateRenewalLeadFake(t *testing.T) {
 	}
 	// Active, a packet every 10 ms: asked again a sixteenth of an
 	// interval after its first grant (500/s, more than twice the demand
-	// it saw, one packet), then renewed once an interval (up to 2 %
-	// early), before the lease ends.
+	// it saw, one packet), then, granted 100/s (not twice its 100/s:
+	// more would be asked again soon while the key is young), renewed
+	// once an interval (up to 2 % early), before the lease ends.
+	st.mu.Lock()
+	st.cap = 100_000
+	st.mu.Unlock()
 	iv := time.Duration(c.interval)
 	for i, want := range [][2]time.Duration{{iv / 16, iv/16 + 10*time.Millisecond}, {iv * 98 / 100, iv}} {
 		renewed := time.Duration(0)

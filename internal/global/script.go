@@ -79,6 +79,7 @@ local decay = tonumber(ARGV[12])
 local known = ARGV[13] == '1'
 local maxhosts = tonumber(ARGV[14])
 local have = tonumber(ARGV[15]) or 0
+local back = tonumber(ARGV[16]) or 0
 
 -- Lua would write numbers with 14 digits: times in µs need 16.
 local function num(x) return string.format('%.17g', x) end
@@ -260,6 +261,7 @@ type askArgs struct {
 	known              bool
 	maxHosts           int64
 	have               int64 // rate leases: the tokens the host holds (for the burst)
+	back               int64 // rate leases: tokens the host dropped, back to the burst bucket
 }
 
 // maxHosts is the most hosts besides the asker that the script counts for
@@ -284,7 +286,7 @@ func (a *askArgs) argv() []any {
 		mh = maxHosts
 	}
 	return []any{algo, ftoa(a.rate), ftoa(a.size), a.windowUs, ftoa(a.slack), ftoa(a.mincap),
-		a.host, a.held, a.charge, a.want, a.horizonUs, a.decayUs, known, mh, a.have}
+		a.host, a.held, a.charge, a.want, a.horizonUs, a.decayUs, known, mh, a.have, a.back}
 }
 
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
