@@ -5,9 +5,9 @@ import (
 	"sync/atomic"
 )
 
-// Rate leases (issue 33, Doorman's design): not yet wired in. A client
-// opened without Config.TokenLeases gives its token-bucket rules rate leases
-// instead of token leases: an ask is granted a rate (cost units per
+// Rate leases (issue 33, Doorman's design), the default: a client opened
+// without Config.TokenLeases ([redis] leases = "token") gives its
+// token-bucket rules rate leases instead of token leases: an ask is granted a rate (cost units per
 // second) for the rest of the store's refresh epoch and the next (epochs
 // of one refresh interval on the store's clock), and the host spends it
 // locally as a token bucket of that rate holding at most what the rate
@@ -16,8 +16,8 @@ import (
 // shares the rate among the hosts in proportion to their demands, never
 // handing out more than the rate in all over the leases valid in an epoch.
 // So a hot key costs about hosts ÷ interval asks per second whatever its
-// burst, and no refill is lost in the store when a host comes late. What
-// is still open before it can be the default: the e2e tests on it.
+// burst, and no refill is lost in the store when a host comes late; the
+// key's burst bucket (below) gives the fleet its burst.
 //
 // The store's part is rateLua, a branch of the lease script (algorithm 2).
 // In the key's hash:
@@ -420,7 +420,10 @@ func (r *Rule) applyRate(e *entry, rep reply, now int64) {
 	// sooner than 3/4 of one; the round trips of 1 000 refreshers on two
 	// loaded cores (0.4-0.7 s, a lead of 1.6-2.8 s) made almost every
 	// renewal due at once.
-	e.nextAsk, e.slot = min(next, until-lead), false
+	// (Never sooner than a sixteenth: a reply whose lease has nothing
+	// left, which the script never gives, made e2e TestHostileStoreE2E's
+	// host ask 1 000 times a second.)
+	e.nextAsk, e.slot = max(min(next, until-lead), now+r.c.interval/16), false
 	r.schedule(e, e.nextAsk)
 	r.asks.Add(1)
 }

@@ -331,7 +331,7 @@ func TestRogueWriter(t *testing.T) {
 				// visit the bucket every 0.1 s, and a write that
 				// empties it loses at most that refill)
 				hosts = append(hosts, newHost(t, Config{Addrs: []string{s.Addr()}, KeyPrefix: "t:", Interval: 100 * time.Millisecond,
-					rateLeases: tc.rate}, limit))
+					TokenLeases: !tc.rate}, limit))
 			}
 			keys := []flows.Key{key(1)}
 			runCtx, cancel := context.WithCancel(ctx)

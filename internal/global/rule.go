@@ -126,7 +126,7 @@ func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 		share:   1,
 		due:     heap.New(dueBefore, 0),
 	}
-	r.rateLease = c.cfg.rateLeases && !r.fixedWindow
+	r.rateLease = !c.cfg.TokenLeases && !r.fixedWindow
 	if r.fixedWindow {
 		lim, err := shaper.NewLimiter(lc)
 		if err != nil {
