@@ -69,7 +69,9 @@ scope = "global"
 	}
 	// A store that answers well again: with traffic, the rule asks and
 	// takes leases (over a new connection: the refused ones were dropped).
-	store.Set([]byte("*7\r\n:25\r\n:1\r\n:25\r\n:0\r\n:0\r\n:1000\r\n:1000\r\n"))
+	// (25 tokens for 4 s with token leases; with rate leases, the
+	// default, 25/s for 2 s)
+	store.Set([]byte("*7\r\n:25000\r\n:1\r\n:25000\r\n:0\r\n:2000000\r\n:1000\r\n:1000\r\n"))
 	tp.send("--dst", fmt.Sprintf("%s:%d", tp.IPB, port), "--flows", "1", "--pps", "100", "--duration", "1500ms")
 	log = tp.stopShaper(p)
 	_, _, final := finalStats(t, log)

@@ -284,6 +284,8 @@ var errorCases = []struct{ name, in, want string }{
 		"p.toml:3:11: redis.timeout: must be at most 10s, not 1m0s"},
 	{"redis refresh interval too short", "[redis]\naddrs = [\"r:6379\"]\nrefresh-interval = \"5ms\"\n[[rule]]\nname = \"a\"\npps = 1\n",
 		"p.toml:3:20: redis.refresh-interval: must be from 10ms to 1m, not 5ms"},
+	{"redis leases unknown", "[redis]\naddrs = [\"r:6379\"]\nleases = \"tokens\"\n[[rule]]\nname = \"a\"\npps = 1\n",
+		"p.toml:3:10: redis.leases: must be rate or token, not \"tokens\""},
 	{"redis refresh interval too long", "[redis]\naddrs = [\"r:6379\"]\nrefresh-interval = \"2m\"\n[[rule]]\nname = \"a\"\npps = 1\n",
 		"p.toml:3:20: redis.refresh-interval: must be from 10ms to 1m, not 2m0s"},
 	{"redis key prefix braces", "[redis]\naddrs = [\"r:6379\"]\nkey-prefix = \"ps{x}\"\n[[rule]]\nname = \"a\"\npps = 1\n",

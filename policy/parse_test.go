@@ -90,14 +90,14 @@ func dump(rs []Rule) string {
 // table, inline and dotted.
 func TestParseGlobal(t *testing.T) {
 	want := &Redis{Addrs: []string{"10.0.0.5:7000", "[fd00::5]:7001"}, Cluster: ptr(true), PasswordFile: "/etc/ps/redis.pw",
-		Timeout: Duration(50 * time.Millisecond), RefreshInterval: Duration(250 * time.Millisecond), KeyPrefix: ptr("ps:")}
+		Timeout: Duration(50 * time.Millisecond), RefreshInterval: Duration(250 * time.Millisecond), Leases: "token", KeyPrefix: ptr("ps:")}
 	rules := ruleTable("g", "", `pps = 3000`, `burst = 300`, `scope = "global"`, `global-slack = 0.1`) +
 		ruleTable("fw", "", `algo = "fixed-window"`, `bitrate = "10mbit"`, `scope = "global"`) +
 		ruleTable("l", "", `pps = 5`, `scope = "local"`)
 	for _, redis := range []string{
-		"[redis]\naddrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\ncluster = true\npassword-file = \"/etc/ps/redis.pw\"\ntimeout = \"50ms\"\nrefresh-interval = \"250ms\"\nkey-prefix = \"ps:\"\n",
-		"redis = { addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"], cluster = true, password-file = \"/etc/ps/redis.pw\", timeout = \"50ms\", refresh-interval = \"250ms\", key-prefix = \"ps:\" }\n",
-		"redis.addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\nredis.cluster = true\nredis.password-file = \"/etc/ps/redis.pw\"\nredis.timeout = \"50ms\"\nredis.refresh-interval = \"250ms\"\nredis.key-prefix = \"ps:\"\n",
+		"[redis]\naddrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\ncluster = true\npassword-file = \"/etc/ps/redis.pw\"\ntimeout = \"50ms\"\nrefresh-interval = \"250ms\"\nleases = \"token\"\nkey-prefix = \"ps:\"\n",
+		"redis = { addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"], cluster = true, password-file = \"/etc/ps/redis.pw\", timeout = \"50ms\", refresh-interval = \"250ms\", leases = \"token\", key-prefix = \"ps:\" }\n",
+		"redis.addrs = [\"10.0.0.5:7000\", \"[fd00::5]:7001\"]\nredis.cluster = true\nredis.password-file = \"/etc/ps/redis.pw\"\nredis.timeout = \"50ms\"\nredis.refresh-interval = \"250ms\"\nredis.leases = \"token\"\nredis.key-prefix = \"ps:\"\n",
 	} {
 		f, err := Parse("p.toml", []byte(redis+rules))
 		if err != nil {
@@ -145,7 +145,7 @@ func TestParseGlobal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &Redis{Addrs: []string{"r:6379"}, Cluster: ptr(false), Timeout: DefaultRedisTimeout, RefreshInterval: DefaultRefreshInterval, KeyPrefix: ptr(DefaultKeyPrefix)}
+	d := &Redis{Addrs: []string{"r:6379"}, Cluster: ptr(false), Timeout: DefaultRedisTimeout, RefreshInterval: DefaultRefreshInterval, Leases: DefaultLeases, KeyPrefix: ptr(DefaultKeyPrefix)}
 	if !reflect.DeepEqual(c.Redis(), d) {
 		t.Errorf("Redis with defaults = %+v, want %+v", c.Redis(), d)
 	}

@@ -148,6 +148,12 @@ type Redis struct {
 	// global-slack × 1 s) of a key (the bound's slack), and a hot key
 	// costs about hosts ÷ this asks a second.
 	RefreshInterval Duration
+	// Leases is how global token-bucket rules lease their keys (default
+	// "rate"): "rate", a share of the rate for an interval and a burst
+	// bucket (about hosts ÷ RefreshInterval asks a second per hot key),
+	// or "token", tokens handed out from the store's bucket (about
+	// max(hosts ÷ RefreshInterval, 2 × rate ÷ burst)).
+	Leases string
 	// KeyPrefix starts every key packetshaper writes (default
 	// "packetshaper:").
 	KeyPrefix *string

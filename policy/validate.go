@@ -33,6 +33,9 @@ const (
 	// DefaultRefreshInterval is how often a host asks for a key above
 	// its limit (internal/global's DefaultInterval).
 	DefaultRefreshInterval = Duration(time.Second)
+	// DefaultLeases is how global token-bucket rules lease their keys
+	// (the other: "token").
+	DefaultLeases = "rate"
 	// MaxRedisTimeout is the largest timeout.
 	MaxRedisTimeout = Duration(10 * time.Second)
 	// DefaultKeyPrefix starts every key in the store.
@@ -504,6 +507,9 @@ func (f *File) checkRedis(errs *errList) {
 	}
 	if iv := rd.RefreshInterval; iv != 0 && (iv < Duration(10*time.Millisecond) || iv > Duration(time.Minute)) {
 		bad("redis.refresh-interval", -1, "must be from 10ms to 1m, not %v", iv)
+	}
+	if l := rd.Leases; l != "" && l != "rate" && l != "token" {
+		bad("redis.leases", -1, "must be rate or token, not %q", l)
 	}
 	if p := rd.KeyPrefix; p != nil && strings.ContainsAny(*p, "{}") {
 		bad("redis.key-prefix", -1, "must not hold \"{\" or \"}\": each key's hash tag is in braces")

@@ -190,7 +190,7 @@ func openClient(rd *policy.Redis, log *slog.Logger) (*global.Client, error) {
 	c, err := global.Open(global.Config{
 		Addrs: rd.Addrs, Cluster: *rd.Cluster, Username: rd.Username, Password: password, TLSFiles: tlsFiles,
 		Timeout: time.Duration(rd.Timeout), KeyPrefix: *rd.KeyPrefix, Logger: log,
-		Interval: time.Duration(rd.RefreshInterval),
+		Interval: time.Duration(rd.RefreshInterval), TokenLeases: rd.Leases == "token",
 	})
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)

@@ -78,12 +78,18 @@ type Config struct {
 	// slack. Less, a tighter bound and more asks.
 	Interval time.Duration
 
+	// TokenLeases gives token-bucket rules the token leases of before
+	// (the store holds the key's bucket and hands out tokens, a queue of
+	// visits for a key above its limit: about max(hosts ÷ Interval,
+	// 2 × rate ÷ burst) asks per second) instead of rate leases (rate.go,
+	// the default: a share of the rate per interval and a burst bucket,
+	// about hosts ÷ Interval asks per second). Fixed-window rules always
+	// take token leases of their window.
+	TokenLeases bool
+
 	// unbounded: go-redis's own dialer, no reply bounds (bound.go); only
 	// the tests of the panic recovery set it.
 	unbounded bool
-	// rateLeases: token-bucket rules take rate leases (rate.go); only
-	// the fleet simulation sets it, until they are the default.
-	rateLeases bool
 }
 
 // Client is one connection to the store and the refresher that keeps the

@@ -17,7 +17,15 @@
 // the store through a small interface (store), so that its decisions are
 // unit-tested step by step under a fake store and a fake clock.
 //
-// # Lease sizing
+// # Rate leases and token leases
+//
+// A token-bucket rule takes rate leases by default (rate.go: a share of
+// the rate for an epoch and the next, spent as a local bucket, and a burst
+// bucket in the key drawn by the asks; about hosts / I asks per hot key,
+// over any T at most burst + rate × T + S), or with Config.TokenLeases the
+// token leases below; a fixed-window rule always takes the latter.
+//
+// # Lease sizing (token leases)
 //
 // S = rate × max(the refresh interval I (Config.Interval, 1 s), global-slack
 // × 1 s) is what all hosts together may hold of one key (for a fixed

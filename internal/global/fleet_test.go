@@ -27,7 +27,8 @@ import (
 //	go test -run '^$' -bench Fleet -benchtime 1x -timeout 20m ./internal/global
 //
 // FLEET_HOSTS=10,100 picks the fleet sizes (default 10,100,1000);
-// FLEET_LEASES=rate gives the hosts rate leases (rate.go). Reported
+// FLEET_LEASES=token gives the hosts token leases (Config.TokenLeases;
+// the default: rate leases, rate.go). Reported
 // per size: hot-req/s (asks for the hot key, all hosts), their ratio to
 // hosts ÷ interval (req/bar, the bar is 1.2), hot-cpu/s (used_cpu of the
 // master holding the hot key per second), cpu/s (all three masters),
@@ -88,7 +89,7 @@ func fleetRun(b *testing.B, nodes []*testutil.Redis, n int) {
 	hosts := make([]*fleetHost, n)
 	for i := range hosts {
 		c, err := Open(Config{Addrs: addrs, Cluster: true, KeyPrefix: "f:", Timeout: time.Second, // (a shared machine: 1 000 clients dial at once)
-			rateLeases: os.Getenv("FLEET_LEASES") == "rate"})
+			TokenLeases: os.Getenv("FLEET_LEASES") == "token"})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -101,6 +101,85 @@ func TestScriptRateLease(t *testing.T) {
 	step(32, rl("b", 60, short, true), func(r reply) bool { return r.granted == 100_000 && r.hosts == 1 })
 }
 
+// TestScriptRateBurst walks the burst bucket of a rate-leased key
+// (rate.go): a key new to every host holds a full burst (20), drawn by the
+// asks up to each host's room (what its new rate lets it hold, less what
+// it holds) and never more than the burst in all; while the leases valid
+// hold the whole rate it does not refill; tokens a host dropped are given
+// back, up to the burst; a forged count (too large, not a
+// number, negative) is an empty bucket, and so is a flush (a key new to
+// every host is full again); once the leases end it refills at the rate.
+func TestScriptRateBurst(t *testing.T) {
+	s := testutil.StartRedis(t)
+	c := rawClient(t, s.Addr())
+	ctx := context.Background()
+	key := "t:{b}"
+	const long = 1000 * time.Second // (no epoch ends during the steps)
+	drawn := int64(0)
+	step := func(i int, a askArgs, check func(r reply) bool) {
+		t.Helper()
+		r := runScript(t, c, key, a)
+		drawn += r.burst
+		if !check(r) {
+			t.Fatalf("step %d: rate ask(%s, want %d, have %d) = %s", i, a.host, a.want, a.have, fmtReply(r))
+		}
+		if drawn > 20 {
+			t.Fatalf("step %d: %d burst tokens drawn in all, over the burst (20)", i, drawn)
+		}
+	}
+	have := func(a askArgs, n int64) askArgs { a.have = n; return a }
+	// a, alone: the whole rate (it may hold 100), 95 held: room for 5.
+	step(1, have(rl("a", 60, long, false), 95), func(r reply) bool { return r.granted == 100_000 && r.burst == 5 })
+	// b: no rate (a holds it), room for one packet.
+	step(2, rl("b", 60, long, false), func(r reply) bool { return r.granted == 0 && r.burst == 1 })
+	// a renews with nothing held: half the rate, room for 50: the 14 left.
+	step(3, rl("a", 60, long, true), func(r reply) bool { return r.granted == 50_000 && r.burst == 14 })
+	// b takes the other half: the leases hold the whole rate, nothing
+	// refills.
+	step(4, rl("b", 60, long, true), func(r reply) bool { return r.granted == 50_000 && r.burst == 0 })
+	// Tokens a host's bucket dropped are given back (and count again
+	// against the burst): b gives 7 back and draws them; a gives 100
+	// back, the bucket holds 20 at most, a has no room; b, holding 31 of
+	// its 50, draws 19.
+	drawn = 0
+	back := func(a askArgs, n int64) askArgs { a.back = n; return a }
+	step(41, back(rl("b", 60, long, true), 7), func(r reply) bool { return r.granted == 50_000 && r.burst == 7 })
+	drawn = 0
+	step(42, have(back(rl("a", 60, long, true), 100), 50), func(r reply) bool { return r.granted == 50_000 && r.burst == 0 })
+	step(43, have(rl("b", 60, long, true), 31), func(r reply) bool { return r.granted == 50_000 && r.burst == 19 })
+	// Forged counts: empty.
+	for i, v := range []string{"20", "1e9", "nan", "-5", "inf"} {
+		c.HSet(ctx, key, "b", v)
+		if v == "20" {
+			// (a full count, plausible: drawn, once)
+			drawn = 0
+			step(5, rl("b", 60, long, true), func(r reply) bool { return r.burst == 20 })
+			continue
+		}
+		step(5+i, rl("c", 60, long, true), func(r reply) bool { return r.granted == 0 && r.burst == 0 })
+	}
+	// A flush: empty for the hosts that knew the key (their leases kept);
+	// a key new to every host is full.
+	c.FlushAll(ctx)
+	drawn = 0
+	ka := rl("a", 60, long, true)
+	ka.held = 50_000
+	step(10, ka, func(r reply) bool { return r.granted == 50_000 && r.burst == 0 })
+	c.FlushAll(ctx)
+	step(11, rl("a", 60, long, false), func(r reply) bool { return r.granted == 100_000 && r.burst == 20 })
+	// Epochs of 100 ms: a holds the whole rate, b finds the bucket
+	// empty; once a's lease ended (two epochs) the bucket refills at the
+	// rate, 20 in 200 ms: b, after 450 ms, finds it full.
+	c.FlushAll(ctx)
+	drawn = 0
+	short := 100 * time.Millisecond
+	step(20, rl("a", 60, short, false), func(r reply) bool { return r.granted == 100_000 && r.burst == 20 })
+	step(21, rl("b", 60, short, false), func(r reply) bool { return r.burst == 0 })
+	time.Sleep(450 * time.Millisecond)
+	drawn = 0
+	step(22, rl("b", 60, short, true), func(r reply) bool { return r.granted == 100_000 && r.burst == 20 })
+}
+
 // BenchmarkRateShares measures the store's side of rate leases alone, on
 // one redis-server: n hosts ask the script as the refreshers do (once an
 // interval, up to 2 % early, after I ÷ 4 when granted less than 90 % of

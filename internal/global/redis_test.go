@@ -105,5 +105,5 @@ func runScript(t testing.TB, c redis.Scripter, key string, a askArgs) reply {
 }
 
 func fmtReply(r reply) string {
-	return fmt.Sprintf("{granted %d hosts %d cap %d wait %dµs left %dµs own %.1f total %.1f}", r.granted, r.hosts, r.cap, r.waitUs, r.leftUs, r.own, r.total)
+	return fmt.Sprintf("{granted %d hosts %d cap %d wait %dµs left %dµs own %.1f total %.1f burst %d}", r.granted, r.hosts, r.cap, r.waitUs, r.leftUs, r.own, r.total, r.burst)
 }

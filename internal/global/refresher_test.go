@@ -126,11 +126,12 @@ func fkey(i int) flows.Key {
 	return k
 }
 
-// fakeClient is a client on st and clk, its refresher not running, with
-// one global rule of 1000 packets/s, burst 100 (slack 10).
+// fakeClient is a token-lease client on st and clk, its refresher not
+// running, with one global rule of 1000 packets/s, burst 100 (slack 10).
+// (Rate leases: rateLeaseFake.)
 func fakeClient(t *testing.T, st *fakeStore, clk *fakeClock) (*Client, *Rule) {
 	t.Helper()
-	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get}, st)
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, TokenLeases: true}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,8 +367,15 @@ func TestRefresherIdleWakesPerSweep(t *testing.T) {
 // a new key and for a lease that ran low when they come (it is woken), and
 // takes only the turns they need meanwhile (no Poll ticker).
 func TestRefresherRunOnDemand(t *testing.T) {
+	for _, tok := range []bool{true, false} {
+		t.Run(map[bool]string{true: "token", false: "rate"}[tok], func(t *testing.T) { runOnDemand(t, tok) })
+	}
+}
+
+func runOnDemand(t *testing.T, tokenLeases bool) {
 	st := newFakeStore()
-	c, err := newClient(Config{KeyPrefix: "t:", Sweep: time.Hour}, st)
+	st.left = 2_000_000 // (a rate lease's 2 s)
+	c, err := newClient(Config{KeyPrefix: "t:", Sweep: time.Hour, TokenLeases: tokenLeases}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +425,7 @@ func TestRefresherRunOnDemand(t *testing.T) {
 func TestRateRenewalLeadFake(t *testing.T) {
 	st, clk := newFakeStore(), &fakeClock{now: 1e18}
 	st.cap, st.left = 500_000, 1_500_000 // (its share 500/s, the lease 1.5 s)
-	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -443,8 +451,12 @@ func TestRateRenewalLeadFake(t *testing.T) {
 	}
 	// Active, a packet every 10 ms: asked again a sixteenth of an
 	// interval after its first grant (500/s, more than twice the demand
-	// it saw, one packet), then renewed once an interval (up to 2 %
-	// early), before the lease ends.
+	// it saw, one packet), then, granted 100/s (not twice its 100/s:
+	// more would be asked again soon while the key is young), renewed
+	// once an interval (up to 2 % early), before the lease ends.
+	st.mu.Lock()
+	st.cap = 100_000
+	st.mu.Unlock()
 	iv := time.Duration(c.interval)
 	for i, want := range [][2]time.Duration{{iv / 16, iv/16 + 10*time.Millisecond}, {iv * 98 / 100, iv}} {
 		renewed := time.Duration(0)
@@ -465,7 +477,7 @@ func TestRateRenewalLeadFake(t *testing.T) {
 // stepped by the test (c.step), and the lease of one key of a 1 000/s rule.
 func rateLeaseFake(t *testing.T, st *fakeStore, clk *fakeClock) (*Client, *shaper.Lease) {
 	t.Helper()
-	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get, rateLeases: true}, st)
+	c, err := newClient(Config{KeyPrefix: "t:", HostID: "h1", Clock: clk.get}, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -545,4 +557,21 @@ func TestRateReleaseFake(t *testing.T) {
 		}
 	}
 	t.Fatalf("no ask in 1.5 s after the demand stopped (the last %v before)", stop-last)
+}
+
+// TestRateNothingLeftFake: a reply whose rate lease has nothing left (the
+// script never gives one; a hostile or broken store may) is asked again
+// after a sixteenth of an interval, not at once: e2e TestHostileStoreE2E's
+// host asked about 1 000 times a second.
+func TestRateNothingLeftFake(t *testing.T) {
+	st, clk := newFakeStore(), &fakeClock{now: 1e18}
+	st.cap, st.left = 100_000, 0 // (100/s, ending as it is granted)
+	c, l := rateLeaseFake(t, st, clk)
+	for range 100 { // a packet a ms for 100 ms
+		l.Take(clk.add(time.Millisecond), 1)
+		c.step(clk.get())
+	}
+	if n := st.nAsks(); n > 2 {
+		t.Fatalf("%d asks in 100 ms, want at most 2 (one per sixteenth of an interval)", n)
+	}
 }

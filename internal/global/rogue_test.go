@@ -291,6 +291,10 @@ func TestRogueWriter(t *testing.T) {
 		{"rate flushall", func(string) { rc.FlushAll(ctx) }, 200 * time.Millisecond, true},
 		{"rate Rc nan", hset(val("Rc"), val("nan")), 200 * time.Millisecond, true},
 		{"rate e future", hset(val("e"), val("1e15")), 200 * time.Millisecond, true},
+		// The burst bucket's count forged (too large, not a number) is
+		// empty; its time forged, no refill.
+		{"rate b huge", hset(val("b"), val("1e9")), 200 * time.Millisecond, true},
+		{"rate b nan, bs future", hset(val("b"), val("nan"), val("bs"), func(now int64) any { return now + 3600_000_000 }), 200 * time.Millisecond, true},
 		{"tk huge", hset(val("tk"), val("1e9")), 200 * time.Millisecond, false},
 		{"tk nan", hset(val("tk"), val("nan")), 200 * time.Millisecond, false},
 		{"tk inf", hset(val("tk"), val("inf")), 200 * time.Millisecond, false},
@@ -327,7 +331,7 @@ func TestRogueWriter(t *testing.T) {
 				// visit the bucket every 0.1 s, and a write that
 				// empties it loses at most that refill)
 				hosts = append(hosts, newHost(t, Config{Addrs: []string{s.Addr()}, KeyPrefix: "t:", Interval: 100 * time.Millisecond,
-					rateLeases: tc.rate}, limit))
+					TokenLeases: !tc.rate}, limit))
 			}
 			keys := []flows.Key{key(1)}
 			runCtx, cancel := context.WithCancel(ctx)

@@ -70,7 +70,8 @@ type Rule struct {
 	retiredSinceComp int
 
 	asks, granted, errs, noLease atomic.Uint64
-	loss                         rateLoss // (rate leases, for the fleet simulation)
+	burst                        atomic.Uint64 // (rate leases: burst tokens drawn, in granted)
+	loss                         rateLoss      // (rate leases, for the fleet simulation)
 	keys, hosts                  atomic.Int64
 	shareBits, fbRateBits        atomic.Uint64
 }
@@ -125,7 +126,7 @@ func (c *Client) NewRule(rc RuleConfig) (*Rule, error) {
 		share:   1,
 		due:     heap.New(dueBefore, 0),
 	}
-	r.rateLease = c.cfg.rateLeases && !r.fixedWindow
+	r.rateLease = !c.cfg.TokenLeases && !r.fixedWindow
 	if r.fixedWindow {
 		lim, err := shaper.NewLimiter(lc)
 		if err != nil {
@@ -274,6 +275,8 @@ func (r *Rule) args(e *entry) askArgs {
 	}
 	if r.rateLease {
 		a.rateLease, a.windowUs, a.want = true, r.c.interval/1000, int64(e.rateDemand(r.c.clock())*1000)
+		a.have = max(e.l.Tokens(), 0) // (the room for burst tokens: what its new rate lets it hold, less this)
+		a.back = e.rs.backSent
 	}
 	return a
 }
@@ -407,6 +410,7 @@ func (r *Rule) apply(e *entry, rep reply, now int64) {
 // failed takes a failed ask: e asks again after a while.
 func (r *Rule) failed(e *entry, now, backoff int64) {
 	e.inBatch, e.probed = false, false
+	e.rs.backSent = 0 // (kept for the next ask)
 	e.nextAsk = now + max(backoff, 5*r.c.poll)
 	r.asks.Add(1)
 	r.schedule(e, e.nextAsk)

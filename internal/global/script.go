@@ -78,6 +78,8 @@ local horizon = tonumber(ARGV[11])
 local decay = tonumber(ARGV[12])
 local known = ARGV[13] == '1'
 local maxhosts = tonumber(ARGV[14])
+local have = tonumber(ARGV[15]) or 0
+local back = tonumber(ARGV[16]) or 0
 
 -- Lua would write numbers with 14 digits: times in µs need 16.
 local function num(x) return string.format('%.17g', x) end
@@ -258,6 +260,8 @@ type askArgs struct {
 	horizonUs, decayUs int64
 	known              bool
 	maxHosts           int64
+	have               int64 // rate leases: the tokens the host holds (for the burst)
+	back               int64 // rate leases: tokens the host dropped, back to the burst bucket
 }
 
 // maxHosts is the most hosts besides the asker that the script counts for
@@ -282,7 +286,7 @@ func (a *askArgs) argv() []any {
 		mh = maxHosts
 	}
 	return []any{algo, ftoa(a.rate), ftoa(a.size), a.windowUs, ftoa(a.slack), ftoa(a.mincap),
-		a.host, a.held, a.charge, a.want, a.horizonUs, a.decayUs, known, mh}
+		a.host, a.held, a.charge, a.want, a.horizonUs, a.decayUs, known, mh, a.have, a.back}
 }
 
 func ftoa(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) }
@@ -292,19 +296,20 @@ type reply struct {
 	granted, hosts, cap int64
 	waitUs, leftUs      int64
 	own, total          float64 // decayed grant sums
+	burst               int64   // rate leases: burst tokens drawn (an 8th element; 0 without)
 }
 
 func parseReply(v any) (reply, error) {
 	a, ok := v.([]any)
-	if !ok || len(a) != 7 {
+	if !ok || len(a) != 7 && len(a) != 8 {
 		return reply{}, fmt.Errorf("global: unexpected reply %v from the lease script", v)
 	}
-	var n [7]int64
+	var n [8]int64
 	for i, x := range a {
 		if n[i], ok = x.(int64); !ok {
 			return reply{}, fmt.Errorf("global: unexpected reply %v from the lease script", v)
 		}
 	}
 	return reply{granted: n[0], hosts: n[1], cap: n[2], waitUs: n[3], leftUs: n[4],
-		own: float64(n[5]) / 1000, total: float64(n[6]) / 1000}, nil
+		own: float64(n[5]) / 1000, total: float64(n[6]) / 1000, burst: n[7]}, nil
 }
